@@ -1,0 +1,83 @@
+/* tokentrace public C API.
+ *
+ * Hermetic: this header includes no CUDA, CUPTI or NVTX header. It is what the Python
+ * extension and C/C++ users compile against; libtokentrace.so implements it.
+ *
+ * Two ways to record:
+ *  - preload: `tokentrace run -- CMD` (LD_PRELOAD=libtokentrace.so); a session starts in the
+ *    library's constructor from the TOKENTRACE_* environment and ends at process exit.
+ *  - in-process: tokentrace_start() / tokentrace_stop() around the code to trace.
+ * One session per process at a time. Every function is safe to call with no session active
+ * (push/pop/escape then do nothing). No function throws or aborts; errors are returned.
+ */
+#ifndef TOKENTRACE_TOKENTRACE_H_
+#define TOKENTRACE_TOKENTRACE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOKENTRACE_API_VERSION 1
+
+#if defined(__GNUC__)
+#define TOKENTRACE_EXPORT __attribute__((visibility("default")))
+#else
+#define TOKENTRACE_EXPORT
+#endif
+
+/* Site kinds, as stored in sites.kind. */
+enum tokentrace_site_kind {
+  TOKENTRACE_SITE_ROOT = 0,   /* one call = one token */
+  TOKENTRACE_SITE_MODULE = 1,
+  TOKENTRACE_SITE_RANGE = 2,
+};
+
+/* NVTX conventions of the producer side (our Python hooks): ranges pushed in the NVTX domain
+ * named TOKENTRACE_NVTX_DOMAIN; event attribute `category` TOKENTRACE_NVTX_CATEGORY_ROOT marks
+ * the root (token) call, anything else is a module call. */
+#define TOKENTRACE_NVTX_DOMAIN "tokentrace"
+#define TOKENTRACE_NVTX_CATEGORY_MODULE 1
+#define TOKENTRACE_NVTX_CATEGORY_ROOT 2
+
+typedef struct tokentrace_options {
+  uint32_t struct_size; /* sizeof(tokentrace_options) */
+  uint32_t api_version; /* TOKENTRACE_API_VERSION */
+  const char* out_path; /* NULL: TOKENTRACE_OUT, else "tokentrace-%p.sqlite" */
+  const char* kernels;  /* NULL: TOKENTRACE_KERNELS, else "summary" */
+  const char* token_range; /* NULL: TOKENTRACE_TOKEN_RANGE, else none */
+} tokentrace_options;
+
+/* Starts an in-process session. Returns 0, or non-zero with a one-line message in err
+ * (e.g. a bad kernel mode, an unwritable path, a session already active). */
+TOKENTRACE_EXPORT int tokentrace_start(const tokentrace_options* options, char* err,
+                                       size_t err_len);
+/* Stops the session: flushes every buffer and CUPTI, writes the file, closes it. */
+TOKENTRACE_EXPORT int tokentrace_stop(char* err, size_t err_len);
+/* Forces a drain and commit now (the background thread does this periodically). */
+TOKENTRACE_EXPORT int tokentrace_flush(void);
+/* 1 while a session records. */
+TOKENTRACE_EXPORT int tokentrace_active(void);
+/* The expanded output path of the active (or last) session; "" if none. */
+TOKENTRACE_EXPORT const char* tokentrace_out_path(void);
+/* Why GPU kernels are not recorded ("" when they are): no driver, no libcupti, another
+ * subscriber, kernel mode off. */
+TOKENTRACE_EXPORT const char* tokentrace_kernels_status(void);
+
+/* Direct producer API (an alternative to NVTX): intern a site, push/pop calls of it. */
+TOKENTRACE_EXPORT uint32_t tokentrace_site(const char* name, int kind);
+TOKENTRACE_EXPORT void tokentrace_push(uint32_t site_id);
+TOKENTRACE_EXPORT void tokentrace_pop(void);
+
+/* The innermost open call on the calling thread (all zero when none). */
+TOKENTRACE_EXPORT void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32_t* token);
+/* Records a host read of device state (kind 4: reported by the Python layer). */
+TOKENTRACE_EXPORT void tokentrace_escape(int kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOKENTRACE_TOKENTRACE_H_ */

@@ -1,0 +1,54 @@
+// Configuration of a tracing session, parsed from the TOKENTRACE_* environment (preload mode)
+// or filled in by the C API (in-process mode). Parsing never throws: a bad value yields an
+// error message that names the variable and the accepted values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tokentrace {
+
+struct KernelMode {
+  enum Kind : uint8_t { kOff, kSummary, kFull, kSample };
+  Kind kind = kSummary;
+  uint32_t sample_every = 0;  // kSample only: full rows on tokens 1, 1+N, 1+2N, ...
+
+  // True when kernel rows (not just the per-call summary) are stored for `token`.
+  bool FullRowsFor(uint32_t token) const {
+    if (kind == kFull) return true;
+    if (kind == kSample) return sample_every != 0 && token != 0 && (token - 1) % sample_every == 0;
+    return false;
+  }
+  std::string ToString() const;  // "off" | "summary" | "full" | "sample:N"
+};
+
+// Parses "off" | "summary" | "full" | "sample:N" (N >= 1). On failure returns nullopt and
+// writes a one-line message (naming `what`, e.g. "TOKENTRACE_KERNELS") to *error.
+std::optional<KernelMode> ParseKernelMode(const std::string& text, const std::string& what,
+                                          std::string* error);
+
+struct Config {
+  std::string out_path = "tokentrace-%p.sqlite";  // %p = pid, %r = rank
+  KernelMode kernels;
+  std::string token_range;  // ECMAScript regex; empty = only our root site marks tokens
+  std::string sites;        // glob list for the Python hooks (the shim only passes it on)
+  std::string save;         // glob list of saved sites (Python layer)
+  std::string patches;      // JSON patch file (Python layer)
+  std::string cupti_path;   // TOKENTRACE_CUPTI: explicit libcupti to load
+  int flush_ms = 200;       // background flush period (TOKENTRACE_FLUSH_MS)
+  uint32_t buffer_events = 1u << 16;  // per-thread ring capacity (TOKENTRACE_BUFFER_EVENTS)
+};
+
+// Reads TOKENTRACE_OUT, _KERNELS, _TOKEN_RANGE, _SITES, _SAVE, _PATCHES, _CUPTI, _FLUSH_MS,
+// _BUFFER_EVENTS. Validates every value (the regex compiles, the mode parses, numbers are
+// in range). Returns nullopt with a message on the first bad value.
+std::optional<Config> ConfigFromEnvironment(std::string* error);
+
+// Expands %p (pid) and %r (rank from RANK, else LOCAL_RANK, else 0) in an output path.
+std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank);
+
+// Checks that a token-range regex compiles; error names `what`.
+bool ValidateTokenRange(const std::string& re, const std::string& what, std::string* error);
+
+}  // namespace tokentrace

@@ -1,0 +1,55 @@
+// The hot path: what NVTX handlers, CUPTI callbacks and the C API call on the job's threads.
+//
+// Every function here is lock-free, allocation-free and I/O-free after a thread's first call
+// (which registers the thread's ring buffer once). Each call appends one fixed-size Event to
+// the calling thread's own ring (core/thread_buffer.h); when the ring is full the event is
+// dropped and counted. All joining happens later on the background thread (core/joiner.h).
+//
+// Re-entrancy: entry points called by foreign libraries must not re-enter; each is guarded
+// by a thread-local flag (a CUPTI callback fired from inside our own CUDA call is ignored).
+#pragma once
+
+#include <cstdint>
+
+#include "core/records.h"
+
+namespace tokentrace::recorder {
+
+// True while a session is recording. Cheap (one relaxed atomic load).
+bool Active();
+
+// Opens a call of `site_id` (from sites::Intern*) on this thread.
+void Push(uint32_t site_id);
+// Closes this thread's innermost call. With no open call, counts an "unbalanced_pop" loss.
+void Pop();
+// A named NVTX mark: recorded as a zero-length call of the site.
+void Mark(uint32_t site_id);
+
+// CUPTI launch callback (API entry on the launching thread): remembers which call and token
+// the correlation id belongs to.
+void Launch(uint64_t correlation_id);
+// cudaGraphLaunch / cuGraphLaunch on this thread. If the graph was captured around a token
+// site (see GraphNodeCreated), the launch starts a new token itself.
+void GraphLaunch(uint64_t correlation_id, uint32_t graph_exec_id);
+// The host read or waited for device state inside the current call.
+void Escape(uint64_t correlation_id, EscapeKind kind);
+// CUPTI resource callback: a node was added to `graph_id` on this thread (during stream
+// capture or explicit construction); the innermost open call owns the node.
+void GraphNodeCreated(uint32_t graph_id, uint64_t node_id);
+// CUPTI resource callback: instantiation cloned `original_node_id` into `node_id` of
+// `graph_exec_id`; the clone inherits the original's call.
+void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t node_id);
+
+// Innermost open call on this thread (0 = none), its k and token. For the Python layer.
+struct CurrentCall {
+  uint64_t call_id = 0;
+  uint32_t site_id = 0;
+  uint32_t k = 0;
+  uint32_t token = 0;
+};
+CurrentCall Current();
+
+// The latest token number handed out in this process (0 before the first token).
+uint32_t CurrentToken();
+
+}  // namespace tokentrace::recorder

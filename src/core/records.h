@@ -1,0 +1,132 @@
+// Plain records that cross module boundaries inside libtokentrace.
+//
+// These structs are the contract between the hardware seams (src/nvtx, src/cupti), the
+// background joiner (src/core/joiner.*) and the SQLite store (src/store). None of them
+// mentions a CUDA, CUPTI or NVTX type, so every consumer is testable with hand-built values.
+//
+// Clock: every *_ns field is nanoseconds on one host clock (core/clock.h, HostNowNs()).
+// Tokens are 1-based (token 1 = the prefill); token 0 means "before the first token".
+// Call ids are 1-based; call id 0 means "no open call" (e.g. a kernel launched outside any
+// range).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tokentrace {
+
+enum class SiteKind : uint8_t {
+  kRoot = 0,    // our hooks' root module call (`self`): one call = one token
+  kModule = 1,  // one of our hooks' module calls
+  kRange = 2,   // a named NVTX range from any other producer
+};
+const char* SiteKindName(SiteKind kind);  // "root" | "module" | "range"
+
+enum class GpuOpKind : uint8_t { kKernel = 0, kMemcpy = 1, kMemset = 2 };
+const char* GpuOpKindName(GpuOpKind kind);  // "kernel" | "memcpy" | "memset"
+
+// Where the host waited for, or read, device state.
+enum class EscapeKind : uint8_t {
+  kMemcpyDtoHSync = 0,   // synchronous device-to-host copy (cudaMemcpy, cuMemcpyDtoH, ...)
+  kStreamSync = 1,       // cudaStreamSynchronize / cuStreamSynchronize
+  kDeviceSync = 2,       // cudaDeviceSynchronize / cuCtxSynchronize
+  kEventSync = 3,        // cudaEventSynchronize / cuEventSynchronize
+  kHostRead = 4,         // a host-side read reported by the Python layer (CPU tensors)
+};
+const char* EscapeKindName(EscapeKind kind);
+
+// One GPU activity record as the CUPTI adapter hands it over (converted at the boundary).
+struct GpuActivity {
+  GpuOpKind kind = GpuOpKind::kKernel;
+  uint64_t correlation_id = 0;
+  int64_t begin_ns = 0;  // already on the host clock
+  int64_t end_ns = 0;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  uint32_t graph_id = 0;       // 0 when not launched from a CUDA graph
+  uint64_t graph_node_id = 0;  // 0 when not launched from a CUDA graph
+  uint64_t bytes = 0;          // memcpy / memset only
+  const char* name = nullptr;  // kernel name (valid only during the call that delivers it);
+                               // memcpy/memset: nullptr (the joiner names them)
+  uint8_t copy_kind = 0;       // memcpy: 1 HtoD, 2 DtoH, 8 DtoD, 0 other
+};
+
+// ---- Rows for the store (produced by the joiner, consumed by src/store) ----
+
+struct SiteRow {
+  uint32_t id = 0;
+  std::string name;
+  SiteKind kind = SiteKind::kRange;
+  bool is_token = false;  // calls of this site are token boundaries
+};
+
+struct StringRow {
+  uint32_t id = 0;
+  std::string text;
+};
+
+struct CallRow {
+  uint64_t id = 0;
+  uint32_t site_id = 0;
+  uint32_t k = 0;  // 1-based call index within the site
+  uint32_t token = 0;
+  uint64_t parent_id = 0;  // 0 = no parent
+  uint32_t thread = 0;     // small per-process thread index (0, 1, ...)
+  int64_t cpu_begin_ns = 0;
+  int64_t cpu_end_ns = -1;  // -1: still open when the process ended (counted as a loss kind)
+};
+
+struct KernelRow {
+  uint64_t call_id = 0;
+  uint32_t token = 0;
+  uint32_t name_id = 0;  // strings.id
+  GpuOpKind kind = GpuOpKind::kKernel;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  int64_t gpu_begin_ns = 0;
+  int64_t gpu_end_ns = 0;
+  uint64_t correlation_id = 0;
+  uint32_t graph_id = 0;
+  uint64_t graph_node_id = 0;
+};
+
+// Summary contribution for one call; the store adds deltas for the same call together
+// (records of one call can arrive in several batches).
+struct CallGpuDelta {
+  uint64_t call_id = 0;  // 0 = kernels launched outside any call (still counted per token)
+  uint32_t token = 0;
+  uint32_t kernels = 0;
+  int64_t busy_ns = 0;
+  int64_t first_begin_ns = 0;
+  int64_t last_end_ns = 0;
+};
+
+struct EscapeRow {
+  uint64_t call_id = 0;
+  uint32_t token = 0;
+  uint32_t thread = 0;
+  int64_t ts_ns = 0;
+  EscapeKind kind = EscapeKind::kStreamSync;
+};
+
+// What one drain of the buffers produced; the store writes it in one transaction.
+struct Batch {
+  std::vector<SiteRow> sites;
+  std::vector<StringRow> strings;
+  std::vector<CallRow> calls;  // a call appears once, when it closes (or at exit, open)
+  std::vector<KernelRow> kernels;
+  std::vector<CallGpuDelta> call_gpu;
+  std::vector<EscapeRow> escapes;
+  std::map<std::string, int64_t> losses;  // kind -> count to add
+  std::vector<std::pair<std::string, std::string>> meta;  // upserted
+
+  bool empty() const {
+    return sites.empty() && strings.empty() && calls.empty() && kernels.empty() &&
+           call_gpu.empty() && escapes.empty() && losses.empty() && meta.empty();
+  }
+};
+
+}  // namespace tokentrace
