@@ -1,0 +1,255 @@
+#include "store/reader.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "store/schema.h"
+#include "store/statement.h"
+
+namespace tokentrace {
+
+Reader::~Reader() { sqlite3_close(db_); }
+
+std::string Reader::Fail(const std::string& what) const {
+  return "tokentrace: cannot read '" + path_ + "': " + what;
+}
+
+std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    *error = "tokentrace: cannot open '" + path + "': " + std::strerror(errno);
+    return nullptr;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    *error = "tokentrace: cannot open '" + path + "': it is a directory, not a trace file";
+    return nullptr;
+  }
+  // Read-write without CREATE: a reader may have to recover the WAL index of a file whose
+  // writer was killed, which a read-only connection cannot do. SQLite itself falls back to
+  // read-only when the file is write-protected. Nothing here writes rows.
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+  if (rc != SQLITE_OK) {
+    *error = "tokentrace: cannot open '" + path + "': " + sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return nullptr;
+  }
+  std::unique_ptr<Reader> reader(new Reader(path, db));
+  sqlite3_busy_timeout(db, 5000);
+  Statement version;
+  std::string msg;
+  if (!version.Prepare(db, "SELECT value FROM meta WHERE key = 'schema_version'", &msg)) {
+    int code = sqlite3_errcode(db);
+    if (code == SQLITE_NOTADB) {
+      *error = "tokentrace: '" + path + "' is not a SQLite file (so not a tokentrace trace)";
+    } else if (msg.find("no such table") != std::string::npos) {
+      *error = "tokentrace: '" + path + "' is a SQLite file but not a tokentrace trace " +
+               "(it has no meta table)";
+    } else {
+      *error = "tokentrace: cannot read '" + path + "': " + msg;
+    }
+    return nullptr;
+  }
+  rc = version.Step();
+  if (rc != SQLITE_ROW) {
+    *error = rc == SQLITE_DONE ? "tokentrace: '" + path +
+                                     "' is a SQLite file but not a tokentrace trace (no "
+                                     "meta.schema_version)"
+                               : "tokentrace: cannot read '" + path + "': " + sqlite3_errmsg(db);
+    return nullptr;
+  }
+  std::string v = version.Text(0);
+  if (v != kSchemaVersion) {
+    *error = "tokentrace: '" + path + "' has schema version " + v + "; this tokentrace reads " +
+             "version " + kSchemaVersion;
+    return nullptr;
+  }
+  return reader;
+}
+
+bool Reader::Meta(std::vector<std::pair<std::string, std::string>>* out, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_, "SELECT key, value FROM meta ORDER BY key", error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) out->emplace_back(q.Text(0), q.Text(1));
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
+bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_, "SELECT kind, count FROM losses ORDER BY kind", error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) out->emplace_back(q.Text(0), q.Int(1));
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
+bool Reader::Counts(TraceCounts* out, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
+                 "(SELECT count(*) FROM kernels), (SELECT count(*) FROM tokens), "
+                 "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  if (q.Step() != SQLITE_ROW) {
+    *error = Fail(sqlite3_errmsg(db_));
+    return false;
+  }
+  *out = {q.Int(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)};
+  return true;
+}
+
+bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
+                 "FROM tokens ORDER BY token",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    TokenStat t;
+    t.token = static_cast<uint32_t>(q.Int(0));
+    t.cpu_begin_ns = q.Int(1);
+    t.cpu_end_ns = q.IsNull(2) ? -1 : q.Int(2);
+    t.kernels = q.Int(3);
+    t.gpu_busy_ns = q.Int(4);
+    t.escapes = q.Int(5);
+    out->push_back(t);
+  }
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
+bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "WITH g AS (SELECT c.site_id AS site_id, SUM(g.kernels) AS kernels, "
+                 "                  SUM(g.gpu_busy_ns) AS busy "
+                 "           FROM call_gpu g JOIN calls c ON c.id = g.call_id "
+                 "           GROUP BY c.site_id) "
+                 "SELECT s.name, s.kind, "
+                 "       (SELECT count(*) FROM calls c2 WHERE c2.site_id = g.site_id), "
+                 "       g.kernels, g.busy "
+                 "FROM g JOIN sites s ON s.id = g.site_id "
+                 "UNION ALL "
+                 "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns FROM call_gpu "
+                 "WHERE call_id = 0 AND kernels > 0 "
+                 "ORDER BY 5 DESC, 1 LIMIT ?1",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  q.Bind(1, limit);
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4)});
+  }
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
+bool Reader::FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
+                            std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "SELECT min(t) FROM ("
+                 " SELECT min(cpu_begin_ns) AS t FROM calls WHERE token BETWEEN ?1 AND ?2"
+                 " UNION ALL"
+                 " SELECT min(gpu_begin_ns) FROM kernels WHERE token BETWEEN ?1 AND ?2)",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  q.Bind(1, first);
+  q.Bind(2, last);
+  if (q.Step() != SQLITE_ROW) {
+    *error = Fail(sqlite3_errmsg(db_));
+    return false;
+  }
+  *found = !q.IsNull(0);
+  *ns = *found ? q.Int(0) : 0;
+  return true;
+}
+
+bool Reader::ForEachCall(uint32_t first, uint32_t last,
+                         const std::function<void(const CallEvent&)>& fn, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns "
+                 "FROM calls c LEFT JOIN sites s ON s.id = c.site_id "
+                 "WHERE c.token BETWEEN ?1 AND ?2",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  q.Bind(1, first);
+  q.Bind(2, last);
+  int rc;
+  CallEvent e;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    e.id = static_cast<uint64_t>(q.Int(0));
+    e.site = q.Text(1);
+    e.k = static_cast<uint32_t>(q.Int(2));
+    e.token = static_cast<uint32_t>(q.Int(3));
+    e.thread = static_cast<uint32_t>(q.Int(4));
+    e.cpu_begin_ns = q.Int(5);
+    e.cpu_end_ns = q.IsNull(6) ? -1 : q.Int(6);
+    fn(e);
+  }
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
+bool Reader::ForEachKernel(uint32_t first, uint32_t last,
+                           const std::function<void(const KernelEvent&)>& fn,
+                           std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "SELECT k.kind, k.token, k.device, k.stream, k.gpu_begin_ns, k.gpu_end_ns, "
+                 "       k.correlation_id, n.text, s.name, c.k "
+                 "FROM kernels k LEFT JOIN strings n ON n.id = k.name_id "
+                 "LEFT JOIN calls c ON c.id = k.call_id "
+                 "LEFT JOIN sites s ON s.id = c.site_id "
+                 "WHERE k.token BETWEEN ?1 AND ?2",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  q.Bind(1, first);
+  q.Bind(2, last);
+  int rc;
+  KernelEvent e;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    e.kind = static_cast<int>(q.Int(0));
+    e.token = static_cast<uint32_t>(q.Int(1));
+    e.device = static_cast<uint32_t>(q.Int(2));
+    e.stream = static_cast<uint32_t>(q.Int(3));
+    e.gpu_begin_ns = q.Int(4);
+    e.gpu_end_ns = q.Int(5);
+    e.correlation_id = static_cast<uint64_t>(q.Int(6));
+    e.name = q.Text(7);
+    e.call = q.IsNull(8) ? std::string() : q.Text(8) + ":" + std::to_string(q.Int(9));
+    fn(e);
+  }
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
+}  // namespace tokentrace

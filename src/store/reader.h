@@ -1,0 +1,98 @@
+// Read-side queries over a tokentrace file, used by the CLI (report, export, info) and tests.
+//
+// Open() accepts a file that is still being written (WAL) and one whose writer was killed.
+// Every query returns false with a one-line "tokentrace: ..." message instead of throwing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct sqlite3;
+
+namespace tokentrace {
+
+struct TokenStat {
+  uint32_t token = 0;
+  int64_t cpu_begin_ns = 0;
+  int64_t cpu_end_ns = -1;  // -1: the token's root call never closed
+  int64_t kernels = 0;
+  int64_t gpu_busy_ns = 0;
+  int64_t escapes = 0;
+};
+
+// GPU time attributed to the calls of one site (self time: kernels go to the innermost call).
+struct SiteGpu {
+  std::string name;  // "(outside any call)" for call id 0
+  std::string kind;
+  int64_t calls = 0;
+  int64_t kernels = 0;
+  int64_t gpu_busy_ns = 0;
+};
+
+struct TraceCounts {
+  int64_t sites = 0, calls = 0, kernels = 0, tokens = 0, escapes = 0, strings = 0;
+};
+
+// One call as export needs it.
+struct CallEvent {
+  uint64_t id = 0;
+  std::string site;  // site name
+  uint32_t k = 0;
+  uint32_t token = 0;
+  uint32_t thread = 0;
+  int64_t cpu_begin_ns = 0;
+  int64_t cpu_end_ns = -1;
+};
+
+// One kernel / memcpy / memset row as export needs it.
+struct KernelEvent {
+  std::string name;  // the interned name, or "" when the string is missing
+  std::string call;  // "site:k" of the launching call, "" outside any call
+  int kind = 0;      // GpuOpKind value
+  uint32_t token = 0;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  int64_t gpu_begin_ns = 0;
+  int64_t gpu_end_ns = 0;
+  uint64_t correlation_id = 0;
+};
+
+class Reader {
+ public:
+  // Errors (one line): missing file, not a SQLite file, not a tokentrace file, newer schema.
+  static std::unique_ptr<Reader> Open(const std::string& path, std::string* error);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  bool Meta(std::vector<std::pair<std::string, std::string>>* out, std::string* error);
+  bool Losses(std::vector<std::pair<std::string, int64_t>>* out, std::string* error);
+  bool Counts(TraceCounts* out, std::string* error);
+  // One row per call of a token site, ordered by token.
+  bool Tokens(std::vector<TokenStat>* out, std::string* error);
+  // Sites by GPU self time, descending; the call-0 bucket is included when it has kernels.
+  bool TopSites(int limit, std::vector<SiteGpu>* out, std::string* error);
+  // Earliest call begin or GPU begin among tokens [first, last]; false in *found when none.
+  bool FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
+                      std::string* error);
+  // Streams calls / GPU rows whose token is in [first, last], in storage order.
+  bool ForEachCall(uint32_t first, uint32_t last, const std::function<void(const CallEvent&)>& fn,
+                   std::string* error);
+  bool ForEachKernel(uint32_t first, uint32_t last,
+                     const std::function<void(const KernelEvent&)>& fn, std::string* error);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  Reader(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  std::string Fail(const std::string& what) const;
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace tokentrace

@@ -1,0 +1,44 @@
+#include "store/schema.h"
+
+namespace tokentrace {
+
+// Index choice: kernels carries no index so a kernel row costs ~45 bytes on disk and the
+// writer appends at > 1 M rows/s; nothing interactive scans kernels except `export`, which
+// streams them anyway. calls is indexed by site (tokens view, top sites) and by token
+// (export --tokens).
+const char* SchemaSql() {
+  return R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS sites(id INTEGER PRIMARY KEY, name TEXT, kind TEXT,
+                                 is_token INTEGER);
+CREATE TABLE IF NOT EXISTS calls(id INTEGER PRIMARY KEY, site_id INTEGER, k INTEGER,
+                                 token INTEGER, parent_id INTEGER, thread INTEGER,
+                                 cpu_begin_ns INTEGER, cpu_end_ns INTEGER);
+CREATE INDEX IF NOT EXISTS calls_by_site ON calls(site_id, k);
+CREATE INDEX IF NOT EXISTS calls_by_token ON calls(token);
+CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, text TEXT);
+CREATE TABLE IF NOT EXISTS kernels(call_id INTEGER, token INTEGER, name_id INTEGER,
+                                   kind INTEGER, device INTEGER, stream INTEGER,
+                                   gpu_begin_ns INTEGER, gpu_end_ns INTEGER,
+                                   correlation_id INTEGER, graph_id INTEGER,
+                                   graph_node_id INTEGER);
+CREATE TABLE IF NOT EXISTS call_gpu(call_id INTEGER PRIMARY KEY, kernels INTEGER,
+                                    gpu_busy_ns INTEGER, gpu_first_begin_ns INTEGER,
+                                    gpu_last_end_ns INTEGER);
+CREATE TABLE IF NOT EXISTS escapes(call_id INTEGER, token INTEGER, thread INTEGER,
+                                   ts_ns INTEGER, kind TEXT);
+CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);
+CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGER,
+                                       gpu_busy_ns INTEGER, escapes INTEGER);
+CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
+CREATE VIEW IF NOT EXISTS tokens AS
+  SELECT c.token AS token, c.cpu_begin_ns AS cpu_begin_ns, c.cpu_end_ns AS cpu_end_ns,
+         COALESCE(t.kernels, 0) AS kernels, COALESCE(t.gpu_busy_ns, 0) AS gpu_busy_ns,
+         COALESCE(t.escapes, 0) AS escapes
+  FROM sites s JOIN calls c ON c.site_id = s.id
+  LEFT JOIN token_stats t ON t.token = c.token
+  WHERE s.is_token = 1;
+)sql";
+}
+
+}  // namespace tokentrace

@@ -1,0 +1,19 @@
+// Schema v1 of a tokentrace file (the DDL lives in schema.cc).
+//
+// Invariants the writer keeps and readers rely on:
+//  * meta.schema_version is "1"; a SQLite file without it is not a tokentrace file.
+//  * call_gpu holds per-call sums of CallGpuDelta. Call id 0 ("kernels launched outside any
+//    call") keeps ONE row summed over all tokens, so the report can show how much GPU time
+//    escaped attribution; per-token numbers for it live only in token_stats.
+//  * token_stats is maintained by Store::Write from call_gpu deltas (by their token, call 0
+//    included) and from escape rows, so per-token totals never need a scan of kernels.
+#pragma once
+
+namespace tokentrace {
+
+inline constexpr const char* kSchemaVersion = "1";
+
+// DDL applied to a fresh file: tables, indices, the tokens view. One SQL script.
+const char* SchemaSql();
+
+}  // namespace tokentrace

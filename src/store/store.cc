@@ -1,0 +1,263 @@
+#include "store/store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "store/schema.h"
+#include "store/statement.h"
+
+namespace tokentrace {
+
+struct Store::Statements {
+  Statement begin, commit, rollback;
+  Statement meta, site, string, call, kernel, call_gpu, escape, loss, token_stats;
+};
+
+namespace {
+
+std::string CannotWrite(const std::string& path, const std::string& reason) {
+  return "tokentrace: cannot write '" + path + "': " + reason;
+}
+
+std::string ParentDir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Removes a stale file; a missing one is fine.
+bool RemoveIfPresent(const std::string& path, std::string* reason) {
+  if (unlink(path.c_str()) == 0 || errno == ENOENT) return true;
+  *reason = "cannot remove the old '" + path + "' (" + std::strerror(errno) + ")";
+  return false;
+}
+
+// Per-batch per-token sums, folded into token_stats with one upsert per token.
+struct TokenDelta {
+  int64_t kernels = 0;
+  int64_t busy_ns = 0;
+  int64_t escapes = 0;
+};
+
+}  // namespace
+
+Store::Store(std::string path, sqlite3* db)
+    : path_(std::move(path)), db_(db), st_(std::make_unique<Statements>()) {}
+
+Store::~Store() { Close(); }
+
+std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) {
+  if (path.empty()) {
+    *error = CannotWrite(path, "the path is empty");
+    return nullptr;
+  }
+  std::string parent = ParentDir(path);
+  struct stat st;
+  if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *error = CannotWrite(path, "the directory '" + parent + "' does not exist");
+    return nullptr;
+  }
+  // Truncate: a previous run's WAL must not be replayed into the new file.
+  std::string reason;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    if (!RemoveIfPresent(path + suffix, &reason)) {
+      *error = CannotWrite(path, reason);
+      return nullptr;
+    }
+  }
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    int sys = db != nullptr ? sqlite3_system_errno(db) : 0;
+    *error = CannotWrite(path, sys != 0 ? std::strerror(sys) : sqlite3_errstr(rc));
+    sqlite3_close(db);
+    return nullptr;
+  }
+  std::unique_ptr<Store> store(new Store(path, db));
+  sqlite3_busy_timeout(db, 2000);
+  char* msg = nullptr;
+  // WAL: readers in other processes never block the writer and a killed writer leaves a
+  // consistent file. synchronous=NORMAL: no fsync per commit (a power loss may drop the
+  // last commits, a process crash drops nothing committed).
+  const std::string setup = std::string(
+                                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                                "PRAGMA cache_size=-16384; BEGIN;") +
+                            SchemaSql() +
+                            "INSERT OR REPLACE INTO meta VALUES('schema_version','" +
+                            kSchemaVersion + "'); COMMIT;";
+  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
+    int sys = sqlite3_system_errno(db);
+    *error = CannotWrite(path, sys != 0 ? std::strerror(sys) : (msg ? msg : "schema failed"));
+    sqlite3_free(msg);
+    return nullptr;
+  }
+  if (!store->Prepare(&reason)) {
+    *error = CannotWrite(path, reason);
+    return nullptr;
+  }
+  return store;
+}
+
+bool Store::Prepare(std::string* error) {
+  Statements& s = *st_;
+  return s.begin.Prepare(db_, "BEGIN", error) && s.commit.Prepare(db_, "COMMIT", error) &&
+         s.rollback.Prepare(db_, "ROLLBACK", error) &&
+         s.meta.Prepare(db_,
+                        "INSERT INTO meta VALUES(?1,?2) "
+                        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                        error) &&
+         s.site.Prepare(db_, "INSERT OR REPLACE INTO sites VALUES(?1,?2,?3,?4)", error) &&
+         s.string.Prepare(db_, "INSERT OR REPLACE INTO strings VALUES(?1,?2)", error) &&
+         s.call.Prepare(db_, "INSERT OR REPLACE INTO calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
+                        error) &&
+         s.kernel.Prepare(db_,
+                          "INSERT INTO kernels VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+                          error) &&
+         // All right-hand sides see the old row, so `kernels = 0` means "no kernel yet":
+         // a delta without kernels must not pull first_begin down to its 0.
+         s.call_gpu.Prepare(
+             db_,
+             "INSERT INTO call_gpu VALUES(?1,?2,?3,?4,?5) ON CONFLICT(call_id) DO UPDATE SET "
+             "kernels = kernels + excluded.kernels, "
+             "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+             "gpu_first_begin_ns = CASE WHEN excluded.kernels = 0 THEN gpu_first_begin_ns "
+             "  WHEN kernels = 0 THEN excluded.gpu_first_begin_ns "
+             "  ELSE min(gpu_first_begin_ns, excluded.gpu_first_begin_ns) END, "
+             "gpu_last_end_ns = CASE WHEN excluded.kernels = 0 THEN gpu_last_end_ns "
+             "  WHEN kernels = 0 THEN excluded.gpu_last_end_ns "
+             "  ELSE max(gpu_last_end_ns, excluded.gpu_last_end_ns) END",
+             error) &&
+         s.escape.Prepare(db_, "INSERT INTO escapes VALUES(?1,?2,?3,?4,?5)", error) &&
+         s.loss.Prepare(db_,
+                        "INSERT INTO losses VALUES(?1,?2) "
+                        "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
+                        error) &&
+         s.token_stats.Prepare(
+             db_,
+             "INSERT INTO token_stats VALUES(?1,?2,?3,?4) ON CONFLICT(token) DO UPDATE SET "
+             "kernels = kernels + excluded.kernels, "
+             "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+             "escapes = escapes + excluded.escapes",
+             error);
+}
+
+bool Store::Write(const Batch& batch, std::string* error) {
+  if (db_ == nullptr) {
+    *error = CannotWrite(path_, "the store is closed");
+    return false;
+  }
+  if (batch.empty()) return true;
+  if (!st_->begin.Run()) {
+    *error = CannotWrite(path_, sqlite3_errmsg(db_));
+    return false;
+  }
+  if (!WriteRows(batch, error) || !st_->commit.Run()) {
+    if (error->empty()) *error = CannotWrite(path_, sqlite3_errmsg(db_));
+    st_->rollback.Run();
+    return false;
+  }
+  return true;
+}
+
+bool Store::WriteRows(const Batch& batch, std::string* error) {
+  Statements& s = *st_;
+  auto fail = [&]() {
+    *error = CannotWrite(path_, sqlite3_errmsg(db_));
+    return false;
+  };
+  for (const auto& [key, value] : batch.meta) {
+    s.meta.Bind(1, key);
+    s.meta.Bind(2, value);
+    if (!s.meta.Run()) return fail();
+  }
+  for (const SiteRow& r : batch.sites) {
+    s.site.Bind(1, r.id);
+    s.site.Bind(2, r.name);
+    s.site.BindStatic(3, SiteKindName(r.kind));
+    s.site.Bind(4, r.is_token ? 1 : 0);
+    if (!s.site.Run()) return fail();
+  }
+  for (const StringRow& r : batch.strings) {
+    s.string.Bind(1, r.id);
+    s.string.Bind(2, r.text);
+    if (!s.string.Run()) return fail();
+  }
+  for (const CallRow& r : batch.calls) {
+    s.call.Bind(1, static_cast<int64_t>(r.id));
+    s.call.Bind(2, r.site_id);
+    s.call.Bind(3, r.k);
+    s.call.Bind(4, r.token);
+    if (r.parent_id == 0) s.call.BindNull(5); else s.call.Bind(5, static_cast<int64_t>(r.parent_id));
+    s.call.Bind(6, r.thread);
+    s.call.Bind(7, r.cpu_begin_ns);
+    if (r.cpu_end_ns == -1) s.call.BindNull(8); else s.call.Bind(8, r.cpu_end_ns);
+    if (!s.call.Run()) return fail();
+  }
+  // The hot loop of the writer (one row per kernel in full mode): bind and step only.
+  for (const KernelRow& r : batch.kernels) {
+    Statement& k = s.kernel;
+    if (r.call_id == 0) k.BindNull(1); else k.Bind(1, static_cast<int64_t>(r.call_id));
+    k.Bind(2, r.token);
+    k.Bind(3, r.name_id);
+    k.Bind(4, static_cast<int64_t>(r.kind));
+    k.Bind(5, r.device);
+    k.Bind(6, r.stream);
+    k.Bind(7, r.gpu_begin_ns);
+    k.Bind(8, r.gpu_end_ns);
+    k.Bind(9, static_cast<int64_t>(r.correlation_id));
+    k.Bind(10, r.graph_id);
+    k.Bind(11, static_cast<int64_t>(r.graph_node_id));
+    if (!k.Run()) return fail();
+  }
+  std::map<uint32_t, TokenDelta> tokens;
+  for (const CallGpuDelta& d : batch.call_gpu) {
+    s.call_gpu.Bind(1, static_cast<int64_t>(d.call_id));
+    s.call_gpu.Bind(2, d.kernels);
+    s.call_gpu.Bind(3, d.busy_ns);
+    s.call_gpu.Bind(4, d.first_begin_ns);
+    s.call_gpu.Bind(5, d.last_end_ns);
+    if (!s.call_gpu.Run()) return fail();
+    TokenDelta& t = tokens[d.token];
+    t.kernels += d.kernels;
+    t.busy_ns += d.busy_ns;
+  }
+  for (const EscapeRow& r : batch.escapes) {
+    s.escape.Bind(1, static_cast<int64_t>(r.call_id));
+    s.escape.Bind(2, r.token);
+    s.escape.Bind(3, r.thread);
+    s.escape.Bind(4, r.ts_ns);
+    s.escape.BindStatic(5, EscapeKindName(r.kind));
+    if (!s.escape.Run()) return fail();
+    tokens[r.token].escapes += 1;
+  }
+  for (const auto& [token, t] : tokens) {
+    s.token_stats.Bind(1, token);
+    s.token_stats.Bind(2, t.kernels);
+    s.token_stats.Bind(3, t.busy_ns);
+    s.token_stats.Bind(4, t.escapes);
+    if (!s.token_stats.Run()) return fail();
+  }
+  for (const auto& [kind, count] : batch.losses) {
+    s.loss.Bind(1, kind);
+    s.loss.Bind(2, count);
+    if (!s.loss.Run()) return fail();
+  }
+  return true;
+}
+
+void Store::Close() {
+  if (db_ == nullptr) return;
+  st_.reset();  // statements must be finalized before close
+  sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+  sqlite3_close(db_);
+  db_ = nullptr;
+}
+
+}  // namespace tokentrace

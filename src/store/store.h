@@ -1,0 +1,53 @@
+// Writer of a tokentrace file (schema v1). Owned by the background thread: one Store per
+// output file, used from one thread at a time, never from the hot path.
+//
+// Durability: WAL mode with synchronous=NORMAL. Every Write() is one transaction, so after a
+// crash (or SIGKILL) a reader sees every committed batch and nothing of a half-written one;
+// at most the batches not yet handed to Write() are lost. Other processes can read the file
+// while it is being written.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/records.h"
+
+struct sqlite3;
+
+namespace tokentrace {
+
+class Statement;
+
+class Store {
+ public:
+  // Creates (or truncates) the file at `path`; the parent directory must exist. Applies the
+  // schema and writes meta.schema_version. On failure returns nullptr and a one-line message
+  // "tokentrace: cannot write '<path>': <reason>" in *error.
+  static std::unique_ptr<Store> Open(const std::string& path, std::string* error);
+
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Writes the batch in one transaction (prepared statements are reused across calls).
+  // On failure rolls the batch back and returns false with a one-line message.
+  bool Write(const Batch& batch, std::string* error);
+
+  // Final checkpoint (the WAL is folded into the main file and truncated) and close.
+  // Idempotent; the destructor calls it.
+  void Close();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Statements;
+  Store(std::string path, sqlite3* db);
+  bool Prepare(std::string* error);
+  bool WriteRows(const Batch& batch, std::string* error);
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::unique_ptr<Statements> st_;
+};
+
+}  // namespace tokentrace
