@@ -1,0 +1,173 @@
+#include "store/reader.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <fstream>
+
+#include "store/store.h"
+#include "test_db.h"
+
+namespace tokentrace {
+namespace {
+
+using testing::TempPath;
+
+std::string MakeTrace() {
+  std::string path = TempPath("r.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  EXPECT_NE(store, nullptr) << error;
+  Batch b;
+  b.meta = {{"kernel_mode", "full"}};
+  b.sites = {{1, "self", SiteKind::kRoot, true},
+             {2, "h.0.attn", SiteKind::kModule, false},
+             {3, "h.0.mlp", SiteKind::kModule, false}};
+  b.strings = {{1, "flash_fwd"}, {2, "gemm"}};
+  // Token t: root call 10t (t ms long), attn call 10t+1 (one 3 us kernel), mlp call 10t+2
+  // (two 5 us kernels); kernels outside calls add 1 us per token.
+  for (uint32_t t = 1; t <= 3; ++t) {
+    int64_t base = t * 10000000;
+    b.calls.push_back({10u * t, 1, t, t, 0, 0, base, base + t * 1000000});
+    b.calls.push_back({10u * t + 1, 2, t, t, 10u * t, 0, base + 10, base + 20});
+    b.calls.push_back({10u * t + 2, 3, t, t, 10u * t, 1, base + 30, base + 40});
+    b.kernels.push_back({10u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 100, base + 3100,
+                         1, 0, 0});
+    b.kernels.push_back({10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 4000, base + 9000,
+                         2, 0, 0});
+    b.kernels.push_back({10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 9000,
+                         base + 14000, 3, 0, 0});
+    b.call_gpu.push_back({10u * t + 1, t, 1, 3000, base + 100, base + 3100});
+    b.call_gpu.push_back({10u * t + 2, t, 2, 10000, base + 4000, base + 14000});
+    b.call_gpu.push_back({0, t, 1, 1000, base + 20000, base + 21000});
+  }
+  b.escapes = {{32, 3, 1, 30000035, EscapeKind::kDeviceSync}};
+  b.losses = {{"ring_overflow", 2}};
+  EXPECT_TRUE(store->Write(b, &error)) << error;
+  return path;
+}
+
+TEST(ReaderTest, TokensCarryCpuAndGpuTotals) {
+  std::string path = MakeTrace(), error;
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  std::vector<TokenStat> tokens;
+  ASSERT_TRUE(reader->Tokens(&tokens, &error)) << error;
+  ASSERT_EQ(tokens.size(), 3u);
+  EXPECT_EQ(tokens[1].token, 2u);
+  EXPECT_EQ(tokens[1].cpu_end_ns - tokens[1].cpu_begin_ns, 2000000);
+  EXPECT_EQ(tokens[1].kernels, 4);
+  EXPECT_EQ(tokens[1].gpu_busy_ns, 14000);
+  EXPECT_EQ(tokens[2].escapes, 1);
+  EXPECT_EQ(tokens[0].escapes, 0);
+}
+
+TEST(ReaderTest, TopSitesOrderedByGpuSelfTimeWithOutsideBucket) {
+  std::string path = MakeTrace(), error;
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  std::vector<SiteGpu> sites;
+  ASSERT_TRUE(reader->TopSites(10, &sites, &error)) << error;
+  ASSERT_EQ(sites.size(), 3u);
+  EXPECT_EQ(sites[0].name, "h.0.mlp");
+  EXPECT_EQ(sites[0].calls, 3);
+  EXPECT_EQ(sites[0].kernels, 6);
+  EXPECT_EQ(sites[0].gpu_busy_ns, 30000);
+  EXPECT_EQ(sites[1].name, "h.0.attn");
+  EXPECT_EQ(sites[2].name, "(outside any call)");
+  EXPECT_EQ(sites[2].gpu_busy_ns, 3000);
+  sites.clear();
+  ASSERT_TRUE(reader->TopSites(1, &sites, &error));
+  EXPECT_EQ(sites.size(), 1u);
+}
+
+TEST(ReaderTest, CountsMetaAndLosses) {
+  std::string path = MakeTrace(), error;
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  TraceCounts c;
+  ASSERT_TRUE(reader->Counts(&c, &error)) << error;
+  EXPECT_EQ(c.sites, 3);
+  EXPECT_EQ(c.calls, 9);
+  EXPECT_EQ(c.kernels, 9);
+  EXPECT_EQ(c.tokens, 3);
+  EXPECT_EQ(c.escapes, 1);
+  std::vector<std::pair<std::string, std::string>> meta;
+  ASSERT_TRUE(reader->Meta(&meta, &error));
+  EXPECT_NE(std::find(meta.begin(), meta.end(), std::make_pair(std::string("kernel_mode"),
+                                                               std::string("full"))),
+            meta.end());
+  std::vector<std::pair<std::string, int64_t>> losses;
+  ASSERT_TRUE(reader->Losses(&losses, &error));
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_EQ(losses[0].second, 2);
+}
+
+TEST(ReaderTest, ForEachFiltersByToken) {
+  std::string path = MakeTrace(), error;
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  std::vector<CallEvent> calls;
+  ASSERT_TRUE(reader->ForEachCall(2, 3, [&](const CallEvent& e) { calls.push_back(e); },
+                                  &error));
+  EXPECT_EQ(calls.size(), 6u);
+  for (const CallEvent& e : calls) EXPECT_GE(e.token, 2u);
+  std::vector<KernelEvent> kernels;
+  ASSERT_TRUE(reader->ForEachKernel(2, 2, [&](const KernelEvent& e) { kernels.push_back(e); },
+                                    &error));
+  ASSERT_EQ(kernels.size(), 3u);
+  EXPECT_EQ(kernels[0].name, "flash_fwd");
+  EXPECT_EQ(kernels[0].call, "h.0.attn:2");
+  int64_t first = 0;
+  bool found = false;
+  ASSERT_TRUE(reader->FirstTimestamp(2, 3, &first, &found, &error));
+  EXPECT_TRUE(found);
+  EXPECT_EQ(first, 20000000);
+  ASSERT_TRUE(reader->FirstTimestamp(7, 9, &first, &found, &error));
+  EXPECT_FALSE(found);
+}
+
+TEST(ReaderTest, MissingFileIsOneLineError) {
+  std::string error;
+  EXPECT_EQ(Reader::Open("/tmp/definitely/missing.sqlite", &error), nullptr);
+  EXPECT_EQ(error, "tokentrace: cannot open '/tmp/definitely/missing.sqlite': "
+                   "No such file or directory");
+}
+
+TEST(ReaderTest, NonSqliteFileIsRejected) {
+  std::string path = TempPath("text.sqlite"), error;
+  std::ofstream(path) << "this is a text file that is long enough to have a header.......\n";
+  EXPECT_EQ(Reader::Open(path, &error), nullptr);
+  EXPECT_NE(error.find("is not a SQLite file"), std::string::npos) << error;
+}
+
+TEST(ReaderTest, SqliteFileWithoutMetaIsRejected) {
+  std::string path = TempPath("other.sqlite"), error;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "CREATE TABLE t(x); CREATE TABLE meta(key TEXT, value TEXT);", nullptr,
+               nullptr, nullptr);
+  sqlite3_close(db);
+  EXPECT_EQ(Reader::Open(path, &error), nullptr);
+  EXPECT_NE(error.find("not a tokentrace trace"), std::string::npos) << error;
+
+  std::string path2 = TempPath("other2.sqlite");
+  ASSERT_EQ(sqlite3_open(path2.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "CREATE TABLE t(x);", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  EXPECT_EQ(Reader::Open(path2, &error), nullptr);
+  EXPECT_NE(error.find("not a tokentrace trace"), std::string::npos) << error;
+}
+
+TEST(ReaderTest, NewerSchemaIsRejected) {
+  std::string path = MakeTrace(), error;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "UPDATE meta SET value='2' WHERE key='schema_version'", nullptr, nullptr,
+               nullptr);
+  sqlite3_close(db);
+  EXPECT_EQ(Reader::Open(path, &error), nullptr);
+  EXPECT_NE(error.find("schema version 2"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace tokentrace

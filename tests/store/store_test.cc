@@ -1,0 +1,186 @@
+#include "store/store.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "test_db.h"
+
+namespace tokentrace {
+namespace {
+
+using testing::QueryInt;
+using testing::QueryText;
+using testing::TempPath;
+
+// Root site 1 (is_token), module site 2; token t's root call has id 100*t, its module call
+// 100*t + 1.
+Batch TwoTokens() {
+  Batch b;
+  b.meta = {{"kernel_mode", "full"}, {"pid", "42"}};
+  b.sites = {{1, "self", SiteKind::kRoot, true}, {2, "h.0.mlp", SiteKind::kModule, false}};
+  b.strings = {{1, "gemm"}, {2, "relu"}};
+  for (uint32_t t = 1; t <= 2; ++t) {
+    int64_t base = t * 1000000;
+    b.calls.push_back({100u * t, 1, t, t, 0, 0, base, base + 500000});
+    b.calls.push_back({100u * t + 1, 2, t, t, 100u * t, 0, base + 1000, base + 9000});
+    b.kernels.push_back({100u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 2000,
+                         base + 3000, 10u * t, 0, 0});
+    b.call_gpu.push_back({100u * t + 1, t, 1, 1000, base + 2000, base + 3000});
+  }
+  return b;
+}
+
+TEST(StoreTest, OpenFailsWithOneLineMessageWhenParentMissing) {
+  std::string error;
+  auto store = Store::Open("/nonexistent_dir_tt/x.sqlite", &error);
+  EXPECT_EQ(store, nullptr);
+  EXPECT_EQ(error.rfind("tokentrace: cannot write '/nonexistent_dir_tt/x.sqlite': ", 0), 0u)
+      << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+}
+
+TEST(StoreTest, WritesRowsWithNullsForAbsentValues) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch b = TwoTokens();
+  b.calls.push_back({300, 2, 3, 2, 0, 1, 5000000, -1});  // never closed, no parent
+  b.kernels.push_back({0, 2, 2, GpuOpKind::kMemcpy, 1, 3, 10, 20, 99, 4, 5});
+  ASSERT_TRUE(store->Write(b, &error)) << error;
+  store->Close();
+
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='schema_version'"), "1");
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernel_mode'"), "full");
+  EXPECT_EQ(QueryText(path, "SELECT kind FROM sites WHERE id=2"), "module");
+  EXPECT_EQ(QueryInt(path, "SELECT is_token FROM sites WHERE id=1"), 1);
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM calls"), 5);
+  EXPECT_EQ(QueryInt(path, "SELECT parent_id FROM calls WHERE id=300"), -999);
+  EXPECT_EQ(QueryInt(path, "SELECT cpu_end_ns FROM calls WHERE id=300"), -999);
+  EXPECT_EQ(QueryInt(path, "SELECT parent_id FROM calls WHERE id=201"), 200);
+  EXPECT_EQ(QueryInt(path, "SELECT call_id FROM kernels WHERE correlation_id=99"), -999);
+  EXPECT_EQ(QueryInt(path, "SELECT kind FROM kernels WHERE correlation_id=99"), 1);
+  EXPECT_EQ(QueryInt(path, "SELECT graph_node_id FROM kernels WHERE correlation_id=99"), 5);
+  EXPECT_EQ(QueryInt(path, "SELECT stream FROM kernels WHERE correlation_id=20"), 7);
+  EXPECT_EQ(QueryText(path, "SELECT text FROM strings WHERE id=2"), "relu");
+  // The final checkpoint folded the WAL into the main file.
+  struct stat st;
+  EXPECT_TRUE(stat((path + "-wal").c_str(), &st) != 0 || st.st_size == 0);
+}
+
+TEST(StoreTest, CallGpuDeltasAddUpAcrossBatches) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch a, b, c;
+  a.call_gpu = {{5, 1, 2, 300, 1000, 1500}};
+  b.call_gpu = {{5, 1, 1, 50, 900, 1200}, {5, 1, 0, 0, 0, 0}};  // an empty delta changes nothing
+  c.call_gpu = {{5, 1, 3, 100, 2000, 2600}};
+  ASSERT_TRUE(store->Write(a, &error) && store->Write(b, &error) && store->Write(c, &error));
+  store->Close();
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM call_gpu WHERE call_id=5"), 6);
+  EXPECT_EQ(QueryInt(path, "SELECT gpu_busy_ns FROM call_gpu WHERE call_id=5"), 450);
+  EXPECT_EQ(QueryInt(path, "SELECT gpu_first_begin_ns FROM call_gpu WHERE call_id=5"), 900);
+  EXPECT_EQ(QueryInt(path, "SELECT gpu_last_end_ns FROM call_gpu WHERE call_id=5"), 2600);
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM token_stats WHERE token=1"), 6);
+}
+
+TEST(StoreTest, KernelsOutsideCallsCountPerTokenAndInOneCallZeroRow) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch b = TwoTokens();
+  b.call_gpu.push_back({0, 1, 4, 4000, 10, 20});
+  b.call_gpu.push_back({0, 2, 1, 100, 30, 40});
+  ASSERT_TRUE(store->Write(b, &error)) << error;
+  store->Close();
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM token_stats WHERE token=1"), 5);
+  EXPECT_EQ(QueryInt(path, "SELECT gpu_busy_ns FROM token_stats WHERE token=1"), 5000);
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM token_stats WHERE token=2"), 2);
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM call_gpu WHERE call_id=0"), 1);
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM call_gpu WHERE call_id=0"), 5);
+}
+
+TEST(StoreTest, TokensViewJoinsRootCallsWithStatsAndEscapes) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch b = TwoTokens();
+  b.escapes = {{201, 2, 0, 2005000, EscapeKind::kMemcpyDtoHSync},
+               {201, 2, 0, 2006000, EscapeKind::kStreamSync}};
+  ASSERT_TRUE(store->Write(b, &error)) << error;
+  Batch later;  // a third token with no GPU work: the view still lists it, with zeros
+  later.calls = {{300, 1, 3, 3, 0, 0, 3000000, 3400000}};
+  ASSERT_TRUE(store->Write(later, &error)) << error;
+  store->Close();
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM tokens"), 3);
+  EXPECT_EQ(QueryInt(path, "SELECT escapes FROM tokens WHERE token=2"), 2);
+  EXPECT_EQ(QueryInt(path, "SELECT escapes FROM tokens WHERE token=1"), 0);
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM tokens WHERE token=3"), 0);
+  EXPECT_EQ(QueryInt(path, "SELECT cpu_end_ns - cpu_begin_ns FROM tokens WHERE token=2"),
+            500000);
+  EXPECT_EQ(QueryText(path, "SELECT kind FROM escapes LIMIT 1"), "memcpy_dtoh_sync");
+}
+
+TEST(StoreTest, LossesAddAndMetaIsUpserted) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch a, b;
+  a.losses = {{"ring_overflow", 3}};
+  a.meta = {{"kernels_status", "on"}};
+  b.losses = {{"ring_overflow", 4}, {"cupti_dropped", 1}};
+  b.meta = {{"kernels_status", "off: no driver"}};
+  ASSERT_TRUE(store->Write(a, &error) && store->Write(b, &error)) << error;
+  store->Close();
+  EXPECT_EQ(QueryInt(path, "SELECT count FROM losses WHERE kind='ring_overflow'"), 7);
+  EXPECT_EQ(QueryInt(path, "SELECT count FROM losses WHERE kind='cupti_dropped'"), 1);
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernels_status'"),
+            "off: no driver");
+}
+
+TEST(StoreTest, OpenTruncatesAPreviousFile) {
+  std::string path = TempPath("t.sqlite"), error;
+  {
+    auto store = Store::Open(path, &error);
+    ASSERT_NE(store, nullptr) << error;
+    ASSERT_TRUE(store->Write(TwoTokens(), &error));
+  }
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  store->Close();
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM calls"), 0);
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM call_outputs"), 0);
+}
+
+TEST(StoreTest, OpenReplacesANonDatabaseFile) {
+  std::string path = TempPath("t.sqlite"), error;
+  std::ofstream(path) << "not a database";
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  store->Close();
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='schema_version'"), "1");
+}
+
+TEST(StoreTest, WriteAfterCloseFails) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  store->Close();
+  EXPECT_FALSE(store->Write(TwoTokens(), &error));
+  EXPECT_EQ(error.rfind("tokentrace: cannot write", 0), 0u);
+}
+
+TEST(StoreTest, AnotherConnectionReadsWhileTheWriterIsOpen) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  ASSERT_TRUE(store->Write(TwoTokens(), &error));
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM kernels"), 2);
+  ASSERT_TRUE(store->Write(TwoTokens(), &error));  // the reader did not lock the writer out
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM kernels"), 4);
+}
+
+}  // namespace
+}  // namespace tokentrace
