@@ -1,0 +1,305 @@
+// Host implementation of the patch table (see patch_apply.h). Element semantics come from
+// patch_ops.h, shared with the kernel; only the iteration differs: the host applies entries
+// one after another, each over its whole box, which gives every element the same fold of
+// matching entries in table order that the kernel computes per element.
+#include "cuda/patch_apply.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace tokentrace::patch {
+namespace {
+
+constexpr size_t kHeaderBytes = sizeof(PatchTable);
+
+size_t RoundUp8(size_t n) { return (n + 7) & ~size_t{7}; }
+
+std::string ShapeString(int ndim, const int64_t* shape) {
+  std::string s = "[";
+  for (int d = 0; d < ndim; ++d) {
+    if (d) s += ", ";
+    s += std::to_string(shape[d]);
+  }
+  return s + "]";
+}
+
+std::string SelectorString(const CallSelector& s) {
+  static const char* const kNames[] = {"every", "call", "calls", "token", "tokens"};
+  if (s.kind > 4) return "kind " + std::to_string(s.kind);
+  std::string out = std::string(kNames[s.kind]) + " " + std::to_string(s.first);
+  if (s.kind == 2 || s.kind == 4) out += ".." + std::to_string(s.last);
+  return out;
+}
+
+bool Fail(std::string* error, std::string message) {
+  if (error) *error = std::move(message);
+  return false;
+}
+
+}  // namespace
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    case DType::kBF16: return "bfloat16";
+    case DType::kF64: return "float64";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+    case DType::kU8: return "uint8";
+    case DType::kBool: return "bool";
+  }
+  return "unknown dtype";
+}
+
+const char* OpName(PatchOp op) {
+  switch (op) {
+    case PatchOp::kZero: return "zero";
+    case PatchOp::kFill: return "fill";
+    case PatchOp::kAdd: return "add";
+    case PatchOp::kScale: return "scale";
+    case PatchOp::kClamp: return "clamp";
+    case PatchOp::kReplace: return "replace";
+  }
+  return "unknown op";
+}
+
+std::string FormatPatchError(const PatchErrorInfo& e, const PatchEntry& entry) {
+  const std::string op = OpName(static_cast<PatchOp>(entry.op));
+  const std::string kSupported = " (supported: float32, float16, bfloat16)";
+  const std::string d = std::to_string(e.dim);
+  const std::string a = std::to_string(e.a);
+  const std::string b = std::to_string(e.b);
+  std::string m;
+  switch (static_cast<PatchError>(e.code)) {
+    case PatchError::kOk: return "";
+    case PatchError::kBadOp: m = "unknown patch op " + a; break;
+    case PatchError::kBadSelector:
+      m = e.b == 0 ? "unknown call selector kind " + a
+                   : "call selector '" + SelectorString(entry.selector) +
+                         "' selects nothing: calls and tokens count from 1 (the prefill is "
+                         "call 1) and a range needs first <= last";
+      break;
+    case PatchError::kBadStep: m = "slice step " + a + " in dimension " + d + " must be >= 1"; break;
+    case PatchError::kBoxRank:
+      m = "the index box has " + a + " dimensions but the output has " + b;
+      break;
+    case PatchError::kOutputRank:
+      m = "the output has " + a + " dimensions; patches support up to " +
+          std::to_string(kMaxPatchDims);
+      break;
+    case PatchError::kIndexOutOfRange:
+      m = "index " + a + " is out of range for dimension " + d + " of size " + b;
+      break;
+    case PatchError::kOutputDtype:
+      m = "op '" + op + "' cannot take an output of dtype " +
+          DTypeName(static_cast<DType>(e.a)) + kSupported;
+      break;
+    case PatchError::kOperandDtype:
+      m = "op '" + op + "' cannot take an operand of dtype " +
+          DTypeName(static_cast<DType>(e.a)) + kSupported;
+      break;
+    case PatchError::kOperandMissing: m = "op '" + op + "' needs an operand tensor"; break;
+    case PatchError::kOperandShape: {
+      const int n = entry.operand.ndim;
+      const std::string shape =
+          n >= 0 && n <= kMaxPatchDims ? ShapeString(n, entry.operand.shape) : "(rank " + a + ")";
+      m = "operand of shape " + shape + " does not broadcast to the index box";
+      if (e.dim >= 0) {
+        m += e.b < 0 ? ": operand dimension " + d + " has size " + a + " and no box dimension"
+                     : ": operand dimension " + d + " has size " + a + ", the box has " + b;
+      }
+      break;
+    }
+    case PatchError::kBadClamp:
+      m = "clamp bounds lo=" + std::to_string(entry.params.lo) +
+          " hi=" + std::to_string(entry.params.hi) + " need lo <= hi";
+      break;
+    case PatchError::kTooManyMatches:
+      m = "more than " + a + " entries for site " + std::to_string(entry.site_id) +
+          " matched one call; the rest were skipped";
+      break;
+    case PatchError::kBadShape:
+      m = "dimension " + d + " of the output has negative size " + a;
+      break;
+    default: m = "unknown patch error " + std::to_string(e.code); break;
+  }
+  return "tokentrace: " + m;
+}
+
+bool ResolveBox(const IndexBox& box, int ndim, const int64_t* shape, ResolvedBox* out,
+                std::string* error) {
+  const PatchErrorInfo e = ResolveBoxCore(box, ndim, shape, out);
+  if (e.code == 0) return true;
+  PatchEntry entry{};
+  entry.box = box;
+  return Fail(error, FormatPatchError(e, entry));
+}
+
+bool ValidateEntryStatic(const PatchEntry& entry, std::string* error) {
+  const PatchErrorInfo e = CheckEntryStatic(entry);
+  return e.code == 0 || Fail(error, FormatPatchError(e, entry));
+}
+
+bool ValidateEntry(const PatchEntry& entry, int ndim, const int64_t* shape, DType dtype,
+                   std::string* error) {
+  ResolvedEntry r;
+  const PatchErrorInfo e =
+      ResolveEntryCore(entry, 0, ndim, shape, static_cast<uint32_t>(dtype), &r);
+  if (e.code == 0) return true;
+  std::string m = FormatPatchError(e, entry);
+  if (e.code == static_cast<uint32_t>(PatchError::kOperandShape)) {
+    ResolvedBox box;
+    if (ResolveBoxCore(entry.box, ndim, shape, &box).code == 0)
+      m += " (box shape " + ShapeString(box.view_ndim, box.view_shape) + ")";
+  }
+  return Fail(error, std::move(m));
+}
+
+size_t PatchTableBytes(uint32_t capacity, uint32_t max_sites) {
+  return RoundUp8(kHeaderBytes + size_t{capacity} * sizeof(PatchEntry) +
+                  2 * size_t{max_sites} * sizeof(uint32_t) + sizeof(uint32_t));
+}
+
+bool LayoutPatchTable(void* arena, uintptr_t base_address, const PatchEntry* entries,
+                      uint32_t count, uint32_t capacity, uint32_t max_sites, std::string* error) {
+  if (count > capacity) return Fail(error, "tokentrace: more patch entries than table capacity");
+  if (max_sites == 0) return Fail(error, "tokentrace: a patch table needs max_sites >= 1");
+  for (uint32_t i = 0; i < count; ++i) {
+    if (entries[i].site_id >= max_sites) {
+      return Fail(error, "tokentrace: patch entry " + std::to_string(i) + " is for site " +
+                             std::to_string(entries[i].site_id) + " but the table has " +
+                             std::to_string(max_sites) + " sites");
+    }
+  }
+  const size_t bytes = PatchTableBytes(capacity, max_sites);
+  std::memset(arena, 0, bytes);
+  auto* t = static_cast<PatchTable*>(arena);
+  t->magic = kPatchTableMagic;
+  t->version = kPatchTableVersion;
+  t->struct_size = sizeof(PatchTable);
+  t->entry_size = sizeof(PatchEntry);
+  t->entry_count = count;
+  t->capacity = capacity;
+  t->max_sites = max_sites;
+  const size_t entries_off = kHeaderBytes;
+  const size_t calls_off = entries_off + size_t{capacity} * sizeof(PatchEntry);
+  const size_t done_off = calls_off + size_t{max_sites} * sizeof(uint32_t);
+  const size_t token_off = done_off + size_t{max_sites} * sizeof(uint32_t);
+  t->entries = reinterpret_cast<PatchEntry*>(base_address + entries_off);
+  t->site_calls = reinterpret_cast<uint32_t*>(base_address + calls_off);
+  t->site_done = reinterpret_cast<uint32_t*>(base_address + done_off);
+  t->token = reinterpret_cast<uint32_t*>(base_address + token_off);
+  auto* staged = reinterpret_cast<PatchEntry*>(static_cast<char*>(arena) + entries_off);
+  for (uint32_t i = 0; i < count; ++i) {
+    staged[i] = entries[i];
+    staged[i].fires = 0;
+    staged[i].skips = 0;
+    staged[i].last_error = PatchErrorInfo{};
+  }
+  return true;
+}
+
+bool CheckTableHeader(const PatchTable& t, std::string* error) {
+  if (t.magic != kPatchTableMagic) return Fail(error, "tokentrace: not a patch table (bad magic)");
+  if (t.version != kPatchTableVersion || t.struct_size != sizeof(PatchTable) ||
+      t.entry_size != sizeof(PatchEntry)) {
+    return Fail(error, "tokentrace: patch table version " + std::to_string(t.version) +
+                           " does not match this build's version " +
+                           std::to_string(kPatchTableVersion) +
+                           "; rebuild the table with the same tokentrace build");
+  }
+  return true;
+}
+
+std::unique_ptr<HostPatchTable> HostPatchTable::Create(const std::vector<PatchEntry>& entries,
+                                                       uint32_t max_sites, std::string* error) {
+  auto table = std::unique_ptr<HostPatchTable>(new HostPatchTable());
+  const uint32_t count = static_cast<uint32_t>(entries.size());
+  table->arena_.resize(PatchTableBytes(count, max_sites) / 8);
+  void* arena = table->arena_.data();
+  if (!LayoutPatchTable(arena, reinterpret_cast<uintptr_t>(arena), entries.data(), count, count,
+                        max_sites, error)) {
+    return nullptr;
+  }
+  return table;
+}
+
+ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DType dtype,
+                             int ndim, const int64_t* shape, const int64_t* strides) {
+  ApplyStatus status;
+  if (!CheckTableHeader(table, &status.message)) {
+    status.ok = false;
+    return status;
+  }
+  if (site_id >= table.max_sites) {
+    status.ok = false;
+    status.message = "tokentrace: site " + std::to_string(site_id) + " is beyond the table's " +
+                     std::to_string(table.max_sites) + " sites";
+    return status;
+  }
+  status.call = ++table.site_calls[site_id];
+  const uint32_t token = *table.token;
+  uint32_t matches = 0;
+  for (uint32_t i = 0; i < table.entry_count; ++i) {
+    PatchEntry& e = table.entries[i];
+    if (e.site_id != site_id || !SelectorMatches(e.selector, status.call, token)) continue;
+    ResolvedEntry r;
+    PatchErrorInfo err = MakeError(PatchError::kTooManyMatches, -1, kMaxMatchesPerCall);
+    if (matches++ < static_cast<uint32_t>(kMaxMatchesPerCall))
+      err = ResolveEntryCore(e, i, ndim, shape, static_cast<uint32_t>(dtype), &r);
+    if (err.code != 0) {
+      ++e.skips;
+      e.last_error = err;
+      ++status.skipped;
+      if (status.ok) status.message = FormatPatchError(err, e);
+      status.ok = false;
+      continue;
+    }
+    ++e.fires;
+    ++status.fired;
+    // Odometer over the box, last dimension fastest.
+    const ResolvedBox& b = r.box;
+    int64_t c[kMaxPatchDims] = {0, 0, 0, 0, 0, 0};
+    for (int64_t n = 0; n < b.total; ++n) {
+      int64_t off = 0;
+      for (int d = 0; d < b.ndim; ++d) off += (b.start[d] + c[d] * b.step[d]) * strides[d];
+      const float x = LoadAsFloat(data, off, static_cast<uint32_t>(dtype));
+      StoreFromFloat(data, off, static_cast<uint32_t>(dtype),
+                     ApplyOp(r.op, r.params, x, OperandAt(r, c)));
+      for (int d = b.ndim - 1; d >= 0; --d) {
+        if (++c[d] < b.count[d]) break;
+        c[d] = 0;
+      }
+    }
+  }
+  return status;
+}
+
+PatchCounters ReadCountersHost(const PatchTable& t) {
+  PatchCounters out;
+  for (uint32_t i = 0; i < t.entry_count; ++i) {
+    out.fires.push_back(t.entries[i].fires);
+    out.skips.push_back(t.entries[i].skips);
+    out.last_errors.push_back(t.entries[i].last_error);
+  }
+  out.site_calls.assign(t.site_calls, t.site_calls + t.max_sites);
+  out.token = *t.token;
+  return out;
+}
+
+void ResetCountersHost(PatchTable& t) {
+  for (uint32_t i = 0; i < t.entry_count; ++i) {
+    t.entries[i].fires = 0;
+    t.entries[i].skips = 0;
+    t.entries[i].last_error = PatchErrorInfo{};
+  }
+  std::memset(t.site_calls, 0, sizeof(uint32_t) * t.max_sites);
+  std::memset(t.site_done, 0, sizeof(uint32_t) * t.max_sites);
+  *t.token = 0;
+}
+
+void AdvanceTokenHost(PatchTable& t) { ++*t.token; }
+void SetTokenHost(PatchTable& t, uint32_t token) { *t.token = token; }
+
+}  // namespace tokentrace::patch

@@ -1,0 +1,137 @@
+// DevicePatchTable: upload, teardown and counter read-back (host code; the kernels are in
+// patch_apply.cu). These are the only synchronous calls of the device path.
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda/patch_device.h"
+
+namespace tokentrace::patch {
+namespace {
+
+bool CudaFail(std::string* error, const char* what, cudaError_t e) {
+  if (error) {
+    *error = std::string("tokentrace: ") + what + " failed: " + cudaGetErrorString(e) +
+             " (is a CUDA device visible to this process?)";
+  }
+  return false;
+}
+
+// The kernel reads operands directly, so they must be addressable from the device: device or
+// managed memory, or pinned host memory mapped into the device's address space.
+bool OperandIsDeviceAccessible(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) error so later launches do not report it
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ||
+         (attr.type == cudaMemoryTypeHost && attr.devicePointer == p);
+}
+
+}  // namespace
+
+DevicePatchTable& DevicePatchTable::operator=(DevicePatchTable&& other) noexcept {
+  if (this != &other) {
+    Release();
+    device_ = other.device_;
+    bytes_ = other.bytes_;
+    entry_count_ = other.entry_count_;
+    max_sites_ = other.max_sites_;
+    entries_ = std::move(other.entries_);
+    site_entries_ = std::move(other.site_entries_);
+    other.device_ = nullptr;
+    other.bytes_ = 0;
+    other.entry_count_ = other.max_sites_ = 0;
+  }
+  return *this;
+}
+
+void DevicePatchTable::Release() {
+  if (device_ != nullptr) cudaFree(device_);
+  device_ = nullptr;
+  bytes_ = 0;
+  entry_count_ = max_sites_ = 0;
+  entries_.clear();
+  site_entries_.clear();
+}
+
+const std::vector<uint32_t>& DevicePatchTable::SiteEntries(uint32_t site) const {
+  static const std::vector<uint32_t> kNone;
+  return site < site_entries_.size() ? site_entries_[site] : kNone;
+}
+
+bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites,
+                      DevicePatchTable* out, std::string* error) {
+  out->Release();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    std::string why;
+    if (!ValidateEntryStatic(entries[i], &why)) {
+      if (error) *error = why + " (patch entry " + std::to_string(i) + ")";
+      return false;
+    }
+    const PatchOp op = static_cast<PatchOp>(entries[i].op);
+    const void* operand = entries[i].operand.data;
+    if ((op == PatchOp::kAdd || op == PatchOp::kReplace) && operand != nullptr &&
+        !OperandIsDeviceAccessible(operand)) {
+      if (error) {
+        *error = "tokentrace: the operand of patch entry " + std::to_string(i) +
+                 " is not device memory; pass a CUDA tensor (or copy the operand to the device)";
+      }
+      return false;
+    }
+  }
+  const uint32_t count = static_cast<uint32_t>(entries.size());
+  const size_t bytes = PatchTableBytes(count, max_sites);
+  void* device = nullptr;
+  cudaError_t e = cudaMalloc(&device, bytes);
+  if (e != cudaSuccess) return CudaFail(error, "cudaMalloc of the patch table", e);
+  std::vector<uint64_t> staging(bytes / 8);
+  if (!LayoutPatchTable(staging.data(), reinterpret_cast<uintptr_t>(device), entries.data(),
+                        count, count, max_sites, error)) {
+    cudaFree(device);
+    return false;
+  }
+  e = cudaMemcpy(device, staging.data(), bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaFree(device);
+    return CudaFail(error, "copying the patch table to the device", e);
+  }
+  out->device_ = static_cast<PatchTable*>(device);
+  out->bytes_ = bytes;
+  out->entry_count_ = count;
+  out->max_sites_ = max_sites;
+  out->entries_ = entries;
+  out->site_entries_.assign(max_sites, {});
+  for (uint32_t i = 0; i < count; ++i) out->site_entries_[entries[i].site_id].push_back(i);
+  return true;
+}
+
+bool ReadCountersDevice(const DevicePatchTable& table, cudaStream_t stream, PatchCounters* out,
+                        std::string* error) {
+  if (table.device() == nullptr) {
+    if (error) *error = "tokentrace: no device patch table was uploaded";
+    return false;
+  }
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return CudaFail(error, "synchronizing the stream for a patch report", e);
+  const size_t bytes = PatchTableBytes(table.entry_count(), table.max_sites());
+  std::vector<uint64_t> host(bytes / 8);
+  e = cudaMemcpy(host.data(), table.device(), bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) return CudaFail(error, "reading the patch table back", e);
+  // Rebase the header's device pointers onto the host copy, then read it like a host table.
+  PatchTable t = *reinterpret_cast<const PatchTable*>(host.data());
+  if (!CheckTableHeader(t, error)) return false;
+  const uintptr_t dev = reinterpret_cast<uintptr_t>(table.device());
+  const uintptr_t hst = reinterpret_cast<uintptr_t>(host.data());
+  auto rebase = [&](auto* p) { return reinterpret_cast<decltype(p)>(hst + (reinterpret_cast<uintptr_t>(p) - dev)); };
+  t.entries = rebase(t.entries);
+  t.site_calls = rebase(t.site_calls);
+  t.site_done = rebase(t.site_done);
+  t.token = rebase(t.token);
+  *out = ReadCountersHost(t);
+  return true;
+}
+
+}  // namespace tokentrace::patch

@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "cuda/patch_apply.h"
+TEST(X, Y) {}
