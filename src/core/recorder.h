@@ -40,6 +40,10 @@ void GraphNodeCreated(uint32_t graph_id, uint64_t node_id);
 // `graph_exec_id`; the clone inherits the original's call.
 void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t node_id);
 
+// CUPTI resource callback: `graph_exec_id` was instantiated from `graph_id`. An exec made
+// from a graph captured inside a token call is a token graph: each launch is one token.
+void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id);
+
 // Innermost open call on this thread (0 = none), its k and token. For the Python layer.
 struct CurrentCall {
   uint64_t call_id = 0;
@@ -51,5 +55,18 @@ CurrentCall Current();
 
 // The latest token number handed out in this process (0 before the first token).
 uint32_t CurrentToken();
+
+// ---- Session control (core/session.cc); not for the hot path ----
+// Starts recording with fresh counters (call ids, per-site k, tokens) and a new generation.
+void BeginSession(uint32_t ring_capacity);
+// Stops recording; events already in rings stay there for the final drain.
+void EndSession();
+// Low 8 bits of the current session generation (events carry it).
+uint8_t Generation();
+// Pops with no open call, ranges deeper than the stack limit (since the last call).
+uint64_t TakeUnbalancedPops();
+uint64_t TakeDepthOverflows();
+// In a fork child: forget the parent's open calls and rings (only the forking thread exists).
+void ResetAfterFork();
 
 }  // namespace tokentrace::recorder

@@ -1,0 +1,115 @@
+// The public C API (include/tokentrace/tokentrace.h). Errors never cross this boundary as
+// exceptions: every entry point catches and reports through its return value.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "core/recorder.h"
+#include "core/site_registry.h"
+#include "preload/shim.h"
+#include "tokentrace/tokentrace.h"
+
+namespace {
+
+int Fail(const std::string& message, char* err, size_t err_len) {
+  if (err != nullptr && err_len > 0) snprintf(err, err_len, "%s", message.c_str());
+  return 1;
+}
+
+thread_local std::string t_string_result;
+
+}  // namespace
+
+using namespace tokentrace;
+
+extern "C" {
+
+int tokentrace_start(const tokentrace_options* options, char* err, size_t err_len) {
+  try {
+    if (options != nullptr &&
+        (options->struct_size < sizeof(tokentrace_options) || options->api_version != TOKENTRACE_API_VERSION)) {
+      return Fail("tokentrace: tokentrace_start: options struct_size/api_version mismatch (built against API " +
+                      std::to_string(TOKENTRACE_API_VERSION) + ")",
+                  err, err_len);
+    }
+    std::string error;
+    auto config = ConfigFromEnvironment(&error);
+    if (!config) return Fail("tokentrace: " + error, err, err_len);
+    if (options != nullptr) {
+      if (options->out_path != nullptr && *options->out_path != '\0') config->out_path = options->out_path;
+      if (options->kernels != nullptr && *options->kernels != '\0') {
+        auto mode = ParseKernelMode(options->kernels, "kernels", &error);
+        if (!mode) return Fail("tokentrace: " + error, err, err_len);
+        config->kernels = *mode;
+      }
+      if (options->token_range != nullptr && *options->token_range != '\0') {
+        if (!ValidateTokenRange(options->token_range, "token_range", &error)) {
+          return Fail("tokentrace: " + error, err, err_len);
+        }
+        config->token_range = options->token_range;
+      }
+    }
+    if (!shim::StartSession(*config, false, &error)) return Fail(error, err, err_len);
+    return 0;
+  } catch (const std::exception& e) {
+    return Fail(std::string("tokentrace: tokentrace_start failed: ") + e.what(), err, err_len);
+  }
+}
+
+int tokentrace_stop(char* err, size_t err_len) {
+  try {
+    std::string error;
+    if (!shim::StopSession(&error)) return Fail(error, err, err_len);
+    return 0;
+  } catch (const std::exception& e) {
+    return Fail(std::string("tokentrace: tokentrace_stop failed: ") + e.what(), err, err_len);
+  }
+}
+
+int tokentrace_flush(void) {
+  try {
+    std::string error;
+    return shim::FlushSession(&error) ? 0 : 1;
+  } catch (...) {
+    return 1;
+  }
+}
+
+int tokentrace_active(void) { return recorder::Active() ? 1 : 0; }
+
+const char* tokentrace_out_path(void) {
+  t_string_result = shim::OutPath();
+  return t_string_result.c_str();
+}
+
+const char* tokentrace_kernels_status(void) {
+  t_string_result = shim::KernelsStatus();
+  return t_string_result.c_str();
+}
+
+uint32_t tokentrace_site(const char* name, int kind) {
+  if (name == nullptr) name = "(null)";
+  SiteKind k = kind == TOKENTRACE_SITE_ROOT     ? SiteKind::kRoot
+               : kind == TOKENTRACE_SITE_MODULE ? SiteKind::kModule
+                                                : SiteKind::kRange;
+  return sites::Intern(name, k);
+}
+
+void tokentrace_push(uint32_t site_id) {
+  if (site_id < sites::kMaxSites) recorder::Push(site_id);
+}
+
+void tokentrace_pop(void) { recorder::Pop(); }
+
+void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32_t* token) {
+  recorder::CurrentCall c = recorder::Current();
+  if (call_id != nullptr) *call_id = c.call_id;
+  if (k != nullptr) *k = c.k;
+  if (token != nullptr) *token = c.token;
+}
+
+void tokentrace_escape(int kind) {
+  recorder::Escape(0, kind == 4 ? EscapeKind::kHostRead : static_cast<EscapeKind>(kind & 3));
+}
+
+}  // extern "C"

@@ -1,0 +1,236 @@
+#include "preload/session.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/buffer_registry.h"
+#include "core/clock.h"
+#include "core/recorder.h"
+#include "core/site_registry.h"
+#include "cupti/subscriber.h"
+
+#ifndef TOKENTRACE_VERSION
+#define TOKENTRACE_VERSION "0.1.0"
+#endif
+
+namespace tokentrace {
+namespace {
+
+std::string RankFromEnvironment() {
+  for (const char* name : {"RANK", "LOCAL_RANK"}) {
+    const char* v = getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return "0";
+}
+
+// The output directory must exist and be writable; checked before the job starts work.
+bool CheckWritable(const std::string& path, std::string* error) {
+  std::string dir = ".";
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
+  if (access(dir.c_str(), W_OK) != 0) {
+    *error = "tokentrace: cannot write '" + path + "': directory '" + dir +
+             "' does not exist or is not writable (set TOKENTRACE_OUT or --out to a writable path)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std::string* error) {
+  const std::string out = ExpandOutPath(config.out_path, getpid(), RankFromEnvironment());
+  if (!CheckWritable(out, error)) return nullptr;
+  std::unique_ptr<Session> s(new Session(config, preload, out));
+  if (!preload) {
+    s->store_ = Store::Open(out, error);
+    if (!s->store_) return nullptr;
+  }
+  sites::SetTokenRange(config.token_range);
+  clock::Calibrate();
+  recorder::BeginSession(config.buffer_events);
+  if (config.kernels.kind == KernelMode::kOff) {
+    s->SetKernelsStatus("kernel mode is off");
+  } else if (!preload) {
+    s->StartKernels();
+  } else {
+    s->SetKernelsStatus("waiting for CUDA initialisation");
+  }
+  s->thread_ = std::thread([raw = s.get()] { raw->Loop(); });
+  return s;
+}
+
+Session::Session(const Config& config, bool preload, std::string out_path)
+    : config_(config), preload_(preload), out_path_(std::move(out_path)), joiner_(config.kernels, &clock::TicksToNs) {}
+
+Session::~Session() {
+  std::string ignored;
+  Stop(&ignored);
+}
+
+void Session::SetKernelsStatus(const std::string& status) {
+  std::lock_guard<std::mutex> lock(status_mutex_);
+  kernels_status_ = status;
+}
+
+std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
+  return {{"tool_version", TOKENTRACE_VERSION},
+          {"pid", std::to_string(getpid())},
+          {"rank", RankFromEnvironment()},
+          {"kernel_mode", config_.kernels.ToString()},
+          {"kernels_status", kernels_status()},
+          {"token_range", config_.token_range},
+          {"mode", preload_ ? "preload" : "in-process"},
+          {"out_path", out_path_}};
+}
+
+std::string Session::kernels_status() const {
+  std::lock_guard<std::mutex> lock(status_mutex_);
+  return kernels_status_;
+}
+
+void Session::StartKernels() {
+  if (kernels_started_ || config_.kernels.kind == KernelMode::kOff) return;
+  kernels_started_ = true;
+  std::string why;
+  if (cupti::Start(config_, this, &why)) {
+    SetKernelsStatus("");
+  } else {
+    SetKernelsStatus(why);
+    // Said once, clearly; calls and tokens are still recorded.
+    fprintf(stderr, "tokentrace: GPU kernels are not recorded: %s (calls and tokens still are)\n",
+            why.c_str());
+  }
+}
+
+void Session::OnActivity(const GpuActivity& activity) {
+  std::lock_guard<std::mutex> lock(activity_mutex_);
+  activities_.push_back(activity);
+  if (activity.name != nullptr) {
+    activity_names_.emplace_back(activity.name);
+  } else {
+    activity_names_.emplace_back();
+  }
+}
+
+void Session::OnDropped(uint64_t records) {
+  if (records != 0) cupti_dropped_.fetch_add(records, std::memory_order_relaxed);
+}
+
+void Session::Loop() {
+  std::unique_lock<std::mutex> lock(loop_mutex_);
+  while (!loop_stop_) {
+    loop_cv_.wait_for(lock, std::chrono::milliseconds(config_.flush_ms));
+    if (loop_stop_) break;
+    lock.unlock();
+    {
+      std::lock_guard<std::mutex> drain(drain_mutex_);
+      std::string error;
+      if (!DrainLocked(false, &error) && error != last_error_) {
+        fprintf(stderr, "%s\n", error.c_str());
+        last_error_ = error;
+      }
+    }
+    lock.lock();
+  }
+}
+
+bool Session::DrainLocked(bool final, std::string* error) {
+  clock::Calibrate();
+  Batch batch;
+  // Activities first, then rings: a record already queued had its launch event written
+  // before, so that event is in this drain too (records rarely wait in `pending`).
+  std::vector<GpuActivity> activities;
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(activity_mutex_);
+    activities.swap(activities_);
+    names.swap(activity_names_);
+  }
+  const uint8_t generation = recorder::Generation();
+  uint64_t dropped = 0;
+  buffers::ForEach([&](ThreadBuffer& ring) {
+    ring.Drain([&](const Event& e) {
+      if (e.generation == generation) joiner_.OnEvent(ring.thread_index(), e, &batch);
+    });
+    dropped += ring.TakeDropped();
+  });
+  for (size_t i = 0; i < activities.size(); ++i) {
+    if (!names[i].empty()) activities[i].name = names[i].c_str();
+    joiner_.OnActivity(activities[i], &batch);
+  }
+  if (final) {
+    joiner_.Finish(clock::HostNowNs(), &batch);
+  } else {
+    joiner_.EndDrain(&batch);
+  }
+  if (dropped) batch.losses["buffer_full"] += static_cast<int64_t>(dropped);
+  if (uint64_t n = cupti_dropped_.exchange(0)) batch.losses["cupti_dropped"] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeUnbalancedPops()) batch.losses["unbalanced_pop"] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeDepthOverflows()) batch.losses["depth_overflow"] += static_cast<int64_t>(n);
+  if (uint64_t n = sites::TakeOverflows()) batch.losses["site_overflow"] += static_cast<int64_t>(n);
+  return WriteLocked(batch, error);
+}
+
+bool Session::WriteLocked(Batch& batch, std::string* error) {
+  // Sites are emitted only once the file exists (preload creates it on first use).
+  const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() ||
+                        !batch.call_gpu.empty() || !batch.losses.empty();
+  if (!store_) {
+    if (!has_work) return true;
+    store_ = Store::Open(out_path_, error);
+    if (!store_) return false;
+    meta_written_ = false;
+  }
+  if (!meta_written_) {
+    batch.meta = MetaRows();
+    meta_written_ = true;
+  }
+  if (sites_emitted_ < sites::Count()) {
+    sites::Snapshot(sites_emitted_, &batch.sites);
+    sites_emitted_ = sites::Count();
+  }
+  if (batch.empty()) return true;
+  return store_->Write(batch, error);
+}
+
+bool Session::Flush(std::string* error) {
+  if (kernels_started_) cupti::Flush();
+  std::lock_guard<std::mutex> drain(drain_mutex_);
+  if (stopped_) return true;
+  return DrainLocked(false, error);
+}
+
+bool Session::Stop(std::string* error) {
+  {
+    std::lock_guard<std::mutex> drain(drain_mutex_);
+    if (stopped_) return true;
+    stopped_ = true;
+  }
+  recorder::EndSession();
+  if (kernels_started_) {
+    cupti::Flush();
+  }
+  {
+    std::lock_guard<std::mutex> lock(loop_mutex_);
+    loop_stop_ = true;
+  }
+  loop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  bool ok;
+  {
+    std::lock_guard<std::mutex> drain(drain_mutex_);
+    ok = DrainLocked(true, error);
+    Batch meta;
+    meta.meta = MetaRows();  // final kernels status
+    if (store_) ok = store_->Write(meta, error) && ok;
+  }
+  if (kernels_started_) cupti::Stop();
+  if (store_) store_->Close();
+  return ok;
+}
+
+}  // namespace tokentrace

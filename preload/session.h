@@ -1,0 +1,80 @@
+// A recording session: the composition root that wires the hot path (core/recorder), the
+// background drain (core/joiner), CUPTI (src/cupti) and the file (src/store).
+//
+// Threads: Start/Stop/Flush are called by the controlling thread (constructor, exit hook, C
+// API); OnActivity/OnDropped by CUPTI's buffer thread (they only queue, under a mutex: that
+// thread is not the job's hot path); everything else runs on the background thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/config.h"
+#include "core/joiner.h"
+#include "cupti/activity_sink.h"
+#include "store/store.h"
+
+namespace tokentrace {
+
+class Session : public cupti::ActivitySink {
+ public:
+  // `preload`: started by the library constructor; CUPTI then starts from the CUDA
+  // injection entry point (cuInit) instead of right away, and the file is created only once
+  // the process records something (so helper processes that inherit LD_PRELOAD leave none).
+  static std::unique_ptr<Session> Start(const Config& config, bool preload, std::string* error);
+  ~Session() override;
+
+  // Enables CUPTI now (in-process start, or the CUDA injection entry point).
+  void StartKernels();
+  // Drains rings and CUPTI now and commits.
+  bool Flush(std::string* error);
+  // Final drain, closes open calls, writes and closes the file. Idempotent.
+  bool Stop(std::string* error);
+
+  const std::string& out_path() const { return out_path_; }
+  std::string kernels_status() const;
+
+  void OnActivity(const GpuActivity& activity) override;
+  void OnDropped(uint64_t records) override;
+
+ private:
+  Session(const Config& config, bool preload, std::string out_path);
+  void Loop();
+  bool DrainLocked(bool final, std::string* error);  // requires drain_mutex_
+  bool WriteLocked(Batch& batch, std::string* error);
+  void SetKernelsStatus(const std::string& status);
+  std::vector<std::pair<std::string, std::string>> MetaRows() const;
+
+  const Config config_;
+  const bool preload_;
+  const std::string out_path_;
+  std::unique_ptr<Store> store_;
+  Joiner joiner_;
+  uint32_t sites_emitted_ = 0;
+  bool stopped_ = false;
+  bool meta_written_ = false;
+  bool kernels_started_ = false;
+  std::string last_error_;
+
+  std::mutex drain_mutex_;  // one drain at a time (background thread, Flush, Stop)
+
+  mutable std::mutex status_mutex_;
+  std::string kernels_status_;
+
+  std::mutex activity_mutex_;  // CUPTI thread -> background thread
+  std::vector<GpuActivity> activities_;
+  std::vector<std::string> activity_names_;  // owns names of queued kernel records
+  std::atomic<uint64_t> cupti_dropped_{0};
+
+  std::mutex loop_mutex_;
+  std::condition_variable loop_cv_;
+  bool loop_stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tokentrace

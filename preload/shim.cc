@@ -1,0 +1,182 @@
+// libtokentrace.so's process hooks: the ELF constructor (preload mode), exit, fork, _exit,
+// and the CUDA injection entry point.
+#include "preload/shim.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "core/recorder.h"
+#include "preload/session.h"
+
+namespace tokentrace::shim {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  std::unique_ptr<Session> session;
+  Config config;
+  bool preload = false;
+  pid_t owner = 0;  // pid that owns `session` (vfork children must not touch it)
+  std::string last_out_path;
+};
+
+State& S() {
+  static State* s = new State();  // never destroyed: exit hooks run late
+  return *s;
+}
+
+std::string SelfPath() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&SelfPath), &info) != 0 && info.dli_fname != nullptr) {
+    return info.dli_fname;
+  }
+  return "";
+}
+
+bool PreloadedIntoThisProcess(const std::string& self) {
+  const char* preload = getenv("LD_PRELOAD");
+  if (preload == nullptr || self.empty()) return false;
+  const char* base = strrchr(self.c_str(), '/');
+  base = base != nullptr ? base + 1 : self.c_str();
+  return strstr(preload, base) != nullptr;
+}
+
+void StopAtExit() {
+  std::string error;
+  if (!StopSession(&error) && !error.empty()) fprintf(stderr, "%s\n", error.c_str());
+}
+
+void ForkChild() {
+  State& s = S();
+  // The parent's background thread does not exist here and its locks may be held: the
+  // parent's session object is abandoned (leaked), never touched again.
+  new (&s.mutex) std::mutex();
+  if (!s.session) return;
+  (void)s.session.release();
+  recorder::EndSession();
+  recorder::ResetAfterFork();
+  if (!s.preload) return;  // in-process tracing does not follow into children
+  Config child = s.config;
+  if (child.out_path.find("%p") == std::string::npos) child.out_path += ".%p";
+  std::string error;
+  s.session = Session::Start(child, true, &error);
+  s.owner = getpid();
+  if (!s.session) fprintf(stderr, "%s\n", error.c_str());
+}
+
+__attribute__((constructor)) void OnLoad() {
+  const std::string self = SelfPath();
+  // NVTX instances initialise lazily on their first call, which comes after this: pointing
+  // NVTX at us here is early enough for every producer, torch included.
+  if (!self.empty()) setenv("NVTX_INJECTION64_PATH", self.c_str(), 0);
+  if (!PreloadedIntoThisProcess(self)) return;  // loaded by the Python extension
+  if (getenv("TOKENTRACE_DISABLE") != nullptr) return;
+  std::string error;
+  auto config = ConfigFromEnvironment(&error);
+  if (!config) {
+    fprintf(stderr, "tokentrace: %s\n", error.c_str());
+    _exit(2);  // bad configuration stops the job before it starts work
+  }
+  if (config->kernels.kind != KernelMode::kOff && !self.empty()) {
+    const char* other = getenv("CUDA_INJECTION64_PATH");
+    if (other == nullptr || *other == '\0') setenv("CUDA_INJECTION64_PATH", self.c_str(), 1);
+  }
+  if (!StartSession(*config, true, &error)) {
+    fprintf(stderr, "%s\n", error.c_str());
+    _exit(2);
+  }
+}
+
+}  // namespace
+
+bool StartSession(const Config& config, bool preload, std::string* error) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.session) {
+    *error = "tokentrace: a session is already recording to '" + s.session->out_path() +
+             "'; stop it first";
+    return false;
+  }
+  s.session = Session::Start(config, preload, error);
+  if (!s.session) return false;
+  static bool hooks_installed = false;
+  if (!hooks_installed) {
+    hooks_installed = true;
+    pthread_atfork(nullptr, nullptr, &ForkChild);
+    atexit(&StopAtExit);
+  }
+  s.config = config;
+  s.preload = preload;
+  s.owner = getpid();
+  s.last_out_path = s.session->out_path();
+  return true;
+}
+
+bool StopSession(std::string* error) {
+  State& s = S();
+  if (s.owner != getpid()) return true;  // checked before locking: a vfork child shares memory
+  std::unique_ptr<Session> session;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.session || s.owner != getpid()) return true;
+    session = std::move(s.session);
+  }
+  return session->Stop(error);
+}
+
+bool FlushSession(std::string* error) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.session || s.owner != getpid()) return true;
+  return s.session->Flush(error);
+}
+
+bool SessionActive() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.session != nullptr;
+}
+
+std::string OutPath() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.last_out_path;
+}
+
+std::string KernelsStatus() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.session ? s.session->kernels_status() : "no session";
+}
+
+// CUDA driver injection (CUDA_INJECTION64_PATH): called once at cuInit.
+void StartKernelsFromInjection() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.session && s.owner == getpid()) s.session->StartKernels();
+}
+
+}  // namespace tokentrace::shim
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  tokentrace::shim::StartKernelsFromInjection();
+  return 1;
+}
+
+// os._exit() and other direct _exit calls skip atexit; flush what we have first. A vfork
+// child (shares the parent's memory) or a child without a session exits untouched.
+extern "C" __attribute__((visibility("default"))) void _exit(int status) {
+  std::string error;
+  tokentrace::shim::StopSession(&error);  // no-op in a child that does not own the session
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}

@@ -1,0 +1,22 @@
+// The set of per-thread rings. A job thread registers its ring on its first event (one
+// allocation and one short lock per thread, never again); the background thread drains all
+// rings under the same lock and frees the rings of threads that have exited.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "core/thread_buffer.h"
+
+namespace tokentrace::buffers {
+
+// Creates and registers a ring for the calling thread.
+ThreadBuffer* Register(uint32_t capacity);
+
+// Calls fn(ring) for every ring (drain them there), then frees retired rings.
+void ForEach(const std::function<void(ThreadBuffer&)>& fn);
+
+// Empties every ring (fork child, where no other thread exists).
+void ResetAllUnsafe();
+
+}  // namespace tokentrace::buffers

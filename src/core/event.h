@@ -1,0 +1,44 @@
+// The fixed-size record the hot path writes into a thread's ring.
+//
+//   offset  field      push/mark        pop        launch/escape/graph launch   node created / cloned
+//   0       ticks      raw clock ticks (core/clock.h), converted on the background thread
+//   8       call_id    the new call     the call   innermost open call (0 none) innermost open call
+//   16      a          parent call id   -          correlation id               node id / original node id
+//   24      b          -                -          -                            - / new node id
+//   32      site_id    site             site       graph exec id (graph launch) graph id / graph exec id
+//   36      k          call index       -          escape kind (escape)         -
+//   40      token      token            -          token                        token
+//   44      kind       EventKind
+//   45      generation low 8 bits of the session generation (stale events are skipped)
+#pragma once
+
+#include <cstdint>
+
+namespace tokentrace {
+
+enum class EventKind : uint8_t {
+  kPush = 1,
+  kPop = 2,
+  kMark = 3,
+  kLaunch = 4,
+  kGraphLaunch = 5,
+  kEscape = 6,
+  kGraphNodeCreated = 7,
+  kGraphNodeCloned = 8,
+};
+
+struct Event {
+  uint64_t ticks;
+  uint64_t call_id;
+  uint64_t a;
+  uint64_t b;
+  uint32_t site_id;
+  uint32_t k;
+  uint32_t token;
+  EventKind kind;
+  uint8_t generation;
+  uint8_t pad[2];
+};
+static_assert(sizeof(Event) == 48, "Event layout is part of the ring's cost model");
+
+}  // namespace tokentrace

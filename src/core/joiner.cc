@@ -1,0 +1,217 @@
+#include "core/joiner.h"
+
+#include <algorithm>
+
+namespace tokentrace {
+
+Joiner::Joiner(KernelMode mode, int64_t (*ticks_to_ns)(uint64_t))
+    : mode_(mode), ticks_to_ns_(ticks_to_ns) {}
+
+int64_t Joiner::ToNs(uint64_t ticks) const {
+  return ticks_to_ns_ != nullptr ? ticks_to_ns_(ticks) : static_cast<int64_t>(ticks);
+}
+
+void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
+  switch (e.kind) {
+    case EventKind::kPush: {
+      CallRow row;
+      row.id = e.call_id;
+      row.site_id = e.site_id;
+      row.k = e.k;
+      row.token = e.token;
+      row.parent_id = e.a;
+      row.thread = thread;
+      row.cpu_begin_ns = ToNs(e.ticks);
+      stacks_[thread].push_back(row);
+      break;
+    }
+    case EventKind::kPop: {
+      auto& stack = stacks_[thread];
+      // Normally the top. If the push was dropped (ring full) the id is absent: ignore the
+      // pop (the drop is already counted). Calls above a found id lost their pops: they are
+      // closed here and counted.
+      auto it = std::find_if(stack.rbegin(), stack.rend(),
+                             [&](const CallRow& c) { return c.id == e.call_id; });
+      if (it == stack.rend()) break;
+      const int64_t end = ToNs(e.ticks);
+      size_t index = static_cast<size_t>(stack.rend() - it) - 1;
+      for (size_t i = stack.size(); i-- > index + 1;) {
+        out->losses["unclosed_range"] += 1;
+        stack[i].cpu_end_ns = end;
+        out->calls.push_back(stack[i]);
+      }
+      stack[index].cpu_end_ns = end;
+      out->calls.push_back(stack[index]);
+      stack.resize(index);
+      break;
+    }
+    case EventKind::kMark: {
+      CallRow row;
+      row.id = e.call_id;
+      row.site_id = e.site_id;
+      row.k = e.k;
+      row.token = e.token;
+      row.parent_id = e.a;
+      row.thread = thread;
+      row.cpu_begin_ns = row.cpu_end_ns = ToNs(e.ticks);
+      out->calls.push_back(row);
+      break;
+    }
+    case EventKind::kLaunch:
+      if (mode_.kind != KernelMode::kOff) {
+        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, false};
+      }
+      break;
+    case EventKind::kGraphLaunch:
+      if (mode_.kind != KernelMode::kOff) {
+        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, true};
+      }
+      break;
+    case EventKind::kEscape: {
+      EscapeRow row;
+      row.call_id = e.call_id;
+      row.token = e.token;
+      row.thread = thread;
+      row.ts_ns = ToNs(e.ticks);
+      row.kind = static_cast<EscapeKind>(e.k);
+      out->escapes.push_back(row);
+      break;
+    }
+    case EventKind::kGraphNodeCreated:
+      node_calls_[e.a] = NodeOwner{e.call_id, e.token};
+      break;
+    case EventKind::kGraphNodeCloned: {
+      auto it = node_calls_.find(e.a);
+      if (it != node_calls_.end()) node_calls_[e.b] = it->second;
+      break;
+    }
+  }
+}
+
+uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
+  std::string name;
+  if (a.kind == GpuOpKind::kKernel) {
+    name = a.name != nullptr ? a.name : "(unnamed kernel)";
+  } else if (a.kind == GpuOpKind::kMemset) {
+    name = "[memset]";
+  } else {
+    switch (a.copy_kind) {
+      case 1: name = "[memcpy HtoD]"; break;
+      case 2: name = "[memcpy DtoH]"; break;
+      case 8: name = "[memcpy DtoD]"; break;
+      default: name = "[memcpy]"; break;
+    }
+  }
+  auto [it, inserted] = names_.emplace(name, static_cast<uint32_t>(names_.size() + 1));
+  if (inserted) out->strings.push_back(StringRow{it->second, name});
+  return it->second;
+}
+
+void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id,
+                       uint32_t token, Batch* out) {
+  if (mode_.FullRowsFor(token)) {
+    KernelRow row;
+    row.call_id = call_id;
+    row.token = token;
+    row.name_id = name_id;
+    row.kind = a.kind;
+    row.device = a.device;
+    row.stream = a.stream;
+    row.gpu_begin_ns = a.begin_ns;
+    row.gpu_end_ns = a.end_ns;
+    row.correlation_id = a.correlation_id;
+    row.graph_id = a.graph_id;
+    row.graph_node_id = a.graph_node_id;
+    out->kernels.push_back(row);
+  }
+  // Kernels outside any call are summed per token (call id 0, one entry per token).
+  const uint64_t key = call_id != 0 ? call_id : ((1ull << 63) | token);
+  CallGpuDelta& d = summaries_[key];
+  if (d.kernels == 0) {
+    d.call_id = call_id;
+    d.token = token;
+    d.first_begin_ns = a.begin_ns;
+    d.last_end_ns = a.end_ns;
+  }
+  d.kernels += 1;
+  d.busy_ns += std::max<int64_t>(0, a.end_ns - a.begin_ns);
+  d.first_begin_ns = std::min(d.first_begin_ns, a.begin_ns);
+  d.last_end_ns = std::max(d.last_end_ns, a.end_ns);
+}
+
+bool Joiner::TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out) {
+  auto it = correlations_.find(a.correlation_id);
+  if (it == correlations_.end()) return false;
+  const Correlation c = it->second;
+  uint64_t call_id = c.call_id;
+  if (a.graph_node_id != 0) {
+    auto node = node_calls_.find(a.graph_node_id);
+    if (node != node_calls_.end()) {
+      call_id = node->second.call_id;
+    } else {
+      out->losses["unknown_graph_node"] += 1;
+    }
+  }
+  if (!c.graph) correlations_.erase(it);
+  Attribute(a, name_id, call_id, c.token, out);
+  return true;
+}
+
+void Joiner::OnActivity(const GpuActivity& a, Batch* out) {
+  if (mode_.kind == KernelMode::kOff) return;
+  const uint32_t name_id = InternName(a, out);
+  if (TryAttribute(a, name_id, out)) return;
+  GpuActivity copy = a;
+  copy.name = nullptr;  // not valid after this call; the name is interned already
+  pending_.push_back(Pending{copy, name_id, epoch_});
+}
+
+void Joiner::EmitSummaries(Batch* out) {
+  for (auto& [id, delta] : summaries_) out->call_gpu.push_back(delta);
+  summaries_.clear();
+}
+
+void Joiner::EndDrain(Batch* out) {
+  // Records that arrived before their launch event: retry now that more events are in.
+  std::vector<Pending> still;
+  for (Pending& p : pending_) {
+    if (TryAttribute(p.activity, p.name_id, out)) continue;
+    if (epoch_ - p.epoch >= kPendingDrains) {
+      out->losses["unknown_correlation"] += 1;
+      Attribute(p.activity, p.name_id, 0, 0, out);
+    } else {
+      still.push_back(p);
+    }
+  }
+  pending_.swap(still);
+  EmitSummaries(out);
+  // Launch entries whose records never came (failed launches, or kernel mode switched)
+  // and graph launches long finished: bounded memory however long the run.
+  if (epoch_ % 16 == 0) {
+    std::erase_if(correlations_, [this](const auto& kv) {
+      return epoch_ - kv.second.epoch >= kCorrelationDrains;
+    });
+  }
+  ++epoch_;
+}
+
+void Joiner::Finish(int64_t now_ns, Batch* out) {
+  for (Pending& p : pending_) {
+    if (TryAttribute(p.activity, p.name_id, out)) continue;
+    out->losses["unknown_correlation"] += 1;
+    Attribute(p.activity, p.name_id, 0, 0, out);
+  }
+  pending_.clear();
+  EmitSummaries(out);
+  for (auto& [thread, stack] : stacks_) {
+    for (CallRow& row : stack) {
+      out->losses["unclosed_range"] += 1;
+      row.cpu_end_ns = -1;
+      out->calls.push_back(row);
+    }
+    stack.clear();
+  }
+  (void)now_ns;
+}
+
+}  // namespace tokentrace

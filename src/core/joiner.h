@@ -1,0 +1,86 @@
+// The background thread's logic: turns ring events and GPU activity records into rows.
+//
+// Single-threaded by design (only the background thread touches a Joiner), plain C++, and
+// driven in tests with hand-built Events and GpuActivities.
+//
+// Joining, in words:
+//  - push/pop events of one thread rebuild that thread's call stack; a call becomes a
+//    CallRow when it closes (or at Finish(), still open: counted as "unclosed_range").
+//  - a launch event maps its correlation id to (call, token). A GPU record with that id is
+//    attributed to that call. Records may arrive before their launch event (kept pending
+//    for a few drains) or long after it (kept until swept); records whose id never shows
+//    up are stored unattributed and counted as "unknown_correlation".
+//  - graph nodes created inside a call belong to it; instantiation clones inherit; a kernel
+//    replayed from a graph is attributed to its node's call, and to the graph launch's token.
+//  - the kernel mode decides per record: a full row, and/or a per-call summary delta.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.h"
+#include "core/event.h"
+#include "core/records.h"
+
+namespace tokentrace {
+
+class Joiner {
+ public:
+  explicit Joiner(KernelMode mode, int64_t (*ticks_to_ns)(uint64_t) = nullptr);
+
+  // Events of one thread, in the order that thread wrote them.
+  void OnEvent(uint32_t thread, const Event& event, Batch* out);
+  // A GPU record, in any order relative to events.
+  void OnActivity(const GpuActivity& activity, Batch* out);
+  // Ends one drain: retries pending records, emits summary deltas, sweeps old state.
+  void EndDrain(Batch* out);
+  // Ends the session: closes open calls, stores pending records unattributed.
+  void Finish(int64_t now_ns, Batch* out);
+
+  // State sizes (for tests and memory checks).
+  size_t correlation_entries() const { return correlations_.size(); }
+  size_t pending_records() const { return pending_.size(); }
+  size_t graph_nodes() const { return node_calls_.size(); }
+
+  // Drains after which unmatched state is given up.
+  static constexpr uint32_t kPendingDrains = 5;
+  static constexpr uint32_t kCorrelationDrains = 100;
+
+ private:
+  struct Correlation {
+    uint64_t call_id;
+    uint32_t token;
+    uint32_t epoch;  // drain number of the launch
+    bool graph;      // graph launches keep their entry: one launch, many records
+  };
+  struct NodeOwner {
+    uint64_t call_id;
+    uint32_t token;
+  };
+  struct Pending {
+    GpuActivity activity;
+    uint32_t name_id;
+    uint32_t epoch;
+  };
+
+  int64_t ToNs(uint64_t ticks) const;
+  uint32_t InternName(const GpuActivity& a, Batch* out);
+  void Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id, uint32_t token,
+                 Batch* out);
+  bool TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out);
+  void EmitSummaries(Batch* out);
+
+  KernelMode mode_;
+  int64_t (*ticks_to_ns_)(uint64_t);
+  uint32_t epoch_ = 0;
+  std::unordered_map<uint32_t, std::vector<CallRow>> stacks_;  // per thread
+  std::unordered_map<uint64_t, Correlation> correlations_;
+  std::unordered_map<uint64_t, NodeOwner> node_calls_;  // graph node id -> owning call
+  std::vector<Pending> pending_;
+  std::unordered_map<std::string, uint32_t> names_;
+  std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
+};
+
+}  // namespace tokentrace

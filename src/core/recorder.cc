@@ -1,0 +1,292 @@
+#include "core/recorder.h"
+
+#include <atomic>
+#include <memory>
+
+#include "core/buffer_registry.h"
+#include "core/clock.h"
+#include "core/site_registry.h"
+
+// Thread-local state is reached through one initial-exec pointer: no __tls_get_addr call on
+// the hot path. libtokentrace.so is either preloaded or loaded as a dependency of the Python
+// extension; a single pointer fits glibc's static TLS surplus in both cases.
+#define TT_TLS __attribute__((tls_model("initial-exec"))) thread_local
+
+namespace tokentrace::recorder {
+namespace {
+
+constexpr uint32_t kMaxDepth = 256;
+constexpr uint32_t kGraphSlots = 4096;  // token-graph ids (open addressing, insert-only)
+
+struct OpenCall {
+  uint64_t call_id;
+  uint32_t site_id;
+  uint32_t k;
+  uint32_t token;
+  bool is_token;
+};
+
+// Owned by one job thread. `generation` tells whether the state belongs to the current
+// session; a stale state is reset in place (its ring is reused).
+struct ThreadState {
+  ThreadBuffer* ring = nullptr;
+  uint32_t generation = 0;
+  uint32_t depth = 0;        // may exceed kMaxDepth; entries above it are not stored
+  uint32_t token_depth = 0;  // open token calls on this thread
+  OpenCall stack[kMaxDepth];
+};
+
+std::atomic<bool> g_active{false};
+std::atomic<uint32_t> g_generation{1};
+std::atomic<uint32_t> g_ring_capacity{1u << 16};
+std::atomic<uint64_t> g_next_call{0};
+std::atomic<uint32_t> g_token{0};
+std::atomic<uint64_t> g_unbalanced_pops{0};
+std::atomic<uint64_t> g_depth_overflows{0};
+std::atomic<uint32_t> g_site_calls[sites::kMaxSites];
+std::atomic<uint32_t> g_token_graphs[kGraphSlots];  // 0 = empty
+
+TT_TLS ThreadState* t_state = nullptr;
+TT_TLS bool t_exiting = false;
+
+// Marks the ring retired when the thread exits, so the background thread frees it.
+struct ThreadExit {
+  ~ThreadExit() {
+    t_exiting = true;
+    if (t_state != nullptr) {
+      if (t_state->ring != nullptr) t_state->ring->retired.store(true, std::memory_order_release);
+      delete t_state;
+      t_state = nullptr;
+    }
+  }
+};
+
+ThreadState* SlowState() {
+  if (t_exiting) return nullptr;
+  if (t_state == nullptr) {
+    static thread_local ThreadExit exit_hook;  // registers the destructor on first use
+    (void)&exit_hook;
+    t_state = new ThreadState();
+  }
+  ThreadState* s = t_state;
+  const uint32_t gen = g_generation.load(std::memory_order_acquire);
+  if (s->ring == nullptr) s->ring = buffers::Register(g_ring_capacity.load(std::memory_order_relaxed));
+  s->generation = gen;
+  s->depth = 0;
+  s->token_depth = 0;
+  return s;
+}
+
+inline ThreadState* State() {
+  ThreadState* s = t_state;
+  if (s != nullptr && s->ring != nullptr &&
+      s->generation == g_generation.load(std::memory_order_relaxed)) {
+    return s;
+  }
+  return SlowState();
+}
+
+inline void Write(ThreadState* s, EventKind kind, uint64_t call_id, uint64_t a, uint64_t b,
+                  uint32_t site_id, uint32_t k, uint32_t token) {
+  Event e;
+  e.ticks = clock::RawTicks();
+  e.call_id = call_id;
+  e.a = a;
+  e.b = b;
+  e.site_id = site_id;
+  e.k = k;
+  e.token = token;
+  e.kind = kind;
+  e.generation = static_cast<uint8_t>(s->generation);
+  e.pad[0] = e.pad[1] = 0;
+  s->ring->Append(e);
+}
+
+inline const OpenCall* Top(const ThreadState* s) {
+  if (s->depth == 0) return nullptr;
+  return s->depth <= kMaxDepth ? &s->stack[s->depth - 1] : &s->stack[kMaxDepth - 1];
+}
+
+void MarkTokenGraph(uint32_t graph_id) {
+  if (graph_id == 0) return;
+  for (uint32_t i = (graph_id * 2654435761u) & (kGraphSlots - 1), n = 0; n < kGraphSlots;
+       i = (i + 1) & (kGraphSlots - 1), ++n) {
+    uint32_t cur = g_token_graphs[i].load(std::memory_order_relaxed);
+    if (cur == graph_id) return;
+    if (cur == 0) {
+      if (g_token_graphs[i].compare_exchange_strong(cur, graph_id)) return;
+      if (cur == graph_id) return;
+    }
+  }
+}
+
+bool IsTokenGraph(uint32_t graph_id) {
+  if (graph_id == 0) return false;
+  for (uint32_t i = (graph_id * 2654435761u) & (kGraphSlots - 1), n = 0; n < kGraphSlots;
+       i = (i + 1) & (kGraphSlots - 1), ++n) {
+    uint32_t cur = g_token_graphs[i].load(std::memory_order_relaxed);
+    if (cur == graph_id) return true;
+    if (cur == 0) return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Active() { return g_active.load(std::memory_order_relaxed); }
+
+void Push(uint32_t site_id) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  const uint64_t id = g_next_call.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint32_t k = g_site_calls[site_id].fetch_add(1, std::memory_order_relaxed) + 1;
+  const bool is_token = sites::IsToken(site_id);
+  uint32_t token;
+  if (is_token && s->token_depth == 0) {
+    token = g_token.fetch_add(1, std::memory_order_relaxed) + 1;
+  } else {
+    token = g_token.load(std::memory_order_relaxed);
+  }
+  if (is_token) ++s->token_depth;
+  const OpenCall* parent = Top(s);
+  const uint64_t parent_id = parent != nullptr ? parent->call_id : 0;
+  if (s->depth < kMaxDepth) {
+    s->stack[s->depth] = OpenCall{id, site_id, k, token, is_token};
+  } else {
+    g_depth_overflows.fetch_add(1, std::memory_order_relaxed);
+  }
+  ++s->depth;
+  Write(s, EventKind::kPush, id, parent_id, 0, site_id, k, token);
+}
+
+void Pop() {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  if (s->depth == 0) {
+    g_unbalanced_pops.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  --s->depth;
+  if (s->depth >= kMaxDepth) return;  // its push was not stored either
+  const OpenCall& c = s->stack[s->depth];
+  if (c.is_token && s->token_depth > 0) --s->token_depth;
+  Write(s, EventKind::kPop, c.call_id, 0, 0, c.site_id, 0, c.token);
+}
+
+void Mark(uint32_t site_id) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  const uint64_t id = g_next_call.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint32_t k = g_site_calls[site_id].fetch_add(1, std::memory_order_relaxed) + 1;
+  const OpenCall* parent = Top(s);
+  Write(s, EventKind::kMark, id, parent != nullptr ? parent->call_id : 0, 0, site_id, k,
+        g_token.load(std::memory_order_relaxed));
+}
+
+void Launch(uint64_t correlation_id) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  const OpenCall* top = Top(s);
+  Write(s, EventKind::kLaunch, top != nullptr ? top->call_id : 0, correlation_id, 0, 0, 0,
+        top != nullptr ? top->token : g_token.load(std::memory_order_relaxed));
+}
+
+void GraphLaunch(uint64_t correlation_id, uint32_t graph_exec_id) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  const OpenCall* top = Top(s);
+  uint32_t token;
+  // A replay of a graph captured around a token call is itself a token, unless a token call
+  // is open right now (then the replay happens inside that token).
+  if (s->token_depth == 0 && IsTokenGraph(graph_exec_id)) {
+    token = g_token.fetch_add(1, std::memory_order_relaxed) + 1;
+  } else {
+    token = top != nullptr ? top->token : g_token.load(std::memory_order_relaxed);
+  }
+  Write(s, EventKind::kGraphLaunch, top != nullptr ? top->call_id : 0, correlation_id, 0,
+        graph_exec_id, 0, token);
+}
+
+void Escape(uint64_t correlation_id, EscapeKind kind) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  const OpenCall* top = Top(s);
+  Write(s, EventKind::kEscape, top != nullptr ? top->call_id : 0, correlation_id, 0, 0,
+        static_cast<uint32_t>(kind),
+        top != nullptr ? top->token : g_token.load(std::memory_order_relaxed));
+}
+
+void GraphNodeCreated(uint32_t graph_id, uint64_t node_id) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  if (s->token_depth > 0) MarkTokenGraph(graph_id);
+  const OpenCall* top = Top(s);
+  Write(s, EventKind::kGraphNodeCreated, top != nullptr ? top->call_id : 0, node_id, 0,
+        graph_id, 0, top != nullptr ? top->token : 0);
+}
+
+void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t node_id) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  Write(s, EventKind::kGraphNodeCloned, 0, original_node_id, node_id, graph_exec_id, 0, 0);
+}
+
+void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id) {
+  if (IsTokenGraph(graph_id)) MarkTokenGraph(graph_exec_id);
+}
+
+CurrentCall Current() {
+  CurrentCall c;
+  if (!g_active.load(std::memory_order_relaxed)) return c;
+  ThreadState* s = t_state;
+  if (s == nullptr || s->generation != g_generation.load(std::memory_order_relaxed)) return c;
+  const OpenCall* top = Top(s);
+  if (top == nullptr) return c;
+  c.call_id = top->call_id;
+  c.site_id = top->site_id;
+  c.k = top->k;
+  c.token = top->token;
+  return c;
+}
+
+uint32_t CurrentToken() { return g_token.load(std::memory_order_relaxed); }
+
+void BeginSession(uint32_t ring_capacity) {
+  g_ring_capacity.store(ring_capacity, std::memory_order_relaxed);
+  g_next_call.store(0, std::memory_order_relaxed);
+  g_token.store(0, std::memory_order_relaxed);
+  g_unbalanced_pops.store(0, std::memory_order_relaxed);
+  g_depth_overflows.store(0, std::memory_order_relaxed);
+  for (auto& c : g_site_calls) c.store(0, std::memory_order_relaxed);
+  for (auto& g : g_token_graphs) g.store(0, std::memory_order_relaxed);
+  g_generation.fetch_add(1, std::memory_order_release);
+  g_active.store(true, std::memory_order_release);
+}
+
+void EndSession() { g_active.store(false, std::memory_order_release); }
+
+uint8_t Generation() {
+  return static_cast<uint8_t>(g_generation.load(std::memory_order_acquire));
+}
+
+uint64_t TakeUnbalancedPops() { return g_unbalanced_pops.exchange(0); }
+uint64_t TakeDepthOverflows() { return g_depth_overflows.exchange(0); }
+
+void ResetAfterFork() {
+  if (t_state != nullptr) {
+    t_state->ring = nullptr;  // the registry retired it; a new one is registered lazily
+    t_state->depth = 0;
+    t_state->token_depth = 0;
+  }
+  buffers::ResetAllUnsafe();
+}
+
+}  // namespace tokentrace::recorder
