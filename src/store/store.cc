@@ -15,7 +15,8 @@ namespace tokentrace {
 
 struct Store::Statements {
   Statement begin, commit, rollback;
-  Statement meta, site, string, call, kernel, call_gpu, escape, loss, token_stats;
+  Statement meta, site, string, call, kernel, kernel_block, call_gpu, escape, loss,
+      token_stats;
 };
 
 namespace {
@@ -36,6 +37,37 @@ bool RemoveIfPresent(const std::string& path, std::string* reason) {
   if (unlink(path.c_str()) == 0 || errno == ENOENT) return true;
   *reason = "cannot remove the old '" + path + "' (" + std::strerror(errno) + ")";
   return false;
+}
+
+// Kernel rows go in blocks of this many rows per INSERT statement: one step per block instead
+// of one per row halves the per-row cost (statement start, cursor open, halt and reset
+// dominate a single-row insert). 64 rows * 11 columns = 704 parameters.
+constexpr int kKernelBlockRows = 64;
+constexpr int kKernelColumns = 11;
+
+std::string KernelInsertSql(int rows) {
+  std::string sql = "INSERT INTO kernels VALUES";
+  for (int r = 0; r < rows; ++r) {
+    sql += r == 0 ? "(" : ",(";
+    for (int c = 0; c < kKernelColumns; ++c) sql += c == 0 ? "?" : ",?";
+    sql += ")";
+  }
+  return sql;
+}
+
+// Binds one kernel row at parameters first .. first+10.
+void BindKernel(Statement& k, int first, const KernelRow& r) {
+  if (r.call_id == 0) k.BindNull(first); else k.Bind(first, static_cast<int64_t>(r.call_id));
+  k.Bind(first + 1, r.token);
+  k.Bind(first + 2, r.name_id);
+  k.Bind(first + 3, static_cast<int64_t>(r.kind));
+  k.Bind(first + 4, r.device);
+  k.Bind(first + 5, r.stream);
+  k.Bind(first + 6, r.gpu_begin_ns);
+  k.Bind(first + 7, r.gpu_end_ns);
+  k.Bind(first + 8, static_cast<int64_t>(r.correlation_id));
+  k.Bind(first + 9, r.graph_id);
+  k.Bind(first + 10, static_cast<int64_t>(r.graph_node_id));
 }
 
 // Per-batch per-token sums, folded into token_stats with one upsert per token.
@@ -72,7 +104,10 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
     }
   }
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+  // NOMUTEX: a Store is used by one thread at a time (the background writer), so SQLite's
+  // per-connection mutex is pure overhead (~20% of a kernel row's cost).
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
   if (rc != SQLITE_OK) {
     int sys = db != nullptr ? sqlite3_system_errno(db) : 0;
@@ -83,12 +118,14 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
   std::unique_ptr<Store> store(new Store(path, db));
   sqlite3_busy_timeout(db, 2000);
   char* msg = nullptr;
+  // page_size=64 KiB (set before WAL, while the file is empty): fewer page splits and page
+  // headers per row; measured 1.6x faster kernel inserts than 4 KiB pages.
   // WAL: readers in other processes never block the writer and a killed writer leaves a
   // consistent file. synchronous=NORMAL: no fsync per commit (a power loss may drop the
   // last commits, a process crash drops nothing committed).
   const std::string setup = std::string(
-                                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-                                "PRAGMA cache_size=-16384; BEGIN;") +
+                                "PRAGMA page_size=65536; PRAGMA journal_mode=WAL; "
+                                "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-16384; BEGIN;") +
                             SchemaSql() +
                             "INSERT OR REPLACE INTO meta VALUES('schema_version','" +
                             kSchemaVersion + "'); COMMIT;";
@@ -117,9 +154,8 @@ bool Store::Prepare(std::string* error) {
          s.string.Prepare(db_, "INSERT OR REPLACE INTO strings VALUES(?1,?2)", error) &&
          s.call.Prepare(db_, "INSERT OR REPLACE INTO calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
                         error) &&
-         s.kernel.Prepare(db_,
-                          "INSERT INTO kernels VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
-                          error) &&
+         s.kernel.Prepare(db_, KernelInsertSql(1).c_str(), error) &&
+         s.kernel_block.Prepare(db_, KernelInsertSql(kKernelBlockRows).c_str(), error) &&
          // All right-hand sides see the old row, so `kernels = 0` means "no kernel yet":
          // a delta without kernels must not pull first_begin down to its 0.
          s.call_gpu.Prepare(
@@ -201,20 +237,17 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     if (!s.call.Run()) return fail();
   }
   // The hot loop of the writer (one row per kernel in full mode): bind and step only.
-  for (const KernelRow& r : batch.kernels) {
-    Statement& k = s.kernel;
-    if (r.call_id == 0) k.BindNull(1); else k.Bind(1, static_cast<int64_t>(r.call_id));
-    k.Bind(2, r.token);
-    k.Bind(3, r.name_id);
-    k.Bind(4, static_cast<int64_t>(r.kind));
-    k.Bind(5, r.device);
-    k.Bind(6, r.stream);
-    k.Bind(7, r.gpu_begin_ns);
-    k.Bind(8, r.gpu_end_ns);
-    k.Bind(9, static_cast<int64_t>(r.correlation_id));
-    k.Bind(10, r.graph_id);
-    k.Bind(11, static_cast<int64_t>(r.graph_node_id));
-    if (!k.Run()) return fail();
+  const size_t n = batch.kernels.size();
+  size_t i = 0;
+  for (; i + kKernelBlockRows <= n; i += kKernelBlockRows) {
+    for (int r = 0; r < kKernelBlockRows; ++r) {
+      BindKernel(s.kernel_block, 1 + r * kKernelColumns, batch.kernels[i + r]);
+    }
+    if (!s.kernel_block.Run()) return fail();
+  }
+  for (; i < n; ++i) {
+    BindKernel(s.kernel, 1, batch.kernels[i]);
+    if (!s.kernel.Run()) return fail();
   }
   std::map<uint32_t, TokenDelta> tokens;
   for (const CallGpuDelta& d : batch.call_gpu) {
