@@ -1,0 +1,208 @@
+"""tt.trace, tt.record, tt.load: run a model with the recording hooks and open the result."""
+
+import itertools
+import os
+import tempfile
+import warnings
+
+import torch
+
+from . import _store
+from ._backend import check_kernel_mode, get_backend
+from ._errors import fail
+from ._escapes import EscapeCounter, warn_once
+from ._naming import ROOT, site_names
+from ._prompt import is_text, tokenize
+from ._selectors import as_selector
+from ._session import HookSet
+from ._sink import TensorSink
+from ._trace import Recording, Trace
+
+_counter = itertools.count(1)
+_tmpdir = None
+
+
+def _default_path(kind):
+    global _tmpdir
+    if _tmpdir is None:
+        _tmpdir = tempfile.mkdtemp(prefix="tokentrace-")
+    return os.path.join(_tmpdir, f"{kind}-{os.getpid()}-{next(_counter)}.sqlite")
+
+
+def _out_path(out, kind):
+    if out is None:
+        return _default_path(kind)
+    if not isinstance(out, (str, os.PathLike)):
+        fail(f"out must be a file path (str or os.PathLike), got {type(out).__name__}")
+    path = os.path.abspath(os.fspath(out))
+    problem = _store.check_writable(path)
+    if problem:
+        fail(f"cannot write the trace to {path}: {problem}; pass out= a path in a writable "
+             f"directory")
+    return path
+
+
+def _model_of(fn, model):
+    if model is not None:
+        if not isinstance(model, torch.nn.Module):
+            fail(f"model= must be a torch.nn.Module, got {type(model).__name__}")
+        return model
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        return owner
+    fail(f"cannot tell which model {getattr(fn, '__qualname__', fn)!r} runs; pass the model, "
+         f"one of its bound methods (model.generate), or model=...")
+
+
+def _call_args(model, inputs, input_kwargs, tokenizer):
+    if input_kwargs is None:
+        input_kwargs = {}
+    if not isinstance(input_kwargs, dict):
+        fail(f"input_kwargs must be a dict of keyword arguments, got {type(input_kwargs).__name__}")
+    kwargs = dict(input_kwargs)
+    if inputs is None:
+        return (), kwargs
+    if is_text(inputs):
+        encoded = tokenize(model, inputs, tokenizer)
+        encoded.update(kwargs)
+        return (), encoded
+    if isinstance(inputs, dict):
+        merged = dict(inputs)
+        merged.update(kwargs)
+        return (), merged
+    if isinstance(inputs, (list, tuple)):
+        return tuple(inputs), kwargs
+    return (inputs,), kwargs
+
+
+def _resolve(model, sites, save, default_all):
+    names = list(site_names(model))
+    saved = as_selector(save, "save=").resolve(names, "save=") if save is not None else []
+    if sites is None:
+        hooked = names if default_all else [ROOT]
+    else:
+        hooked = as_selector(sites, "sites=").resolve(names, "sites=")
+    chosen = set(hooked) | set(saved) | {ROOT}
+    return [n for n in names if n in chosen], saved
+
+
+def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes, intervene):
+    kernels = check_kernel_mode(kernels)
+    path = _out_path(out, kind)
+    backend = get_backend()
+    bound_edits = intervene.hooks_for(model) if intervene is not None else None
+    sink = TensorSink(path, shard_bytes) if saved else None
+    on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
+    report = backend.escape if on_cpu or backend.name == "python" else None
+    escapes = EscapeCounter(lambda: backend.current()[2], report)
+    path = backend.start(path, kernels)
+    hooks = HookSet(backend, model, hooked, saved, sink)
+    try:
+        if bound_edits is not None:
+            bound_edits.install()
+        hooks.install()
+        escapes.install()
+        try:
+            fn(*args, **kwargs)
+        finally:
+            escapes.remove()
+            hooks.remove()
+            if bound_edits is not None:
+                bound_edits.remove()
+    finally:
+        outputs = backend.take_outputs()
+        status = backend.kernels_status
+        backend.stop()
+        rows = sink.close() if sink is not None else []
+        meta = {"python_save_errors": hooks.save_errors, "kernels_status": status}
+        _store.write_python_rows(path, outputs, rows, escapes.rows(), meta)
+    result = (Recording if kind == "record" else Trace)(path)
+    _warn_escapes(result, escapes, on_cpu or backend.name != "native")
+    return result
+
+
+def _warn_escapes(result, escapes, python_counts):
+    tokens = len(result.tokens)
+    if python_counts:
+        total = sum(escapes.counts.values())
+    else:  # CUDA with the shim: the real synchronizing reads, per token
+        total = sum(t.escapes for t in result.tokens)
+    by_loc = {}
+    for (_, loc), n in escapes.counts.items():
+        by_loc[loc] = by_loc.get(loc, 0) + n
+    warn_once(total, tokens, sorted(by_loc.items(), key=lambda kv: -kv[1]), stacklevel=5)
+
+
+def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels="summary",
+          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64):
+    """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
+
+    fn: a model, or a bound method of one (model.generate). inputs: a tensor, a tuple of
+    positional arguments, a dict of keyword arguments, or text (tokenized with `tokenizer=`
+    or the tokenizer saved next to the model). save=: sites whose output tensors are kept
+    (trace["site:k"].out is then the tensor). kernels: 'off' | 'summary' | 'full' | 'sample:N'.
+    out: the SQLite file (default: a temporary file; see trace.path).
+    """
+    if not callable(fn):
+        fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
+             f"got {type(fn).__name__}")
+    model = _model_of(fn, model)
+    hooked, saved = _resolve(model, sites, save, default_all=True)
+    _check_intervene(intervene)
+    args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
+    return _run("trace", fn, model, args, kwargs, hooked, saved, kernels, out,
+                int(shard_mb * (1 << 20)), intervene)
+
+
+def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
+           kernels="summary", out=None, tokenizer=None, intervene=None, shard_mb=64):
+    """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
+
+    Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
+    Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
+    bounded by `shard_mb` however many steps run.
+    """
+    if isinstance(model, torch.nn.Module):
+        fn = getattr(model, "generate", None)
+        if fn is None:
+            fail(f"record() runs model.generate, and {type(model).__name__} has no generate; "
+                 f"use tt.trace(model, inputs, save=...) for a plain forward")
+    elif callable(model):
+        fn = model
+        model = _model_of(fn, None)
+    else:
+        fail(f"record() needs a model with generate (or model.generate); got "
+             f"{type(model).__name__}")
+    if save is None:
+        fail("record() needs save=: the sites to keep, e.g. save=tt.module('model.layers.*.mlp')")
+    hooked, saved = _resolve(model, sites if sites is not None else save, save,
+                             default_all=False)
+    _check_intervene(intervene)
+    if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
+        fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
+    args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
+    return _run("record", fn, model, args, kwargs, hooked, saved, kernels, out,
+                int(shard_mb * (1 << 20)), intervene)
+
+
+def _check_intervene(intervene):
+    if intervene is None:
+        return
+    from .edits import EditSpec
+    if not isinstance(intervene, EditSpec):
+        fail(f"intervene= takes an edit spec from tt.when(...), got {type(intervene).__name__}")
+
+
+def load(path):
+    """Opens a trace file (from tt.trace, tt.record or `tokentrace run`) as a Trace."""
+    if not isinstance(path, (str, os.PathLike)):
+        fail(f"load() takes a path to a .sqlite trace file, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        fail(f"no trace file at {path}; pass the path printed by `tokentrace run` or trace.path")
+    trace_obj = Trace(path)
+    if trace_obj.has_saved:
+        return Recording(path)
+    return trace_obj

@@ -1,0 +1,30 @@
+"""Errors and warnings that tokentrace raises to users.
+
+Every message is one line that says what was wrong and what is accepted. Errors raised from
+inside a hook never escape into the traced job (see _session.py); errors about arguments are
+raised before any model work starts.
+"""
+
+
+class TokentraceError(ValueError):
+    """A bad argument, selector, path or file. The message says what is accepted."""
+
+    def __init__(self, message):
+        if not message.startswith("tokentrace:"):
+            message = "tokentrace: " + message
+        super().__init__(message)
+
+
+class ScalarEscapeWarning(UserWarning):
+    """The traced code read device values on the host (a scalar escape).
+
+    Decisions made from such reads (generate's stopping check, for example) happen on the
+    host and are not part of the recorded trace.
+    """
+
+
+def fail(message):
+    """Raises TokentraceError with `message`, hiding our own frames from the traceback."""
+    err = TokentraceError(message)
+    err.__suppress_context__ = True
+    raise err

@@ -1,0 +1,18 @@
+"""Site names: the model's own module addresses (named_modules()); the root is `self`."""
+
+ROOT = "self"
+
+
+def site_names(model):
+    """Ordered {name: module} for every module of `model`, root first as `self`.
+
+    A module registered under two addresses keeps its first one (named_modules() order).
+    """
+    names = {}
+    for name, module in model.named_modules():
+        names[name or ROOT] = module
+    return names
+
+
+def is_glob(pattern):
+    return any(ch in pattern for ch in "*?[")

@@ -1,0 +1,68 @@
+"""Saved outputs: tensors streamed to safetensors shards next to the SQLite file.
+
+Layout: for a trace file `run.sqlite`, shards are `run.sqlite.tensors/shard-00000.safetensors`,
+each holding tensors keyed by call id ("1234"); the saved_outputs table maps call ids to
+(shard file, key). Memory is bounded by `shard_bytes`: pending tensors are written out and
+released whenever that many bytes are waiting.
+
+CUDA: a saved output is copied into pinned host memory with non_blocking=True on the current
+stream and an event is recorded; nothing waits per step. The events are waited on only when a
+shard is written (every `shard_bytes`), by which time the copies have long finished.
+"""
+
+import os
+import shutil
+
+import torch
+
+
+class TensorSink:
+    def __init__(self, sqlite_path, shard_bytes=64 << 20):
+        self.directory = os.path.abspath(sqlite_path) + ".tensors"
+        self._rel = os.path.basename(self.directory)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self._shard_bytes = max(int(shard_bytes), 1)
+        self._pending = {}   # key -> host tensor
+        self._events = []
+        self._bytes = 0
+        self._shard = 0
+        self.rows = []       # (call_id, file, key), written to saved_outputs at the end
+        self.peak_pending_bytes = 0
+
+    def save(self, call_id, tensor):
+        t = tensor.detach()
+        if t.is_cuda:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._events.append(event)
+        else:
+            host = t.clone(memory_format=torch.contiguous_format)
+        key = str(int(call_id))
+        self._pending[key] = host
+        self._bytes += host.numel() * host.element_size()
+        self.peak_pending_bytes = max(self.peak_pending_bytes, self._bytes)
+        if self._bytes >= self._shard_bytes:
+            self.flush()
+
+    def flush(self):
+        if not self._pending:
+            return
+        from safetensors.torch import save_file
+
+        for event in self._events:
+            event.synchronize()  # once per shard, not per step
+        os.makedirs(self.directory, exist_ok=True)
+        name = f"shard-{self._shard:05d}.safetensors"
+        save_file(self._pending, os.path.join(self.directory, name))
+        rel = f"{self._rel}/{name}"
+        self.rows.extend((int(k), rel, k) for k in self._pending)
+        self._shard += 1
+        self._pending = {}
+        self._events = []
+        self._bytes = 0
+
+    def close(self):
+        self.flush()
+        return self.rows

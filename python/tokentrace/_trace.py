@@ -1,0 +1,354 @@
+"""Trace and Recording: read-only views over a schema-v1 SQLite trace file.
+
+Reads are lazy: sites are loaded on open, each site's calls on first access, and GPU totals
+(inclusive of child calls) in one pass when first asked for. The file may still be growing
+(preload mode); reopen with tt.load to see newer rows.
+"""
+
+import json
+import os
+import sqlite3
+from collections import namedtuple
+
+import torch
+
+from ._errors import fail
+from ._outputs import parse_dtype
+
+TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill")
+
+
+class OutputMeta:
+    """Shape and dtype of a call's output (its first tensor), when the tensor was not saved."""
+
+    saved = False
+
+    def __init__(self, shape, dtype, path):
+        self.shape = torch.Size(shape)
+        self.dtype = dtype
+        self.path = path  # where the tensor sits in the output: "", "[0]", "logits", ...
+
+    def __repr__(self):
+        where = f" at {self.path!r}" if self.path else ""
+        return f"OutputMeta(shape={list(self.shape)}, dtype={self.dtype}{where})"
+
+
+class CallView:
+    """One call `site:k`."""
+
+    def __init__(self, trace, site, row):
+        self._trace = trace
+        self.site = site
+        self.id, self.k, self.token, self.parent_id, self.thread, b, e = row
+        self.cpu_ms = ((e or b) - b) / 1e6
+
+    @property
+    def name(self):
+        return f"{self.site}:{self.k}"
+
+    @property
+    def out(self):
+        """The output tensor when saved (save=), else OutputMeta(shape, dtype, path), or None."""
+        return self._trace._output(self.id)
+
+    @property
+    def gpu_ms(self):
+        """GPU busy time of this call's kernels and its children's; None when not recorded."""
+        totals = self._trace._gpu_totals()
+        if totals is None:
+            return None
+        return totals.get(self.id, (0, 0))[1] / 1e6
+
+    @property
+    def kernels(self):
+        """Number of kernels of this call and its children; None when not recorded."""
+        totals = self._trace._gpu_totals()
+        if totals is None:
+            return None
+        return totals.get(self.id, (0, 0))[0]
+
+    @property
+    def kernel_list(self):
+        """(kernel name, gpu_ms) of the kernels this call launched itself (kernels='full')."""
+        return [(name, (e - b) / 1e6) for name, b, e in self._trace._q(
+            "SELECT s.text, k.gpu_begin_ns, k.gpu_end_ns FROM kernels k "
+            "LEFT JOIN strings s ON s.id = k.name_id WHERE k.call_id = ? "
+            "ORDER BY k.gpu_begin_ns", (self.id,))]
+
+    def __repr__(self):
+        return f"<call {self.name} token={self.token} cpu_ms={self.cpu_ms:.3f}>"
+
+
+class SiteView:
+    """Every call of one site."""
+
+    def __init__(self, trace, site_id, name, kind):
+        self._trace = trace
+        self.id, self.name, self.kind = site_id, name, kind
+        self._calls = None
+
+    @property
+    def calls(self):
+        if self._calls is None:
+            rows = self._trace._q(
+                "SELECT id, k, token, parent_id, thread, cpu_begin_ns, cpu_end_ns FROM calls "
+                "WHERE site_id = ? ORDER BY k", (self.id,))
+            self._calls = [CallView(self._trace, self.name, r) for r in rows]
+        return self._calls
+
+    @property
+    def num_calls(self):
+        return len(self.calls)
+
+    def __len__(self):
+        return self.num_calls
+
+    def __iter__(self):
+        return iter(self.calls)
+
+    def __getitem__(self, k):
+        if not isinstance(k, int) or isinstance(k, bool):
+            fail(f"calls are numbered by int k (1-based), got {k!r}")
+        if not 1 <= k <= self.num_calls:
+            fail(f"{self.name} has {self.num_calls} calls; k must be 1..{self.num_calls}, "
+                 f"got {k}")
+        return self.calls[k - 1]
+
+    @property
+    def outs(self):
+        """Every call's .out, in call order."""
+        return [c.out for c in self.calls]
+
+    @property
+    def cpu_ms(self):
+        return sum(c.cpu_ms for c in self.calls)
+
+    @property
+    def gpu_ms(self):
+        values = [c.gpu_ms for c in self.calls]
+        return None if any(v is None for v in values) else sum(values)
+
+    def __repr__(self):
+        return f"<site {self.name} ({self.kind}) num_calls={self.num_calls}>"
+
+
+class Trace:
+    """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(os.fspath(path))
+        try:
+            self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            self._tables = {r[0] for r in self._con.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        except sqlite3.DatabaseError as exc:
+            fail(f"{self.path} is not a tokentrace SQLite file ({exc})")
+        if "sites" not in self._tables or "calls" not in self._tables:
+            fail(f"{self.path} is not a tokentrace trace (no sites/calls tables)")
+        self.meta = dict(self._q("SELECT key, value FROM meta")) if "meta" in self._tables else {}
+        version = self.meta.get("schema_version", "1")
+        if version != "1":
+            fail(f"{self.path} has trace schema version {version}; this tokentrace reads "
+                 f"version 1")
+        cols = [r[1] for r in self._q("PRAGMA table_info(sites)")]
+        is_token = "is_token" if "is_token" in cols else "kind = 'root'"
+        self._sites = {}
+        self._site_order = []
+        for sid, name, kind, tok in self._q(
+                f"SELECT id, name, kind, {is_token} FROM sites ORDER BY id"):
+            self._sites[name] = (sid, kind, bool(tok))
+            self._site_order.append(name)
+        self._views = {}
+        self._outputs = None
+        self._saved = None
+        self._gpu = False
+        self._shards = {}
+
+    # --- plumbing -----------------------------------------------------------------------
+    def _q(self, sql, args=()):
+        return self._con.execute(sql, args).fetchall()
+
+    def close(self):
+        self._con.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- lookup -------------------------------------------------------------------------
+    @property
+    def sites(self):
+        """Site names in the order they were first seen (model order for hooked modules)."""
+        return list(self._site_order)
+
+    def __contains__(self, key):
+        return key in self._sites
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            fail(f"index a trace with 'site' or 'site:k' (k 1-based), got {key!r}")
+        if key in self._sites:
+            return self._site(key)
+        site, sep, k = key.rpartition(":")
+        if sep and k.isdigit() and site in self._sites:
+            return self._site(site)[int(k)]
+        self._unknown(site if (sep and k.isdigit()) else key)
+
+    def _site(self, name):
+        view = self._views.get(name)
+        if view is None:
+            sid, kind, _ = self._sites[name]
+            view = self._views[name] = SiteView(self, sid, name, kind)
+        return view
+
+    def _unknown(self, name):
+        import difflib
+        close = difflib.get_close_matches(name, self._site_order, n=3, cutoff=0.5)
+        hint = (f"did you mean {', '.join(repr(c) for c in close)}?" if close
+                else f"the trace has {len(self._site_order)} sites, see trace.sites")
+        fail(f"no site named {name!r} in this trace; {hint}")
+
+    # --- tokens -------------------------------------------------------------------------
+    @property
+    def tokens(self):
+        """One TokenRow per token (root call); token 1 is the prefill."""
+        gpu_on = self.kernels_recorded
+        if "tokens" in self._tables:
+            rows = self._q("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, "
+                           "escapes FROM tokens WHERE token > 0 ORDER BY token")
+        else:
+            rows = self._q("SELECT c.token, MIN(c.cpu_begin_ns), MAX(c.cpu_end_ns), 0, 0, 0 "
+                           "FROM calls c JOIN sites s ON s.id = c.site_id "
+                           "WHERE s.kind = 'root' GROUP BY c.token ORDER BY c.token")
+        return [TokenRow(t, ((e or b) - b) / 1e6, (g / 1e6) if gpu_on else None,
+                         kn if gpu_on else None, esc or 0, t == 1)
+                for t, b, e, kn, g, esc in rows]
+
+    @property
+    def num_tokens(self):
+        return len(self.tokens)
+
+    # --- kernels ------------------------------------------------------------------------
+    @property
+    def kernel_mode(self):
+        return self.meta.get("kernel_mode", "off")
+
+    @property
+    def kernels_status(self):
+        """Why kernels were not recorded ('' when they were)."""
+        return self.meta.get("kernels_status", "")
+
+    @property
+    def kernels_recorded(self):
+        return self.kernel_mode != "off" and not self.kernels_status
+
+    def _gpu_totals(self):
+        """{call_id: (kernels, gpu_busy_ns)} inclusive of child calls, or None if not recorded."""
+        if self._gpu is False:
+            if not self.kernels_recorded or "call_gpu" not in self._tables:
+                self._gpu = None
+            else:
+                totals = {cid: [n, ns] for cid, n, ns in self._q(
+                    "SELECT call_id, kernels, gpu_busy_ns FROM call_gpu")}
+                # Children have larger ids than their parents (ids are handed out at push),
+                # so one descending pass adds every subtree into its root.
+                for cid, parent in self._q("SELECT id, parent_id FROM calls "
+                                           "WHERE parent_id IS NOT NULL ORDER BY id DESC"):
+                    own = totals.get(cid)
+                    if own and parent:
+                        acc = totals.setdefault(parent, [0, 0])
+                        acc[0] += own[0]
+                        acc[1] += own[1]
+                self._gpu = {k: tuple(v) for k, v in totals.items()}
+        return self._gpu
+
+    # --- outputs ------------------------------------------------------------------------
+    def _load_outputs(self):
+        if self._outputs is None:
+            self._outputs = {}
+            if "call_outputs" in self._tables:
+                for cid, path, shape, dtype in self._q(
+                        "SELECT call_id, path, shape, dtype FROM call_outputs"):
+                    self._outputs[cid] = (path, shape, dtype)
+            self._saved = {}
+            if "saved_outputs" in self._tables:
+                for cid, file, key in self._q("SELECT call_id, file, key FROM saved_outputs"):
+                    self._saved[cid] = (file, key)
+
+    @property
+    def has_saved(self):
+        self._load_outputs()
+        return bool(self._saved)
+
+    def _output(self, call_id):
+        self._load_outputs()
+        saved = self._saved.get(call_id)
+        if saved is not None:
+            return self._tensor(*saved)
+        row = self._outputs.get(call_id)
+        if row is None:
+            return None
+        path, shape, dtype = row
+        return OutputMeta(json.loads(shape), parse_dtype(dtype), path)
+
+    def _tensor(self, file, key):
+        from safetensors import safe_open
+        handle = self._shards.get(file)
+        if handle is None:
+            full = os.path.join(os.path.dirname(self.path), file)
+            if not os.path.exists(full):
+                fail(f"the saved tensors of this trace are missing: {full} (keep the "
+                     f".tensors directory next to the .sqlite file)")
+            handle = self._shards[file] = safe_open(full, framework="pt")
+        return handle.get_tensor(key)
+
+    # --- escapes, losses, report ------------------------------------------------------
+    @property
+    def escape_sites(self):
+        """[(location, reads)] of host reads seen from Python, most frequent first."""
+        if "escape_sites" not in self._tables:
+            return []
+        return self._q("SELECT location, SUM(count) AS n FROM escape_sites GROUP BY location "
+                       "ORDER BY n DESC")
+
+    @property
+    def losses(self):
+        if "losses" not in self._tables:
+            return {}
+        return {k: n for k, n in self._q("SELECT kind, SUM(count) FROM losses GROUP BY kind")
+                if n}
+
+    def report(self, top=15):
+        """A text summary: tokens, the costliest sites, escapes, losses."""
+        from ._report import render
+        return render(self, top)
+
+    def __repr__(self):
+        return (f"<tokentrace.Trace {os.path.basename(self.path)}: {len(self._sites)} sites, "
+                f"{self.num_tokens} tokens>")
+
+
+class Recording(Trace):
+    """What tt.record kept: rec[site] (every step), rec['site:k'].out (the tensor), rec.steps."""
+
+    @property
+    def steps(self):
+        """The number of steps (tokens) recorded."""
+        return self.num_tokens
+
+    @property
+    def saved_sites(self):
+        self._load_outputs()
+        ids = set(self._saved)
+        if not ids:
+            return []
+        names = {sid: n for n, (sid, _, _) in self._sites.items()}
+        found = {r[0] for r in self._q(
+            "SELECT DISTINCT site_id FROM calls WHERE id IN (%s)" % ",".join(map(str, ids)))}
+        return [names[s] for s in sorted(found)]
+
+    def __repr__(self):
+        return (f"<tokentrace.Recording {os.path.basename(self.path)}: {self.steps} steps, "
+                f"saved {self.saved_sites}>")
