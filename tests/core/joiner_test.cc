@@ -1,0 +1,273 @@
+// The joiner on hand-built events and GPU records (what the background thread sees).
+#include "core/joiner.h"
+
+#include <gtest/gtest.h>
+
+namespace tokentrace {
+namespace {
+
+KernelMode Mode(KernelMode::Kind kind, uint32_t every = 0) {
+  KernelMode m;
+  m.kind = kind;
+  m.sample_every = every;
+  return m;
+}
+
+Event Push(uint64_t id, uint64_t parent, uint32_t site, uint32_t k, uint32_t token, uint64_t t) {
+  Event e{};
+  e.kind = EventKind::kPush;
+  e.call_id = id;
+  e.a = parent;
+  e.site_id = site;
+  e.k = k;
+  e.token = token;
+  e.ticks = t;
+  return e;
+}
+Event Pop(uint64_t id, uint64_t t) {
+  Event e{};
+  e.kind = EventKind::kPop;
+  e.call_id = id;
+  e.ticks = t;
+  return e;
+}
+Event Launch(uint64_t corr, uint64_t call, uint32_t token) {
+  Event e{};
+  e.kind = EventKind::kLaunch;
+  e.a = corr;
+  e.call_id = call;
+  e.token = token;
+  return e;
+}
+GpuActivity Kernel(uint64_t corr, int64_t begin, int64_t end, const char* name = "k") {
+  GpuActivity a;
+  a.correlation_id = corr;
+  a.begin_ns = begin;
+  a.end_ns = end;
+  a.name = name;
+  a.stream = 7;
+  return a;
+}
+
+TEST(JoinerTest, ClosesCallsWithTimesAndParents) {
+  Joiner j(Mode(KernelMode::kSummary));
+  Batch b;
+  j.OnEvent(0, Push(1, 0, 1, 1, 1, 100), &b);
+  j.OnEvent(0, Push(2, 1, 2, 1, 1, 110), &b);
+  j.OnEvent(0, Pop(2, 150), &b);
+  j.OnEvent(0, Pop(1, 200), &b);
+  ASSERT_EQ(b.calls.size(), 2u);
+  EXPECT_EQ(b.calls[0].id, 2u);
+  EXPECT_EQ(b.calls[0].parent_id, 1u);
+  EXPECT_EQ(b.calls[0].cpu_begin_ns, 110);
+  EXPECT_EQ(b.calls[0].cpu_end_ns, 150);
+  EXPECT_EQ(b.calls[1].cpu_end_ns, 200);
+}
+
+TEST(JoinerTest, OpenCallsAtFinishAreStoredOpenAndCounted) {
+  Joiner j(Mode(KernelMode::kSummary));
+  Batch b;
+  j.OnEvent(0, Push(1, 0, 1, 1, 1, 100), &b);
+  j.OnEvent(3, Push(2, 0, 2, 1, 1, 100), &b);
+  j.Finish(999, &b);
+  ASSERT_EQ(b.calls.size(), 2u);
+  for (const CallRow& c : b.calls) EXPECT_EQ(c.cpu_end_ns, -1);
+  EXPECT_EQ(b.losses["unclosed_range"], 2);
+}
+
+TEST(JoinerTest, PopOfAnUnknownCallIsIgnored) {
+  // Its push was dropped on a full ring (and counted there).
+  Joiner j(Mode(KernelMode::kSummary));
+  Batch b;
+  j.OnEvent(0, Push(1, 0, 1, 1, 1, 100), &b);
+  j.OnEvent(0, Pop(5, 120), &b);
+  EXPECT_TRUE(b.calls.empty());
+  j.OnEvent(0, Pop(1, 130), &b);
+  ASSERT_EQ(b.calls.size(), 1u);
+  EXPECT_EQ(b.calls[0].id, 1u);
+}
+
+TEST(JoinerTest, SummaryAddsKernelsPerCallWithoutRows) {
+  Joiner j(Mode(KernelMode::kSummary));
+  Batch b;
+  j.OnEvent(0, Launch(10, 4, 2), &b);
+  j.OnEvent(0, Launch(11, 4, 2), &b);
+  j.OnActivity(Kernel(10, 1000, 1100), &b);
+  j.OnActivity(Kernel(11, 1200, 1250), &b);
+  j.EndDrain(&b);
+  EXPECT_TRUE(b.kernels.empty());
+  ASSERT_EQ(b.call_gpu.size(), 1u);
+  EXPECT_EQ(b.call_gpu[0].call_id, 4u);
+  EXPECT_EQ(b.call_gpu[0].token, 2u);
+  EXPECT_EQ(b.call_gpu[0].kernels, 2u);
+  EXPECT_EQ(b.call_gpu[0].busy_ns, 150);
+  EXPECT_EQ(b.call_gpu[0].first_begin_ns, 1000);
+  EXPECT_EQ(b.call_gpu[0].last_end_ns, 1250);
+  EXPECT_EQ(j.correlation_entries(), 0u);  // matched launches are forgotten
+}
+
+TEST(JoinerTest, FullModeWritesRowsWithInternedNames) {
+  Joiner j(Mode(KernelMode::kFull));
+  Batch b;
+  j.OnEvent(0, Launch(10, 4, 1), &b);
+  j.OnEvent(0, Launch(11, 4, 1), &b);
+  j.OnEvent(0, Launch(12, 4, 1), &b);
+  j.OnActivity(Kernel(10, 0, 5, "gemm"), &b);
+  j.OnActivity(Kernel(11, 5, 9, "softmax"), &b);
+  j.OnActivity(Kernel(12, 9, 12, "gemm"), &b);
+  j.EndDrain(&b);
+  ASSERT_EQ(b.kernels.size(), 3u);
+  ASSERT_EQ(b.strings.size(), 2u);
+  EXPECT_EQ(b.kernels[0].name_id, b.kernels[2].name_id);
+  EXPECT_NE(b.kernels[0].name_id, b.kernels[1].name_id);
+  EXPECT_EQ(b.kernels[1].stream, 7u);
+  EXPECT_EQ(b.kernels[1].gpu_end_ns - b.kernels[1].gpu_begin_ns, 4);
+}
+
+TEST(JoinerTest, SampleModeKeepsRowsOnSampledTokensOnly) {
+  Joiner j(Mode(KernelMode::kSample, 2));
+  Batch b;
+  for (uint32_t token = 1; token <= 4; ++token) {
+    j.OnEvent(0, Launch(token, 100 + token, token), &b);
+    j.OnActivity(Kernel(token, 0, 1), &b);
+  }
+  j.EndDrain(&b);
+  ASSERT_EQ(b.kernels.size(), 2u);
+  EXPECT_EQ(b.kernels[0].token, 1u);
+  EXPECT_EQ(b.kernels[1].token, 3u);
+  EXPECT_EQ(b.call_gpu.size(), 4u);  // summaries for every token
+}
+
+TEST(JoinerTest, OffModeIgnoresGpuRecords) {
+  Joiner j(Mode(KernelMode::kOff));
+  Batch b;
+  j.OnEvent(0, Launch(10, 4, 1), &b);
+  j.OnActivity(Kernel(10, 0, 1), &b);
+  j.EndDrain(&b);
+  EXPECT_TRUE(b.kernels.empty());
+  EXPECT_TRUE(b.call_gpu.empty());
+}
+
+TEST(JoinerTest, RecordBeforeItsLaunchIsJoinedWhenTheLaunchArrives) {
+  Joiner j(Mode(KernelMode::kFull));
+  Batch b;
+  j.OnActivity(Kernel(10, 0, 1), &b);
+  j.EndDrain(&b);
+  EXPECT_TRUE(b.kernels.empty());
+  EXPECT_EQ(j.pending_records(), 1u);
+  j.OnEvent(0, Launch(10, 4, 3), &b);
+  j.EndDrain(&b);
+  ASSERT_EQ(b.kernels.size(), 1u);
+  EXPECT_EQ(b.kernels[0].call_id, 4u);
+  EXPECT_EQ(b.kernels[0].token, 3u);
+  EXPECT_EQ(b.losses.count("unknown_correlation"), 0u);
+}
+
+TEST(JoinerTest, RecordLongAfterItsLaunchStillJoins) {
+  Joiner j(Mode(KernelMode::kFull));
+  Batch b;
+  j.OnEvent(0, Launch(10, 4, 3), &b);
+  for (int i = 0; i < 40; ++i) j.EndDrain(&b);
+  j.OnActivity(Kernel(10, 0, 1), &b);
+  j.EndDrain(&b);
+  ASSERT_EQ(b.kernels.size(), 1u);
+  EXPECT_EQ(b.kernels[0].call_id, 4u);
+}
+
+TEST(JoinerTest, UnknownCorrelationIsStoredUnattributedAndCounted) {
+  Joiner j(Mode(KernelMode::kFull));
+  Batch b;
+  j.OnActivity(Kernel(77, 0, 1), &b);
+  for (uint32_t i = 0; i <= Joiner::kPendingDrains; ++i) j.EndDrain(&b);
+  EXPECT_EQ(b.losses["unknown_correlation"], 1);
+  ASSERT_EQ(b.kernels.size(), 1u);
+  EXPECT_EQ(b.kernels[0].call_id, 0u);
+  EXPECT_EQ(j.pending_records(), 0u);
+}
+
+TEST(JoinerTest, StaleLaunchEntriesAreSwept) {
+  Joiner j(Mode(KernelMode::kSummary));
+  Batch b;
+  for (uint64_t c = 1; c <= 1000; ++c) j.OnEvent(0, Launch(c, 1, 1), &b);
+  EXPECT_EQ(j.correlation_entries(), 1000u);
+  for (uint32_t i = 0; i < Joiner::kCorrelationDrains + 32; ++i) j.EndDrain(&b);
+  EXPECT_EQ(j.correlation_entries(), 0u);
+}
+
+TEST(JoinerTest, MemcpyAndMemsetAreNamed) {
+  Joiner j(Mode(KernelMode::kFull));
+  Batch b;
+  j.OnEvent(0, Launch(1, 4, 1), &b);
+  j.OnEvent(0, Launch(2, 4, 1), &b);
+  GpuActivity copy = Kernel(1, 0, 10, nullptr);
+  copy.kind = GpuOpKind::kMemcpy;
+  copy.copy_kind = 2;
+  GpuActivity set = Kernel(2, 10, 12, nullptr);
+  set.kind = GpuOpKind::kMemset;
+  j.OnActivity(copy, &b);
+  j.OnActivity(set, &b);
+  ASSERT_EQ(b.strings.size(), 2u);
+  EXPECT_EQ(b.strings[0].text, "[memcpy DtoH]");
+  EXPECT_EQ(b.strings[1].text, "[memset]");
+  EXPECT_EQ(b.kernels[0].kind, GpuOpKind::kMemcpy);
+}
+
+// Capture inside calls, instantiate (clone), replay twice: each replayed kernel belongs to
+// the call that was open when its node was captured, and to its replay's token.
+TEST(JoinerTest, GraphReplaysAttributeThroughCapturedNodes) {
+  Joiner j(Mode(KernelMode::kFull));
+  Batch b;
+  auto node = [](uint64_t call, uint64_t node_id, uint32_t graph) {
+    Event e{};
+    e.kind = EventKind::kGraphNodeCreated;
+    e.call_id = call;
+    e.a = node_id;
+    e.site_id = graph;
+    return e;
+  };
+  auto clone = [](uint64_t orig, uint64_t node_id, uint32_t exec) {
+    Event e{};
+    e.kind = EventKind::kGraphNodeCloned;
+    e.a = orig;
+    e.b = node_id;
+    e.site_id = exec;
+    return e;
+  };
+  auto graph_launch = [](uint64_t corr, uint32_t token, uint32_t exec) {
+    Event e{};
+    e.kind = EventKind::kGraphLaunch;
+    e.a = corr;
+    e.token = token;
+    e.site_id = exec;
+    return e;
+  };
+  j.OnEvent(0, node(/*call=*/20, /*node=*/1, 5), &b);  // attention
+  j.OnEvent(0, node(/*call=*/21, /*node=*/2, 5), &b);  // mlp
+  j.OnEvent(0, clone(1, 101, 9), &b);
+  j.OnEvent(0, clone(2, 102, 9), &b);
+  for (uint32_t replay = 0; replay < 2; ++replay) {
+    uint64_t corr = 500 + replay;
+    j.OnEvent(0, graph_launch(corr, 7 + replay, 9), &b);
+    for (uint64_t n : {101, 102}) {
+      GpuActivity a = Kernel(corr, 0, 1);
+      a.graph_id = 9;
+      a.graph_node_id = n;
+      j.OnActivity(a, &b);
+    }
+  }
+  GpuActivity stray = Kernel(500, 0, 1);
+  stray.graph_node_id = 999;  // a node we never saw created
+  j.OnActivity(stray, &b);
+  j.EndDrain(&b);
+  ASSERT_EQ(b.kernels.size(), 5u);
+  EXPECT_EQ(b.kernels[0].call_id, 20u);
+  EXPECT_EQ(b.kernels[1].call_id, 21u);
+  EXPECT_EQ(b.kernels[0].token, 7u);
+  EXPECT_EQ(b.kernels[2].call_id, 20u);
+  EXPECT_EQ(b.kernels[3].token, 8u);
+  EXPECT_EQ(b.kernels[3].graph_node_id, 102u);
+  EXPECT_EQ(b.losses["unknown_graph_node"], 1);
+}
+
+}  // namespace
+}  // namespace tokentrace

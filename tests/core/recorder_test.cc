@@ -1,0 +1,190 @@
+// The hot path and the joiner together, as the background thread uses them.
+#include "core/recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "core/buffer_registry.h"
+#include "core/joiner.h"
+#include "core/site_registry.h"
+
+namespace tokentrace {
+namespace {
+
+KernelMode Mode(KernelMode::Kind kind) {
+  KernelMode m;
+  m.kind = kind;
+  return m;
+}
+
+// Drains every ring (current generation only) into the joiner.
+void DrainInto(Joiner& joiner, Batch* batch) {
+  const uint8_t gen = recorder::Generation();
+  buffers::ForEach([&](ThreadBuffer& ring) {
+    ring.Drain([&](const Event& e) {
+      if (e.generation == gen) joiner.OnEvent(ring.thread_index(), e, batch);
+    });
+    if (uint64_t d = ring.TakeDropped()) batch->losses["buffer_full"] += static_cast<int64_t>(d);
+  });
+}
+
+std::map<uint64_t, CallRow> ById(const Batch& b) {
+  std::map<uint64_t, CallRow> m;
+  for (const CallRow& c : b.calls) m[c.id] = c;
+  return m;
+}
+
+class RecorderTest : public ::testing::Test {
+ protected:
+  void SetUp() override { recorder::BeginSession(1 << 12); }
+  void TearDown() override {
+    recorder::EndSession();
+    Batch ignored;
+    Joiner j(Mode(KernelMode::kOff));
+    DrainInto(j, &ignored);
+  }
+};
+
+TEST_F(RecorderTest, InactiveRecordsNothing) {
+  recorder::EndSession();
+  uint32_t site = sites::Intern("rec.idle", SiteKind::kModule);
+  recorder::Push(site);
+  recorder::Pop();
+  Joiner joiner(Mode(KernelMode::kSummary));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  EXPECT_TRUE(batch.calls.empty());
+}
+
+// Three tokens of a generate-shaped run: root > block > mlp, the block called twice per
+// token. Calls carry per-site k, their token and their parent.
+TEST_F(RecorderTest, NumbersCallsTokensAndParents) {
+  uint32_t root = sites::Intern("self", SiteKind::kRoot);
+  uint32_t block = sites::Intern("rec.block", SiteKind::kModule);
+  uint32_t mlp = sites::Intern("rec.block.mlp", SiteKind::kModule);
+  for (int t = 0; t < 3; ++t) {
+    recorder::Push(root);
+    for (int rep = 0; rep < 2; ++rep) {
+      recorder::Push(block);
+      recorder::Push(mlp);
+      auto cur = recorder::Current();
+      EXPECT_EQ(cur.site_id, mlp);
+      EXPECT_EQ(cur.token, static_cast<uint32_t>(t + 1));
+      EXPECT_EQ(cur.k, static_cast<uint32_t>(t * 2 + rep + 1));
+      recorder::Pop();
+      recorder::Pop();
+    }
+    recorder::Pop();
+  }
+  Joiner joiner(Mode(KernelMode::kSummary));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  ASSERT_EQ(batch.calls.size(), 3u + 6u + 6u);
+  auto calls = ById(batch);
+  std::map<uint32_t, int> per_site;
+  for (auto& [id, c] : calls) {
+    ++per_site[c.site_id];
+    EXPECT_GE(c.cpu_end_ns, c.cpu_begin_ns);
+    if (c.site_id == root) {
+      EXPECT_EQ(c.parent_id, 0u);
+      EXPECT_EQ(c.token, c.k);  // each root call is a token
+    } else {
+      ASSERT_TRUE(calls.count(c.parent_id));
+      EXPECT_EQ(calls[c.parent_id].site_id, c.site_id == mlp ? block : root);
+      EXPECT_EQ(c.token, calls[c.parent_id].token);
+    }
+  }
+  EXPECT_EQ(per_site[root], 3);
+  EXPECT_EQ(per_site[block], 6);
+  EXPECT_EQ(per_site[mlp], 6);
+}
+
+TEST_F(RecorderTest, NestedRootCallIsNotANewToken) {
+  uint32_t root = sites::Intern("self", SiteKind::kRoot);
+  recorder::Push(root);
+  recorder::Push(root);  // e.g. a wrapper model calling the same root
+  EXPECT_EQ(recorder::Current().token, 1u);
+  recorder::Pop();
+  recorder::Pop();
+  recorder::Push(root);
+  EXPECT_EQ(recorder::Current().token, 2u);
+  recorder::Pop();
+}
+
+TEST_F(RecorderTest, UnbalancedPopsAreCountedNotCrashed) {
+  recorder::TakeUnbalancedPops();
+  recorder::Pop();
+  recorder::Pop();
+  EXPECT_EQ(recorder::TakeUnbalancedPops(), 2u);
+}
+
+TEST_F(RecorderTest, OtherThreadsSeeTheCurrentToken) {
+  uint32_t root = sites::Intern("self", SiteKind::kRoot);
+  uint32_t work = sites::Intern("rec.worker", SiteKind::kRange);
+  recorder::Push(root);
+  std::thread worker([&] {
+    recorder::Push(work);
+    recorder::Pop();
+  });
+  worker.join();
+  recorder::Pop();
+  Joiner joiner(Mode(KernelMode::kSummary));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  ASSERT_EQ(batch.calls.size(), 2u);
+  for (const CallRow& c : batch.calls) EXPECT_EQ(c.token, 1u);
+  EXPECT_NE(batch.calls[0].thread, batch.calls[1].thread);
+}
+
+TEST_F(RecorderTest, LaunchesJoinKernelRecordsToTheOpenCall) {
+  uint32_t root = sites::Intern("self", SiteKind::kRoot);
+  uint32_t lin = sites::Intern("rec.linear", SiteKind::kModule);
+  recorder::Push(root);
+  recorder::Push(lin);
+  recorder::Launch(101);
+  recorder::Escape(102, EscapeKind::kStreamSync);
+  recorder::Pop();
+  recorder::Pop();
+  Joiner joiner(Mode(KernelMode::kFull));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  GpuActivity k;
+  k.correlation_id = 101;
+  k.begin_ns = 1000;
+  k.end_ns = 1500;
+  k.name = "gemm";
+  joiner.OnActivity(k, &batch);
+  joiner.EndDrain(&batch);
+  auto calls = ById(batch);
+  ASSERT_EQ(batch.kernels.size(), 1u);
+  EXPECT_EQ(calls[batch.kernels[0].call_id].site_id, lin);
+  EXPECT_EQ(batch.kernels[0].token, 1u);
+  ASSERT_EQ(batch.escapes.size(), 1u);
+  EXPECT_EQ(calls[batch.escapes[0].call_id].site_id, lin);
+  EXPECT_EQ(batch.escapes[0].kind, EscapeKind::kStreamSync);
+}
+
+TEST_F(RecorderTest, FullRingLosesEventsButCountsThem) {
+  recorder::EndSession();
+  recorder::BeginSession(64);
+  uint32_t site = sites::Intern("rec.flood", SiteKind::kRange);
+  // This thread's ring may already exist with a larger capacity (rings are reused across
+  // sessions), so flood from a fresh thread.
+  std::thread t([&] {
+    for (int i = 0; i < 100; ++i) {
+      recorder::Push(site);
+      recorder::Pop();
+    }
+  });
+  t.join();
+  Joiner joiner(Mode(KernelMode::kSummary));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  EXPECT_EQ(batch.losses["buffer_full"] + static_cast<int64_t>(batch.calls.size()) * 2, 200);
+  EXPECT_EQ(batch.calls.size(), 32u);
+}
+
+}  // namespace
+}  // namespace tokentrace
