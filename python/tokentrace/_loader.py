@@ -22,20 +22,30 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = {"tried": False, "module": None, "reason": ""}
 
 
-def _candidates():
-    native_dir = os.environ.get("TOKENTRACE_NATIVE_DIR")
-    dirs = []
-    if native_dir:
-        dirs.append(os.path.abspath(native_dir))
-    dirs.append(_PKG_DIR)
-    for d in dirs:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = os.path.join(d, "_native" + suffix)
-            if os.path.exists(path):
-                yield path
-        # nanobind may name it _native.cpython-311-x86_64-linux-gnu.so or _native.abi3.so
-        for path in sorted(glob.glob(os.path.join(d, "_native*.so"))):
+def _candidates(native_dir):
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(native_dir, "_native" + suffix)
+        if os.path.exists(path):
             yield path
+    # nanobind may name it _native.cpython-311-x86_64-linux-gnu.so or _native.abi3.so
+    for path in sorted(glob.glob(os.path.join(native_dir, "_native*.so"))):
+        yield path
+
+
+def _load_from(native_dir, errors):
+    seen = set()
+    for path in _candidates(native_dir):
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            spec = importlib.util.spec_from_file_location("tokentrace._native", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        except Exception as exc:  # a broken build must not break `import tokentrace`
+            errors.append(f"{path}: {exc}")
+    return None
 
 
 def load():
@@ -47,18 +57,17 @@ def load():
         _state["reason"] = "TOKENTRACE_BACKEND=python"
         return None
     errors = []
-    seen = set()
-    for path in _candidates():
-        if path in seen:
-            continue
-        seen.add(path)
-        try:
-            spec = importlib.util.spec_from_file_location("tokentrace._native", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        except Exception as exc:  # a broken build must not break `import tokentrace`
-            errors.append(f"{path}: {exc}")
-            continue
+    module = None
+    native_dir = os.environ.get("TOKENTRACE_NATIVE_DIR")
+    if native_dir:  # a development build wins over anything installed
+        module = _load_from(os.path.abspath(native_dir), errors)
+    if module is None:
+        try:  # installed or editable package: the regular import system knows where it is
+            module = importlib.import_module("tokentrace._native")
+        except ImportError as exc:
+            if "No module named" not in str(exc):
+                errors.append(f"tokentrace._native: {exc}")
+    if module is not None:
         sys.modules["tokentrace._native"] = module
         _state["module"] = module
         return module
@@ -83,13 +92,20 @@ def native_dir():
     return os.path.dirname(os.path.abspath(module.__file__))
 
 
-def find_program():
-    """Path of the `tokentrace` CLI program, or None."""
+def _native_dirs():
     dirs = []
     if os.environ.get("TOKENTRACE_NATIVE_DIR"):
         dirs.append(os.path.abspath(os.environ["TOKENTRACE_NATIVE_DIR"]))
+    module = _state["module"]
+    if module is not None and getattr(module, "__file__", None):
+        dirs.append(os.path.dirname(os.path.abspath(module.__file__)))
     dirs.append(_PKG_DIR)
-    for d in dirs:
+    return dirs
+
+
+def find_program():
+    """Path of the `tokentrace` CLI program, or None."""
+    for d in _native_dirs():
         path = os.path.join(d, "tokentrace")
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
@@ -98,11 +114,7 @@ def find_program():
 
 def find_shim():
     """Path of libtokentrace.so, or None."""
-    dirs = []
-    if os.environ.get("TOKENTRACE_NATIVE_DIR"):
-        dirs.append(os.path.abspath(os.environ["TOKENTRACE_NATIVE_DIR"]))
-    dirs.append(_PKG_DIR)
-    for d in dirs:
+    for d in _native_dirs():
         path = os.path.join(d, "libtokentrace.so")
         if os.path.isfile(path):
             return path
