@@ -1,0 +1,24 @@
+// Entry points of the `tokentrace` subcommands. Each takes the arguments after the
+// subcommand name and returns the process exit status (run: only when exec fails).
+//
+// Exit statuses: 0 ok, 1 the file or the environment is not usable, 2 bad usage (an option
+// is wrong), 127 the command of `run` cannot be executed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tokentrace::cli {
+
+int RunCommand(const std::vector<std::string>& args);
+int ReportCommand(const std::vector<std::string>& args);
+int ExportCommand(const std::vector<std::string>& args);
+int InfoCommand(const std::vector<std::string>& args);
+
+// Usage texts (printed by --help, and after a usage error).
+extern const char kRunUsage[];
+extern const char kReportUsage[];
+extern const char kExportUsage[];
+extern const char kInfoUsage[];
+
+}  // namespace tokentrace::cli

@@ -1,0 +1,31 @@
+// Text helpers shared by the subcommands: numbers, percentiles, aligned tables, JSON strings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tokentrace::cli {
+
+// Nanoseconds as milliseconds with 3 decimals ("1.250").
+std::string Ms(int64_t ns);
+// A double with `decimals` decimals.
+std::string Fixed(double v, int decimals);
+
+// Nearest-rank percentile (p in (0, 100]) of an ascending vector; 0 for an empty one.
+double Percentile(const std::vector<double>& sorted, double p);
+double Mean(const std::vector<double>& v);
+
+// A text table: the first row is the header; the first column is left-aligned, the others
+// right-aligned (they hold numbers). Every line starts with `indent`.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
+                        const std::string& indent = "  ");
+
+// `s` as a JSON string literal, quotes included (control characters as \u00XX; bytes >= 0x80
+// are passed through, so valid UTF-8 stays valid).
+std::string JsonString(const std::string& s);
+
+// Parses a decimal unsigned integer that fits in uint32; false otherwise.
+bool ParseU32(const std::string& s, uint32_t* out);
+
+}  // namespace tokentrace::cli

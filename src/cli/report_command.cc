@@ -1,0 +1,190 @@
+// `tokentrace report FILE [--top N]`: what each token cost on the CPU and the GPU.
+//
+// Reads only the small tables (tokens view = root calls + token_stats, call_gpu, sites,
+// losses, meta); never the kernels table, so a 10,000-token full-mode trace reports in
+// seconds. Long traces (> kFullListMax tokens) are summarised instead of listed.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "store/reader.h"
+
+namespace tokentrace::cli {
+
+const char kReportUsage[] =
+    "usage: tokentrace report FILE [--top N]\n"
+    "\n"
+    "Per-token CPU and GPU time, prefill vs decode, the top N sites by GPU self time\n"
+    "(default 10), losses and how the trace was recorded.\n";
+
+namespace {
+
+constexpr size_t kFullListMax = 40;  // longer traces: first 10, slowest 10, percentiles
+constexpr size_t kHeadRows = 10;
+
+bool Closed(const TokenStat& t) { return t.cpu_end_ns >= 0; }
+
+std::vector<std::string> TokenRow(const TokenStat& t) {
+  return {std::to_string(t.token), Closed(t) ? Ms(t.cpu_end_ns - t.cpu_begin_ns) : "open",
+          Ms(t.gpu_busy_ns), std::to_string(t.kernels), std::to_string(t.escapes)};
+}
+
+std::string TokenTable(const std::vector<TokenStat>& tokens) {
+  std::vector<std::vector<std::string>> rows = {
+      {"token", "cpu ms", "gpu busy ms", "kernels", "escapes"}};
+  for (const TokenStat& t : tokens) rows.push_back(TokenRow(t));
+  return FormatTable(rows);
+}
+
+std::string PercentileTable(const std::vector<TokenStat>& tokens) {
+  std::vector<double> cpu, gpu;
+  for (const TokenStat& t : tokens) {
+    if (Closed(t)) cpu.push_back(static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6);
+    gpu.push_back(static_cast<double>(t.gpu_busy_ns) / 1e6);
+  }
+  std::sort(cpu.begin(), cpu.end());
+  std::sort(gpu.begin(), gpu.end());
+  std::vector<std::vector<std::string>> rows = {{"", "p50", "p90", "p99", "max"}};
+  for (auto [name, v] : {std::pair{"cpu ms", &cpu}, std::pair{"gpu busy ms", &gpu}}) {
+    rows.push_back({name, Fixed(Percentile(*v, 50), 3), Fixed(Percentile(*v, 90), 3),
+                    Fixed(Percentile(*v, 99), 3), Fixed(v->empty() ? 0 : v->back(), 3)});
+  }
+  return FormatTable(rows);
+}
+
+std::vector<std::string> PhaseRow(const std::string& name, const std::vector<TokenStat>& ts) {
+  std::vector<double> cpu, gpu, kernels;
+  for (const TokenStat& t : ts) {
+    if (Closed(t)) cpu.push_back(static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6);
+    gpu.push_back(static_cast<double>(t.gpu_busy_ns) / 1e6);
+    kernels.push_back(static_cast<double>(t.kernels));
+  }
+  std::sort(cpu.begin(), cpu.end());
+  return {name, std::to_string(ts.size()), Fixed(Mean(cpu), 3), Fixed(Percentile(cpu, 50), 3),
+          Fixed(Mean(gpu), 3), Fixed(Mean(kernels), 1)};
+}
+
+std::string MetaValue(const std::vector<std::pair<std::string, std::string>>& meta,
+                      const std::string& key) {
+  for (const auto& [k, v] : meta) {
+    if (k == key) return v;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+int ReportCommand(const std::vector<std::string>& args) {
+  std::string file;
+  uint32_t top = 10;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kReportUsage, stdout);
+      return 0;
+    }
+    std::string value;
+    if (a == "--top" || a.rfind("--top=", 0) == 0) {
+      if (a == "--top") {
+        if (i + 1 >= args.size()) {
+          std::fprintf(stderr, "tokentrace: --top needs a value (a count >= 1)\n");
+          return 2;
+        }
+        value = args[++i];
+      } else {
+        value = a.substr(6);
+      }
+      if (!ParseU32(value, &top) || top == 0) {
+        std::fprintf(stderr, "tokentrace: --top '%s' is not a count (accepted: N >= 1)\n",
+                     value.c_str());
+        return 2;
+      }
+    } else if (a.rfind("-", 0) == 0 || !file.empty()) {
+      std::fprintf(stderr, "tokentrace: unexpected argument '%s' for report\n%s", a.c_str(),
+                   kReportUsage);
+      return 2;
+    } else {
+      file = a;
+    }
+  }
+  if (file.empty()) {
+    std::fprintf(stderr, "tokentrace: report needs a trace FILE\n%s", kReportUsage);
+    return 2;
+  }
+
+  std::string error;
+  auto reader = Reader::Open(file, &error);
+  std::vector<std::pair<std::string, std::string>> meta;
+  std::vector<std::pair<std::string, int64_t>> losses;
+  std::vector<TokenStat> tokens;
+  std::vector<SiteGpu> sites;
+  if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
+      !reader->Tokens(&tokens, &error) || !reader->TopSites(static_cast<int>(top), &sites, &error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+
+  std::string out = "trace " + file + "\n";
+  out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", kernels " +
+         MetaValue(meta, "kernels_status") + ", pid " + MetaValue(meta, "pid") +
+         ", tokentrace " + MetaValue(meta, "tool_version") + "\n\n";
+
+  out += "tokens: " + std::to_string(tokens.size()) + "\n";
+  if (tokens.size() <= kFullListMax) {
+    out += TokenTable(tokens);
+  } else {
+    out += "first " + std::to_string(kHeadRows) + " tokens:\n";
+    out += TokenTable({tokens.begin(), tokens.begin() + kHeadRows});
+    std::vector<TokenStat> slow = tokens;
+    std::partial_sort(slow.begin(), slow.begin() + kHeadRows, slow.end(),
+                      [](const TokenStat& a, const TokenStat& b) {
+                        int64_t da = Closed(a) ? a.cpu_end_ns - a.cpu_begin_ns : -1;
+                        int64_t db = Closed(b) ? b.cpu_end_ns - b.cpu_begin_ns : -1;
+                        return da != db ? da > db : a.token < b.token;
+                      });
+    out += "slowest " + std::to_string(kHeadRows) + " tokens (by cpu ms):\n";
+    out += TokenTable({slow.begin(), slow.begin() + kHeadRows});
+    out += "percentiles over " + std::to_string(tokens.size()) + " tokens:\n";
+    out += PercentileTable(tokens);
+  }
+
+  std::vector<TokenStat> prefill, decode;
+  for (const TokenStat& t : tokens) (t.token == 1 ? prefill : decode).push_back(t);
+  out += "\nprefill vs decode:\n";
+  out += FormatTable({{"phase", "tokens", "mean cpu ms", "median cpu ms", "mean gpu ms",
+                       "kernels/token"},
+                      PhaseRow("prefill (token 1)", prefill),
+                      PhaseRow("decode (tokens >= 2)", decode)});
+
+  out += "\ntop sites by GPU self time:\n";
+  if (sites.empty()) {
+    out += "  none (no GPU time recorded)\n";
+  } else {
+    std::vector<std::vector<std::string>> rows = {{"site", "kind", "calls", "kernels", "gpu ms"}};
+    for (const SiteGpu& s : sites) {
+      rows.push_back({s.name, s.kind, std::to_string(s.calls), std::to_string(s.kernels),
+                      Ms(s.gpu_busy_ns)});
+    }
+    out += FormatTable(rows);
+  }
+
+  out += "\nlosses:";
+  bool any = false;
+  for (const auto& [kind, count] : losses) any = any || count != 0;
+  if (!any) {
+    out += " none\n";
+  } else {
+    out += "\n";
+    for (const auto& [kind, count] : losses) {
+      if (count != 0) out += "  " + kind + ": " + std::to_string(count) + "\n";
+    }
+  }
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace tokentrace::cli

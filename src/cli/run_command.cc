@@ -1,0 +1,237 @@
+// `tokentrace run`: validate every option, set the TOKENTRACE_* environment (the contract with
+// libtokentrace.so and the Python boot code), preload the shim, then exec the command in this
+// process so the job keeps our pid (%p in --out names the job's own pid).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/config.h"
+
+namespace tokentrace::cli {
+
+const char kRunUsage[] =
+    "usage: tokentrace run [options] -- CMD [ARGS...]\n"
+    "\n"
+    "Runs CMD with libtokentrace.so preloaded; the exit status is CMD's.\n"
+    "\n"
+    "options (each also read from the environment variable in brackets):\n"
+    "  --out F           output file; %p = pid, %r = rank [TOKENTRACE_OUT]\n"
+    "                    (default tokentrace-%p.sqlite)\n"
+    "  --kernels MODE    off | summary | full | sample:N [TOKENTRACE_KERNELS] (default summary)\n"
+    "  --sites GLOBS     comma-separated globs of module sites to hook [TOKENTRACE_SITES]\n"
+    "  --save GLOBS      sites whose outputs are saved [TOKENTRACE_SAVE]\n"
+    "  --patches FILE    JSON patch file [TOKENTRACE_PATCHES]\n"
+    "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
+    "\n"
+    "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n";
+
+namespace {
+
+struct Option {
+  const char* flag;
+  const char* env;
+  std::string value;
+  bool given = false;
+};
+
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+bool IsFile(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string ExeDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string exe(buf, static_cast<size_t>(n));
+  size_t slash = exe.rfind('/');
+  return slash == std::string::npos ? "." : exe.substr(0, slash);
+}
+
+std::string Absolute(const std::string& p) {
+  char buf[PATH_MAX];
+  return realpath(p.c_str(), buf) != nullptr ? std::string(buf) : p;
+}
+
+// The directory of the output file must exist and accept a new file (tried for real: access()
+// is wrong for root and for read-only mounts).
+bool CheckOutDir(const std::string& pattern, const std::string& what, std::string* error) {
+  std::string rank = Getenv("RANK");
+  if (rank.empty()) rank = Getenv("LOCAL_RANK");
+  if (rank.empty()) rank = "0";
+  std::string path = ExpandOutPath(pattern, static_cast<long>(getpid()), rank);
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (!IsDir(dir)) {
+    *error = "tokentrace: " + what + "='" + pattern + "': the directory '" + dir +
+             "' does not exist (accepted: a file path in an existing, writable directory)";
+    return false;
+  }
+  std::string probe = dir + "/.tokentrace-probe-XXXXXX";
+  int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    *error = "tokentrace: " + what + "='" + pattern + "': the directory '" + dir +
+             "' is not writable (" + std::strerror(errno) + ")";
+    return false;
+  }
+  close(fd);
+  unlink(probe.c_str());
+  return true;
+}
+
+bool FindShim(std::string* shim, std::string* error) {
+  std::string env = Getenv("TOKENTRACE_LIB");
+  if (!env.empty()) {
+    if (!IsFile(env)) {
+      *error = "tokentrace: TOKENTRACE_LIB='" + env + "' is not a file";
+      return false;
+    }
+    *shim = Absolute(env);
+    return true;
+  }
+  std::string dir = ExeDir();
+  for (const std::string& p : {dir + "/libtokentrace.so", dir + "/../lib/libtokentrace.so"}) {
+    if (IsFile(p)) {
+      *shim = Absolute(p);
+      return true;
+    }
+  }
+  *error = "tokentrace: cannot find libtokentrace.so (looked in " + dir + " and " + dir +
+           "/../lib); set TOKENTRACE_LIB=/path/to/libtokentrace.so";
+  return false;
+}
+
+std::string BootDir() {
+  std::string env = Getenv("TOKENTRACE_BOOT_DIR");
+  if (!env.empty()) return env;
+  std::string next_to_exe = ExeDir() + "/python_boot";
+  if (IsDir(next_to_exe)) return next_to_exe;
+  if (IsDir(TOKENTRACE_SOURCE_BOOT_DIR)) return TOKENTRACE_SOURCE_BOOT_DIR;
+  return "";
+}
+
+void Prepend(const char* var, const std::string& value, char sep) {
+  std::string old = Getenv(var);
+  std::string joined = old.empty() ? value : value + sep + old;
+  setenv(var, joined.c_str(), 1);
+}
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  Option opts[] = {{"--out", "TOKENTRACE_OUT", "", false},
+                   {"--kernels", "TOKENTRACE_KERNELS", "", false},
+                   {"--sites", "TOKENTRACE_SITES", "", false},
+                   {"--save", "TOKENTRACE_SAVE", "", false},
+                   {"--patches", "TOKENTRACE_PATCHES", "", false},
+                   {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false}};
+  Option& out = opts[0];
+  Option& kernels = opts[1];
+  Option& patches = opts[4];
+  Option& token_range = opts[5];
+
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "--help" || a == "-h") {
+      std::fputs(kRunUsage, stdout);
+      return 0;
+    }
+    if (a.rfind("-", 0) != 0) break;  // the command starts here (no "--")
+    bool known = false;
+    for (Option& o : opts) {
+      std::string flag = o.flag;
+      if (a == flag) {
+        if (i + 1 >= args.size()) return UsageError("tokentrace: " + flag + " needs a value");
+        o.value = args[++i];
+      } else if (a.rfind(flag + "=", 0) == 0) {
+        o.value = a.substr(flag.size() + 1);
+      } else {
+        continue;
+      }
+      o.given = known = true;
+      break;
+    }
+    if (!known) {
+      return UsageError("tokentrace: unknown option '" + a +
+                        "' for run (accepted: --out, --kernels, --sites, --save, --patches, "
+                        "--token-range, --help)");
+    }
+  }
+  std::vector<std::string> command(args.begin() + static_cast<long>(i), args.end());
+  if (command.empty()) {
+    std::fputs(kRunUsage, stderr);
+    return UsageError("tokentrace: run needs a command after '--'");
+  }
+
+  // Options not given fall back to the inherited environment; both are validated, so a bad
+  // value stops here and not inside the job.
+  for (Option& o : opts) {
+    if (!o.given) o.value = Getenv(o.env);
+  }
+  auto what = [](const Option& o) { return std::string(o.given ? o.flag : o.env); };
+  std::string error;
+  if (!kernels.value.empty() && !ParseKernelMode(kernels.value, what(kernels), &error)) {
+    return UsageError("tokentrace: " + error);
+  }
+  if (!token_range.value.empty() &&
+      !ValidateTokenRange(token_range.value, what(token_range), &error)) {
+    return UsageError("tokentrace: " + error);
+  }
+  if (!CheckOutDir(out.value.empty() ? Config().out_path : out.value, what(out), &error)) {
+    return UsageError(error);
+  }
+  if (!patches.value.empty() && !IsFile(patches.value)) {
+    return UsageError("tokentrace: " + what(patches) + "='" + patches.value +
+                      "' is not a file (accepted: a JSON patch file)");
+  }
+  std::string shim;
+  if (!FindShim(&shim, &error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+
+  for (const Option& o : opts) {
+    if (o.given) setenv(o.env, o.value.c_str(), 1);
+  }
+  Prepend("LD_PRELOAD", shim, ':');
+  std::string boot = BootDir();
+  if (!boot.empty()) Prepend("PYTHONPATH", boot, ':');
+
+  std::vector<char*> argv;
+  for (std::string& s : command) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "tokentrace: cannot run '%s': %s\n", command[0].c_str(),
+               std::strerror(errno));
+  return 127;
+}
+
+}  // namespace tokentrace::cli
