@@ -45,7 +45,7 @@ __device__ bool HeaderOk(const PatchTable* t, uint32_t site) {
 
 // Warp 0: finds, in table order, the entries for `site` matching (call, token), resolves them
 // into `slots`, and (block 0 only) counts fires and skips. Returns the number of slots used.
-__device__ uint32_t ScanMatches(const PatchTable* t, uint32_t site, uint32_t call,
+__device__ __noinline__ uint32_t ScanMatches(const PatchTable* t, uint32_t site, uint32_t call,
                                 uint32_t token, const OutputDesc& out, ResolvedEntry* slots) {
   const uint32_t lane = threadIdx.x;
   const uint32_t count = t->entry_count;
@@ -76,7 +76,62 @@ __device__ uint32_t ScanMatches(const PatchTable* t, uint32_t site, uint32_t cal
   return min(n, static_cast<uint32_t>(kMaxMatchesPerCall));
 }
 
-__device__ void ApplyEntry(const ResolvedEntry* slots, uint32_t j, uint32_t n, void* data,
+// The common case: one entry matches. The box is walked as rows of its last dimension, so a
+// row's base offset is computed once and the elements of a row are independent loads (4 in
+// flight per thread) that coalesce when the output's last dimension is contiguous. Ops that
+// overwrite (zero, fill, replace) do not read the output.
+__device__ void ApplySingle(const ResolvedEntry& r, void* data, const OutputDesc& out) {
+  const ResolvedBox& b = r.box;
+  const int nd = b.ndim;
+  if (b.total == 0) return;
+  const int last = nd - 1;
+  const int64_t inner = nd > 0 ? b.count[last] : 1;
+  const int64_t rows = b.total / inner;
+  const int64_t ostep = nd > 0 ? b.step[last] * out.strides[last] : 0;
+  const int64_t pstep = nd > 0 ? r.operand_stride[last] : 0;
+  const int64_t ostart = nd > 0 ? b.start[last] * out.strides[last] : 0;
+  // Short rows: several rows per block iteration, one element per thread.
+  const int64_t per_iter = inner >= blockDim.x ? 1 : blockDim.x / inner;
+  const int64_t sub_row = per_iter > 1 ? threadIdx.x / inner : 0;
+  const int64_t col0 = per_iter > 1 ? threadIdx.x % inner : threadIdx.x;
+  const int64_t col_stride = per_iter > 1 ? inner : blockDim.x;
+  if (sub_row >= per_iter) return;
+  const PatchOp op = static_cast<PatchOp>(r.op);
+  const bool reads_x = op == PatchOp::kAdd || op == PatchOp::kScale || op == PatchOp::kClamp;
+  for (int64_t row = blockIdx.x * per_iter + sub_row; row < rows; row += gridDim.x * per_iter) {
+    int64_t rem = row, obase = ostart, pbase = 0;
+#pragma unroll
+    for (int d = kMaxPatchDims - 2; d >= 0; --d) {
+      if (d < last) {
+        const int64_t digit = d == 0 ? rem : rem % b.count[d];
+        rem = d == 0 ? 0 : rem / b.count[d];
+        obase += (b.start[d] + digit * b.step[d]) * out.strides[d];
+        pbase += digit * r.operand_stride[d];
+      }
+    }
+    for (int64_t col = col0; col < inner; col += 4 * col_stride) {
+      float x[4], p[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t cc = col + k * col_stride;
+        if (cc < inner) {
+          x[k] = reads_x ? LoadAsFloat(data, obase + cc * ostep, out.dtype) : 0.0f;
+          p[k] = r.operand ? LoadAsFloat(r.operand, pbase + cc * pstep, r.operand_dtype)
+                           : r.params.value;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t cc = col + k * col_stride;
+        if (cc < inner)
+          StoreFromFloat(data, obase + cc * ostep, out.dtype, ApplyOp(r.op, r.params, x[k], p[k]));
+      }
+    }
+  }
+}
+
+// Several entries match: element ownership as described at the top of the file.
+__device__ __noinline__ void ApplyEntry(const ResolvedEntry* slots, uint32_t j, uint32_t n, void* data,
                            const OutputDesc& out) {
   const ResolvedEntry& r = slots[j];
   const ResolvedBox& b = r.box;
@@ -136,7 +191,7 @@ __device__ void ApplyEntry(const ResolvedEntry* slots, uint32_t j, uint32_t n, v
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     ApplyPatchesKernel(PatchTable* table, uint32_t site, void* data, OutputDesc out) {
   __shared__ ResolvedEntry slots[kMaxMatchesPerCall];
   __shared__ uint32_t s_count;
@@ -153,8 +208,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const uint32_t n = s_count;
-  for (uint32_t j = 0; j < n; ++j) {
-    if (slots[j].valid) ApplyEntry(slots, j, n, data, out);
+  if (n == 1) {
+    if (slots[0].valid) ApplySingle(slots[0], data, out);
+  } else {
+    for (uint32_t j = 0; j < n; ++j) {
+      if (slots[j].valid) ApplyEntry(slots, j, n, data, out);
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -7,29 +7,24 @@
 namespace tokentrace::cupti {
 
 BufferPool::~BufferPool() {
-  for (uint8_t *b : free_)
-    std::free(b);
+  for (uint8_t* b : free_) std::free(b);
 }
 
-uint8_t *BufferPool::Take() {
+uint8_t* BufferPool::Take() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!free_.empty()) {
-    uint8_t *b = free_.back();
+    uint8_t* b = free_.back();
     free_.pop_back();
     return b;
   }
-  if (allocated_ >= kMaxBuffers)
-    return nullptr;
-  auto *b =
-      static_cast<uint8_t *>(std::aligned_alloc(kAlignment, kBufferBytes));
-  if (b != nullptr)
-    ++allocated_;
+  if (allocated_ >= kMaxBuffers) return nullptr;
+  auto* b = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, kBufferBytes));
+  if (b != nullptr) ++allocated_;
   return b;
 }
 
-void BufferPool::Give(uint8_t *buffer) {
-  if (buffer == nullptr)
-    return;
+void BufferPool::Give(uint8_t* buffer) {
+  if (buffer == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   free_.push_back(buffer);
 }
@@ -39,13 +34,11 @@ size_t BufferPool::allocated() const {
   return allocated_;
 }
 
-size_t DeliverRecords(uint8_t *buffer, size_t valid_bytes, NextRecordFn next,
-                      int64_t clock_offset_ns, ActivitySink *sink) {
-  if (buffer == nullptr || valid_bytes == 0 || next == nullptr ||
-      sink == nullptr)
-    return 0;
+size_t DeliverRecords(uint8_t* buffer, size_t valid_bytes, NextRecordFn next,
+                      int64_t clock_offset_ns, ActivitySink* sink) {
+  if (buffer == nullptr || valid_bytes == 0 || next == nullptr || sink == nullptr) return 0;
   size_t delivered = 0;
-  CUpti_Activity *record = nullptr;
+  CUpti_Activity* record = nullptr;
   GpuActivity activity;
   while (next(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
     if (ConvertActivity(record, clock_offset_ns, &activity)) {
@@ -56,4 +49,4 @@ size_t DeliverRecords(uint8_t *buffer, size_t valid_bytes, NextRecordFn next,
   return delivered;
 }
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

@@ -1,14 +1,12 @@
 // Activity buffers handed to CUPTI, and the walk over a completed buffer.
 //
-// CUPTI asks for a buffer (on whatever thread first needs one), fills it, and
-// hands it back completed on its own worker thread (or on the thread that calls
-// cuptiActivityFlushAll). Neither happens on the launch hot path, so the pool
-// may lock and allocate.
+// CUPTI asks for a buffer (on whatever thread first needs one), fills it, and hands it back
+// completed on its own worker thread (or on the thread that calls cuptiActivityFlushAll).
+// Neither happens on the launch hot path, so the pool may lock and allocate.
 //
-//   pool: [free list of 8 MB buffers] --Take()--> CUPTI --completed-->
-//   DeliverRecords --Give() At most kMaxBuffers exist; past that Take() returns
-//   null and CUPTI drops records, which it counts (reported through
-//   ActivitySink::OnDropped).
+//   pool: [free list of 8 MB buffers] --Take()--> CUPTI --completed--> DeliverRecords --Give()
+//   At most kMaxBuffers exist; past that Take() returns null and CUPTI drops records, which
+//   it counts (reported through ActivitySink::OnDropped).
 #pragma once
 
 #include <cupti.h>
@@ -23,35 +21,33 @@
 namespace tokentrace::cupti {
 
 class BufferPool {
-public:
+ public:
   static constexpr size_t kBufferBytes = 8u << 20;
-  static constexpr size_t kAlignment =
-      64; // CUPTI needs 8 (ACTIVITY_RECORD_ALIGNMENT)
+  static constexpr size_t kAlignment = 64;  // CUPTI needs 8 (ACTIVITY_RECORD_ALIGNMENT)
   static constexpr size_t kMaxBuffers = 16;
 
   BufferPool() = default;
-  BufferPool(const BufferPool &) = delete;
-  BufferPool &operator=(const BufferPool &) = delete;
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
   ~BufferPool();
 
   // A free buffer of kBufferBytes, or null when kMaxBuffers are already out.
-  uint8_t *Take();
-  void Give(uint8_t *buffer);
+  uint8_t* Take();
+  void Give(uint8_t* buffer);
   size_t allocated() const;
 
-private:
+ private:
   mutable std::mutex mutex_;
-  std::vector<uint8_t *> free_;
+  std::vector<uint8_t*> free_;
   size_t allocated_ = 0;
 };
 
-using NextRecordFn = CUptiResult (*)(uint8_t *, size_t, CUpti_Activity **);
+using NextRecordFn = CUptiResult (*)(uint8_t*, size_t, CUpti_Activity**);
 
-// Walks `valid_bytes` of a completed buffer with `next`
-// (cuptiActivityGetNextRecord), converts each record and delivers the ones
-// tokentrace keeps. Returns how many were delivered. Stops at the first error
-// other than "no more records".
-size_t DeliverRecords(uint8_t *buffer, size_t valid_bytes, NextRecordFn next,
-                      int64_t clock_offset_ns, ActivitySink *sink);
+// Walks `valid_bytes` of a completed buffer with `next` (cuptiActivityGetNextRecord),
+// converts each record and delivers the ones tokentrace keeps. Returns how many were
+// delivered. Stops at the first error other than "no more records".
+size_t DeliverRecords(uint8_t* buffer, size_t valid_bytes, NextRecordFn next,
+                      int64_t clock_offset_ns, ActivitySink* sink);
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

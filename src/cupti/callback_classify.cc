@@ -1,176 +1,159 @@
 #include "cupti/callback_classify.h"
 
-// cupti.h already brings in cuda_runtime_api.h and the generated *_params
-// structs (generated_cuda_meta.h, generated_cuda_runtime_api_meta.h); they have
-// no include guards.
+// cupti.h already brings in cuda_runtime_api.h and the generated *_params structs
+// (generated_cuda_meta.h, generated_cuda_runtime_api_meta.h); they have no include guards.
+
 
 namespace tokentrace::cupti {
 namespace {
 
-// The _ptds / _ptsz parameter structs have the same layout as the
-// default-stream ones (only the per-thread stream semantics differ), so each
-// pair is read through one type.
+// The _ptds / _ptsz parameter structs have the same layout as the default-stream ones
+// (only the per-thread stream semantics differ), so each pair is read through one type.
 
 bool IsHostReadKind(cudaMemcpyKind kind) {
   return kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDefault;
 }
 
-// Driver 2D/3D copies describe both ends by memory type. A host (or unified)
-// destination filled from a non-host source is a device-to-host read.
+// Driver 2D/3D copies describe both ends by memory type. A host (or unified) destination
+// filled from a non-host source is a device-to-host read.
 bool IsHostRead(CUmemorytype src, CUmemorytype dst) {
-  const bool dst_host =
-      dst == CU_MEMORYTYPE_HOST || dst == CU_MEMORYTYPE_UNIFIED;
+  const bool dst_host = dst == CU_MEMORYTYPE_HOST || dst == CU_MEMORYTYPE_UNIFIED;
   return dst_host && src != CU_MEMORYTYPE_HOST;
 }
 
-Action Launch() {
-  return Action{Action::kLaunch, EscapeKind::kStreamSync, nullptr};
-}
-Action Escape(EscapeKind kind) {
-  return Action{Action::kEscape, kind, nullptr};
-}
-Action EscapeIf(bool yes, EscapeKind kind) {
-  return yes ? Escape(kind) : Action{};
-}
+Action Launch() { return Action{Action::kLaunch, EscapeKind::kStreamSync, nullptr}; }
+Action Escape(EscapeKind kind) { return Action{Action::kEscape, kind, nullptr}; }
+Action EscapeIf(bool yes, EscapeKind kind) { return yes ? Escape(kind) : Action{}; }
 Action GraphLaunch(CUgraphExec exec) {
   return Action{Action::kGraphLaunch, EscapeKind::kStreamSync, exec};
 }
 
-template <typename P> const P *As(const void *params) {
-  return static_cast<const P *>(params);
+template <typename P>
+const P* As(const void* params) {
+  return static_cast<const P*>(params);
 }
 
-Action ClassifyRuntime(CUpti_CallbackId cbid, const void *params) {
+Action ClassifyRuntime(CUpti_CallbackId cbid, const void* params) {
   switch (cbid) {
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
-  case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
-  case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
-    return Launch();
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
+      return Launch();
 
-  case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
-    return GraphLaunch(
-        params == nullptr
-            ? nullptr
-            : As<cudaGraphLaunch_v10000_params>(params)->graphExec);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
+      return GraphLaunch(params == nullptr
+                             ? nullptr
+                             : As<cudaGraphLaunch_v10000_params>(params)->graphExec);
 
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000:
-    return EscapeIf(
-        params && IsHostReadKind(As<cudaMemcpy_v3020_params>(params)->kind),
-        EscapeKind::kMemcpyDtoHSync);
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000:
-    return EscapeIf(
-        params && IsHostReadKind(As<cudaMemcpy2D_v3020_params>(params)->kind),
-        EscapeKind::kMemcpyDtoHSync);
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000: {
-    const auto *p = params ? As<cudaMemcpy3D_v3020_params>(params)->p : nullptr;
-    return EscapeIf(p && IsHostReadKind(p->kind), EscapeKind::kMemcpyDtoHSync);
-  }
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_ptds_v7000:
-    return EscapeIf(
-        params &&
-            IsHostReadKind(As<cudaMemcpyFromSymbol_v3020_params>(params)->kind),
-        EscapeKind::kMemcpyDtoHSync);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000:
+      return EscapeIf(params && IsHostReadKind(As<cudaMemcpy_v3020_params>(params)->kind),
+                      EscapeKind::kMemcpyDtoHSync);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000:
+      return EscapeIf(params && IsHostReadKind(As<cudaMemcpy2D_v3020_params>(params)->kind),
+                      EscapeKind::kMemcpyDtoHSync);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000: {
+      const auto* p = params ? As<cudaMemcpy3D_v3020_params>(params)->p : nullptr;
+      return EscapeIf(p && IsHostReadKind(p->kind), EscapeKind::kMemcpyDtoHSync);
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_ptds_v7000:
+      return EscapeIf(
+          params && IsHostReadKind(As<cudaMemcpyFromSymbol_v3020_params>(params)->kind),
+          EscapeKind::kMemcpyDtoHSync);
 
-  case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
-    return Escape(EscapeKind::kStreamSync);
-  case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
-  case CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020:
-    return Escape(EscapeKind::kDeviceSync);
-  case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020:
-    return Escape(EscapeKind::kEventSync);
-  default:
-    return Action{};
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
+      return Escape(EscapeKind::kStreamSync);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020:
+      return Escape(EscapeKind::kDeviceSync);
+    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020:
+      return Escape(EscapeKind::kEventSync);
+    default:
+      return Action{};
   }
 }
 
-Action ClassifyDriver(CUpti_CallbackId cbid, const void *params) {
+Action ClassifyDriver(CUpti_CallbackId cbid, const void* params) {
   switch (cbid) {
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-  case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice:
-    return Launch();
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice:
+      return Launch();
 
-  case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-  case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-    return GraphLaunch(
-        params == nullptr ? nullptr : As<cuGraphLaunch_params>(params)->hGraph);
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      return GraphLaunch(params == nullptr ? nullptr : As<cuGraphLaunch_params>(params)->hGraph);
 
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_v2:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
-    return Escape(EscapeKind::kMemcpyDtoHSync);
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2_ptds:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2_ptds: {
-    const CUDA_MEMCPY2D *c =
-        params ? As<cuMemcpy2D_v2_params>(params)->pCopy : nullptr;
-    return EscapeIf(c && IsHostRead(c->srcMemoryType, c->dstMemoryType),
-                    EscapeKind::kMemcpyDtoHSync);
-  }
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2:
-  case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds: {
-    const CUDA_MEMCPY3D *c =
-        params ? As<cuMemcpy3D_v2_params>(params)->pCopy : nullptr;
-    return EscapeIf(c && IsHostRead(c->srcMemoryType, c->dstMemoryType),
-                    EscapeKind::kMemcpyDtoHSync);
-  }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
+      return Escape(EscapeKind::kMemcpyDtoHSync);
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2_ptds: {
+      const CUDA_MEMCPY2D* c = params ? As<cuMemcpy2D_v2_params>(params)->pCopy : nullptr;
+      return EscapeIf(c && IsHostRead(c->srcMemoryType, c->dstMemoryType),
+                      EscapeKind::kMemcpyDtoHSync);
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds: {
+      const CUDA_MEMCPY3D* c = params ? As<cuMemcpy3D_v2_params>(params)->pCopy : nullptr;
+      return EscapeIf(c && IsHostRead(c->srcMemoryType, c->dstMemoryType),
+                      EscapeKind::kMemcpyDtoHSync);
+    }
 
-  case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
-  case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
-    return Escape(EscapeKind::kStreamSync);
-  case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
-  case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
-    return Escape(EscapeKind::kDeviceSync);
-  case CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize:
-    return Escape(EscapeKind::kEventSync);
-  default:
-    return Action{};
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
+      return Escape(EscapeKind::kStreamSync);
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize:
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2:
+      return Escape(EscapeKind::kDeviceSync);
+    case CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize:
+      return Escape(EscapeKind::kEventSync);
+    default:
+      return Action{};
   }
 }
 
-} // namespace
+}  // namespace
 
-Action ClassifyCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
-                        const void *params) {
+Action ClassifyCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
   switch (domain) {
-  case CUPTI_CB_DOMAIN_RUNTIME_API:
-    return ClassifyRuntime(cbid, params);
-  case CUPTI_CB_DOMAIN_DRIVER_API:
-    return ClassifyDriver(cbid, params);
-  default:
-    return Action{};
+    case CUPTI_CB_DOMAIN_RUNTIME_API:
+      return ClassifyRuntime(cbid, params);
+    case CUPTI_CB_DOMAIN_DRIVER_API:
+      return ClassifyDriver(cbid, params);
+    default:
+      return Action{};
   }
 }
 
-#define TT_RT(name)                                                            \
-  { CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_##name }
-#define TT_DRV(name)                                                           \
-  { CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_##name }
+#define TT_RT(name) {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_##name}
+#define TT_DRV(name) {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_##name}
 const TracedCallback kTracedCallbacks[] = {
     TT_RT(cudaLaunch_v3020),
     TT_RT(cudaLaunch_ptsz_v7000),
@@ -230,7 +213,6 @@ const TracedCallback kTracedCallbacks[] = {
 };
 #undef TT_RT
 #undef TT_DRV
-const size_t kNumTracedCallbacks =
-    sizeof(kTracedCallbacks) / sizeof(kTracedCallbacks[0]);
+const size_t kNumTracedCallbacks = sizeof(kTracedCallbacks) / sizeof(kTracedCallbacks[0]);
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

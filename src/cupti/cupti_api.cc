@@ -12,49 +12,46 @@ namespace tokentrace::cupti {
 namespace {
 
 // Oldest CUPTI we accept: activity_convert.cc reads the CUDA 13 record layouts
-// (CUpti_ActivityKernel10, Memcpy6, Memset4). CUDA 12 libcupti reports small
-// API versions (< 100) and emits older layouts, so it is refused rather than
-// misread.
+// (CUpti_ActivityKernel10, Memcpy6, Memset4). CUDA 12 libcupti reports small API
+// versions (< 100) and emits older layouts, so it is refused rather than misread.
 constexpr uint32_t kMinCuptiVersion = 130000;
 
-std::mutex g_mutex; // guards loading only; never taken on a callback path
-CuptiApi *g_api =
-    nullptr; // published once, never freed (libcupti stays loaded)
-std::atomic<const CuptiApi *> g_published{nullptr};
+std::mutex g_mutex;        // guards loading only; never taken on a callback path
+CuptiApi* g_api = nullptr;  // published once, never freed (libcupti stays loaded)
+std::atomic<const CuptiApi*> g_published{nullptr};
 
-std::string DirName(const std::string &path) {
+std::string DirName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
-std::string BaseName(const std::string &path) {
+std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-bool IsCudaLibrary(const std::string &base) {
+bool IsCudaLibrary(const std::string& base) {
   return base.find("libcudart") != std::string::npos ||
          base.find("libcublas") != std::string::npos ||
          base.find("libcuda") != std::string::npos ||
          base.find("libtorch_cuda") != std::string::npos;
 }
 
-template <typename Fn> bool Lookup(void *handle, const char *name, Fn *out) {
+template <typename Fn>
+bool Lookup(void* handle, const char* name, Fn* out) {
   *out = reinterpret_cast<Fn>(dlsym(handle, name));
   return *out != nullptr;
 }
 
-// Opens `path` and resolves every entry point. On failure closes it and says
-// why.
-bool TryLoad(const std::string &path, CuptiApi *api, std::string *why) {
+// Opens `path` and resolves every entry point. On failure closes it and says why.
+bool TryLoad(const std::string& path, CuptiApi* api, std::string* why) {
   dlerror();
-  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    if (path.find('/') != std::string::npos &&
-        access(path.c_str(), F_OK) != 0) {
+    if (path.find('/') != std::string::npos && access(path.c_str(), F_OK) != 0) {
       *why = "not found";
     } else {
-      const char *err = dlerror();
+      const char* err = dlerror();
       *why = err != nullptr ? err : "dlopen failed";
     }
     return false;
@@ -62,10 +59,9 @@ bool TryLoad(const std::string &path, CuptiApi *api, std::string *why) {
   CuptiApi a;
   a.handle = handle;
   a.path = path;
-  const char *missing = nullptr;
-#define TT_REQUIRE(field, sym)                                                 \
-  if (missing == nullptr && !Lookup(handle, #sym, &a.field))                   \
-  missing = #sym
+  const char* missing = nullptr;
+#define TT_REQUIRE(field, sym) \
+  if (missing == nullptr && !Lookup(handle, #sym, &a.field)) missing = #sym
   TT_REQUIRE(GetVersion, cuptiGetVersion);
   TT_REQUIRE(GetResultString, cuptiGetResultString);
   TT_REQUIRE(Subscribe, cuptiSubscribe);
@@ -85,16 +81,14 @@ bool TryLoad(const std::string &path, CuptiApi *api, std::string *why) {
     return false;
   }
   Lookup(handle, "cuptiSubscribe_v2", &a.SubscribeV2);
-  Lookup(handle, "cuptiActivityRegisterTimestampCallback",
-         &a.ActivityRegisterTimestampCallback);
+  Lookup(handle, "cuptiActivityRegisterTimestampCallback", &a.ActivityRegisterTimestampCallback);
   Lookup(handle, "cuptiGetGraphExecId", &a.GetGraphExecId);
   Lookup(handle, "cuptiGetGraphId", &a.GetGraphId);
   Lookup(handle, "cuptiGetGraphNodeId", &a.GetGraphNodeId);
 
-  if (a.GetVersion(&a.version) != CUPTI_SUCCESS ||
-      a.version < kMinCuptiVersion) {
-    *why = "CUPTI API version " + std::to_string(a.version) +
-           " is older than CUDA 13 (" + std::to_string(kMinCuptiVersion) + ")";
+  if (a.GetVersion(&a.version) != CUPTI_SUCCESS || a.version < kMinCuptiVersion) {
+    *why = "CUPTI API version " + std::to_string(a.version) + " is older than CUDA 13 (" +
+           std::to_string(kMinCuptiVersion) + ")";
     dlclose(handle);
     return false;
   }
@@ -102,30 +96,25 @@ bool TryLoad(const std::string &path, CuptiApi *api, std::string *why) {
   return true;
 }
 
-} // namespace
+}  // namespace
 
-std::vector<std::string>
-CuptiCandidates(const std::string &explicit_path,
-                const std::vector<std::string> &loaded_objects) {
+std::vector<std::string> CuptiCandidates(const std::string& explicit_path,
+                                         const std::vector<std::string>& loaded_objects) {
   std::vector<std::string> out;
-  auto add = [&out](const std::string &p) {
-    if (!p.empty() && std::find(out.begin(), out.end(), p) == out.end())
-      out.push_back(p);
+  auto add = [&out](const std::string& p) {
+    if (!p.empty() && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
   };
   if (!explicit_path.empty()) {
     add(explicit_path);
     return out;
   }
-  for (const std::string &obj : loaded_objects) {
-    if (BaseName(obj).find("libcupti.so") != std::string::npos)
-      add(obj);
+  for (const std::string& obj : loaded_objects) {
+    if (BaseName(obj).find("libcupti.so") != std::string::npos) add(obj);
   }
-  for (const std::string &obj : loaded_objects) {
+  for (const std::string& obj : loaded_objects) {
     const std::string dir = DirName(obj);
-    if (dir.empty() || !IsCudaLibrary(BaseName(obj)))
-      continue;
-    for (const char *rel :
-         {"", "/../../nvidia/cu13/lib", "/../../nvidia/cuda_cupti/lib"}) {
+    if (dir.empty() || !IsCudaLibrary(BaseName(obj))) continue;
+    for (const char* rel : {"", "/../../nvidia/cu13/lib", "/../../nvidia/cuda_cupti/lib"}) {
       add(dir + rel + "/libcupti.so.13");
       add(dir + rel + "/libcupti.so");
     }
@@ -139,10 +128,9 @@ CuptiCandidates(const std::string &explicit_path,
 std::vector<std::string> LoadedObjectPaths() {
   std::vector<std::string> out;
   dl_iterate_phdr(
-      [](dl_phdr_info *info, size_t, void *data) -> int {
+      [](dl_phdr_info* info, size_t, void* data) -> int {
         if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') {
-          static_cast<std::vector<std::string> *>(data)->emplace_back(
-              info->dlpi_name);
+          static_cast<std::vector<std::string>*>(data)->emplace_back(info->dlpi_name);
         }
         return 0;
       },
@@ -150,14 +138,11 @@ std::vector<std::string> LoadedObjectPaths() {
   return out;
 }
 
-const CuptiApi *LoadCuptiApi(const std::string &explicit_path,
-                             std::string *why) {
+const CuptiApi* LoadCuptiApi(const std::string& explicit_path, std::string* why) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_api != nullptr)
-    return g_api;
+  if (g_api != nullptr) return g_api;
   std::string tried;
-  for (const std::string &path :
-       CuptiCandidates(explicit_path, LoadedObjectPaths())) {
+  for (const std::string& path : CuptiCandidates(explicit_path, LoadedObjectPaths())) {
     CuptiApi api;
     std::string reason;
     if (TryLoad(path, &api, &reason)) {
@@ -165,8 +150,7 @@ const CuptiApi *LoadCuptiApi(const std::string &explicit_path,
       g_published.store(g_api, std::memory_order_release);
       return g_api;
     }
-    if (!tried.empty())
-      tried += "; ";
+    if (!tried.empty()) tried += "; ";
     tried += path + " (" + reason + ")";
   }
   if (why != nullptr) {
@@ -178,23 +162,19 @@ const CuptiApi *LoadCuptiApi(const std::string &explicit_path,
   return nullptr;
 }
 
-const CuptiApi *LoadedCuptiApi() {
-  return g_published.load(std::memory_order_acquire);
-}
+const CuptiApi* LoadedCuptiApi() { return g_published.load(std::memory_order_acquire); }
 
 std::string ResultText(CUptiResult result) {
-  const CuptiApi *api = LoadedCuptiApi();
-  const char *text = nullptr;
-  if (api != nullptr && api->GetResultString(result, &text) == CUPTI_SUCCESS &&
-      text != nullptr) {
+  const CuptiApi* api = LoadedCuptiApi();
+  const char* text = nullptr;
+  if (api != nullptr && api->GetResultString(result, &text) == CUPTI_SUCCESS && text != nullptr) {
     return text;
   }
   return "CUPTI error " + std::to_string(static_cast<int>(result));
 }
 
-void LogCuptiFailure(const char *call_text, CUptiResult result) {
-  std::fprintf(stderr, "tokentrace: %s failed: %s\n", call_text,
-               ResultText(result).c_str());
+void LogCuptiFailure(const char* call_text, CUptiResult result) {
+  std::fprintf(stderr, "tokentrace: %s failed: %s\n", call_text, ResultText(result).c_str());
 }
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

@@ -8,59 +8,137 @@
 #include <mutex>
 
 #include "core/clock.h"
+#include "core/recorder.h"
 #include "cupti/activity_buffers.h"
 #include "cupti/activity_convert.h"
 #include "cupti/callback_classify.h"
-#include "cupti/callback_dispatch.h"
 #include "cupti/cupti_api.h"
 
 namespace tokentrace::cupti {
 namespace {
 
 // ---- State. Written by Start/Stop (one thread); read by callbacks. ----
-const CuptiApi *g_api = nullptr;
+const CuptiApi* g_api = nullptr;
 CUpti_SubscriberHandle g_subscriber = nullptr;
 bool g_started = false;
-// Added to CUPTI timestamps: 0 when the timestamp callback puts them on our
-// clock.
+// Added to CUPTI timestamps: 0 when the timestamp callback puts them on our clock.
 std::atomic<int64_t> g_clock_offset_ns{0};
 BufferPool g_pool;
-// Guards g_sink against Stop() while a CUPTI worker thread delivers a buffer.
-// Taken only in the buffer-completed callback and in Stop(), never on the
-// launch path.
+// Guards g_sink against Stop() while a CUPTI worker thread delivers a buffer. Taken only in
+// the buffer-completed callback and in Stop(), never on the launch path.
 std::mutex g_sink_mutex;
-ActivitySink *g_sink = nullptr;
+ActivitySink* g_sink = nullptr;
 
 constexpr CUpti_ActivityKind kActivityKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
     CUPTI_ACTIVITY_KIND_MEMSET};
 
-// Buffer callbacks run on CUPTI's worker thread or inside Flush(); this only
-// catches a completion that would recurse into itself.
+// Re-entrancy: a CUPTI callback that fires while this thread is already inside one of ours
+// is ignored.
+thread_local bool t_in_callback = false;
 thread_local bool t_in_buffer_callback = false;
+// Depth of traced runtime API calls open on this thread. A driver call made by the runtime
+// inside cudaMemcpy or cudaLaunchKernel is already covered by the runtime callback, so
+// driver callbacks are only acted on at depth 0 (driver-API launchers such as Triton).
+thread_local int t_runtime_depth = 0;
 
 struct Guard {
-  bool &flag;
-  explicit Guard(bool &f) : flag(f) { flag = true; }
+  bool& flag;
+  explicit Guard(bool& f) : flag(f) { flag = true; }
   ~Guard() { flag = false; }
 };
 
-uint64_t CUPTIAPI HostClock() {
-  return static_cast<uint64_t>(clock::HostNowNs());
+uint64_t CUPTIAPI HostClock() { return static_cast<uint64_t>(clock::HostNowNs()); }
+
+void HandleResource(CUpti_CallbackId cbid, const void* cbdata) {
+  if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED &&
+      cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+    return;
+  }
+  const auto* res = static_cast<const CUpti_ResourceData*>(cbdata);
+  const auto* g = res ? static_cast<const CUpti_GraphData*>(res->resourceDescriptor) : nullptr;
+  if (g == nullptr || g_api->GetGraphNodeId == nullptr || g_api->GetGraphId == nullptr) return;
+  uint64_t node_id = 0;
+  if (TT_CUPTI_CALL(g_api->GetGraphNodeId(g->node, &node_id)) != CUPTI_SUCCESS) return;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+    uint32_t graph_id = 0;
+    if (TT_CUPTI_CALL(g_api->GetGraphId(g->graph, &graph_id)) != CUPTI_SUCCESS) return;
+    recorder::GraphNodeCreated(graph_id, node_id);
+    return;
+  }
+  uint64_t original_id = 0;
+  if (TT_CUPTI_CALL(g_api->GetGraphNodeId(g->originalNode, &original_id)) != CUPTI_SUCCESS) {
+    return;
+  }
+  // Instantiation clones nodes into the executable graph: key the clone by the exec id,
+  // the same id GraphLaunch reports. A plain cudaGraphClone has no exec: use the clone's
+  // graph id.
+  uint32_t owner_id = 0;
+  CUptiResult r = CUPTI_ERROR_INVALID_PARAMETER;
+  if (g->graphExec != nullptr && g_api->GetGraphExecId != nullptr) {
+    r = TT_CUPTI_CALL(g_api->GetGraphExecId(g->graphExec, &owner_id));
+  }
+  if (r != CUPTI_SUCCESS) r = TT_CUPTI_CALL(g_api->GetGraphId(g->graph, &owner_id));
+  if (r == CUPTI_SUCCESS) recorder::GraphNodeCloned(original_id, owner_id, node_id);
 }
 
-void CUPTIAPI OnBufferRequested(uint8_t **buffer, size_t *size,
-                                size_t *max_records) {
+uint32_t GraphExecId(CUgraphExec exec) {
+  uint32_t id = 0;
+  if (exec == nullptr) return 0;
+  if (g_api->GetGraphExecId != nullptr &&
+      TT_CUPTI_CALL(g_api->GetGraphExecId(exec, &id)) == CUPTI_SUCCESS) {
+    return id;
+  }
+  return 0;
+}
+
+// The one CUPTI callback. Cost when recording: a switch and one recorder call.
+void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                         const void* cbdata) {
+  if (t_in_callback) return;
+  Guard guard(t_in_callback);
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    if (recorder::Active()) HandleResource(cbid, cbdata);
+    return;
+  }
+  const auto* data = static_cast<const CUpti_CallbackData*>(cbdata);
+  if (data == nullptr) return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    // Depth is kept even while not recording so it cannot go stale across a toggle.
+    if (data->callbackSite == CUPTI_API_EXIT) {
+      if (t_runtime_depth > 0) --t_runtime_depth;
+      return;
+    }
+    ++t_runtime_depth;
+  } else if (data->callbackSite != CUPTI_API_ENTER || t_runtime_depth > 0) {
+    return;
+  }
+  if (!recorder::Active()) return;
+  const Action action = ClassifyCallback(domain, cbid, data->functionParams);
+  switch (action.kind) {
+    case Action::kLaunch:
+      recorder::Launch(data->correlationId);
+      break;
+    case Action::kGraphLaunch:
+      recorder::GraphLaunch(data->correlationId, GraphExecId(action.graph_exec));
+      break;
+    case Action::kEscape:
+      recorder::Escape(data->correlationId, action.escape);
+      break;
+    case Action::kNone:
+      break;
+  }
+}
+
+void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = g_pool.Take();
   *size = *buffer != nullptr ? BufferPool::kBufferBytes : 0;
-  *max_records = 0; // as many as fit
+  *max_records = 0;  // as many as fit
 }
 
-void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id,
-                                uint8_t *buffer, size_t size,
-                                size_t valid_bytes) {
-  if (t_in_buffer_callback) { // never expected; keep the buffer rather than
-                              // recurse
+void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
+                                size_t size, size_t valid_bytes) {
+  if (t_in_buffer_callback) {  // never expected; keep the buffer rather than recurse
     g_pool.Give(buffer);
     return;
   }
@@ -71,8 +149,8 @@ void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id,
       DeliverRecords(buffer, valid_bytes, g_api->ActivityGetNextRecord,
                      g_clock_offset_ns.load(std::memory_order_relaxed), g_sink);
       size_t dropped = 0;
-      if (TT_CUPTI_CALL(g_api->ActivityGetNumDroppedRecords(
-              context, stream_id, &dropped)) == CUPTI_SUCCESS) {
+      if (TT_CUPTI_CALL(g_api->ActivityGetNumDroppedRecords(context, stream_id, &dropped)) ==
+          CUPTI_SUCCESS) {
         g_sink->OnDropped(dropped);
       }
     }
@@ -80,49 +158,44 @@ void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id,
   g_pool.Give(buffer);
 }
 
-std::string SubscribeFailure(CUptiResult r, const char *other_subscriber) {
+std::string SubscribeFailure(CUptiResult r, const char* other_subscriber) {
   switch (r) {
-  case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: {
-    std::string s = "another CUPTI subscriber is active (torch.profiler or "
-                    "Nsight Systems?)";
-    if (other_subscriber != nullptr && other_subscriber[0] != '\0') {
-      s += std::string(": ") + other_subscriber;
+    case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: {
+      std::string s = "another CUPTI subscriber is active (torch.profiler or Nsight Systems?)";
+      if (other_subscriber != nullptr && other_subscriber[0] != '\0') {
+        s += std::string(": ") + other_subscriber;
+      }
+      return s + "; stop it or set TOKENTRACE_KERNELS=off";
     }
-    return s + "; stop it or set TOKENTRACE_KERNELS=off";
-  }
-  case CUPTI_ERROR_NOT_INITIALIZED:
-  case CUPTI_ERROR_INVALID_DEVICE:
-    return "CUPTI could not initialize (no NVIDIA driver or GPU visible?): " +
-           ResultText(r);
-  case CUPTI_ERROR_NOT_COMPATIBLE:
-  case CUPTI_ERROR_NOT_SUPPORTED:
-    return "CUPTI does not support this driver/GPU (driver too old for CUDA "
-           "13?): " +
-           ResultText(r);
-  case CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
-  case CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES:
-    return "CUPTI is not allowed to trace here (insufficient privileges): " +
-           ResultText(r);
-  default:
-    return "cuptiSubscribe failed: " + ResultText(r);
+    case CUPTI_ERROR_NOT_INITIALIZED:
+    case CUPTI_ERROR_INVALID_DEVICE:
+      return "CUPTI could not initialize (no NVIDIA driver or GPU visible?): " + ResultText(r);
+    case CUPTI_ERROR_NOT_COMPATIBLE:
+    case CUPTI_ERROR_NOT_SUPPORTED:
+      return "CUPTI does not support this driver/GPU (driver too old for CUDA 13?): " +
+             ResultText(r);
+    case CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
+    case CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES:
+      return "CUPTI is not allowed to trace here (insufficient privileges): " + ResultText(r);
+    default:
+      return "cuptiSubscribe failed: " + ResultText(r);
   }
 }
 
 // True when libcuda.so.1 is (or can be) loaded; only asked after a failure.
-bool DriverLoadable(std::string *why) {
-  void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (h == nullptr)
-    h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+bool DriverLoadable(std::string* why) {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (h == nullptr) h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
   if (h != nullptr) {
     dlclose(h);
     return true;
   }
-  const char *err = dlerror();
+  const char* err = dlerror();
   *why = err != nullptr ? err : "libcuda.so.1 not found";
   return false;
 }
 
-bool Subscribe(std::string *why) {
+bool Subscribe(std::string* why) {
   CUptiResult r;
   char other[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {};
   if (g_api->SubscribeV2 != nullptr) {
@@ -131,33 +204,26 @@ bool Subscribe(std::string *why) {
     params.subscriberName = "tokentrace";
     params.oldSubscriberName = other;
     params.oldSubscriberSize = sizeof(other);
-    r = g_api->SubscribeV2(&g_subscriber, &DispatchCallback,
-                           const_cast<CuptiApi *>(g_api), &params);
+    r = g_api->SubscribeV2(&g_subscriber, &OnCallback, nullptr, &params);
   } else {
-    r = g_api->Subscribe(&g_subscriber, &DispatchCallback,
-                         const_cast<CuptiApi *>(g_api));
+    r = g_api->Subscribe(&g_subscriber, &OnCallback, nullptr);
   }
-  if (r == CUPTI_SUCCESS)
-    return true;
+  if (r == CUPTI_SUCCESS) return true;
   g_subscriber = nullptr;
   other[sizeof(other) - 1] = '\0';
   *why = SubscribeFailure(r, other);
-  // Without a driver CUPTI 13 answers CUPTI_ERROR_UNKNOWN; say what is really
-  // missing.
+  // Without a driver CUPTI 13 answers CUPTI_ERROR_UNKNOWN; say what is really missing.
   std::string no_driver;
-  if (r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED &&
-      !DriverLoadable(&no_driver)) {
+  if (r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && !DriverLoadable(&no_driver)) {
     *why = "no NVIDIA driver (" + no_driver + "); " + *why;
   }
   return false;
 }
 
-// Puts CUPTI's timestamps on HostNowNs(), or measures the offset to apply
-// instead.
+// Puts CUPTI's timestamps on HostNowNs(), or measures the offset to apply instead.
 void SetUpClock() {
   if (g_api->ActivityRegisterTimestampCallback != nullptr &&
-      TT_CUPTI_CALL(g_api->ActivityRegisterTimestampCallback(&HostClock)) ==
-          CUPTI_SUCCESS) {
+      TT_CUPTI_CALL(g_api->ActivityRegisterTimestampCallback(&HostClock)) == CUPTI_SUCCESS) {
     g_clock_offset_ns.store(0, std::memory_order_relaxed);
     return;
   }
@@ -166,34 +232,30 @@ void SetUpClock() {
   const int64_t before = clock::HostNowNs();
   const CUptiResult r = g_api->GetTimestamp(&cupti_ts);
   const int64_t after = clock::HostNowNs();
-  g_clock_offset_ns.store(r == CUPTI_SUCCESS
-                              ? before + (after - before) / 2 -
-                                    static_cast<int64_t>(cupti_ts)
-                              : 0,
+  g_clock_offset_ns.store(r == CUPTI_SUCCESS ? before + (after - before) / 2 -
+                                                   static_cast<int64_t>(cupti_ts)
+                                             : 0,
                           std::memory_order_relaxed);
 }
 
-bool EnableCallbacks(std::string *why) {
+bool EnableCallbacks(std::string* why) {
   for (size_t i = 0; i < kNumTracedCallbacks; ++i) {
-    const TracedCallback &cb = kTracedCallbacks[i];
-    // An id this libcupti does not know is skipped; a broken subscription is
-    // not.
-    const CUptiResult r =
-        g_api->EnableCallback(1, g_subscriber, cb.domain, cb.cbid);
+    const TracedCallback& cb = kTracedCallbacks[i];
+    // An id this libcupti does not know is skipped; a broken subscription is not.
+    const CUptiResult r = g_api->EnableCallback(1, g_subscriber, cb.domain, cb.cbid);
     if (r != CUPTI_SUCCESS && r != CUPTI_ERROR_INVALID_PARAMETER) {
       *why = "cuptiEnableCallback failed: " + ResultText(r);
       return false;
     }
   }
-  for (CUpti_CallbackId cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
-                                CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
-    TT_CUPTI_CALL(
-        g_api->EnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid));
+  for (CUpti_CallbackId cbid :
+       {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
+    TT_CUPTI_CALL(g_api->EnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid));
   }
   return true;
 }
 
-bool EnableActivity(std::string *why) {
+bool EnableActivity(std::string* why) {
   CUptiResult r = TT_CUPTI_CALL(
       g_api->ActivityRegisterCallbacks(&OnBufferRequested, &OnBufferCompleted));
   if (r != CUPTI_SUCCESS) {
@@ -206,41 +268,33 @@ bool EnableActivity(std::string *why) {
       *why = "cuptiActivityEnable(CONCURRENT_KERNEL) failed: " + ResultText(r);
       return false;
     }
-    if (r != CUPTI_SUCCESS)
-      LogCuptiFailure("cuptiActivityEnable(MEMCPY/MEMSET)", r);
+    if (r != CUPTI_SUCCESS) LogCuptiFailure("cuptiActivityEnable(MEMCPY/MEMSET)", r);
   }
   return true;
 }
 
 void Teardown() {
   if (g_subscriber != nullptr) {
-    for (CUpti_ActivityKind kind : kActivityKinds)
-      g_api->ActivityDisable(kind);
+    for (CUpti_ActivityKind kind : kActivityKinds) g_api->ActivityDisable(kind);
     TT_CUPTI_CALL(g_api->Unsubscribe(g_subscriber));
     g_subscriber = nullptr;
   }
 }
 
-} // namespace
+}  // namespace
 
-bool Start(const Config &config, ActivitySink *sink, std::string *why_off) {
+bool Start(const Config& config, ActivitySink* sink, std::string* why_off) {
   std::string why;
-  auto fail = [&](const std::string &reason) {
-    if (why_off != nullptr)
-      *why_off = "tokentrace: kernels are off: " + reason;
+  auto fail = [&](const std::string& reason) {
+    if (why_off != nullptr) *why_off = "tokentrace: kernels are off: " + reason;
     return false;
   };
-  if (g_started)
-    return true;
-  if (config.kernels.kind == KernelMode::kOff)
-    return fail("TOKENTRACE_KERNELS=off");
-  if (sink == nullptr)
-    return fail("no activity sink (internal error)");
+  if (g_started) return true;
+  if (config.kernels.kind == KernelMode::kOff) return fail("TOKENTRACE_KERNELS=off");
+  if (sink == nullptr) return fail("no activity sink (internal error)");
   g_api = LoadCuptiApi(config.cupti_path, &why);
-  if (g_api == nullptr)
-    return fail(why);
-  if (!Subscribe(&why))
-    return fail(why);
+  if (g_api == nullptr) return fail(why);
+  if (!Subscribe(&why)) return fail(why);
   SetUpClock();
   {
     std::lock_guard<std::mutex> lock(g_sink_mutex);
@@ -257,16 +311,13 @@ bool Start(const Config &config, ActivitySink *sink, std::string *why_off) {
 }
 
 void Flush() {
-  if (!g_started)
-    return;
+  if (!g_started) return;
   TT_CUPTI_CALL(g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
 }
 
 void Stop() {
-  if (!g_started)
-    return;
-  // Flush outside g_sink_mutex: the completion callback may run on this thread
-  // and takes it.
+  if (!g_started) return;
+  // Flush outside g_sink_mutex: the completion callback may run on this thread and takes it.
   TT_CUPTI_CALL(g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
   Teardown();
   {
@@ -276,4 +327,4 @@ void Stop() {
   g_started = false;
 }
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

@@ -1,10 +1,9 @@
-// The CUPTI subscriber: launch/sync/graph callbacks into recorder::, activity
-// records into an ActivitySink. The public face of src/cupti (no CUPTI type
-// appears here).
+// The CUPTI subscriber: launch/sync/graph callbacks into recorder::, activity records into
+// an ActivitySink. The public face of src/cupti (no CUPTI type appears here).
 //
-// Without libcupti, without a driver, or with another CUPTI subscriber present,
-// Start() returns false and says why in one line starting "tokentrace:"; calls
-// and tokens are still recorded by the rest of tokentrace.
+// Without libcupti, without a driver, or with another CUPTI subscriber present, Start()
+// returns false and says why in one line starting "tokentrace:"; calls and tokens are
+// still recorded by the rest of tokentrace.
 #pragma once
 
 #include <string>
@@ -14,16 +13,13 @@
 
 namespace tokentrace::cupti {
 
-// Loads libcupti, subscribes, puts CUPTI timestamps on clock::HostNowNs(),
-// enables the callbacks (callback_classify.h) and CONCURRENT_KERNEL / MEMCPY /
-// MEMSET activity. `sink` must outlive Stop(). Not thread-safe against Stop();
-// call from one thread.
-bool Start(const Config &config, ActivitySink *sink, std::string *why_off);
-// Delivers every buffered record now
-// (cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)).
+// Loads libcupti, subscribes, puts CUPTI timestamps on clock::HostNowNs(), enables the
+// callbacks (callback_classify.h) and CONCURRENT_KERNEL / MEMCPY / MEMSET activity.
+// `sink` must outlive Stop(). Not thread-safe against Stop(); call from one thread.
+bool Start(const Config& config, ActivitySink* sink, std::string* why_off);
+// Delivers every buffered record now (cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)).
 void Flush();
-// Flushes, disables activity, unsubscribes. After it returns the sink is not
-// called again.
+// Flushes, disables activity, unsubscribes. After it returns the sink is not called again.
 void Stop();
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

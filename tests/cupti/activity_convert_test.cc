@@ -19,8 +19,7 @@ TEST(ActivityConvert, ConcurrentKernel) {
   k.graphNodeId = 0x1234567890ull;
   k.name = "ampere_sgemm_128x64";
   GpuActivity a;
-  ASSERT_TRUE(
-      ConvertActivity(reinterpret_cast<const CUpti_Activity *>(&k), 0, &a));
+  ASSERT_TRUE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&k), 0, &a));
   EXPECT_EQ(a.kind, GpuOpKind::kKernel);
   EXPECT_EQ(a.correlation_id, 77u);
   EXPECT_EQ(a.begin_ns, 1000);
@@ -40,8 +39,7 @@ TEST(ActivityConvert, SerialKernelKindAndClockOffset) {
   k.end = 150;
   k.name = "k";
   GpuActivity a;
-  ASSERT_TRUE(
-      ConvertActivity(reinterpret_cast<const CUpti_Activity *>(&k), -40, &a));
+  ASSERT_TRUE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&k), -40, &a));
   EXPECT_EQ(a.begin_ns, 60);
   EXPECT_EQ(a.end_ns, 110);
   EXPECT_EQ(a.graph_id, 0u);
@@ -58,7 +56,7 @@ TEST(ActivityConvert, Memcpy) {
                {CUPTI_ACTIVITY_MEMCPY_KIND_HTOH, 0},
                {CUPTI_ACTIVITY_MEMCPY_KIND_PTOP, 0},
                {CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN, 0}};
-  for (const Case &c : cases) {
+  for (const Case& c : cases) {
     MemcpyRecord m = {};
     m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
     m.copyKind = c.cupti;
@@ -71,8 +69,7 @@ TEST(ActivityConvert, Memcpy) {
     m.graphId = 3;
     m.graphNodeId = 11;
     GpuActivity a;
-    ASSERT_TRUE(
-        ConvertActivity(reinterpret_cast<const CUpti_Activity *>(&m), 0, &a));
+    ASSERT_TRUE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&m), 0, &a));
     EXPECT_EQ(a.kind, GpuOpKind::kMemcpy);
     EXPECT_EQ(a.copy_kind, c.ours) << int(c.cupti);
     EXPECT_EQ(a.bytes, 4096u);
@@ -95,8 +92,7 @@ TEST(ActivityConvert, Memset) {
   m.streamId = 4;
   m.correlationId = 21;
   GpuActivity a;
-  ASSERT_TRUE(
-      ConvertActivity(reinterpret_cast<const CUpti_Activity *>(&m), 0, &a));
+  ASSERT_TRUE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&m), 0, &a));
   EXPECT_EQ(a.kind, GpuOpKind::kMemset);
   EXPECT_EQ(a.bytes, 256u);
   EXPECT_EQ(a.end_ns - a.begin_ns, 20);
@@ -110,16 +106,13 @@ TEST(ActivityConvert, IgnoredKindsAndNull) {
   GpuActivity a;
   EXPECT_FALSE(ConvertActivity(nullptr, 0, &a));
   for (CUpti_ActivityKind kind :
-       {CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_RUNTIME,
-        CUPTI_ACTIVITY_KIND_MARKER, CUPTI_ACTIVITY_KIND_OVERHEAD,
-        CUPTI_ACTIVITY_KIND_SYNCHRONIZATION}) {
-    KernelRecord r = {}; // big enough for any header
+       {CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MARKER,
+        CUPTI_ACTIVITY_KIND_OVERHEAD, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION}) {
+    KernelRecord r = {};  // big enough for any header
     r.kind = kind;
-    EXPECT_FALSE(
-        ConvertActivity(reinterpret_cast<const CUpti_Activity *>(&r), 0, &a))
-        << kind;
+    EXPECT_FALSE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&r), 0, &a)) << kind;
   }
 }
 
-} // namespace
-} // namespace tokentrace::cupti
+}  // namespace
+}  // namespace tokentrace::cupti

@@ -18,34 +18,27 @@ TEST(ClassifyCallback, Launches) {
     EXPECT_EQ(ClassifyCallback(kRt, id, nullptr).kind, Action::kLaunch) << id;
   }
   for (CUpti_CallbackId id :
-       {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+       {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
         CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel}) {
     EXPECT_EQ(ClassifyCallback(kDrv, id, nullptr).kind, Action::kLaunch) << id;
   }
 }
 
 TEST(ClassifyCallback, Syncs) {
-  Action a = ClassifyCallback(
-      kRt, CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, nullptr);
+  Action a = ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, nullptr);
   EXPECT_EQ(a.kind, Action::kEscape);
   EXPECT_EQ(a.escape, EscapeKind::kStreamSync);
-  a = ClassifyCallback(
-      kRt, CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020, nullptr);
+  a = ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020, nullptr);
   EXPECT_EQ(a.kind, Action::kEscape);
   EXPECT_EQ(a.escape, EscapeKind::kDeviceSync);
-  a = ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
-                       nullptr);
+  a = ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020, nullptr);
   EXPECT_EQ(a.escape, EscapeKind::kEventSync);
-  a = ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
-                       nullptr);
+  a = ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz, nullptr);
   EXPECT_EQ(a.escape, EscapeKind::kStreamSync);
   a = ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, nullptr);
   EXPECT_EQ(a.escape, EscapeKind::kDeviceSync);
-  a = ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
-                       nullptr);
+  a = ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize, nullptr);
   EXPECT_EQ(a.kind, Action::kEscape);
   EXPECT_EQ(a.escape, EscapeKind::kEventSync);
 }
@@ -57,110 +50,82 @@ TEST(ClassifyCallback, RuntimeMemcpyByKind) {
     return ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, &p);
   };
   EXPECT_EQ(classify(cudaMemcpyDeviceToHost).kind, Action::kEscape);
-  EXPECT_EQ(classify(cudaMemcpyDeviceToHost).escape,
-            EscapeKind::kMemcpyDtoHSync);
+  EXPECT_EQ(classify(cudaMemcpyDeviceToHost).escape, EscapeKind::kMemcpyDtoHSync);
   EXPECT_EQ(classify(cudaMemcpyDefault).kind, Action::kEscape);
   EXPECT_EQ(classify(cudaMemcpyHostToDevice).kind, Action::kNone);
   EXPECT_EQ(classify(cudaMemcpyDeviceToDevice).kind, Action::kNone);
   EXPECT_EQ(classify(cudaMemcpyHostToHost).kind, Action::kNone);
   // Without parameters a copy is not counted (we cannot tell the direction).
-  EXPECT_EQ(
-      ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, nullptr)
-          .kind,
-      Action::kNone);
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, nullptr).kind,
+            Action::kNone);
 
   cudaMemcpy2D_ptds_v7000_params p2 = {};
   p2.kind = cudaMemcpyDeviceToHost;
-  EXPECT_EQ(ClassifyCallback(
-                kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000, &p2)
-                .kind,
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000, &p2).kind,
             Action::kEscape);
   cudaMemcpy3DParms parms = {};
   parms.kind = cudaMemcpyHostToDevice;
   cudaMemcpy3D_v3020_params p3 = {&parms};
-  EXPECT_EQ(
-      ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, &p3)
-          .kind,
-      Action::kNone);
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, &p3).kind,
+            Action::kNone);
   parms.kind = cudaMemcpyDeviceToHost;
-  EXPECT_EQ(
-      ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, &p3)
-          .kind,
-      Action::kEscape);
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, &p3).kind,
+            Action::kEscape);
   // Async copies are not escapes (and are not traced at all).
   cudaMemcpyAsync_v3020_params pa = {};
   pa.kind = cudaMemcpyDeviceToHost;
-  EXPECT_EQ(
-      ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, &pa)
-          .kind,
-      Action::kNone);
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, &pa).kind,
+            Action::kNone);
 }
 
 TEST(ClassifyCallback, DriverMemcpy) {
-  EXPECT_EQ(
-      ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, nullptr)
-          .escape,
-      EscapeKind::kMemcpyDtoHSync);
-  EXPECT_EQ(
-      ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, nullptr)
-          .kind,
-      Action::kEscape);
-  EXPECT_EQ(
-      ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, nullptr)
-          .kind,
-      Action::kNone);
+  EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, nullptr).escape,
+            EscapeKind::kMemcpyDtoHSync);
+  EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, nullptr).kind,
+            Action::kEscape);
+  EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, nullptr).kind,
+            Action::kNone);
   CUDA_MEMCPY2D copy = {};
   copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   copy.dstMemoryType = CU_MEMORYTYPE_HOST;
   cuMemcpy2D_v2_params p = {&copy};
-  EXPECT_EQ(
-      ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, &p).kind,
-      Action::kEscape);
+  EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, &p).kind,
+            Action::kEscape);
   copy.srcMemoryType = CU_MEMORYTYPE_HOST;
   copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  EXPECT_EQ(
-      ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, &p).kind,
-      Action::kNone);
+  EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, &p).kind,
+            Action::kNone);
 }
 
 TEST(ClassifyCallback, GraphLaunchCarriesExec) {
-  auto *exec = reinterpret_cast<cudaGraphExec_t>(0x1000);
+  auto* exec = reinterpret_cast<cudaGraphExec_t>(0x1000);
   cudaGraphLaunch_v10000_params rp = {exec, nullptr};
-  Action a = ClassifyCallback(
-      kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, &rp);
+  Action a = ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, &rp);
   EXPECT_EQ(a.kind, Action::kGraphLaunch);
-  EXPECT_EQ(static_cast<void *>(a.graph_exec), static_cast<void *>(exec));
+  EXPECT_EQ(static_cast<void*>(a.graph_exec), static_cast<void*>(exec));
   cuGraphLaunch_params dp = {reinterpret_cast<CUgraphExec>(0x2000), nullptr};
   a = ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, &dp);
   EXPECT_EQ(a.kind, Action::kGraphLaunch);
-  EXPECT_EQ(static_cast<void *>(a.graph_exec),
-            reinterpret_cast<void *>(0x2000));
+  EXPECT_EQ(static_cast<void*>(a.graph_exec), reinterpret_cast<void*>(0x2000));
 }
 
 TEST(ClassifyCallback, OthersAreNone) {
-  EXPECT_EQ(
-      ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, nullptr)
-          .kind,
-      Action::kNone);
-  EXPECT_EQ(ClassifyCallback(kRt,
-                             CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000,
-                             nullptr)
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, nullptr).kind,
+            Action::kNone);
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, nullptr)
                 .kind,
             Action::kNone);
-  EXPECT_EQ(
-      ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, nullptr)
-          .kind,
-      Action::kNone);
+  EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, nullptr).kind,
+            Action::kNone);
   // Same numeric id, other domain: the domain decides.
   EXPECT_EQ(ClassifyCallback(CUPTI_CB_DOMAIN_RESOURCE,
-                             CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-                             nullptr)
+                             CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, nullptr)
                 .kind,
             Action::kNone);
 }
 
-// Every enabled id means something (with parameters that make copies count),
-// and every id that means something is enabled.
+// Every enabled id means something (with parameters that make copies count), and every id
+// that means something is enabled.
 TEST(ClassifyCallback, TableMatchesClassification) {
   cudaMemcpy3DParms parms = {};
   parms.kind = cudaMemcpyDeviceToHost;
@@ -177,8 +142,8 @@ TEST(ClassifyCallback, TableMatchesClassification) {
   } any = {};
   ASSERT_GT(kNumTracedCallbacks, 40u);
   for (size_t i = 0; i < kNumTracedCallbacks; ++i) {
-    const TracedCallback &cb = kTracedCallbacks[i];
-    const void *params = nullptr;
+    const TracedCallback& cb = kTracedCallbacks[i];
+    const void* params = nullptr;
     CUDA_MEMCPY2D copy2 = {};
     cuMemcpy2D_v2_params p2 = {&copy2};
     cuMemcpy3D_v2_params p3 = {&copy3};
@@ -187,41 +152,39 @@ TEST(ClassifyCallback, TableMatchesClassification) {
     if (cb.domain == kRt) {
       any = {};
       switch (cb.cbid) {
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000:
-        any.m3.p = &parms;
-        break;
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000:
-        any.m2.kind = cudaMemcpyDeviceToHost;
-        break;
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_ptds_v7000:
-        any.ms.kind = cudaMemcpyDeviceToHost;
-        break;
-      default:
-        any.m.kind = cudaMemcpyDeviceToHost;
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000:
+          any.m3.p = &parms;
+          break;
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000:
+          any.m2.kind = cudaMemcpyDeviceToHost;
+          break;
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_ptds_v7000:
+          any.ms.kind = cudaMemcpyDeviceToHost;
+          break;
+        default:
+          any.m.kind = cudaMemcpyDeviceToHost;
       }
       params = &any;
     } else {
       switch (cb.cbid) {
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2:
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds:
-        params = &p3;
-        break;
-      default:
-        params = &p2;
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds:
+          params = &p3;
+          break;
+        default:
+          params = &p2;
       }
     }
     EXPECT_NE(ClassifyCallback(cb.domain, cb.cbid, params).kind, Action::kNone)
         << "domain " << cb.domain << " cbid " << cb.cbid;
   }
-  // Reverse direction: scan every runtime/driver id; a non-none action must be
-  // enabled.
+  // Reverse direction: scan every runtime/driver id; a non-none action must be enabled.
   auto enabled = [](CUpti_CallbackDomain d, CUpti_CallbackId id) {
     for (size_t i = 0; i < kNumTracedCallbacks; ++i) {
-      if (kTracedCallbacks[i].domain == d && kTracedCallbacks[i].cbid == id)
-        return true;
+      if (kTracedCallbacks[i].domain == d && kTracedCallbacks[i].cbid == id) return true;
     }
     return false;
   };
@@ -237,5 +200,5 @@ TEST(ClassifyCallback, TableMatchesClassification) {
   }
 }
 
-} // namespace
-} // namespace tokentrace::cupti
+}  // namespace
+}  // namespace tokentrace::cupti

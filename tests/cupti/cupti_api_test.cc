@@ -7,13 +7,12 @@
 namespace tokentrace::cupti {
 namespace {
 
-size_t IndexOf(const std::vector<std::string> &v, const std::string &s) {
+size_t IndexOf(const std::vector<std::string>& v, const std::string& s) {
   return static_cast<size_t>(std::find(v.begin(), v.end(), s) - v.begin());
 }
 
 TEST(CuptiCandidates, ExplicitPathIsTheOnlyCandidate) {
-  const auto c =
-      CuptiCandidates("/opt/x/libcupti.so.13", {"/usr/lib/libcudart.so.13"});
+  const auto c = CuptiCandidates("/opt/x/libcupti.so.13", {"/usr/lib/libcudart.so.13"});
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0], "/opt/x/libcupti.so.13");
 }
@@ -31,13 +30,10 @@ TEST(CuptiCandidates, OrderFollowsWhatIsLoaded) {
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c[0], "/elsewhere/libcupti.so.13.0.1");
   // torch/lib/../../nvidia/cu13/lib is where torch wheels keep libcupti.
-  const size_t torch_rel =
-      IndexOf(c, sp + "/torch/lib/../../nvidia/cu13/lib/libcupti.so.13");
-  const size_t next_to_cudart =
-      IndexOf(c, sp + "/nvidia/cu13/lib/libcupti.so.13");
+  const size_t torch_rel = IndexOf(c, sp + "/torch/lib/../../nvidia/cu13/lib/libcupti.so.13");
+  const size_t next_to_cudart = IndexOf(c, sp + "/nvidia/cu13/lib/libcupti.so.13");
   const size_t toolkit = IndexOf(c, "/usr/local/cuda/lib64/libcupti.so.13");
-  const size_t extras =
-      IndexOf(c, "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13");
+  const size_t extras = IndexOf(c, "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13");
   ASSERT_LT(torch_rel, c.size());
   ASSERT_LT(next_to_cudart, c.size());
   EXPECT_LT(torch_rel, toolkit);
@@ -59,7 +55,7 @@ TEST(CuptiCandidates, FallbacksWithNothingLoaded) {
 
 TEST(LoadedObjectPaths, SeesTheCLibrary) {
   const auto objs = LoadedObjectPaths();
-  EXPECT_TRUE(std::any_of(objs.begin(), objs.end(), [](const std::string &p) {
+  EXPECT_TRUE(std::any_of(objs.begin(), objs.end(), [](const std::string& p) {
     return p.find("libc.so") != std::string::npos;
   }));
 }
@@ -67,8 +63,7 @@ TEST(LoadedObjectPaths, SeesTheCLibrary) {
 TEST(LoadCuptiApi, MissingExplicitPathIsNamed) {
   std::string why;
   EXPECT_EQ(LoadCuptiApi("/nonexistent/dir/libcupti.so.13", &why), nullptr);
-  EXPECT_NE(why.find("/nonexistent/dir/libcupti.so.13"), std::string::npos)
-      << why;
+  EXPECT_NE(why.find("/nonexistent/dir/libcupti.so.13"), std::string::npos) << why;
   EXPECT_NE(why.find("TOKENTRACE_CUPTI"), std::string::npos) << why;
 }
 
@@ -85,8 +80,7 @@ TEST(CuptiCall, EvaluatesToTheResult) {
     return CUPTI_ERROR_INVALID_PARAMETER;
   };
   testing::internal::CaptureStderr();
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(TT_CUPTI_CALL(fake()), CUPTI_ERROR_INVALID_PARAMETER);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(TT_CUPTI_CALL(fake()), CUPTI_ERROR_INVALID_PARAMETER);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(calls, 3);
   // Logged once, with the call text.
@@ -95,5 +89,5 @@ TEST(CuptiCall, EvaluatesToTheResult) {
   EXPECT_EQ(TT_CUPTI_CALL(CUPTI_SUCCESS), CUPTI_SUCCESS);
 }
 
-} // namespace
-} // namespace tokentrace::cupti
+}  // namespace
+}  // namespace tokentrace::cupti

@@ -1,6 +1,5 @@
-// The few CUDA driver entry points the CUPTI tests use, found with dlsym so
-// nothing links libcuda. Available() is false on machines without a driver or a
-// GPU (tests then skip).
+// The few CUDA driver entry points the CUPTI tests use, found with dlsym so nothing links
+// libcuda. Available() is false on machines without a driver or a GPU (tests then skip).
 #pragma once
 
 #include <cuda.h>
@@ -9,7 +8,7 @@
 namespace tokentrace::testing_driver {
 
 struct Driver {
-  void *handle = nullptr;
+  void* handle = nullptr;
   decltype(&::cuInit) Init = nullptr;
   decltype(&::cuDeviceGetCount) DeviceGetCount = nullptr;
   decltype(&::cuDeviceGet) DeviceGet = nullptr;
@@ -31,10 +30,8 @@ struct Driver {
 
   bool Available() {
     handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr)
-      return false;
-#define TT_SYM(field, name)                                                    \
-  field = reinterpret_cast<decltype(field)>(dlsym(handle, name))
+    if (handle == nullptr) return false;
+#define TT_SYM(field, name) field = reinterpret_cast<decltype(field)>(dlsym(handle, name))
     TT_SYM(Init, "cuInit");
     TT_SYM(DeviceGetCount, "cuDeviceGetCount");
     TT_SYM(DeviceGet, "cuDeviceGet");
@@ -54,11 +51,10 @@ struct Driver {
     TT_SYM(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
     TT_SYM(GraphLaunch, "cuGraphLaunch");
 #undef TT_SYM
-    if (Init == nullptr || DeviceGetCount == nullptr || Init(0) != CUDA_SUCCESS)
-      return false;
+    if (Init == nullptr || DeviceGetCount == nullptr || Init(0) != CUDA_SUCCESS) return false;
     int count = 0;
     return DeviceGetCount(&count) == CUDA_SUCCESS && count > 0;
   }
 };
 
-} // namespace tokentrace::testing_driver
+}  // namespace tokentrace::testing_driver

@@ -14,7 +14,7 @@ void Add(RecorderCall c) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_calls.push_back(c);
 }
-} // namespace
+}  // namespace
 
 void SetActive(bool active) { g_active.store(active); }
 std::vector<RecorderCall> TakeCalls() {
@@ -23,7 +23,7 @@ std::vector<RecorderCall> TakeCalls() {
   out.swap(g_calls);
   return out;
 }
-} // namespace fake
+}  // namespace fake
 
 namespace recorder {
 using fake::RecorderCall;
@@ -46,5 +46,5 @@ void GraphNodeCloned(uint64_t original, uint32_t exec, uint64_t node) {
 }
 CurrentCall Current() { return {}; }
 uint32_t CurrentToken() { return 0; }
-} // namespace recorder
-} // namespace tokentrace
+}  // namespace recorder
+}  // namespace tokentrace

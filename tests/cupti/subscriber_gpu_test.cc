@@ -1,8 +1,7 @@
-// GPU checks (ctest label `gpu`): Start() succeeds, launches reach
-// recorder::Launch with the correlation id that the kernel record carries,
-// timestamps are on the host clock, syncs and DtoH copies are escapes,
-// memset/memcpy records arrive, and a captured graph's nodes line up with its
-// replayed kernels. Skips cleanly without a driver or GPU.
+// GPU checks (ctest label `gpu`): Start() succeeds, launches reach recorder::Launch with the
+// correlation id that the kernel record carries, timestamps are on the host clock, syncs
+// and DtoH copies are escapes, memset/memcpy records arrive, and a captured graph's nodes
+// line up with its replayed kernels. Skips cleanly without a driver or GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +26,7 @@ struct Sink : ActivitySink {
   std::vector<std::string> names;
   int dropped_calls = 0;
   uint64_t dropped = 0;
-  void OnActivity(const GpuActivity &a) override {
+  void OnActivity(const GpuActivity& a) override {
     std::lock_guard<std::mutex> lock(mutex);
     got.push_back(a);
     names.push_back(a.name ? a.name : "");
@@ -50,8 +49,7 @@ constexpr char kPtx[] = R"(
 
 TEST(SubscriberGpu, LaunchesCopiesSyncsAndGraphs) {
   testing_driver::Driver cu;
-  if (!cu.Available())
-    GTEST_SKIP() << "no CUDA driver or GPU";
+  if (!cu.Available()) GTEST_SKIP() << "no CUDA driver or GPU";
   fake::SetActive(true);
   Sink sink;
   Config config;
@@ -97,91 +95,72 @@ TEST(SubscriberGpu, LaunchesCopiesSyncsAndGraphs) {
   const std::vector<RecorderCall> calls = fake::TakeCalls();
   Stop();
 
-  for (const RecorderCall &c : calls) {
+  for (const RecorderCall& c : calls) {
     std::printf("recorder call %d a=%llu b=%llu c=%llu\n", int(c.what),
-                (unsigned long long)c.a, (unsigned long long)c.b,
-                (unsigned long long)c.c);
+                (unsigned long long)c.a, (unsigned long long)c.b, (unsigned long long)c.c);
   }
   for (size_t i = 0; i < sink.got.size(); ++i) {
-    const GpuActivity &a = sink.got[i];
-    std::printf("activity kind=%d corr=%llu graph=%u node=%llu bytes=%llu "
-                "copy=%u name=%s "
+    const GpuActivity& a = sink.got[i];
+    std::printf("activity kind=%d corr=%llu graph=%u node=%llu bytes=%llu copy=%u name=%s "
                 "dur=%lld\n",
                 int(a.kind), (unsigned long long)a.correlation_id, a.graph_id,
-                (unsigned long long)a.graph_node_id,
-                (unsigned long long)a.bytes, a.copy_kind, sink.names[i].c_str(),
-                (long long)(a.end_ns - a.begin_ns));
+                (unsigned long long)a.graph_node_id, (unsigned long long)a.bytes, a.copy_kind,
+                sink.names[i].c_str(), (long long)(a.end_ns - a.begin_ns));
   }
 
-  // The direct launch: recorder saw its correlation id, the kernel record
-  // carries it.
+  // The direct launch: recorder saw its correlation id, the kernel record carries it.
   ASSERT_FALSE(calls.empty());
   ASSERT_EQ(calls[0].what, RecorderCall::kLaunch);
   const uint64_t corr = calls[0].a;
-  auto kernel =
-      std::find_if(sink.got.begin(), sink.got.end(), [&](const GpuActivity &a) {
-        return a.kind == GpuOpKind::kKernel && a.correlation_id == corr;
-      });
+  auto kernel = std::find_if(sink.got.begin(), sink.got.end(), [&](const GpuActivity& a) {
+    return a.kind == GpuOpKind::kKernel && a.correlation_id == corr;
+  });
   ASSERT_NE(kernel, sink.got.end());
   EXPECT_EQ(sink.names[kernel - sink.got.begin()], "tt_empty");
-  EXPECT_GE(kernel->begin_ns, t0); // on the host clock
+  EXPECT_GE(kernel->begin_ns, t0);  // on the host clock
   EXPECT_LE(kernel->end_ns, t1);
   EXPECT_LE(kernel->begin_ns, kernel->end_ns);
 
   auto has_call = [&](RecorderCall::What w, uint64_t b) {
-    return std::any_of(calls.begin(), calls.end(), [&](const RecorderCall &c) {
-      return c.what == w && c.b == b;
-    });
+    return std::any_of(calls.begin(), calls.end(),
+                       [&](const RecorderCall& c) { return c.what == w && c.b == b; });
   };
-  EXPECT_TRUE(
-      has_call(RecorderCall::kEscape, uint64_t(EscapeKind::kDeviceSync)));
-  EXPECT_TRUE(
-      has_call(RecorderCall::kEscape, uint64_t(EscapeKind::kMemcpyDtoHSync)));
-  EXPECT_TRUE(
-      has_call(RecorderCall::kEscape, uint64_t(EscapeKind::kStreamSync)));
+  EXPECT_TRUE(has_call(RecorderCall::kEscape, uint64_t(EscapeKind::kDeviceSync)));
+  EXPECT_TRUE(has_call(RecorderCall::kEscape, uint64_t(EscapeKind::kMemcpyDtoHSync)));
+  EXPECT_TRUE(has_call(RecorderCall::kEscape, uint64_t(EscapeKind::kStreamSync)));
 
-  EXPECT_TRUE(
-      std::any_of(sink.got.begin(), sink.got.end(), [](const GpuActivity &a) {
-        return a.kind == GpuOpKind::kMemset && a.bytes == 4096;
-      }));
-  EXPECT_TRUE(
-      std::any_of(sink.got.begin(), sink.got.end(), [](const GpuActivity &a) {
-        return a.kind == GpuOpKind::kMemcpy && a.bytes == 4096 &&
-               a.copy_kind == 2;
-      }));
+  EXPECT_TRUE(std::any_of(sink.got.begin(), sink.got.end(), [](const GpuActivity& a) {
+    return a.kind == GpuOpKind::kMemset && a.bytes == 4096;
+  }));
+  EXPECT_TRUE(std::any_of(sink.got.begin(), sink.got.end(), [](const GpuActivity& a) {
+    return a.kind == GpuOpKind::kMemcpy && a.bytes == 4096 && a.copy_kind == 2;
+  }));
   EXPECT_GT(sink.dropped_calls, 0);
   EXPECT_EQ(sink.dropped, 0u);
 
-  // Graph: node created at capture, cloned into the exec, launches name the
-  // exec, replayed kernels carry the clone's node id.
+  // Graph: node created at capture, cloned into the exec, launches name the exec, replayed
+  // kernels carry the clone's node id.
   std::vector<RecorderCall> created, cloned, launches;
-  for (const RecorderCall &c : calls) {
-    if (c.what == RecorderCall::kNodeCreated)
-      created.push_back(c);
-    if (c.what == RecorderCall::kNodeCloned)
-      cloned.push_back(c);
-    if (c.what == RecorderCall::kGraphLaunch)
-      launches.push_back(c);
+  for (const RecorderCall& c : calls) {
+    if (c.what == RecorderCall::kNodeCreated) created.push_back(c);
+    if (c.what == RecorderCall::kNodeCloned) cloned.push_back(c);
+    if (c.what == RecorderCall::kGraphLaunch) launches.push_back(c);
   }
   ASSERT_GE(created.size(), 1u);
   ASSERT_GE(cloned.size(), 1u);
   ASSERT_EQ(launches.size(), 2u);
-  EXPECT_EQ(cloned.back().a,
-            created.back().b); // original node = the captured node
-  EXPECT_EQ(cloned.back().b,
-            launches[0].b); // clone keyed by the launched exec id
+  EXPECT_EQ(cloned.back().a, created.back().b);  // original node = the captured node
+  EXPECT_EQ(cloned.back().b, launches[0].b);     // clone keyed by the launched exec id
   EXPECT_NE(launches[0].b, 0u);
   int replayed = 0;
-  for (const GpuActivity &a : sink.got) {
-    if (a.kind != GpuOpKind::kKernel || a.graph_id == 0)
-      continue;
+  for (const GpuActivity& a : sink.got) {
+    if (a.kind != GpuOpKind::kKernel || a.graph_id == 0) continue;
     ++replayed;
     EXPECT_EQ(a.graph_node_id, cloned.back().c);
-    EXPECT_TRUE(a.correlation_id == launches[0].a ||
-                a.correlation_id == launches[1].a);
+    EXPECT_TRUE(a.correlation_id == launches[0].a || a.correlation_id == launches[1].a);
   }
   EXPECT_EQ(replayed, 2);
 }
 
-} // namespace
-} // namespace tokentrace::cupti
+}  // namespace
+}  // namespace tokentrace::cupti

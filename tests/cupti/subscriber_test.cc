@@ -1,5 +1,5 @@
-// Start() on machines without a GPU: it must fail cleanly with a reason. (The
-// GPU path is in subscriber_gpu_test.cc, label `gpu`.)
+// Start() on machines without a GPU: it must fail cleanly with a reason. (The GPU path is
+// in subscriber_gpu_test.cc, label `gpu`.)
 #include "cupti/subscriber.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@ namespace tokentrace::cupti {
 namespace {
 
 struct NullSink : ActivitySink {
-  void OnActivity(const GpuActivity &) override {}
+  void OnActivity(const GpuActivity&) override {}
   void OnDropped(uint64_t) override {}
 };
 
@@ -31,26 +31,23 @@ TEST(Start, BadCuptiPathIsNamed) {
   std::string why;
   EXPECT_FALSE(Start(config, &sink, &why));
   EXPECT_EQ(why.rfind("tokentrace:", 0), 0u) << why;
-  EXPECT_NE(why.find("/no/such/place/libcupti.so.13"), std::string::npos)
-      << why;
-  Flush(); // harmless when not started
+  EXPECT_NE(why.find("/no/such/place/libcupti.so.13"), std::string::npos) << why;
+  Flush();  // harmless when not started
   Stop();
 }
 
 TEST(Start, WithoutDriverFailsCleanly) {
   testing_driver::Driver driver;
-  if (driver.Available())
-    GTEST_SKIP() << "a GPU is present; see cupti_gpu_test";
+  if (driver.Available()) GTEST_SKIP() << "a GPU is present; see cupti_gpu_test";
   Config config;
   NullSink sink;
   std::string why;
   EXPECT_FALSE(Start(config, &sink, &why));
   EXPECT_EQ(why.rfind("tokentrace:", 0), 0u) << why;
-  EXPECT_GT(why.size(), std::string("tokentrace: kernels are off: ").size())
-      << why;
+  EXPECT_GT(why.size(), std::string("tokentrace: kernels are off: ").size()) << why;
   std::printf("why_off here: %s\n", why.c_str());
   Stop();
 }
 
-} // namespace
-} // namespace tokentrace::cupti
+}  // namespace
+}  // namespace tokentrace::cupti

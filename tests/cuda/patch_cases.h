@@ -1,0 +1,122 @@
+// The scenario catalog: every op on every dtype over a set of boxes and layouts, selectors,
+// and entries that compose. The host test checks each against the reference; the device test
+// checks the device against the host, bit for bit.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "patch_test_util.h"
+
+namespace tokentrace::patch::testing {
+
+struct BoxCase {
+  std::string name;
+  std::vector<int64_t> shape;
+  Layout layout;
+  std::vector<DimSlice> box;
+};
+
+inline std::vector<BoxCase> BoxCases() {
+  return {
+      {"col1_2d", {6, 8}, Layout::kContiguous, {S(), I(1)}},
+      {"pos1_3d", {2, 5, 8}, Layout::kContiguous, {S(), I(1)}},
+      {"steps_negative_padded_3d", {3, 7, 6}, Layout::kPadded, {S(1), S(-5, -1, 2), S({}, {}, 3)}},
+      {"open_ends_transposed_2d", {5, 9}, Layout::kTransposed, {S(-3), S({}, 7, 2)}},
+      {"index_last_clamped_stop_3d", {4, 6, 3}, Layout::kPadded, {I(-1), S(2, 100)}},
+      {"feature_index_3d", {2, 3, 10}, Layout::kTransposed, {S(), S(), I(-2)}},
+      {"full_4d", {2, 3, 2, 5}, Layout::kContiguous, {}},
+      {"empty_slice", {4, 4}, Layout::kContiguous, {S(3, 1)}},
+  };
+}
+
+// The box shape the operand broadcasts against (integer-index dims dropped).
+inline std::vector<int64_t> ViewShape(const BoxCase& bc) {
+  std::vector<int64_t> view;
+  for (size_t d = 0; d < bc.shape.size(); ++d) {
+    const DimSlice s = d < bc.box.size() ? bc.box[d] : S();
+    if (!(s.flags & kDimIndex)) view.push_back(static_cast<int64_t>(RefIndices(s, bc.shape[d]).size()));
+  }
+  return view;
+}
+
+inline const char* DTypeTag(DType d) { return d == DType::kF32 ? "f32" : d == DType::kF16 ? "f16" : "bf16"; }
+
+inline std::vector<std::pair<std::string, Scenario>> OpScenarios() {
+  std::vector<std::pair<std::string, Scenario>> out;
+  const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+  const PatchOp ops[] = {PatchOp::kZero, PatchOp::kFill,  PatchOp::kAdd,
+                         PatchOp::kScale, PatchOp::kClamp, PatchOp::kReplace};
+  uint32_t seed = 10;
+  for (DType dt : dtypes) {
+    for (const BoxCase& bc : BoxCases()) {
+      for (PatchOp op : ops) {
+        Scenario sc;
+        sc.initial = MakeTensor(dt, bc.shape, bc.layout, ++seed);
+        PatchEntry e = Entry(0, op, Every(), bc.box, 2.5f, -1.0f, 1.25f);
+        if (op == PatchOp::kScale) e.params.value = -1.5f;
+        std::shared_ptr<const Tensor> operand;
+        const std::vector<int64_t> view = ViewShape(bc);
+        if (op == PatchOp::kAdd && !view.empty()) {  // a vector over the last box dim
+          operand = std::make_shared<Tensor>(MakeTensor(DType::kF32, {view.back()}, Layout::kContiguous, ++seed));
+        } else if (op == PatchOp::kReplace) {  // box-shaped, broadcast over the first dim
+          std::vector<int64_t> shape = view;
+          if (!shape.empty()) shape[0] = 1;
+          const DType odt = dt == DType::kF32 ? DType::kF16 : DType::kF32;  // converts on read
+          operand = std::make_shared<Tensor>(MakeTensor(odt, shape, Layout::kTransposed, ++seed));
+        }
+        Add(&sc, e, operand);
+        sc.calls = 1;
+        out.emplace_back(std::string(DTypeTag(dt)) + "_" + OpName(op) + "_" + bc.name, std::move(sc));
+      }
+    }
+  }
+  return out;
+}
+
+inline std::vector<std::pair<std::string, Scenario>> SelectorScenarios() {
+  std::vector<std::pair<std::string, Scenario>> out;
+  const std::pair<const char*, CallSelector> sels[] = {
+      {"prefill", Prefill()},     {"call3", Call(3)},     {"calls2_4", Calls(2, 4)},
+      {"calls3_on", Calls(3, 0xffffffffu)}, {"token3", Token(3)}, {"tokens2_3", Tokens(2, 3)},
+      {"every", Every()},
+  };
+  for (const auto& [name, sel] : sels) {
+    Scenario sc;
+    sc.initial = MakeTensor(DType::kBF16, {1, 5, 8}, Layout::kContiguous, 77);
+    Add(&sc, Entry(0, PatchOp::kZero, sel, {S(), I(1)}));
+    sc.calls = 5;
+    sc.tokens = {1, 2, 3, 4, 5};  // token 1 = the prefill
+    out.emplace_back(std::string("selector_") + name, std::move(sc));
+  }
+  return out;
+}
+
+inline std::vector<std::pair<std::string, Scenario>> CompositionScenarios() {
+  std::vector<std::pair<std::string, Scenario>> out;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Scenario sc;  // overlapping boxes: order matters (scale then add != add then scale)
+    sc.initial = MakeTensor(dt, {3, 4, 8}, Layout::kPadded, 5);
+    Add(&sc, Entry(0, PatchOp::kScale, Every(), {S(), S({}, 3)}, 2.0f));
+    Add(&sc, Entry(0, PatchOp::kAdd, Every(), {S(), S(1), S(2, {}, 2)}),
+        std::make_shared<Tensor>(MakeTensor(DType::kBF16, {3, 3, 1}, Layout::kContiguous, 6)));
+    Add(&sc, Entry(1, PatchOp::kFill, Every(), {}, 9.0f));  // another site: must not fire
+    Add(&sc, Entry(0, PatchOp::kClamp, Calls(2, 3), {S(), I(0)}, 0.0f, -0.5f, 0.5f));
+    Add(&sc, Entry(0, PatchOp::kReplace, Call(3), {I(1), S(), S(4)}),
+        std::make_shared<Tensor>(MakeTensor(DType::kF32, {4, 4}, Layout::kTransposed, 7)));
+    sc.calls = 4;
+    out.emplace_back(std::string("compose_") + DTypeTag(dt), std::move(sc));
+  }
+  return out;
+}
+
+inline std::vector<std::pair<std::string, Scenario>> AllScenarios() {
+  auto all = OpScenarios();
+  for (auto* more : {&SelectorScenarios, &CompositionScenarios})
+    for (auto& s : (*more)()) all.push_back(std::move(s));
+  return all;
+}
+
+}  // namespace tokentrace::patch::testing
