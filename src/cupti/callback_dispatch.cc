@@ -22,95 +22,79 @@ struct Guard {
   ~Guard() { t_in_callback = false; }
 };
 
-uint32_t GraphExecId(const CuptiApi *api, CUgraphExec exec) {
+uint32_t GraphExecId(const CuptiApi* api, CUgraphExec exec) {
   uint32_t id = 0;
-  if (exec == nullptr || api->GetGraphExecId == nullptr)
-    return 0;
-  return TT_CUPTI_CALL(api->GetGraphExecId(exec, &id)) == CUPTI_SUCCESS ? id
-                                                                        : 0;
+  if (exec == nullptr || api->GetGraphExecId == nullptr) return 0;
+  return TT_CUPTI_CALL(api->GetGraphExecId(exec, &id)) == CUPTI_SUCCESS ? id : 0;
 }
 
-void HandleResource(const CuptiApi *api, CUpti_CallbackId cbid,
-                    const void *cbdata) {
+void HandleResource(const CuptiApi* api, CUpti_CallbackId cbid, const void* cbdata) {
   if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED &&
       cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
     return;
   }
-  const auto *res = static_cast<const CUpti_ResourceData *>(cbdata);
-  const auto *g =
-      res ? static_cast<const CUpti_GraphData *>(res->resourceDescriptor)
-          : nullptr;
-  if (g == nullptr || api->GetGraphNodeId == nullptr ||
-      api->GetGraphId == nullptr)
-    return;
+  const auto* res = static_cast<const CUpti_ResourceData*>(cbdata);
+  const auto* g = res ? static_cast<const CUpti_GraphData*>(res->resourceDescriptor) : nullptr;
+  if (g == nullptr || api->GetGraphNodeId == nullptr || api->GetGraphId == nullptr) return;
   uint64_t node_id = 0;
-  if (TT_CUPTI_CALL(api->GetGraphNodeId(g->node, &node_id)) != CUPTI_SUCCESS)
-    return;
+  if (TT_CUPTI_CALL(api->GetGraphNodeId(g->node, &node_id)) != CUPTI_SUCCESS) return;
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
     uint32_t graph_id = 0;
-    if (TT_CUPTI_CALL(api->GetGraphId(g->graph, &graph_id)) != CUPTI_SUCCESS)
-      return;
+    if (TT_CUPTI_CALL(api->GetGraphId(g->graph, &graph_id)) != CUPTI_SUCCESS) return;
     recorder::GraphNodeCreated(graph_id, node_id);
     return;
   }
   uint64_t original_id = 0;
-  if (TT_CUPTI_CALL(api->GetGraphNodeId(g->originalNode, &original_id)) !=
-      CUPTI_SUCCESS) {
+  if (TT_CUPTI_CALL(api->GetGraphNodeId(g->originalNode, &original_id)) != CUPTI_SUCCESS) {
     return;
   }
   // Instantiation clones nodes into the executable graph: key the clone by the
   // exec id, the id GraphLaunch reports. A plain cudaGraphClone has no exec:
   // use the clone's graph id.
   uint32_t owner_id = GraphExecId(api, g->graphExec);
-  if (owner_id == 0 &&
-      TT_CUPTI_CALL(api->GetGraphId(g->graph, &owner_id)) != CUPTI_SUCCESS) {
+  if (owner_id == 0 && TT_CUPTI_CALL(api->GetGraphId(g->graph, &owner_id)) != CUPTI_SUCCESS) {
     return;
   }
   recorder::GraphNodeCloned(original_id, owner_id, node_id);
 }
 
-} // namespace
+}  // namespace
 
-void CUPTIAPI DispatchCallback(void *userdata, CUpti_CallbackDomain domain,
-                               CUpti_CallbackId cbid, const void *cbdata) {
-  if (t_in_callback || cbdata == nullptr)
-    return;
+void CUPTIAPI DispatchCallback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                               const void* cbdata) {
+  if (t_in_callback || cbdata == nullptr) return;
   Guard guard;
-  const auto *api = static_cast<const CuptiApi *>(userdata);
+  const auto* api = static_cast<const CuptiApi*>(userdata);
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
-    if (api != nullptr && recorder::Active())
-      HandleResource(api, cbid, cbdata);
+    if (api != nullptr && recorder::Active()) HandleResource(api, cbid, cbdata);
     return;
   }
-  const auto *data = static_cast<const CUpti_CallbackData *>(cbdata);
+  const auto* data = static_cast<const CUpti_CallbackData*>(cbdata);
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
     if (data->callbackSite == CUPTI_API_EXIT) {
-      if (t_runtime_depth > 0)
-        --t_runtime_depth;
+      if (t_runtime_depth > 0) --t_runtime_depth;
       return;
     }
     ++t_runtime_depth;
   } else if (data->callbackSite != CUPTI_API_ENTER || t_runtime_depth > 0) {
     return;
   }
-  if (!recorder::Active())
-    return;
+  if (!recorder::Active()) return;
   const Action action = ClassifyCallback(domain, cbid, data->functionParams);
   switch (action.kind) {
-  case Action::kLaunch:
-    recorder::Launch(data->correlationId);
-    break;
-  case Action::kGraphLaunch:
-    recorder::GraphLaunch(data->correlationId,
-                          api != nullptr ? GraphExecId(api, action.graph_exec)
-                                         : 0);
-    break;
-  case Action::kEscape:
-    recorder::Escape(data->correlationId, action.escape);
-    break;
-  case Action::kNone:
-    break;
+    case Action::kLaunch:
+      recorder::Launch(data->correlationId);
+      break;
+    case Action::kGraphLaunch:
+      recorder::GraphLaunch(data->correlationId,
+                            api != nullptr ? GraphExecId(api, action.graph_exec) : 0);
+      break;
+    case Action::kEscape:
+      recorder::Escape(data->correlationId, action.escape);
+      break;
+    case Action::kNone:
+      break;
   }
 }
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

@@ -11,7 +11,7 @@
 
 namespace tokentrace::cupti {
 
-void CUPTIAPI DispatchCallback(void *userdata, CUpti_CallbackDomain domain,
-                               CUpti_CallbackId cbid, const void *cbdata);
+void CUPTIAPI DispatchCallback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                               const void* cbdata);
 
-} // namespace tokentrace::cupti
+}  // namespace tokentrace::cupti

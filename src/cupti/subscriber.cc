@@ -8,10 +8,10 @@
 #include <mutex>
 
 #include "core/clock.h"
-#include "core/recorder.h"
 #include "cupti/activity_buffers.h"
 #include "cupti/activity_convert.h"
 #include "cupti/callback_classify.h"
+#include "cupti/callback_dispatch.h"
 #include "cupti/cupti_api.h"
 
 namespace tokentrace::cupti {
@@ -33,14 +33,9 @@ constexpr CUpti_ActivityKind kActivityKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
     CUPTI_ACTIVITY_KIND_MEMSET};
 
-// Re-entrancy: a CUPTI callback that fires while this thread is already inside one of ours
-// is ignored.
-thread_local bool t_in_callback = false;
+// Buffer callbacks run on CUPTI's worker thread or inside Flush(); this only catches a
+// completion that would recurse into itself.
 thread_local bool t_in_buffer_callback = false;
-// Depth of traced runtime API calls open on this thread. A driver call made by the runtime
-// inside cudaMemcpy or cudaLaunchKernel is already covered by the runtime callback, so
-// driver callbacks are only acted on at depth 0 (driver-API launchers such as Triton).
-thread_local int t_runtime_depth = 0;
 
 struct Guard {
   bool& flag;
@@ -49,86 +44,6 @@ struct Guard {
 };
 
 uint64_t CUPTIAPI HostClock() { return static_cast<uint64_t>(clock::HostNowNs()); }
-
-void HandleResource(CUpti_CallbackId cbid, const void* cbdata) {
-  if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED &&
-      cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
-    return;
-  }
-  const auto* res = static_cast<const CUpti_ResourceData*>(cbdata);
-  const auto* g = res ? static_cast<const CUpti_GraphData*>(res->resourceDescriptor) : nullptr;
-  if (g == nullptr || g_api->GetGraphNodeId == nullptr || g_api->GetGraphId == nullptr) return;
-  uint64_t node_id = 0;
-  if (TT_CUPTI_CALL(g_api->GetGraphNodeId(g->node, &node_id)) != CUPTI_SUCCESS) return;
-  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
-    uint32_t graph_id = 0;
-    if (TT_CUPTI_CALL(g_api->GetGraphId(g->graph, &graph_id)) != CUPTI_SUCCESS) return;
-    recorder::GraphNodeCreated(graph_id, node_id);
-    return;
-  }
-  uint64_t original_id = 0;
-  if (TT_CUPTI_CALL(g_api->GetGraphNodeId(g->originalNode, &original_id)) != CUPTI_SUCCESS) {
-    return;
-  }
-  // Instantiation clones nodes into the executable graph: key the clone by the exec id,
-  // the same id GraphLaunch reports. A plain cudaGraphClone has no exec: use the clone's
-  // graph id.
-  uint32_t owner_id = 0;
-  CUptiResult r = CUPTI_ERROR_INVALID_PARAMETER;
-  if (g->graphExec != nullptr && g_api->GetGraphExecId != nullptr) {
-    r = TT_CUPTI_CALL(g_api->GetGraphExecId(g->graphExec, &owner_id));
-  }
-  if (r != CUPTI_SUCCESS) r = TT_CUPTI_CALL(g_api->GetGraphId(g->graph, &owner_id));
-  if (r == CUPTI_SUCCESS) recorder::GraphNodeCloned(original_id, owner_id, node_id);
-}
-
-uint32_t GraphExecId(CUgraphExec exec) {
-  uint32_t id = 0;
-  if (exec == nullptr) return 0;
-  if (g_api->GetGraphExecId != nullptr &&
-      TT_CUPTI_CALL(g_api->GetGraphExecId(exec, &id)) == CUPTI_SUCCESS) {
-    return id;
-  }
-  return 0;
-}
-
-// The one CUPTI callback. Cost when recording: a switch and one recorder call.
-void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
-                         const void* cbdata) {
-  if (t_in_callback) return;
-  Guard guard(t_in_callback);
-  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
-    if (recorder::Active()) HandleResource(cbid, cbdata);
-    return;
-  }
-  const auto* data = static_cast<const CUpti_CallbackData*>(cbdata);
-  if (data == nullptr) return;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-    // Depth is kept even while not recording so it cannot go stale across a toggle.
-    if (data->callbackSite == CUPTI_API_EXIT) {
-      if (t_runtime_depth > 0) --t_runtime_depth;
-      return;
-    }
-    ++t_runtime_depth;
-  } else if (data->callbackSite != CUPTI_API_ENTER || t_runtime_depth > 0) {
-    return;
-  }
-  if (!recorder::Active()) return;
-  const Action action = ClassifyCallback(domain, cbid, data->functionParams);
-  switch (action.kind) {
-    case Action::kLaunch:
-      recorder::Launch(data->correlationId);
-      break;
-    case Action::kGraphLaunch:
-      recorder::GraphLaunch(data->correlationId, GraphExecId(action.graph_exec));
-      break;
-    case Action::kEscape:
-      recorder::Escape(data->correlationId, action.escape);
-      break;
-    case Action::kNone:
-      break;
-  }
-}
 
 void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = g_pool.Take();
@@ -204,9 +119,10 @@ bool Subscribe(std::string* why) {
     params.subscriberName = "tokentrace";
     params.oldSubscriberName = other;
     params.oldSubscriberSize = sizeof(other);
-    r = g_api->SubscribeV2(&g_subscriber, &OnCallback, nullptr, &params);
+    r = g_api->SubscribeV2(&g_subscriber, &DispatchCallback, const_cast<CuptiApi*>(g_api),
+                           &params);
   } else {
-    r = g_api->Subscribe(&g_subscriber, &OnCallback, nullptr);
+    r = g_api->Subscribe(&g_subscriber, &DispatchCallback, const_cast<CuptiApi*>(g_api));
   }
   if (r == CUPTI_SUCCESS) return true;
   g_subscriber = nullptr;

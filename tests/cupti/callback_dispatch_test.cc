@@ -11,21 +11,21 @@ namespace {
 using fake::RecorderCall;
 
 // Fabricated id look-ups: a handle's id is its address value.
-CUptiResult FakeExecId(CUgraphExec exec, uint32_t *id) {
+CUptiResult FakeExecId(CUgraphExec exec, uint32_t* id) {
   *id = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(exec));
   return CUPTI_SUCCESS;
 }
-CUptiResult FakeGraphId(CUgraph graph, uint32_t *id) {
+CUptiResult FakeGraphId(CUgraph graph, uint32_t* id) {
   *id = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(graph));
   return CUPTI_SUCCESS;
 }
-CUptiResult FakeNodeId(CUgraphNode node, uint64_t *id) {
+CUptiResult FakeNodeId(CUgraphNode node, uint64_t* id) {
   *id = reinterpret_cast<uintptr_t>(node);
   return CUPTI_SUCCESS;
 }
 
 class DispatchTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     api_.GetGraphExecId = &FakeExecId;
     api_.GetGraphId = &FakeGraphId;
@@ -35,9 +35,8 @@ protected:
   }
   void TearDown() override { fake::SetActive(true); }
 
-  void Api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
-           CUpti_ApiCallbackSite site, uint32_t corr,
-           const void *params = nullptr) {
+  void Api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, CUpti_ApiCallbackSite site,
+           uint32_t corr, const void* params = nullptr) {
     CUpti_CallbackData data = {};
     data.callbackSite = site;
     data.correlationId = corr;
@@ -45,11 +44,10 @@ protected:
     DispatchCallback(&api_, domain, cbid, &data);
   }
   void Runtime(CUpti_CallbackId cbid, CUpti_ApiCallbackSite site, uint32_t corr,
-               const void *params = nullptr) {
+               const void* params = nullptr) {
     Api(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, site, corr, params);
   }
-  void Driver(CUpti_CallbackId cbid, CUpti_ApiCallbackSite site,
-              uint32_t corr) {
+  void Driver(CUpti_CallbackId cbid, CUpti_ApiCallbackSite site, uint32_t corr) {
     Api(CUPTI_CB_DOMAIN_DRIVER_API, cbid, site, corr);
   }
 
@@ -70,11 +68,10 @@ TEST_F(DispatchTest, DriverCallsInsideARuntimeCallAreIgnored) {
   copy.kind = cudaMemcpyHostToDevice;
   Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_API_ENTER, 1, &copy);
   Driver(CUPTI_DRIVER_TRACE_CBID_cuMemcpy, CUPTI_API_ENTER,
-         2); // the runtime's own copy
+         2);  // the runtime's own copy
   Driver(CUPTI_DRIVER_TRACE_CBID_cuMemcpy, CUPTI_API_EXIT, 2);
   Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_API_EXIT, 1, &copy);
-  EXPECT_TRUE(
-      fake::TakeCalls().empty()); // HtoD: no escape, and no driver-level one
+  EXPECT_TRUE(fake::TakeCalls().empty());  // HtoD: no escape, and no driver-level one
   // Outside any runtime call a driver launch (Triton) counts, on enter only.
   Driver(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER, 3);
   Driver(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_EXIT, 3);
@@ -85,10 +82,8 @@ TEST_F(DispatchTest, DriverCallsInsideARuntimeCallAreIgnored) {
 }
 
 TEST_F(DispatchTest, EscapesCarryKindAndCorrelation) {
-  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, CUPTI_API_ENTER,
-          9);
-  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, CUPTI_API_EXIT,
-          9);
+  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, CUPTI_API_ENTER, 9);
+  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, CUPTI_API_EXIT, 9);
   const auto calls = fake::TakeCalls();
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].what, RecorderCall::kEscape);
@@ -97,12 +92,9 @@ TEST_F(DispatchTest, EscapesCarryKindAndCorrelation) {
 }
 
 TEST_F(DispatchTest, GraphLaunchResolvesExecId) {
-  cudaGraphLaunch_v10000_params p = {
-      reinterpret_cast<cudaGraphExec_t>(uintptr_t{17}), nullptr};
-  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_API_ENTER, 5,
-          &p);
-  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_API_EXIT, 5,
-          &p);
+  cudaGraphLaunch_v10000_params p = {reinterpret_cast<cudaGraphExec_t>(uintptr_t{17}), nullptr};
+  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_API_ENTER, 5, &p);
+  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_API_EXIT, 5, &p);
   const auto calls = fake::TakeCalls();
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].what, RecorderCall::kGraphLaunch);
@@ -113,11 +105,11 @@ TEST_F(DispatchTest, GraphLaunchResolvesExecId) {
 TEST_F(DispatchTest, InactiveRecorderGetsNothingAndDepthStaysRight) {
   fake::SetActive(false);
   Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_API_ENTER, 1);
-  fake::SetActive(true); // turned on in the middle of a runtime call
+  fake::SetActive(true);  // turned on in the middle of a runtime call
   Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_API_EXIT, 1);
   EXPECT_TRUE(fake::TakeCalls().empty());
   Driver(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER, 2);
-  EXPECT_EQ(fake::TakeCalls().size(), 1u); // depth is back to 0
+  EXPECT_EQ(fake::TakeCalls().size(), 1u);  // depth is back to 0
 }
 
 TEST_F(DispatchTest, GraphNodeCreatedAndCloned) {
@@ -126,20 +118,16 @@ TEST_F(DispatchTest, GraphNodeCreatedAndCloned) {
   g.node = reinterpret_cast<CUgraphNode>(uintptr_t{100});
   CUpti_ResourceData res = {};
   res.resourceDescriptor = &g;
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE,
-                   CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, &res);
+  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, &res);
 
   g.originalNode = g.node;
   g.node = reinterpret_cast<CUgraphNode>(uintptr_t{200});
   g.graph = reinterpret_cast<CUgraph>(uintptr_t{4});
   g.graphExec = reinterpret_cast<CUgraphExec>(uintptr_t{17});
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE,
-                   CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, &res);
-  g.graphExec = nullptr; // cudaGraphClone: no exec, the clone's graph id
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE,
-                   CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, &res);
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE,
-                   CUPTI_CBID_RESOURCE_GRAPH_CREATED, &res);
+  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, &res);
+  g.graphExec = nullptr;  // cudaGraphClone: no exec, the clone's graph id
+  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, &res);
+  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPH_CREATED, &res);
 
   const auto calls = fake::TakeCalls();
   ASSERT_EQ(calls.size(), 3u);
@@ -156,10 +144,10 @@ TEST_F(DispatchTest, GraphNodeCreatedAndCloned) {
 TEST_F(DispatchTest, NullDataAndUnknownDomainsAreIgnored) {
   DispatchCallback(&api_, CUPTI_CB_DOMAIN_RUNTIME_API,
                    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, nullptr);
-  DispatchCallback(nullptr, CUPTI_CB_DOMAIN_RESOURCE,
-                   CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, nullptr);
+  DispatchCallback(nullptr, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
+                   nullptr);
   EXPECT_TRUE(fake::TakeCalls().empty());
 }
 
-} // namespace
-} // namespace tokentrace::cupti
+}  // namespace
+}  // namespace tokentrace::cupti
