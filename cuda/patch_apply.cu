@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "cuda/patch_device.h"
+#include "cuda/patch_grid.h"
 #include "cuda/patch_ops.h"
 
 namespace tokentrace::patch {
@@ -25,13 +26,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxDevices = 64;
-
-struct OutputDesc {
-  int32_t ndim;
-  uint32_t dtype;
-  int64_t shape[kMaxPatchDims];
-  int64_t strides[kMaxPatchDims];
-};
 
 __device__ __forceinline__ uint32_t LoadVolatile(const uint32_t* p) {
   return *reinterpret_cast<const volatile uint32_t*>(p);
@@ -46,7 +40,8 @@ __device__ bool HeaderOk(const PatchTable* t, uint32_t site) {
 // Warp 0: finds, in table order, the entries for `site` matching (call, token), resolves them
 // into `slots`, and (block 0 only) counts fires and skips. Returns the number of slots used.
 __device__ __noinline__ uint32_t ScanMatches(const PatchTable* t, uint32_t site, uint32_t call,
-                                uint32_t token, const OutputDesc& out, ResolvedEntry* slots) {
+                                             uint32_t token, const OutputDesc& out,
+                                             ResolvedEntry* slots) {
   const uint32_t lane = threadIdx.x;
   const uint32_t count = t->entry_count;
   uint32_t n = 0;
@@ -76,121 +71,6 @@ __device__ __noinline__ uint32_t ScanMatches(const PatchTable* t, uint32_t site,
   return min(n, static_cast<uint32_t>(kMaxMatchesPerCall));
 }
 
-// The common case: one entry matches. The box is walked as rows of its last dimension, so a
-// row's base offset is computed once and the elements of a row are independent loads (4 in
-// flight per thread) that coalesce when the output's last dimension is contiguous. Ops that
-// overwrite (zero, fill, replace) do not read the output.
-__device__ void ApplySingle(const ResolvedEntry& r, void* data, const OutputDesc& out) {
-  const ResolvedBox& b = r.box;
-  const int nd = b.ndim;
-  if (b.total == 0) return;
-  const int last = nd - 1;
-  const int64_t inner = nd > 0 ? b.count[last] : 1;
-  const int64_t rows = b.total / inner;
-  const int64_t ostep = nd > 0 ? b.step[last] * out.strides[last] : 0;
-  const int64_t pstep = nd > 0 ? r.operand_stride[last] : 0;
-  const int64_t ostart = nd > 0 ? b.start[last] * out.strides[last] : 0;
-  // Short rows: several rows per block iteration, one element per thread.
-  const int64_t per_iter = inner >= blockDim.x ? 1 : blockDim.x / inner;
-  const int64_t sub_row = per_iter > 1 ? threadIdx.x / inner : 0;
-  const int64_t col0 = per_iter > 1 ? threadIdx.x % inner : threadIdx.x;
-  const int64_t col_stride = per_iter > 1 ? inner : blockDim.x;
-  if (sub_row >= per_iter) return;
-  const PatchOp op = static_cast<PatchOp>(r.op);
-  const bool reads_x = op == PatchOp::kAdd || op == PatchOp::kScale || op == PatchOp::kClamp;
-  for (int64_t row = blockIdx.x * per_iter + sub_row; row < rows; row += gridDim.x * per_iter) {
-    int64_t rem = row, obase = ostart, pbase = 0;
-#pragma unroll
-    for (int d = kMaxPatchDims - 2; d >= 0; --d) {
-      if (d < last) {
-        const int64_t digit = d == 0 ? rem : rem % b.count[d];
-        rem = d == 0 ? 0 : rem / b.count[d];
-        obase += (b.start[d] + digit * b.step[d]) * out.strides[d];
-        pbase += digit * r.operand_stride[d];
-      }
-    }
-    for (int64_t col = col0; col < inner; col += 4 * col_stride) {
-      float x[4], p[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t cc = col + k * col_stride;
-        if (cc < inner) {
-          x[k] = reads_x ? LoadAsFloat(data, obase + cc * ostep, out.dtype) : 0.0f;
-          p[k] = r.operand ? LoadAsFloat(r.operand, pbase + cc * pstep, r.operand_dtype)
-                           : r.params.value;
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t cc = col + k * col_stride;
-        if (cc < inner)
-          StoreFromFloat(data, obase + cc * ostep, out.dtype, ApplyOp(r.op, r.params, x[k], p[k]));
-      }
-    }
-  }
-}
-
-// Several entries match: element ownership as described at the top of the file.
-__device__ __noinline__ void ApplyEntry(const ResolvedEntry* slots, uint32_t j, uint32_t n, void* data,
-                           const OutputDesc& out) {
-  const ResolvedEntry& r = slots[j];
-  const ResolvedBox& b = r.box;
-  const int nd = b.ndim;
-  int64_t lin = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (lin >= b.total) return;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  // Mixed-radix digits of this thread's first element and of the grid stride, so the loop
-  // advances with carries instead of dividing per element. Digit 0 is unbounded.
-  int64_t c[kMaxPatchDims], s[kMaxPatchDims];
-  int64_t rc = lin, rs = stride;
-#pragma unroll
-  for (int d = kMaxPatchDims - 1; d >= 1; --d) {
-    c[d] = s[d] = 0;
-    if (d < nd) {
-      c[d] = rc % b.count[d];
-      rc /= b.count[d];
-      s[d] = rs % b.count[d];
-      rs /= b.count[d];
-    }
-  }
-  c[0] = rc;
-  s[0] = rs;
-  for (; lin < b.total; lin += stride) {
-    int64_t o[kMaxPatchDims], q[kMaxPatchDims];
-    int64_t off = 0;
-#pragma unroll
-    for (int d = 0; d < kMaxPatchDims; ++d) {
-      if (d < nd) {
-        o[d] = b.start[d] + c[d] * b.step[d];
-        off += o[d] * out.strides[d];
-      }
-    }
-    bool owned = true;
-    for (uint32_t i = 0; i < j && owned; ++i) {
-      if (slots[i].valid && BoxContains(slots[i].box, o, q)) owned = false;
-    }
-    if (owned) {
-      float x = LoadAsFloat(data, off, out.dtype);
-      x = ApplyOp(r.op, r.params, x, OperandAt(r, c));
-      for (uint32_t k = j + 1; k < n; ++k) {
-        const ResolvedEntry& rk = slots[k];
-        if (rk.valid && BoxContains(rk.box, o, q)) x = ApplyOp(rk.op, rk.params, x, OperandAt(rk, q));
-      }
-      StoreFromFloat(data, off, out.dtype, x);
-    }
-    int64_t carry = 0;
-#pragma unroll
-    for (int d = kMaxPatchDims - 1; d >= 1; --d) {
-      if (d < nd) {
-        c[d] += s[d] + carry;
-        carry = c[d] >= b.count[d] ? 1 : 0;
-        if (carry) c[d] -= b.count[d];
-      }
-    }
-    c[0] += s[0] + carry;
-  }
-}
-
 __global__ void __launch_bounds__(kThreads, 4)
     ApplyPatchesKernel(PatchTable* table, uint32_t site, void* data, OutputDesc out) {
   __shared__ ResolvedEntry slots[kMaxMatchesPerCall];
@@ -208,11 +88,12 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
   __syncthreads();
   const uint32_t n = s_count;
+  const GridPos g{blockIdx.x, gridDim.x, threadIdx.x, blockDim.x};
   if (n == 1) {
-    if (slots[0].valid) ApplySingle(slots[0], data, out);
+    if (slots[0].valid) ApplySingle(g, slots[0], data, out);
   } else {
     for (uint32_t j = 0; j < n; ++j) {
-      if (slots[j].valid) ApplyEntry(slots, j, n, data, out);
+      if (slots[j].valid) ApplyEntry(g, slots, j, n, data, out);
     }
   }
   __syncthreads();
@@ -290,9 +171,9 @@ cudaError_t Launch(PatchTable* table, uint32_t site, void* data, const OutputDes
 
 }  // namespace
 
-cudaError_t ApplyPatchesDevice(PatchTable* device_table, uint32_t site_id, void* data,
-                               DType dtype, int ndim, const int64_t* shape,
-                               const int64_t* strides_elems, cudaStream_t stream) {
+cudaError_t ApplyPatchesDevice(PatchTable* device_table, uint32_t site_id, void* data, DType dtype,
+                               int ndim, const int64_t* shape, const int64_t* strides_elems,
+                               cudaStream_t stream) {
   OutputDesc out;
   int64_t elements = 0;
   MakeOutput(dtype, ndim, shape, strides_elems, &out, &elements);

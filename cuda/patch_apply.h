@@ -70,8 +70,8 @@ struct ApplyStatus {
 // whose selector matches (call after the advance, current token), touching only the elements of
 // its box. An entry that matches but does not resolve against this output (index out of range,
 // operand that does not broadcast) is skipped and counted, exactly as on the device.
-ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DType dtype,
-                             int ndim, const int64_t* shape, const int64_t* strides_elems);
+ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DType dtype, int ndim,
+                             const int64_t* shape, const int64_t* strides_elems);
 
 // Counters read back for a report.
 struct PatchCounters {

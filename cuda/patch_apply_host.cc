@@ -2,10 +2,10 @@
 // patch_ops.h, shared with the kernel; only the iteration differs: the host applies entries
 // one after another, each over its whole box, which gives every element the same fold of
 // matching entries in table order that the kernel computes per element.
-#include "cuda/patch_apply.h"
-
 #include <cstdio>
 #include <cstring>
+
+#include "cuda/patch_apply.h"
 
 namespace tokentrace::patch {
 namespace {
@@ -40,26 +40,40 @@ bool Fail(std::string* error, std::string message) {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float32";
-    case DType::kF16: return "float16";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF64: return "float64";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    case DType::kU8: return "uint8";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF64:
+      return "float64";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    case DType::kU8:
+      return "uint8";
+    case DType::kBool:
+      return "bool";
   }
   return "unknown dtype";
 }
 
 const char* OpName(PatchOp op) {
   switch (op) {
-    case PatchOp::kZero: return "zero";
-    case PatchOp::kFill: return "fill";
-    case PatchOp::kAdd: return "add";
-    case PatchOp::kScale: return "scale";
-    case PatchOp::kClamp: return "clamp";
-    case PatchOp::kReplace: return "replace";
+    case PatchOp::kZero:
+      return "zero";
+    case PatchOp::kFill:
+      return "fill";
+    case PatchOp::kAdd:
+      return "add";
+    case PatchOp::kScale:
+      return "scale";
+    case PatchOp::kClamp:
+      return "clamp";
+    case PatchOp::kReplace:
+      return "replace";
   }
   return "unknown op";
 }
@@ -72,15 +86,20 @@ std::string FormatPatchError(const PatchErrorInfo& e, const PatchEntry& entry) {
   const std::string b = std::to_string(e.b);
   std::string m;
   switch (static_cast<PatchError>(e.code)) {
-    case PatchError::kOk: return "";
-    case PatchError::kBadOp: m = "unknown patch op " + a; break;
+    case PatchError::kOk:
+      return "";
+    case PatchError::kBadOp:
+      m = "unknown patch op " + a;
+      break;
     case PatchError::kBadSelector:
       m = e.b == 0 ? "unknown call selector kind " + a
                    : "call selector '" + SelectorString(entry.selector) +
                          "' selects nothing: calls and tokens count from 1 (the prefill is "
                          "call 1) and a range needs first <= last";
       break;
-    case PatchError::kBadStep: m = "slice step " + a + " in dimension " + d + " must be >= 1"; break;
+    case PatchError::kBadStep:
+      m = "slice step " + a + " in dimension " + d + " must be >= 1";
+      break;
     case PatchError::kBoxRank:
       m = "the index box has " + a + " dimensions but the output has " + b;
       break;
@@ -92,14 +111,16 @@ std::string FormatPatchError(const PatchErrorInfo& e, const PatchEntry& entry) {
       m = "index " + a + " is out of range for dimension " + d + " of size " + b;
       break;
     case PatchError::kOutputDtype:
-      m = "op '" + op + "' cannot take an output of dtype " +
-          DTypeName(static_cast<DType>(e.a)) + kSupported;
+      m = "op '" + op + "' cannot take an output of dtype " + DTypeName(static_cast<DType>(e.a)) +
+          kSupported;
       break;
     case PatchError::kOperandDtype:
-      m = "op '" + op + "' cannot take an operand of dtype " +
-          DTypeName(static_cast<DType>(e.a)) + kSupported;
+      m = "op '" + op + "' cannot take an operand of dtype " + DTypeName(static_cast<DType>(e.a)) +
+          kSupported;
       break;
-    case PatchError::kOperandMissing: m = "op '" + op + "' needs an operand tensor"; break;
+    case PatchError::kOperandMissing:
+      m = "op '" + op + "' needs an operand tensor";
+      break;
     case PatchError::kOperandShape: {
       const int n = entry.operand.ndim;
       const std::string shape =
@@ -122,7 +143,9 @@ std::string FormatPatchError(const PatchErrorInfo& e, const PatchEntry& entry) {
     case PatchError::kBadShape:
       m = "dimension " + d + " of the output has negative size " + a;
       break;
-    default: m = "unknown patch error " + std::to_string(e.code); break;
+    default:
+      m = "unknown patch error " + std::to_string(e.code);
+      break;
   }
   return "tokentrace: " + m;
 }
@@ -225,8 +248,8 @@ std::unique_ptr<HostPatchTable> HostPatchTable::Create(const std::vector<PatchEn
   return table;
 }
 
-ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DType dtype,
-                             int ndim, const int64_t* shape, const int64_t* strides) {
+ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DType dtype, int ndim,
+                             const int64_t* shape, const int64_t* strides) {
   ApplyStatus status;
   if (!CheckTableHeader(table, &status.message)) {
     status.ok = false;

@@ -66,9 +66,9 @@ bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites
 // applies every matching entry. Shape and strides are copied into the launch parameters, so
 // the caller's arrays may be freed on return. Returns the launch error (cudaSuccess normally);
 // entries that match but do not resolve are skipped and counted on the device.
-cudaError_t ApplyPatchesDevice(PatchTable* device_table, uint32_t site_id, void* data,
-                               DType dtype, int ndim, const int64_t* shape,
-                               const int64_t* strides_elems, cudaStream_t stream);
+cudaError_t ApplyPatchesDevice(PatchTable* device_table, uint32_t site_id, void* data, DType dtype,
+                               int ndim, const int64_t* shape, const int64_t* strides_elems,
+                               cudaStream_t stream);
 // Same, with host-side checks (site range) and a one-block launch for sites with no entries.
 cudaError_t ApplyPatchesDevice(const DevicePatchTable& table, uint32_t site_id, void* data,
                                DType dtype, int ndim, const int64_t* shape,

@@ -88,8 +88,8 @@ bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites
   cudaError_t e = cudaMalloc(&device, bytes);
   if (e != cudaSuccess) return CudaFail(error, "cudaMalloc of the patch table", e);
   std::vector<uint64_t> staging(bytes / 8);
-  if (!LayoutPatchTable(staging.data(), reinterpret_cast<uintptr_t>(device), entries.data(),
-                        count, count, max_sites, error)) {
+  if (!LayoutPatchTable(staging.data(), reinterpret_cast<uintptr_t>(device), entries.data(), count,
+                        count, max_sites, error)) {
     cudaFree(device);
     return false;
   }
@@ -125,7 +125,9 @@ bool ReadCountersDevice(const DevicePatchTable& table, cudaStream_t stream, Patc
   if (!CheckTableHeader(t, error)) return false;
   const uintptr_t dev = reinterpret_cast<uintptr_t>(table.device());
   const uintptr_t hst = reinterpret_cast<uintptr_t>(host.data());
-  auto rebase = [&](auto* p) { return reinterpret_cast<decltype(p)>(hst + (reinterpret_cast<uintptr_t>(p) - dev)); };
+  auto rebase = [&](auto* p) {
+    return reinterpret_cast<decltype(p)>(hst + (reinterpret_cast<uintptr_t>(p) - dev));
+  };
   t.entries = rebase(t.entries);
   t.site_calls = rebase(t.site_calls);
   t.site_done = rebase(t.site_done);

@@ -15,6 +15,11 @@
 #else
 #define TT_HD inline
 #endif
+#if defined(__CUDA_ARCH__)
+#define TT_UNROLL _Pragma("unroll")
+#else
+#define TT_UNROLL
+#endif
 
 namespace tokentrace::patch {
 
@@ -110,23 +115,34 @@ TT_HD void StoreFromFloat(void* base, int64_t offset, uint32_t dtype, float v) {
 // that take none).
 TT_HD float ApplyOp(uint32_t op, const OpParams& p, float x, float operand) {
   switch (static_cast<PatchOp>(op)) {
-    case PatchOp::kZero: return 0.0f;
-    case PatchOp::kFill: return p.value;
-    case PatchOp::kAdd: return x + operand;
-    case PatchOp::kScale: return x * p.value;
-    case PatchOp::kClamp: return x < p.lo ? p.lo : (x > p.hi ? p.hi : x);
-    case PatchOp::kReplace: return operand;
+    case PatchOp::kZero:
+      return 0.0f;
+    case PatchOp::kFill:
+      return p.value;
+    case PatchOp::kAdd:
+      return x + operand;
+    case PatchOp::kScale:
+      return x * p.value;
+    case PatchOp::kClamp:
+      return x < p.lo ? p.lo : (x > p.hi ? p.hi : x);
+    case PatchOp::kReplace:
+      return operand;
   }
   return x;
 }
 
 TT_HD bool SelectorMatches(const CallSelector& s, uint32_t call, uint32_t token) {
   switch (static_cast<SelectorKind>(s.kind)) {
-    case SelectorKind::kEvery: return true;
-    case SelectorKind::kCallEq: return call == s.first;
-    case SelectorKind::kCallRange: return call >= s.first && call <= s.last;
-    case SelectorKind::kTokenEq: return token != 0 && token == s.first;
-    case SelectorKind::kTokenRange: return token != 0 && token >= s.first && token <= s.last;
+    case SelectorKind::kEvery:
+      return true;
+    case SelectorKind::kCallEq:
+      return call == s.first;
+    case SelectorKind::kCallRange:
+      return call >= s.first && call <= s.last;
+    case SelectorKind::kTokenEq:
+      return token != 0 && token == s.first;
+    case SelectorKind::kTokenRange:
+      return token != 0 && token >= s.first && token <= s.last;
   }
   return false;
 }
@@ -141,7 +157,7 @@ struct ResolvedBox {
   int64_t step[kMaxPatchDims];
   int64_t count[kMaxPatchDims];
   int64_t view_shape[kMaxPatchDims];
-  int64_t total;  // product of count
+  int64_t total;                // product of count
   uint8_t kept[kMaxPatchDims];  // 0 for integer-index dims
 };
 
@@ -213,7 +229,8 @@ TT_HD PatchErrorInfo ResolveBoxCore(const IndexBox& box, int ndim, const int64_t
 
 // Checks that do not depend on the output (op, selector, step, clamp bounds, operand dtype).
 TT_HD PatchErrorInfo CheckEntryStatic(const PatchEntry& e) {
-  if (e.op > static_cast<uint32_t>(PatchOp::kReplace)) return MakeError(PatchError::kBadOp, -1, e.op);
+  if (e.op > static_cast<uint32_t>(PatchOp::kReplace))
+    return MakeError(PatchError::kBadOp, -1, e.op);
   const CallSelector& s = e.selector;
   const uint32_t kind = s.kind;
   if (kind > static_cast<uint32_t>(SelectorKind::kTokenRange))
@@ -237,7 +254,8 @@ TT_HD PatchErrorInfo CheckEntryStatic(const PatchEntry& e) {
   const bool takes_operand = needs_operand || op == PatchOp::kAdd;
   if (needs_operand && e.operand.data == nullptr) return MakeError(PatchError::kOperandMissing);
   if (takes_operand && e.operand.data != nullptr) {
-    if (!IsFloatDType(e.operand.dtype)) return MakeError(PatchError::kOperandDtype, -1, e.operand.dtype);
+    if (!IsFloatDType(e.operand.dtype))
+      return MakeError(PatchError::kOperandDtype, -1, e.operand.dtype);
     if (e.operand.ndim < 0 || e.operand.ndim > kMaxPatchDims)
       return MakeError(PatchError::kOperandShape, -1, e.operand.ndim, -1);
   }
@@ -291,9 +309,7 @@ TT_HD PatchErrorInfo ResolveEntryCore(const PatchEntry& e, uint32_t entry_index,
 // Loops run to kMaxPatchDims with a break so the compiler can unroll them and keep o/q in
 // registers on the device.
 TT_HD bool BoxContains(const ResolvedBox& b, const int64_t* o, int64_t* q) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+  TT_UNROLL
   for (int d = 0; d < kMaxPatchDims; ++d) {
     if (d >= b.ndim) break;
     const int64_t diff = o[d] - b.start[d];
@@ -308,9 +324,7 @@ TT_HD bool BoxContains(const ResolvedBox& b, const int64_t* o, int64_t* q) {
 TT_HD float OperandAt(const ResolvedEntry& r, const int64_t* q) {
   if (r.operand == nullptr) return r.params.value;
   int64_t off = 0;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+  TT_UNROLL
   for (int d = 0; d < kMaxPatchDims; ++d) {
     if (d >= r.box.ndim) break;
     off += q[d] * r.operand_stride[d];

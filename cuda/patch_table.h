@@ -125,19 +125,19 @@ static_assert(sizeof(Operand) == 112);
 
 enum class PatchError : uint32_t {
   kOk = 0,
-  kBadOp = 1,              // a = op
-  kBadSelector = 2,        // a = kind, b = first/last packed (see FormatPatchError)
-  kBadStep = 3,            // dim, a = step
-  kBoxRank = 4,            // a = box ndim, b = output ndim
-  kOutputRank = 5,         // a = output ndim
-  kIndexOutOfRange = 6,    // dim, a = index, b = size
-  kOutputDtype = 7,        // a = dtype
-  kOperandDtype = 8,       // a = dtype
+  kBadOp = 1,            // a = op
+  kBadSelector = 2,      // a = kind, b = first/last packed (see FormatPatchError)
+  kBadStep = 3,          // dim, a = step
+  kBoxRank = 4,          // a = box ndim, b = output ndim
+  kOutputRank = 5,       // a = output ndim
+  kIndexOutOfRange = 6,  // dim, a = index, b = size
+  kOutputDtype = 7,      // a = dtype
+  kOperandDtype = 8,     // a = dtype
   kOperandMissing = 9,
-  kOperandShape = 10,      // dim = operand dim, a = operand size, b = box size (or -1: rank)
+  kOperandShape = 10,  // dim = operand dim, a = operand size, b = box size (or -1: rank)
   kBadClamp = 11,
-  kTooManyMatches = 12,    // a = kMaxMatchesPerCall
-  kBadShape = 13,          // dim, a = size
+  kTooManyMatches = 12,  // a = kMaxMatchesPerCall
+  kBadShape = 13,        // dim, a = size
 };
 
 struct PatchErrorInfo {

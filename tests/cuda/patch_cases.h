@@ -37,17 +37,20 @@ inline std::vector<int64_t> ViewShape(const BoxCase& bc) {
   std::vector<int64_t> view;
   for (size_t d = 0; d < bc.shape.size(); ++d) {
     const DimSlice s = d < bc.box.size() ? bc.box[d] : S();
-    if (!(s.flags & kDimIndex)) view.push_back(static_cast<int64_t>(RefIndices(s, bc.shape[d]).size()));
+    if (!(s.flags & kDimIndex))
+      view.push_back(static_cast<int64_t>(RefIndices(s, bc.shape[d]).size()));
   }
   return view;
 }
 
-inline const char* DTypeTag(DType d) { return d == DType::kF32 ? "f32" : d == DType::kF16 ? "f16" : "bf16"; }
+inline const char* DTypeTag(DType d) {
+  return d == DType::kF32 ? "f32" : d == DType::kF16 ? "f16" : "bf16";
+}
 
 inline std::vector<std::pair<std::string, Scenario>> OpScenarios() {
   std::vector<std::pair<std::string, Scenario>> out;
   const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-  const PatchOp ops[] = {PatchOp::kZero, PatchOp::kFill,  PatchOp::kAdd,
+  const PatchOp ops[] = {PatchOp::kZero,  PatchOp::kFill,  PatchOp::kAdd,
                          PatchOp::kScale, PatchOp::kClamp, PatchOp::kReplace};
   uint32_t seed = 10;
   for (DType dt : dtypes) {
@@ -60,7 +63,8 @@ inline std::vector<std::pair<std::string, Scenario>> OpScenarios() {
         std::shared_ptr<const Tensor> operand;
         const std::vector<int64_t> view = ViewShape(bc);
         if (op == PatchOp::kAdd && !view.empty()) {  // a vector over the last box dim
-          operand = std::make_shared<Tensor>(MakeTensor(DType::kF32, {view.back()}, Layout::kContiguous, ++seed));
+          operand = std::make_shared<Tensor>(
+              MakeTensor(DType::kF32, {view.back()}, Layout::kContiguous, ++seed));
         } else if (op == PatchOp::kReplace) {  // box-shaped, broadcast over the first dim
           std::vector<int64_t> shape = view;
           if (!shape.empty()) shape[0] = 1;
@@ -69,7 +73,8 @@ inline std::vector<std::pair<std::string, Scenario>> OpScenarios() {
         }
         Add(&sc, e, operand);
         sc.calls = 1;
-        out.emplace_back(std::string(DTypeTag(dt)) + "_" + OpName(op) + "_" + bc.name, std::move(sc));
+        out.emplace_back(std::string(DTypeTag(dt)) + "_" + OpName(op) + "_" + bc.name,
+                         std::move(sc));
       }
     }
   }
@@ -79,8 +84,9 @@ inline std::vector<std::pair<std::string, Scenario>> OpScenarios() {
 inline std::vector<std::pair<std::string, Scenario>> SelectorScenarios() {
   std::vector<std::pair<std::string, Scenario>> out;
   const std::pair<const char*, CallSelector> sels[] = {
-      {"prefill", Prefill()},     {"call3", Call(3)},     {"calls2_4", Calls(2, 4)},
-      {"calls3_on", Calls(3, 0xffffffffu)}, {"token3", Token(3)}, {"tokens2_3", Tokens(2, 3)},
+      {"prefill", Prefill()},    {"call3", Call(3)},
+      {"calls2_4", Calls(2, 4)}, {"calls3_on", Calls(3, 0xffffffffu)},
+      {"token3", Token(3)},      {"tokens2_3", Tokens(2, 3)},
       {"every", Every()},
   };
   for (const auto& [name, sel] : sels) {
@@ -109,6 +115,30 @@ inline std::vector<std::pair<std::string, Scenario>> CompositionScenarios() {
     sc.calls = 4;
     out.emplace_back(std::string("compose_") + DTypeTag(dt), std::move(sc));
   }
+  return out;
+}
+
+// Bigger than one block, so several blocks share the call counter and the ticket.
+inline std::vector<std::pair<std::string, Scenario>> LargeScenarios() {
+  std::vector<std::pair<std::string, Scenario>> out;
+  Scenario scale;
+  scale.initial = MakeTensor(DType::kBF16, {3, 257, 1001}, Layout::kPadded, 21);
+  Add(&scale, Entry(0, PatchOp::kScale, Calls(2, 3), {}, 0.37f));
+  scale.calls = 4;
+  out.emplace_back("large_scale_bf16", std::move(scale));
+  Scenario overlap;
+  overlap.initial = MakeTensor(DType::kF32, {4, 300, 700}, Layout::kTransposed, 22);
+  Add(&overlap, Entry(0, PatchOp::kScale, Every(), {S(), S(10, 250)}, 3.0f));
+  Add(&overlap, Entry(0, PatchOp::kAdd, Every(), {S(1), S({}, {}, 3), S(5, -5, 2)}),
+      std::make_shared<Tensor>(MakeTensor(DType::kF16, {300 / 3, 1}, Layout::kContiguous, 23)));
+  Add(&overlap, Entry(0, PatchOp::kClamp, Call(2), {S(), S(100)}, 0.0f, -2.0f, 2.0f));
+  overlap.calls = 2;
+  out.emplace_back("large_overlap_f32", std::move(overlap));
+  Scenario one;  // a one-position box in a prefill-sized output
+  one.initial = MakeTensor(DType::kF16, {1, 512, 2048}, Layout::kContiguous, 24);
+  Add(&one, Entry(0, PatchOp::kZero, Prefill(), {S(), I(1)}));
+  one.calls = 2;
+  out.emplace_back("large_one_position_f16", std::move(one));
   return out;
 }
 

@@ -83,8 +83,12 @@ INSTANTIATE_TEST_SUITE_P(All, PatchScenarioTest, ::testing::ValuesIn(AllScenario
 // The reference and the host could agree on a wrong selector; pin the calls by hand.
 TEST(PatchSelectorTest, FiresExactlyAtTheSelectedCalls) {
   const std::vector<std::pair<std::string, std::set<int>>> want = {
-      {"selector_prefill", {1}},      {"selector_call3", {3}},      {"selector_calls2_4", {2, 3, 4}},
-      {"selector_calls3_on", {3, 4, 5}}, {"selector_token3", {3}}, {"selector_tokens2_3", {2, 3}},
+      {"selector_prefill", {1}},
+      {"selector_call3", {3}},
+      {"selector_calls2_4", {2, 3, 4}},
+      {"selector_calls3_on", {3, 4, 5}},
+      {"selector_token3", {3}},
+      {"selector_tokens2_3", {2, 3}},
       {"selector_every", {1, 2, 3, 4, 5}},
   };
   const auto scenarios = SelectorScenarios();
@@ -98,7 +102,8 @@ TEST(PatchSelectorTest, FiresExactlyAtTheSelectedCalls) {
       const bool changed = got.outputs[c - 1].bytes != sc.initial.bytes;
       EXPECT_EQ(changed, want[i].second.count(c) == 1) << want[i].first << " call " << c;
       for (int64_t f = 0; f < 8; ++f)  // position 1 is zero exactly when fired
-        EXPECT_EQ(got.outputs[c - 1].Get({0, 1, f}) == 0.0f, changed || sc.initial.Get({0, 1, f}) == 0.0f);
+        EXPECT_EQ(got.outputs[c - 1].Get({0, 1, f}) == 0.0f,
+                  changed || sc.initial.Get({0, 1, f}) == 0.0f);
     }
     EXPECT_EQ(got.fires[0], want[i].second.size()) << want[i].first;
   }
@@ -119,7 +124,8 @@ TEST(PatchSelectorTest, TokenSelectorsNeverMatchTokenZero) {
 TEST(PatchCountersTest, OnlyTheAppliedSiteAdvancesAndResetClearsEverything) {
   std::string error;
   auto table = HostPatchTable::Create(
-      {Entry(0, PatchOp::kScale, Every(), {}, 2.0f), Entry(2, PatchOp::kZero, Every(), {})}, 3, &error);
+      {Entry(0, PatchOp::kScale, Every(), {}, 2.0f), Entry(2, PatchOp::kZero, Every(), {})}, 3,
+      &error);
   ASSERT_TRUE(table) << error;
   Tensor t = MakeTensor(DType::kF16, {2, 3});
   for (int i = 0; i < 3; ++i) {
@@ -184,7 +190,8 @@ TEST(PatchValidationTest, OperandThatDoesNotBroadcast) {
   const Tensor ok = MakeTensor(DType::kF32, {1, 1, 8});  // extra leading 1s are fine
   SetOperand(&e, ok);
   std::string error;
-  EXPECT_TRUE(ValidateEntry(e, 3, std::vector<int64_t>{2, 5, 8}.data(), DType::kF32, &error)) << error;
+  EXPECT_TRUE(ValidateEntry(e, 3, std::vector<int64_t>{2, 5, 8}.data(), DType::kF32, &error))
+      << error;
 }
 
 TEST(PatchValidationTest, DtypesOpsCannotTake) {
@@ -214,7 +221,8 @@ TEST(PatchValidationTest, StaticChecks) {
   EXPECT_EQ(fails(Entry(0, PatchOp::kZero, Call(0), {})),
             "tokentrace: call selector 'call 0' selects nothing: calls and tokens count from 1 "
             "(the prefill is call 1) and a range needs first <= last");
-  EXPECT_NE(fails(Entry(0, PatchOp::kZero, Tokens(4, 2), {})).find("'tokens 4..2'"), std::string::npos);
+  EXPECT_NE(fails(Entry(0, PatchOp::kZero, Tokens(4, 2), {})).find("'tokens 4..2'"),
+            std::string::npos);
   EXPECT_EQ(fails(Entry(0, PatchOp::kZero, Sel(static_cast<SelectorKind>(9), 1), {})),
             "tokentrace: unknown call selector kind 9");
   PatchEntry bad_op = Entry(0, PatchOp::kZero, Every(), {});
@@ -245,7 +253,8 @@ TEST(PatchApplyErrorTest, MatchingEntryThatDoesNotFitIsSkippedAndOthersStillAppl
 }
 
 TEST(PatchApplyErrorTest, MoreMatchesThanSlotsAreSkipped) {
-  std::vector<PatchEntry> entries(kMaxMatchesPerCall + 1, Entry(0, PatchOp::kAdd, Every(), {}, 1.0f));
+  std::vector<PatchEntry> entries(kMaxMatchesPerCall + 1,
+                                  Entry(0, PatchOp::kAdd, Every(), {}, 1.0f));
   auto table = HostPatchTable::Create(entries, 1, nullptr);
   Tensor t = MakeTensor(DType::kF32, {2});
   const float before = t.Get({0});

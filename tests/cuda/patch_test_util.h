@@ -46,8 +46,8 @@ struct Tensor {
   const void* data() const { return bytes.data(); }
 };
 
-inline Tensor MakeTensor(DType dtype, std::vector<int64_t> shape, Layout layout = Layout::kContiguous,
-                         uint32_t seed = 1) {
+inline Tensor MakeTensor(DType dtype, std::vector<int64_t> shape,
+                         Layout layout = Layout::kContiguous, uint32_t seed = 1) {
   Tensor t;
   t.dtype = dtype;
   t.shape = shape;
@@ -127,11 +127,16 @@ inline void SetOperand(PatchEntry* e, const Tensor& t) {
 
 inline bool RefMatches(const CallSelector& s, uint32_t call, uint32_t token) {
   switch (s.kind) {
-    case 0: return true;
-    case 1: return call == s.first;
-    case 2: return s.first <= call && call <= s.last;
-    case 3: return token >= 1 && token == s.first;
-    case 4: return token >= 1 && s.first <= token && token <= s.last;
+    case 0:
+      return true;
+    case 1:
+      return call == s.first;
+    case 2:
+      return s.first <= call && call <= s.last;
+    case 3:
+      return token >= 1 && token == s.first;
+    case 4:
+      return token >= 1 && s.first <= token && token <= s.last;
   }
   return false;
 }
@@ -190,19 +195,32 @@ inline void RefApply(const PatchEntry& e, Tensor* out, const Tensor* operand) {
     float opv = e.params.value;
     if (operand) {  // right-aligned broadcasting: size-1 operand dims read index 0
       std::vector<int64_t> oi(operand->ndim(), 0);
-      for (int k = operand->ndim() - 1, v = static_cast<int>(view.size()) - 1; k >= 0 && v >= 0; --k, --v)
+      for (int k = operand->ndim() - 1, v = static_cast<int>(view.size()) - 1; k >= 0 && v >= 0;
+           --k, --v)
         oi[k] = operand->shape[k] == 1 ? 0 : view[v];
       opv = operand->Get(oi);
     }
     const float x = out->Get(idx);
     float r = x;
     switch (static_cast<PatchOp>(e.op)) {
-      case PatchOp::kZero: r = 0.0f; break;
-      case PatchOp::kFill: r = e.params.value; break;
-      case PatchOp::kAdd: r = x + opv; break;
-      case PatchOp::kScale: r = x * e.params.value; break;
-      case PatchOp::kClamp: r = std::isnan(x) ? x : std::min(std::max(x, e.params.lo), e.params.hi); break;
-      case PatchOp::kReplace: r = opv; break;
+      case PatchOp::kZero:
+        r = 0.0f;
+        break;
+      case PatchOp::kFill:
+        r = e.params.value;
+        break;
+      case PatchOp::kAdd:
+        r = x + opv;
+        break;
+      case PatchOp::kScale:
+        r = x * e.params.value;
+        break;
+      case PatchOp::kClamp:
+        r = std::isnan(x) ? x : std::min(std::max(x, e.params.lo), e.params.hi);
+        break;
+      case PatchOp::kReplace:
+        r = opv;
+        break;
     }
     StoreFromFloat(out->data(), out->Offset(idx), static_cast<uint32_t>(out->dtype),
                    RefRound(r, out->dtype));
@@ -220,7 +238,7 @@ inline void RefApply(const PatchEntry& e, Tensor* out, const Tensor* operand) {
 // A sequence of calls at one site; each call edits a fresh copy of `initial` (as each forward
 // produces a new output). tokens[i] is the token counter during call i+1 (empty: never set).
 struct Scenario {
-  std::vector<PatchEntry> entries;  // operand pointers are set by each runner
+  std::vector<PatchEntry> entries;                        // operand pointers are set by each runner
   std::vector<std::shared_ptr<const Tensor>> operand_of;  // per entry, may be null
   Tensor initial;
   uint32_t site = 0;
