@@ -157,7 +157,8 @@ class Trace:
         for sid, name, kind, tok in self._q(
                 f"SELECT id, name, kind, {is_token} FROM sites ORDER BY id"):
             self._sites[name] = (sid, kind, bool(tok))
-            self._site_order.append(name)
+            if not (name.startswith("(") and name.endswith(")")):  # the shim's reserved sites
+                self._site_order.append(name)
         self._views = {}
         self._outputs = None
         self._saved = None
