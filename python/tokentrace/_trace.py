@@ -154,10 +154,13 @@ class Trace:
         is_token = "is_token" if "is_token" in cols else "kind = 'root'"
         self._sites = {}
         self._site_order = []
+        # The shim's site registry is process-wide, so a file can list sites interned for an
+        # earlier session; trace.sites shows the ones called in this file.
+        called = {r[0] for r in self._q("SELECT DISTINCT site_id FROM calls")}
         for sid, name, kind, tok in self._q(
                 f"SELECT id, name, kind, {is_token} FROM sites ORDER BY id"):
             self._sites[name] = (sid, kind, bool(tok))
-            if not (name.startswith("(") and name.endswith(")")):  # the shim's reserved sites
+            if sid in called:
                 self._site_order.append(name)
         self._views = {}
         self._outputs = None
