@@ -2,10 +2,11 @@
 // patch_ops.h, shared with the kernel; only the iteration differs: the host applies entries
 // one after another, each over its whole box, which gives every element the same fold of
 // matching entries in table order that the kernel computes per element.
-#include <cstdio>
+#include <array>
 #include <cstring>
 
 #include "cuda/patch_apply.h"
+#include "cuda/patch_grid.h"  // OutputDesc
 
 namespace tokentrace::patch {
 namespace {
@@ -34,6 +35,61 @@ std::string SelectorString(const CallSelector& s) {
 bool Fail(std::string* error, std::string message) {
   if (error) *error = std::move(message);
   return false;
+}
+
+// One row of the box's last dimension, with the output dtype and the op as constants so the
+// loop has no per-element dispatch. The element arithmetic is ApplyOp/LoadAsFloat/
+// StoreFromFloat from patch_ops.h, as in the kernel.
+template <uint32_t kDType, uint32_t kOp>
+void ApplyRow(void* data, int64_t obase, int64_t ostep, const ResolvedEntry& r, int64_t pbase,
+              int64_t pstep, int64_t n) {
+  const OpParams p = r.params;  // a local copy: stores into `data` cannot alias it
+  const void* operand = r.operand;
+  const uint32_t odt = r.operand_dtype;
+  constexpr bool kReadsX = kOp == static_cast<uint32_t>(PatchOp::kAdd) ||
+                           kOp == static_cast<uint32_t>(PatchOp::kScale) ||
+                           kOp == static_cast<uint32_t>(PatchOp::kClamp);
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t o = obase + c * ostep;
+    const float x = kReadsX ? LoadAsFloat(data, o, kDType) : 0.0f;
+    const float v = operand ? LoadAsFloat(operand, pbase + c * pstep, odt) : p.value;
+    StoreFromFloat(data, o, kDType, ApplyOp(kOp, p, x, v));
+  }
+}
+
+using RowFn = void (*)(void*, int64_t, int64_t, const ResolvedEntry&, int64_t, int64_t, int64_t);
+
+template <uint32_t kDType>
+constexpr std::array<RowFn, 6> RowFns() {
+  return {&ApplyRow<kDType, 0>, &ApplyRow<kDType, 1>, &ApplyRow<kDType, 2>,
+          &ApplyRow<kDType, 3>, &ApplyRow<kDType, 4>, &ApplyRow<kDType, 5>};
+}
+
+// Applies one resolved entry over its whole box: rows of the last dimension, the rows in
+// odometer order.
+void ApplyEntryHost(const ResolvedEntry& r, void* data, const OutputDesc& out) {
+  static constexpr std::array<std::array<RowFn, 6>, 3> kFns = {RowFns<0>(), RowFns<1>(),
+                                                               RowFns<2>()};
+  const ResolvedBox& b = r.box;
+  if (b.total == 0) return;
+  const RowFn row_fn = kFns[out.dtype][r.op];
+  const int last = b.ndim - 1;
+  const int64_t inner = b.ndim > 0 ? b.count[last] : 1;
+  const int64_t ostep = b.ndim > 0 ? b.step[last] * out.strides[last] : 0;
+  const int64_t pstep = b.ndim > 0 ? r.operand_stride[last] : 0;
+  int64_t c[kMaxPatchDims] = {0, 0, 0, 0, 0, 0};
+  for (int64_t row = 0, rows = b.total / inner; row < rows; ++row) {
+    int64_t obase = b.ndim > 0 ? b.start[last] * out.strides[last] : 0, pbase = 0;
+    for (int d = 0; d < last; ++d) {
+      obase += (b.start[d] + c[d] * b.step[d]) * out.strides[d];
+      pbase += c[d] * r.operand_stride[d];
+    }
+    row_fn(data, obase, ostep, r, pbase, pstep, inner);
+    for (int d = last - 1; d >= 0; --d) {
+      if (++c[d] < b.count[d]) break;
+      c[d] = 0;
+    }
+  }
 }
 
 }  // namespace
@@ -261,6 +317,13 @@ ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DT
                      std::to_string(table.max_sites) + " sites";
     return status;
   }
+  OutputDesc out{};
+  out.ndim = ndim;
+  out.dtype = static_cast<uint32_t>(dtype);
+  for (int d = 0; d < ndim && d < kMaxPatchDims; ++d) {
+    out.shape[d] = shape[d];
+    out.strides[d] = strides[d];
+  }
   status.call = ++table.site_calls[site_id];
   const uint32_t token = *table.token;
   uint32_t matches = 0;
@@ -281,20 +344,7 @@ ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DT
     }
     ++e.fires;
     ++status.fired;
-    // Odometer over the box, last dimension fastest.
-    const ResolvedBox& b = r.box;
-    int64_t c[kMaxPatchDims] = {0, 0, 0, 0, 0, 0};
-    for (int64_t n = 0; n < b.total; ++n) {
-      int64_t off = 0;
-      for (int d = 0; d < b.ndim; ++d) off += (b.start[d] + c[d] * b.step[d]) * strides[d];
-      const float x = LoadAsFloat(data, off, static_cast<uint32_t>(dtype));
-      StoreFromFloat(data, off, static_cast<uint32_t>(dtype),
-                     ApplyOp(r.op, r.params, x, OperandAt(r, c)));
-      for (int d = b.ndim - 1; d >= 0; --d) {
-        if (++c[d] < b.count[d]) break;
-        c[d] = 0;
-      }
-    }
+    ApplyEntryHost(r, data, out);
   }
   return status;
 }

@@ -3,9 +3,10 @@
 // mixed-radix carries, ownership of overlapping boxes) on machines without a GPU. Threads run
 // one after another here, so a walk that wrote an element twice shows up as a double edit
 // (scale, add) and a walk that missed one as an unedited element.
+#include "cuda/patch_grid.h"
+
 #include <gtest/gtest.h>
 
-#include "cuda/patch_grid.h"
 #include "patch_cases.h"
 #include "patch_test_util.h"
 
