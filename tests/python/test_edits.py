@@ -1,0 +1,94 @@
+"""tt.when(...).bind(model): real forward/generate with edits, num_fires, call selectors."""
+
+import torch
+
+import tokentrace as tt
+
+V = "model.layers.0.self_attn.v_proj"
+
+
+def _gen(model, prompt, n=4):
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                              output_logits=True, return_dict_in_generate=True)
+
+
+def test_num_fires_every_call_prefill_and_token(llama, prompt):
+    bound = tt.when(tt.module(V), tt.scale(0.5)).bind(llama)
+    _gen(bound, prompt, 5)
+    assert bound.last_report.num_fires == 5
+    bound = tt.when(tt.module(V), tt.scale(0.5), calls=tt.prefill).bind(llama)
+    _gen(bound, prompt, 5)
+    assert bound.last_report.num_fires == 1
+    bound = tt.when(tt.module(V), tt.scale(0.0), calls=tt.token(3)).bind(llama)
+    out = _gen(bound, prompt, 5)
+    assert bound.last_report.num_fires == 1
+    plain = _gen(llama, prompt, 5)
+    # logits of tokens 1 and 2 are untouched; token 3's differ
+    assert torch.equal(out.logits[0], plain.logits[0]) and torch.equal(out.logits[1], plain.logits[1])
+    assert not torch.allclose(out.logits[2], plain.logits[2])
+
+
+def test_declarative_zero_matches_plain_hook(llama, prompt):
+    def blank(m, a, out):
+        out = out.clone()
+        out[:, 1] = 0.0
+        return out
+
+    nxt = torch.tensor([[7]])
+    with torch.no_grad():
+        h = llama.model.layers[0].self_attn.v_proj.register_forward_hook(blank)
+        try:
+            cache = llama(prompt, use_cache=True).past_key_values
+        finally:
+            h.remove()
+        reference = llama(nxt, past_key_values=cache, use_cache=True).logits
+        bound = tt.when(tt.module(V), tt.zero(index=(slice(None), 1)),
+                        calls=tt.prefill).bind(llama)
+        cache = bound(prompt, use_cache=True).past_key_values
+        edited = llama(nxt, past_key_values=cache, use_cache=True).logits
+    assert torch.equal(edited, reference)
+    assert bound.last_report.num_fires == 1
+
+
+def test_ops_reference_semantics():
+    x = torch.arange(24, dtype=torch.float32).reshape(1, 4, 6)
+    ctx = None
+    assert torch.equal(tt.fill(2.0, index=(0, -1)).apply(x, ctx)[0, 3], torch.full((6,), 2.0))
+    y = tt.add(torch.ones(6), index=(slice(None), slice(1, 3))).apply(x, ctx)
+    assert torch.equal(y[:, 1:3], x[:, 1:3] + 1) and torch.equal(y[:, 0], x[:, 0])
+    y = tt.clamp(0, 5).apply(x, ctx)
+    assert y.max() == 5
+    y = tt.scale(2.0, index=(Ellipsis, slice(0, None, 2))).apply(x, ctx)
+    assert torch.equal(y[..., ::2], x[..., ::2] * 2) and torch.equal(y[..., 1::2], x[..., 1::2])
+    y = tt.replace(torch.zeros(6), index=(0, 2)).apply(x, ctx)
+    assert y[0, 2].abs().sum() == 0 and torch.equal(y[0, 1], x[0, 1])
+    assert torch.equal(x, torch.arange(24, dtype=torch.float32).reshape(1, 4, 6))  # not in place
+
+
+def test_callable_ctx_and_combined_specs(llama, prompt):
+    seen = []
+
+    def spy(values, *, ctx):
+        seen.append((ctx.site, ctx.call, ctx.token))
+
+    spec = tt.when(V, spy) + tt.when("model.layers.1.mlp", tt.scale(1.0), calls=range(2, 4))
+    bound = spec.bind(llama)
+    _gen(bound, prompt, 4)
+    assert seen == [(V, k, k) for k in range(1, 5)]
+    assert bound.last_report.num_fires == 4 + 2
+    assert [n for _, n in bound.last_report.per_rule] == [4, 2]
+    # the bound model still looks like the model, and the model is left without hooks
+    assert bound.config is llama.config
+    assert all(not m._forward_hooks for m in llama.modules())
+
+
+def test_intervene_during_trace(llama, prompt):
+    import warnings
+    spec = tt.when(V, tt.zero(), calls=tt.prefill)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = tt.trace(llama.generate, prompt, input_kwargs={"max_new_tokens": 2},
+                         save=tt.module(V), intervene=spec)
+    assert trace[f"{V}:1"].out.abs().sum() == 0
+    assert trace[f"{V}:2"].out.abs().sum() > 0

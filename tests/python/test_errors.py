@@ -1,0 +1,109 @@
+"""Bad input: one clear line, raised before any model work, never a traceback from our code."""
+
+import os
+
+import pytest
+import torch
+
+import tokentrace as tt
+
+
+def test_unknown_site_names_close_matches(gpt2, prompt):
+    with pytest.raises(tt.TokentraceError, match=r"no site named 'transformer.h.1.mpl'.*"
+                                                 r"did you mean 'transformer.h.1.mlp'"):
+        tt.trace(gpt2, prompt, save=tt.module("transformer.h.1.mpl"))
+
+
+def test_selector_matching_nothing(gpt2, prompt):
+    with pytest.raises(tt.TokentraceError, match=r"matches no site.*sites look like 'self'"):
+        tt.trace(gpt2, prompt, sites=tt.module("decoder.*.mlp"))
+
+
+def test_non_callable():
+    with pytest.raises(tt.TokentraceError, match="needs a callable.*got int"):
+        tt.trace(3, torch.ones(1))
+
+
+def test_callable_without_model(prompt):
+    with pytest.raises(tt.TokentraceError, match="cannot tell which model"):
+        tt.trace(lambda x: x, prompt)
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "readonly_dir", "is_dir"])
+def test_unwritable_output_path(tmp_path, gpt2, prompt, where):
+    if where == "missing_dir":
+        out = tmp_path / "nope" / "t.sqlite"
+    elif where == "is_dir":
+        out = tmp_path
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root can write a read-only directory")
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o500)
+        out = d / "t.sqlite"
+    calls = []
+    h = gpt2.register_forward_pre_hook(lambda m, a: calls.append(1))
+    try:
+        with pytest.raises(tt.TokentraceError, match="cannot write the trace to"):
+            tt.trace(gpt2, prompt, out=out)
+    finally:
+        h.remove()
+    assert not calls  # raised before any model work
+
+
+def test_bad_kernel_mode(gpt2, prompt):
+    with pytest.raises(tt.TokentraceError, match="accepted: 'off', 'summary', 'full'"):
+        tt.trace(gpt2, prompt, kernels="everything")
+
+
+def test_bad_selector_types(gpt2, prompt):
+    with pytest.raises(tt.TokentraceError, match="must be tt.module"):
+        tt.trace(gpt2, prompt, save=42)
+    with pytest.raises(tt.TokentraceError, match="at least one"):
+        tt.module()
+
+
+def test_bad_lookup(gpt2, prompt):
+    trace = tt.trace(gpt2, prompt)
+    with pytest.raises(tt.TokentraceError, match="did you mean 'transformer.h.0.mlp'"):
+        trace["transformer.h.0.mlpp"]
+    with pytest.raises(tt.TokentraceError, match="has 1 calls; k must be 1..1"):
+        trace["transformer.h.0.mlp:2"]
+    with pytest.raises(tt.TokentraceError, match="index a trace"):
+        trace[0]
+
+
+def test_errors_are_one_line(gpt2, prompt):
+    with pytest.raises(tt.TokentraceError) as info:
+        tt.trace(gpt2, prompt, save=tt.module("transformer.h.1.mpl"))
+    assert "\n" not in str(info.value) and str(info.value).startswith("tokentrace:")
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(tt.TokentraceError, match="no trace file"):
+        tt.load(tmp_path / "missing.sqlite")
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(tt.TokentraceError, match="not a tokentrace"):
+        tt.load(junk)
+
+
+def test_edit_errors(llama):
+    with pytest.raises(tt.TokentraceError, match="did you mean"):
+        tt.when(tt.module("model.layers.0.self_attn.v_prj"), tt.zero()).bind(llama)
+    with pytest.raises(tt.TokentraceError, match="patch op.*or a callable"):
+        tt.when(tt.module("model.layers.0.self_attn.v_proj"), 3)
+    with pytest.raises(tt.TokentraceError, match="calls="):
+        tt.when("model.layers.0.self_attn.v_proj", tt.zero(), calls="prefill")
+    with pytest.raises(tt.TokentraceError, match="1-based"):
+        tt.call(0)
+    with pytest.raises(tt.TokentraceError, match="index="):
+        tt.zero(index=(slice(None), "a"))
+    bound = tt.when("model.layers.0.self_attn.v_proj", tt.zero(index=(0, 9))).bind(llama)
+    with pytest.raises(tt.TokentraceError, match="outside dimension 1"):
+        bound(torch.tensor([[1, 2, 3]]))
+    bound = tt.when("model.layers.0.self_attn.v_proj",
+                    tt.add(torch.ones(5))).bind(llama)
+    with pytest.raises(tt.TokentraceError, match="does not broadcast"):
+        bound(torch.tensor([[1, 2, 3]]))

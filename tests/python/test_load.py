@@ -1,0 +1,48 @@
+"""Trace over a hand-written schema-v1 file (what the shim writes), and tt.load."""
+
+import torch
+
+import tokentrace as tt
+from conftest import make_trace_file
+
+
+def test_hand_written_file(trace_file):
+    trace = tt.load(trace_file)
+    assert type(trace) is tt.Trace
+    assert trace.sites == ["self", "layer", "layer.mlp"]
+    assert trace["layer.mlp"].num_calls == 4
+    call = trace["layer.mlp:3"]
+    assert (call.k, call.token) == (3, 2)
+    assert list(trace["layer.mlp:1"].out.shape) == [1, 5, 8]
+    assert list(call.out.shape) == [1, 1, 8] and call.out.dtype == torch.float32
+    assert call.gpu_ms == 0.5 and call.kernels == 1
+    # inclusive of children: layer = own 0.25 ms + two mlp calls
+    assert trace["layer:1"].gpu_ms == 1.25 and trace["layer:1"].kernels == 4
+    assert trace["self:1"].gpu_ms == 1.25
+    assert call.kernel_list == [("gemm_kernel", 0.5)]
+    assert abs(trace["self:1"].cpu_ms - 9.0) < 1e-9
+    tokens = trace.tokens
+    assert [t.token for t in tokens] == [1, 2]
+    assert tokens[0].prefill and tokens[0].escapes == 2 and tokens[0].kernels == 6
+    assert trace.losses == {"ring_full": 3}
+    assert trace["layer"].gpu_ms == 2.5
+    report = trace.report()
+    assert "tokens: 2" in report and "ring_full=3" in report and "layer.mlp" in report
+
+
+def test_file_without_kernels(tmp_path):
+    trace = tt.load(make_trace_file(str(tmp_path / "k.sqlite"), kernels=False))
+    assert trace["layer.mlp:1"].gpu_ms is None
+    assert "not recorded" in trace.report()
+
+
+def test_load_of_a_trace(gpt2, prompt, tmp_path):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = tt.trace(gpt2.generate, prompt, input_kwargs={"max_new_tokens": 3},
+                         out=tmp_path / "g.sqlite")
+    again = tt.load(first.path)
+    assert again.sites == first.sites
+    assert again["transformer.h.1.mlp"].num_calls == 3
+    assert list(again["transformer.h.1.mlp:2"].out.shape) == [1, 1, 32]
