@@ -213,6 +213,8 @@ bool Session::Stop(std::string* error) {
   recorder::EndSession();
   if (kernels_started_) {
     cupti::Flush();
+  } else if (preload_ && config_.kernels.kind != KernelMode::kOff) {
+    SetKernelsStatus("the job never initialised CUDA (no GPU work to record)");
   }
   {
     std::lock_guard<std::mutex> lock(loop_mutex_);

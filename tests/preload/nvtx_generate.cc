@@ -1,0 +1,111 @@
+// A host program shaped like a 3-token `generate`, emitting NVTX the way our Python hooks
+// (domain "tokentrace", registered strings, root category) and other producers (plain
+// nvtxRangePushA) do. Run under LD_PRELOAD=libtokentrace.so by preload_test.
+//
+//   nvtx_generate hooks [tokens]   our domain: self > transformer.h.{0,1} > .mlp, per token
+//   nvtx_generate foreign [tokens] plain ranges only: decode_step > layer_{0,1}
+//   nvtx_generate fork             2 tokens, fork; the child records 1 token of its own
+//   nvtx_generate hang             1 token, then sleeps (the test SIGKILLs it)
+//   nvtx_generate quick_exit       1 token, then _exit(3) (like Python's os._exit)
+//   nvtx_generate unbalanced       pops with nothing open, leaves a range open at exit
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "nvtx3/nvToolsExt.h"
+
+namespace {
+
+constexpr uint32_t kCategoryModule = 1;  // TOKENTRACE_NVTX_CATEGORY_MODULE
+constexpr uint32_t kCategoryRoot = 2;    // TOKENTRACE_NVTX_CATEGORY_ROOT
+
+nvtxDomainHandle_t g_domain;
+
+void PushRegistered(const char* name, uint32_t category) {
+  static nvtxStringHandle_t handles[16];
+  static const char* names[16];
+  int slot = 0;
+  while (slot < 16 && names[slot] != nullptr && strcmp(names[slot], name) != 0) ++slot;
+  if (names[slot] == nullptr) {
+    names[slot] = name;
+    handles[slot] = nvtxDomainRegisterStringA(g_domain, name);
+  }
+  nvtxEventAttributes_t attr = {};
+  attr.version = NVTX_VERSION;
+  attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attr.category = category;
+  attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+  attr.message.registered = handles[slot];
+  nvtxDomainRangePushEx(g_domain, &attr);
+}
+
+void HookToken() {
+  PushRegistered("self", kCategoryRoot);
+  const char* blocks[2][2] = {{"transformer.h.0", "transformer.h.0.mlp"},
+                              {"transformer.h.1", "transformer.h.1.mlp"}};
+  for (const auto& block : blocks) {
+    PushRegistered(block[0], kCategoryModule);
+    PushRegistered(block[1], kCategoryModule);
+    nvtxRangePushA("aten::addmm");  // another producer inside our module (torch's ranges)
+    nvtxRangePop();
+    nvtxDomainRangePop(g_domain);
+    nvtxDomainRangePop(g_domain);
+  }
+  nvtxDomainRangePop(g_domain);
+}
+
+void ForeignToken() {
+  nvtxRangePushA("decode_step");
+  for (const char* layer : {"layer_0", "layer_1"}) {
+    nvtxRangePushA(layer);
+    nvtxMarkA("tick");
+    nvtxRangePop();
+  }
+  nvtxRangePop();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "hooks";
+  const int tokens = argc > 2 ? atoi(argv[2]) : 3;
+  g_domain = nvtxDomainCreateA("tokentrace");
+  if (mode == "hooks") {
+    for (int t = 0; t < tokens; ++t) HookToken();
+  } else if (mode == "foreign") {
+    for (int t = 0; t < tokens; ++t) ForeignToken();
+  } else if (mode == "fork") {
+    HookToken();
+    HookToken();
+    pid_t child = fork();
+    if (child == 0) {
+      HookToken();
+      return 0;
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("child=%d\n", static_cast<int>(child));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  } else if (mode == "hang") {
+    HookToken();
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
+  } else if (mode == "quick_exit") {
+    HookToken();
+    _exit(3);
+  } else if (mode == "unbalanced") {
+    nvtxRangePop();
+    nvtxRangePop();
+    HookToken();
+    nvtxRangePushA("left_open");
+  } else {
+    fprintf(stderr, "unknown mode %s\n", mode.c_str());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,219 @@
+// End to end without a GPU: nvtx_generate runs under LD_PRELOAD=libtokentrace.so (directly,
+// and through `tokentrace run`), and the SQLite file it leaves is checked.
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+const std::string kShim = TT_SHIM_PATH;
+const std::string kProgram = TT_PROGRAM_PATH;
+const std::string kCli = TT_CLI_PATH;
+
+struct Result {
+  int status;
+  std::string output;
+};
+
+// Runs a shell command line, capturing stdout and stderr.
+Result Shell(const std::string& cmd) {
+  Result r{0, ""};
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/tt_preload_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+std::string Preloaded(const std::string& out, const std::string& extra = "") {
+  return "env -u CUDA_INJECTION64_PATH LD_PRELOAD=" + kShim + " TOKENTRACE_OUT=" + out +
+         " TOKENTRACE_FLUSH_MS=20 " + extra + " ";
+}
+
+// Rows of a query as strings.
+std::vector<std::vector<std::string>> Query(const std::string& path, const std::string& sql) {
+  std::vector<std::vector<std::string>> rows;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << "cannot open " << path;
+    sqlite3_close(db);
+    return rows;
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << sqlite3_errmsg(db) << " in " << sql;
+  } else {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int i = 0; i < sqlite3_column_count(st); ++i) {
+        const unsigned char* t = sqlite3_column_text(st, i);
+        row.push_back(t != nullptr ? reinterpret_cast<const char*>(t) : "NULL");
+      }
+      rows.push_back(row);
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return rows;
+}
+
+std::string One(const std::string& path, const std::string& sql) {
+  auto rows = Query(path, sql);
+  return rows.empty() || rows[0].empty() ? "" : rows[0][0];
+}
+
+TEST(PreloadTest, HooksShapedRunGivesSitesCallsAndTokens) {
+  std::string out = TempDir() + "/t.sqlite";
+  Result r = Shell(Preloaded(out) + kProgram + " hooks 3");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='schema_version'"), "1");
+  EXPECT_EQ(One(out, "SELECT kind FROM sites WHERE name='self'"), "root");
+  EXPECT_EQ(One(out, "SELECT kind FROM sites WHERE name='transformer.h.1.mlp'"), "module");
+  EXPECT_EQ(One(out, "SELECT kind FROM sites WHERE name='aten::addmm'"), "range");
+  // num_calls of a module = number of tokens; k runs 1..3 and matches the token.
+  auto rows = Query(out,
+                    "SELECT c.k, c.token FROM calls c JOIN sites s ON s.id=c.site_id "
+                    "WHERE s.name='transformer.h.1.mlp' ORDER BY c.k");
+  ASSERT_EQ(rows.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rows[i][0], std::to_string(i + 1));
+    EXPECT_EQ(rows[i][1], std::to_string(i + 1));
+  }
+  // Parents: mlp inside its block, block inside the root; torch's range inside the mlp.
+  EXPECT_EQ(One(out,
+                "SELECT ps.name FROM calls c JOIN sites s ON s.id=c.site_id "
+                "JOIN calls p ON p.id=c.parent_id JOIN sites ps ON ps.id=p.site_id "
+                "WHERE s.name='transformer.h.1.mlp' AND c.k=2"),
+            "transformer.h.1");
+  EXPECT_EQ(One(out,
+                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
+                "JOIN calls p ON p.id=c.parent_id JOIN sites ps ON ps.id=p.site_id "
+                "WHERE s.name='aten::addmm' AND ps.name LIKE '%.mlp'"),
+            "6");
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "3");
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM calls WHERE cpu_end_ns IS NULL"), "0");
+  EXPECT_EQ(One(out, "SELECT COALESCE(SUM(count),0) FROM losses"), "0");
+  // No GPU here: kernels are off, and the file says why.
+  EXPECT_NE(One(out, "SELECT value FROM meta WHERE key='kernels_status'"), "");
+}
+
+TEST(PreloadTest, TokenRangeRegexMarksForeignRanges) {
+  std::string out = TempDir() + "/t.sqlite";
+  Result r = Shell(Preloaded(out, "TOKENTRACE_TOKEN_RANGE='decode_.*'") + kProgram + " foreign 4");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "4");
+  EXPECT_EQ(One(out, "SELECT is_token FROM sites WHERE name='decode_step'"), "1");
+  EXPECT_EQ(One(out,
+                "SELECT MAX(c.token) || ':' || COUNT(*) FROM calls c JOIN sites s ON "
+                "s.id=c.site_id WHERE s.name='layer_1'"),
+            "4:4");
+  // Marks are zero-length calls inside their layer.
+  EXPECT_EQ(One(out,
+                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
+                "WHERE s.name='tick' AND c.cpu_begin_ns=c.cpu_end_ns AND c.parent_id IS NOT NULL"),
+            "8");
+}
+
+TEST(PreloadTest, ForkedChildWritesItsOwnFile) {
+  std::string dir = TempDir();
+  Result r = Shell(Preloaded(dir + "/run-%p.sqlite") + kProgram + " fork");
+  ASSERT_EQ(r.status, 0) << r.output;
+  size_t at = r.output.find("child=");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::string child_pid = r.output.substr(at + 6, r.output.find('\n', at) - at - 6);
+  std::string child_file = dir + "/run-" + child_pid + ".sqlite";
+  EXPECT_EQ(One(child_file, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(One(child_file, "SELECT value FROM meta WHERE key='pid'"), child_pid);
+  Result ls = Shell("ls " + dir);
+  int files = 0;
+  for (size_t p = 0; (p = ls.output.find(".sqlite", p)) != std::string::npos; ++p) {
+    if (ls.output.compare(p, 11, ".sqlite-wal") != 0 && ls.output.compare(p, 11, ".sqlite-shm") != 0) ++files;
+  }
+  EXPECT_EQ(files, 2) << ls.output;
+}
+
+TEST(PreloadTest, SigkilledRunLeavesAReadableFile) {
+  std::string out = TempDir() + "/t.sqlite";
+  std::string cmd = Preloaded(out) + kProgram + " hang >/dev/null 2>&1 & echo $!; sleep 1";
+  Result r = Shell(cmd);
+  pid_t pid = atoi(r.output.c_str());
+  ASSERT_GT(pid, 0) << r.output;
+  kill(pid, SIGKILL);
+  usleep(200000);
+  // Everything up to the last commit is there: the finished token and its calls.
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(One(out,
+                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
+                "WHERE s.name='transformer.h.0.mlp'"),
+            "1");
+}
+
+TEST(PreloadTest, UnderscoreExitStillFlushes) {
+  std::string out = TempDir() + "/t.sqlite";
+  Result r = Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " quick_exit");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+}
+
+TEST(PreloadTest, UnbalancedPopsAndOpenRangesAreCounted) {
+  std::string out = TempDir() + "/t.sqlite";
+  Result r = Shell(Preloaded(out) + kProgram + " unbalanced");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='unbalanced_pop'"), "2");
+  EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='unclosed_range'"), "1");
+  EXPECT_EQ(One(out,
+                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
+                "WHERE s.name='left_open' AND c.cpu_end_ns IS NULL"),
+            "1");
+}
+
+TEST(PreloadTest, BadConfigurationStopsTheJobBeforeItStarts) {
+  std::string out = TempDir() + "/t.sqlite";
+  Result r = Shell(Preloaded(out, "TOKENTRACE_KERNELS=fast") + kProgram + " hooks 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("TOKENTRACE_KERNELS"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("accepted"), std::string::npos) << r.output;
+  r = Shell(Preloaded("/nonexistent/dir/t.sqlite") + kProgram + " hooks 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("/nonexistent/dir"), std::string::npos) << r.output;
+}
+
+TEST(PreloadTest, ProcessesThatRecordNothingLeaveNoFile) {
+  std::string dir = TempDir();
+  Result r = Shell(Preloaded(dir + "/x-%p.sqlite") + "/bin/true");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(Shell("ls " + dir).output, "");
+}
+
+TEST(PreloadTest, CliRunTracesAndPropagatesExitStatus) {
+  if (access(kCli.c_str(), X_OK) != 0) GTEST_SKIP() << "tokentrace program not built";
+  std::string out = TempDir() + "/cli.sqlite";
+  Result r = Shell("env -u CUDA_INJECTION64_PATH " + kCli + " run --out " + out + " -- " + kProgram + " hooks 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "2");
+  r = Shell(kCli + " run --out " + out + " -- " + kProgram + " quick_exit");
+  EXPECT_EQ(r.status, 3) << r.output;
+  r = Shell(kCli + " report " + out);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tokens: 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("never initialised CUDA"), std::string::npos) << r.output;
+}
+
+}  // namespace
