@@ -28,6 +28,12 @@ double Mean(const std::vector<double>& v) {
   return sum / static_cast<double>(v.size());
 }
 
+double Median(const std::vector<double>& sorted) {
+  size_t n = sorted.size();
+  if (n == 0) return 0;
+  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
                         const std::string& indent) {
   std::vector<size_t> width;

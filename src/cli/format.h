@@ -15,6 +15,8 @@ std::string Fixed(double v, int decimals);
 // Nearest-rank percentile (p in (0, 100]) of an ascending vector; 0 for an empty one.
 double Percentile(const std::vector<double>& sorted, double p);
 double Mean(const std::vector<double>& v);
+// Median of an ascending vector (mean of the two middle values for an even size).
+double Median(const std::vector<double>& sorted);
 
 // A text table: the first row is the header; the first column is left-aligned, the others
 // right-aligned (they hold numbers). Every line starts with `indent`.

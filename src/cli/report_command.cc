@@ -64,7 +64,7 @@ std::vector<std::string> PhaseRow(const std::string& name, const std::vector<Tok
     kernels.push_back(static_cast<double>(t.kernels));
   }
   std::sort(cpu.begin(), cpu.end());
-  return {name, std::to_string(ts.size()), Fixed(Mean(cpu), 3), Fixed(Percentile(cpu, 50), 3),
+  return {name, std::to_string(ts.size()), Fixed(Mean(cpu), 3), Fixed(Median(cpu), 3),
           Fixed(Mean(gpu), 3), Fixed(Mean(kernels), 1)};
 }
 

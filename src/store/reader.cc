@@ -140,13 +140,13 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
 bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "WITH g AS (SELECT c.site_id AS site_id, SUM(g.kernels) AS kernels, "
-                 "                  SUM(g.gpu_busy_ns) AS busy "
-                 "           FROM call_gpu g JOIN calls c ON c.id = g.call_id "
-                 "           GROUP BY c.site_id) "
-                 "SELECT s.name, s.kind, "
-                 "       (SELECT count(*) FROM calls c2 WHERE c2.site_id = g.site_id), "
-                 "       g.kernels, g.busy "
+                 // One pass over calls (all calls count, with or without GPU work).
+                 "WITH g AS (SELECT c.site_id AS site_id, count(*) AS calls, "
+                 "                  SUM(COALESCE(g.kernels, 0)) AS kernels, "
+                 "                  SUM(COALESCE(g.gpu_busy_ns, 0)) AS busy "
+                 "           FROM calls c LEFT JOIN call_gpu g ON g.call_id = c.id "
+                 "           GROUP BY c.site_id HAVING SUM(COALESCE(g.kernels, 0)) > 0) "
+                 "SELECT s.name, s.kind, g.calls, g.kernels, g.busy "
                  "FROM g JOIN sites s ON s.id = g.site_id "
                  "UNION ALL "
                  "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns FROM call_gpu "

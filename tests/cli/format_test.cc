@@ -1,0 +1,43 @@
+#include "cli/format.h"
+
+#include <gtest/gtest.h>
+
+namespace tokentrace::cli {
+namespace {
+
+TEST(FormatTest, JsonStringEscapesQuotesBackslashesAndControls) {
+  EXPECT_EQ(JsonString("a\"b\\c\nd\te\x01"), "\"a\\\"b\\\\c\\nd\\te\\u0001\"");
+  EXPECT_EQ(JsonString("void k<float>(int*)"), "\"void k<float>(int*)\"");
+}
+
+TEST(FormatTest, PercentileIsNearestRank) {
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i) v.push_back(i);
+  EXPECT_EQ(Percentile(v, 50), 50);
+  EXPECT_EQ(Percentile(v, 99), 99);
+  EXPECT_EQ(Percentile(v, 100), 100);
+  EXPECT_EQ(Percentile({7}, 90), 7);
+  EXPECT_EQ(Percentile({}, 50), 0);
+  EXPECT_EQ(Median({1, 2, 3, 10}), 2.5);
+  EXPECT_EQ(Median({1, 2, 10}), 2);
+}
+
+TEST(FormatTest, TableAlignsNumbersRight) {
+  EXPECT_EQ(FormatTable({{"site", "ms"}, {"a", "1.5"}, {"long.name", "12.25"}}, ""),
+            "site          ms\n"
+            "a            1.5\n"
+            "long.name  12.25\n");
+}
+
+TEST(FormatTest, ParseU32RejectsJunkAndOverflow) {
+  uint32_t v = 0;
+  EXPECT_TRUE(ParseU32("4294967295", &v));
+  EXPECT_EQ(v, 4294967295u);
+  EXPECT_FALSE(ParseU32("4294967296", &v));
+  EXPECT_FALSE(ParseU32("-1", &v));
+  EXPECT_FALSE(ParseU32("", &v));
+  EXPECT_FALSE(ParseU32("3x", &v));
+}
+
+}  // namespace
+}  // namespace tokentrace::cli

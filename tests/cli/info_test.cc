@@ -1,0 +1,71 @@
+// `info`, and the file errors shared by report, export and info.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include "cli_runner.h"
+#include "trace_fixture.h"
+
+namespace tokentrace {
+namespace {
+
+using testing::RunCli;
+
+TEST(InfoTest, ShowsMetaCountsLossesAndSize) {
+  std::string path = testing::TempDir() + "/t.sqlite";
+  testing::WriteSmallTrace(path, /*with_losses=*/true);
+  auto r = RunCli({"info", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string out = testing::Squeeze(r.out);
+  EXPECT_NE(out.find("MiB)"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\nschema_version 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\nkernel_mode full\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\nsites 3\ncalls 9\ntokens 3\nkernels 9\nescapes 1\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(out.find("\nring_overflow 12\n"), std::string::npos) << r.out;
+}
+
+// Each bad input, for each reading command: exit 1 and exactly one "tokentrace: " line.
+TEST(FileErrorTest, MissingNonSqliteAndForeignSqliteFiles) {
+  std::string dir = testing::TempDir();
+  std::string text = dir + "/notes.txt", foreign = dir + "/other.db";
+  std::ofstream(text) << "SQLite format 2? no, just text that is long enough to be a header\n";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(foreign.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "CREATE TABLE users(name TEXT)", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  struct Case {
+    std::string file, expect;
+  } cases[] = {{dir + "/missing.sqlite", "No such file or directory"},
+               {text, "is not a SQLite file"},
+               {foreign, "not a tokentrace trace"},
+               {dir, "is a directory"}};
+  for (const Case& c : cases) {
+    for (std::vector<std::string> args :
+         {std::vector<std::string>{"report", c.file}, {"info", c.file},
+          {"export", c.file, "--chrome", dir + "/x.json"}}) {
+      auto r = RunCli(args);
+      EXPECT_EQ(r.status, 1) << args[0] << " " << c.file;
+      EXPECT_EQ(r.err.rfind("tokentrace: ", 0), 0u) << r.err;
+      EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
+      EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
+      EXPECT_EQ(r.out, "");
+    }
+  }
+}
+
+TEST(HelpTest, EveryCommandHasUsage) {
+  auto r = RunCli({"--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("usage: tokentrace <command>"), std::string::npos);
+  for (const char* cmd : {"run", "report", "export", "info"}) {
+    r = RunCli({cmd, "--help"});
+    EXPECT_EQ(r.status, 0) << cmd;
+    EXPECT_NE(r.out.find(std::string("usage: tokentrace ") + cmd), std::string::npos) << r.out;
+  }
+  r = RunCli({"frobnicate"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tokentrace

@@ -1,0 +1,150 @@
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "cli_runner.h"
+#include "trace_fixture.h"
+
+namespace tokentrace {
+namespace {
+
+using testing::RunCli;
+using testing::Squeeze;
+
+TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
+  std::string path = testing::TempDir() + "/t.sqlite";
+  testing::WriteSmallTrace(path, /*with_losses=*/false);
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string out = Squeeze(r.out);
+  EXPECT_NE(out.find("kernel mode full, kernels on, pid 4242, tokentrace 0.1.0"),
+            std::string::npos) << r.out;
+  EXPECT_NE(out.find("tokens: 3\n"), std::string::npos) << r.out;
+  // token, cpu ms, gpu busy ms, kernels, escapes
+  EXPECT_NE(out.find("\n1 4.000 0.300 3 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n2 1.500 0.300 3 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n3 1.250 0.300 3 1\n"), std::string::npos) << r.out;
+  // phase, tokens, mean cpu, median cpu, mean gpu, kernels/token
+  EXPECT_NE(out.find("prefill (token 1) 1 4.000 4.000 0.300 3.0"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("decode (tokens >= 2) 2 1.375 1.375 0.300 3.0"), std::string::npos)
+      << r.out;
+  // site, kind, calls, kernels, gpu ms: mlp (0.6 ms) before attn (0.3 ms)
+  size_t mlp = out.find("h.0.mlp module 3 6 0.600");
+  size_t attn = out.find("h.0.attn module 3 3 0.300");
+  EXPECT_NE(mlp, std::string::npos) << r.out;
+  EXPECT_NE(attn, std::string::npos) << r.out;
+  EXPECT_LT(mlp, attn);
+  EXPECT_NE(out.find("losses: none"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(ReportTest, LossesAndTopAreShown) {
+  std::string path = testing::TempDir() + "/t.sqlite";
+  testing::WriteSmallTrace(path, /*with_losses=*/true);
+  auto r = RunCli({"report", path, "--top", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string out = Squeeze(r.out);
+  EXPECT_NE(out.find("ring_overflow: 12"), std::string::npos) << r.out;
+  EXPECT_EQ(out.find("cupti_dropped"), std::string::npos) << r.out;  // zero counts are noise
+  EXPECT_NE(out.find("h.0.mlp module"), std::string::npos);
+  EXPECT_EQ(out.find("h.0.attn module"), std::string::npos) << r.out;
+}
+
+TEST(ReportTest, BadTopIsAUsageError) {
+  std::string path = testing::TempDir() + "/t.sqlite";
+  testing::WriteSmallTrace(path, false);
+  auto r = RunCli({"report", path, "--top", "zero"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--top"), std::string::npos);
+}
+
+// 100 tokens, token t lasts t ms except token 50 (500 ms): listed as first 10 + slowest 10 +
+// percentiles, not row by row.
+void WriteLongTrace(const std::string& path) {
+  std::string error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch b;
+  b.sites = {{1, "self", SiteKind::kRoot, true}};
+  int64_t now = 0;
+  for (uint32_t t = 1; t <= 100; ++t) {
+    int64_t d = (t == 50 ? 500 : t) * 1000000LL;
+    b.calls.push_back({t, 1, t, t, 0, 0, now, now + d});
+    b.call_gpu.push_back({t, t, 2, 2 * d / 10, now, now + d});
+    now += d + 1000;
+  }
+  ASSERT_TRUE(store->Write(b, &error)) << error;
+}
+
+TEST(ReportTest, LongTraceIsSummarised) {
+  std::string path = testing::TempDir() + "/long.sqlite";
+  WriteLongTrace(path);
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string out = Squeeze(r.out);
+  EXPECT_NE(out.find("tokens: 100\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("first 10 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n10 10.000 2.000 2 0\n"), std::string::npos) << r.out;
+  EXPECT_EQ(out.find("\n30 30.000"), std::string::npos) << r.out;  // neither first nor slowest
+  size_t slowest = out.find("slowest 10 tokens");
+  ASSERT_NE(slowest, std::string::npos) << r.out;
+  size_t header = out.find("token cpu ms", slowest);  // the slowest token comes first
+  EXPECT_EQ(out.find("\n50 500.000 100.000 2 0\n"), out.find('\n', header)) << r.out;
+  EXPECT_NE(out.find("\n92 92.000"), std::string::npos) << r.out;  // 10th slowest
+  EXPECT_EQ(out.find("\n91 91.000"), std::string::npos) << r.out;
+  // sorted cpu ms: 1..49, 51..100, 500 -> p50 = 51, p90 = 91, p99 = 100, max = 500
+  EXPECT_NE(out.find("cpu ms 51.000 91.000 100.000 500.000"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("gpu busy ms 10.200 18.200 20.000 100.000"), std::string::npos) << r.out;
+  EXPECT_LT(testing::CountLines(r.out), 70u);
+}
+
+// 10,000 tokens x ~700 kernels (full mode), 100 calls per token: report reads only the
+// summary tables and must answer in seconds.
+TEST(ReportTest, TenThousandTokenFullTraceAnswersInSeconds) {
+  std::string path = testing::TempDir() + "/big.sqlite", error;
+  auto build = std::chrono::steady_clock::now();
+  {
+    auto store = Store::Open(path, &error);
+    ASSERT_NE(store, nullptr) << error;
+    Batch sites;
+    sites.sites.push_back({1, "self", SiteKind::kRoot, true});
+    for (uint32_t s = 2; s <= 100; ++s) {
+      sites.sites.push_back({s, "model.layers." + std::to_string(s) + ".mlp", SiteKind::kModule,
+                             false});
+    }
+    ASSERT_TRUE(store->Write(sites, &error));
+    int64_t now = 1000000000;
+    uint64_t call_id = 1, corr = 1;
+    for (uint32_t t = 1; t <= 10000; ++t) {
+      Batch b;
+      uint64_t root = call_id++;
+      b.calls.push_back({root, 1, t, t, 0, 0, now, now + 20000000});
+      for (uint32_t s = 2; s <= 100; ++s) {
+        uint64_t id = call_id++;
+        int64_t begin = now + s * 100000;
+        b.calls.push_back({id, s, t, t, root, 0, begin, begin + 90000});
+        int n = s <= 8 ? 14 : 7;  // 7*14 + 92*7 = 742 kernels per token
+        for (int k = 0; k < n; ++k) {
+          b.kernels.push_back({id, t, 1, GpuOpKind::kKernel, 0, 7, begin + k * 10000,
+                               begin + k * 10000 + 5000, corr++, 0, 0});
+        }
+        b.call_gpu.push_back({id, t, static_cast<uint32_t>(n), n * 5000LL, begin,
+                              begin + n * 10000});
+      }
+      ASSERT_TRUE(store->Write(b, &error)) << error;
+      now += 25000000;
+    }
+  }
+  std::printf("built in %.1f s\n", std::chrono::duration<double>(
+                                       std::chrono::steady_clock::now() - build).count());
+  auto start = std::chrono::steady_clock::now();
+  auto r = RunCli({"report", path});
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("tokens: 10000\n"), std::string::npos);
+  EXPECT_LT(seconds, 5.0);
+  std::printf("report on 10000 tokens x 742 kernels: %.2f s\n", seconds);
+}
+
+}  // namespace
+}  // namespace tokentrace

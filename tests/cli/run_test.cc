@@ -1,0 +1,124 @@
+// `tokentrace run`: option validation, the environment handed to the job, exec semantics.
+// TEST_SHIM is an empty shared library standing in for libtokentrace.so.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli_runner.h"
+
+namespace tokentrace {
+namespace {
+
+using testing::RunCli;
+
+const std::string kShimEnv = std::string("TOKENTRACE_LIB=") + TEST_SHIM;
+
+TEST(RunTest, ExecsTheCommandWithTheModeAndPropagatesItsStatus) {
+  std::string dir = testing::TempDir();
+  auto r = RunCli({"run", "--kernels", "sample:4", "--out", dir + "/t-%p.sqlite", "--",
+                   "/bin/sh", "-c", "echo $TOKENTRACE_KERNELS; exit 7"},
+                  {kShimEnv, "TOKENTRACE_KERNELS"});
+  EXPECT_EQ(r.status, 7) << r.err;
+  EXPECT_EQ(r.out, "sample:4\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(RunTest, SetsTheEnvironmentAndKeepsThePid) {
+  std::string dir = testing::TempDir();
+  std::string patches = dir + "/p.json";
+  std::ofstream(patches) << "[]";
+  auto r = RunCli({"run", "--out=" + dir + "/t-%p.sqlite", "--sites", "model.*", "--save",
+                   "model.layers.0.*", "--patches", patches, "--token-range", "step_[0-9]+",
+                   "--", "/bin/sh", "-c",
+                   "echo $$; echo $TOKENTRACE_OUT; echo $TOKENTRACE_SITES; echo $TOKENTRACE_SAVE;"
+                   " echo $TOKENTRACE_PATCHES; echo $TOKENTRACE_TOKEN_RANGE; echo $LD_PRELOAD;"
+                   " echo $PYTHONPATH"},
+                  {kShimEnv, "LD_PRELOAD=libold.so", "PYTHONPATH=/old/py",
+                   "TOKENTRACE_BOOT_DIR=/boot/dir"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  char shim[PATH_MAX];
+  ASSERT_NE(realpath(TEST_SHIM, shim), nullptr);
+  EXPECT_EQ(r.out, std::to_string(r.pid) + "\n" + dir + "/t-%p.sqlite\nmodel.*\n" +
+                       "model.layers.0.*\n" + patches + "\nstep_[0-9]+\n" + shim +
+                       ":libold.so\n/boot/dir:/old/py\n");
+}
+
+TEST(RunTest, BadKernelModeNamesTheOptionAndTheAcceptedValues) {
+  auto r = RunCli({"run", "--kernels", "everything", "--", "/bin/true"}, {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("--kernels='everything'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("off, summary, full, sample:N"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(RunTest, BadInheritedKernelModeNamesTheVariable) {
+  auto r = RunCli({"run", "--", "/bin/true"}, {kShimEnv, "TOKENTRACE_KERNELS=sample:0"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("TOKENTRACE_KERNELS='sample:0'"), std::string::npos) << r.err;
+}
+
+TEST(RunTest, BadRegexIsRejectedBeforeTheJobStarts) {
+  std::string dir = testing::TempDir();
+  auto r = RunCli({"run", "--token-range", "step_(", "--", "/bin/sh", "-c",
+                   "touch " + dir + "/ran"},
+                  {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("--token-range='step_('"), std::string::npos) << r.err;
+  EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);  // the command never ran
+}
+
+TEST(RunTest, MissingOutDirectoryIsRejected) {
+  auto r = RunCli({"run", "--out", "/tmp/tt_no_such_dir_xyz/t.sqlite", "--", "/bin/true"},
+                  {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--out='/tmp/tt_no_such_dir_xyz/t.sqlite'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+}
+
+TEST(RunTest, UnwritableOutDirectoryIsRejected) {
+  // root ignores permission bits, so as root use a directory of a read-only file system.
+  std::string dir = "/proc/self";
+  if (geteuid() != 0) {
+    dir = testing::TempDir();
+    ASSERT_EQ(chmod(dir.c_str(), 0555), 0);
+  }
+  auto r = RunCli({"run", "--out", dir + "/t.sqlite", "--", "/bin/true"}, {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("is not writable"), std::string::npos) << r.err;
+}
+
+TEST(RunTest, MissingPatchFileIsRejected) {
+  auto r = RunCli({"run", "--patches", "/tmp/tt_no_such_patches.json", "--", "/bin/true"},
+                  {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--patches='/tmp/tt_no_such_patches.json' is not a file"),
+            std::string::npos) << r.err;
+}
+
+TEST(RunTest, UnknownOptionAndMissingCommandAreUsageErrors) {
+  auto r = RunCli({"run", "--kernel", "full", "--", "/bin/true"}, {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("unknown option '--kernel'"), std::string::npos) << r.err;
+  r = RunCli({"run", "--kernels", "full"}, {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("needs a command"), std::string::npos) << r.err;
+}
+
+TEST(RunTest, CommandNotFoundExits127) {
+  auto r = RunCli({"run", "--", "tt-no-such-command-xyz", "arg"}, {kShimEnv});
+  EXPECT_EQ(r.status, 127);
+  EXPECT_EQ(r.err, "tokentrace: cannot run 'tt-no-such-command-xyz': No such file or directory\n");
+}
+
+TEST(RunTest, MissingShimIsAClearError) {
+  auto r = RunCli({"run", "--", "/bin/true"}, {"TOKENTRACE_LIB=/tmp/tt_no_such_shim.so"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("TOKENTRACE_LIB='/tmp/tt_no_such_shim.so' is not a file"),
+            std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace tokentrace
