@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -246,6 +247,11 @@ struct Scenario {
   int calls = 1;
   std::vector<uint32_t> tokens;
 };
+
+// Keeps gtest's parameter listings short.
+inline void PrintTo(const Scenario& sc, std::ostream* os) {
+  *os << sc.entries.size() << " entries, " << sc.calls << " calls";
+}
 
 struct Outcome {
   std::vector<Tensor> outputs;  // after each call
