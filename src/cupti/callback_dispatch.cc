@@ -30,12 +30,20 @@ uint32_t GraphExecId(const CuptiApi* api, CUgraphExec exec) {
 
 void HandleResource(const CuptiApi* api, CUpti_CallbackId cbid, const void* cbdata) {
   if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED &&
-      cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+      cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED &&
+      cbid != CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
     return;
   }
   const auto* res = static_cast<const CUpti_ResourceData*>(cbdata);
   const auto* g = res ? static_cast<const CUpti_GraphData*>(res->resourceDescriptor) : nullptr;
   if (g == nullptr || api->GetGraphNodeId == nullptr || api->GetGraphId == nullptr) return;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
+    // An exec instantiated from a graph captured inside a token call replays as tokens.
+    uint32_t graph_id = 0;
+    if (TT_CUPTI_CALL(api->GetGraphId(g->graph, &graph_id)) != CUPTI_SUCCESS) return;
+    recorder::GraphExecCreated(graph_id, GraphExecId(api, g->graphExec));
+    return;
+  }
   uint64_t node_id = 0;
   if (TT_CUPTI_CALL(api->GetGraphNodeId(g->node, &node_id)) != CUPTI_SUCCESS) return;
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {

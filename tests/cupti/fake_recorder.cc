@@ -44,6 +44,9 @@ void GraphNodeCreated(uint32_t graph, uint64_t node) {
 void GraphNodeCloned(uint64_t original, uint32_t exec, uint64_t node) {
   fake::Add({RecorderCall::kNodeCloned, original, exec, node});
 }
+void GraphExecCreated(uint32_t graph, uint32_t exec) {
+  fake::Add({RecorderCall::kExecCreated, graph, exec, 0});
+}
 CurrentCall Current() { return {}; }
 uint32_t CurrentToken() { return 0; }
 }  // namespace recorder
