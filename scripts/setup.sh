@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need, then builds. Idempotent: a second run only
+# rebuilds what changed. Usable on a fresh CPU machine (Debian, CUDA toolkit at
+# /usr/local/cuda) and on the GPU machine (preinstalled torch, no package registry).
+#
+# Environment:
+#   TOKENTRACE_PYTHON  use this interpreter (must have torch, transformers, nanobind, pytest)
+#   TOKENTRACE_VENV    where the cached environment lives (default ~/.cache/tokentrace/venv)
+#   BUILD_DIR          build directory (default <repo>/build)
+# Writes $BUILD_DIR/env.sh, which test.sh and demo.sh source.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+VENV=${TOKENTRACE_VENV:-$HOME/.cache/tokentrace/venv}
+log() { echo "[setup] $*" >&2; }
+
+# 1. System packages (only the missing ones; needs root or sudo when something is missing).
+need=()
+for pkg in build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev \
+           libsqlite3-dev sqlite3 python3-venv; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+    log "installing system packages: ${need[*]}"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    log "missing system packages (${need[*]}) and no apt-get; install them by hand"
+  fi
+fi
+CUDA_ROOT=${CUDA_ROOT:-/usr/local/cuda}
+if [ ! -f "$CUDA_ROOT/include/nvtx3/nvToolsExt.h" ] || [ ! -f "$CUDA_ROOT/include/cupti.h" ]; then
+  echo "tokentrace: the CUDA toolkit headers (nvtx3, cupti.h) are needed to build; none at $CUDA_ROOT." >&2
+  echo "            Install the CUDA toolkit or set CUDA_ROOT." >&2
+  exit 1
+fi
+
+# 2. Python: an explicit interpreter, the cached venv, or a system python that already has
+#    everything (the GPU machine), else create the venv from scripts/requirements.txt.
+has_all() { "$1" -c 'import torch, transformers, nanobind, pytest, safetensors, matplotlib' >/dev/null 2>&1; }
+REQ="$ROOT/scripts/requirements.txt"
+STAMP="$VENV/.tokentrace-requirements"
+if [ -n "${TOKENTRACE_PYTHON:-}" ]; then
+  PY=$TOKENTRACE_PYTHON
+elif [ -x "$VENV/bin/python" ] && cmp -s "$REQ" "$STAMP" && has_all "$VENV/bin/python"; then
+  PY=$VENV/bin/python
+elif [ ! -x "$VENV/bin/python" ] && has_all python3; then
+  PY=$(command -v python3)  # e.g. the GPU machine: torch preinstalled, no registry
+else
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating the Python environment in $VENV (cached across runs)"
+    python3 -m venv "$VENV"
+  fi
+  log "installing Python packages (first run downloads torch: a few minutes)"
+  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
+  "$VENV/bin/pip" install -q -r "$REQ"
+  cp "$REQ" "$STAMP"
+  PY=$VENV/bin/python
+fi
+log "python: $PY ($("$PY" -c 'import torch; print("torch", torch.__version__)'))"
+
+# 3. Build (native library, program, tests, benchmarks, device code, Python extension).
+CUDA_FLAG=ON
+command -v "$CUDA_ROOT/bin/nvcc" >/dev/null 2>&1 || CUDA_FLAG=OFF
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  log "configuring $BUILD_DIR"
+  PATH="$CUDA_ROOT/bin:$PATH" cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTOKENTRACE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" -DTOKENTRACE_BUILD_CUDA=$CUDA_FLAG \
+    -DTOKENTRACE_CUDA_ROOT="$CUDA_ROOT" >/dev/null
+fi
+log "building (ninja)"
+PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" >/dev/null || PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" -j1
+
+cat > "$BUILD_DIR/env.sh" <<ENV
+# Written by scripts/setup.sh: the environment of the tests, the demo and the benchmarks.
+export TOKENTRACE_PY="$PY"
+export TOKENTRACE_NATIVE_DIR="$BUILD_DIR"
+export PYTHONPATH="$ROOT/python\${PYTHONPATH:+:\$PYTHONPATH}"
+export PATH="$BUILD_DIR:\$PATH"
+ENV
+log "ready: $BUILD_DIR"
