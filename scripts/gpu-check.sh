@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The one prepared script for the GPU machine (one H200; torch preinstalled as python3; no
+# package registry). Builds against the installed torch, runs the `gpu` tests and the short
+# benchmarks, and writes a result table. Designed to fit in ~8 minutes including the build.
+#
+#   OUT=<dir> scripts/gpu-check.sh      (the device runner provides $OUT; default ./gpu-out)
+# Results: $OUT/gpu-check.md (summary table), $OUT/*.log, $OUT/bench-*.md
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+export BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
+export TOKENTRACE_PYTHON=${TOKENTRACE_PYTHON:-$(command -v python3)}
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+SUMMARY=$OUT/gpu-check.md
+start=$(date +%s)
+declare -a rows
+
+step() {  # step NAME TIMEOUT CMD...: runs CMD with a time limit, logs it, records a row
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$? t1=$(date +%s)
+  local verdict=pass; [ $rc -eq 0 ] || verdict="FAIL (rc $rc)"; [ $rc -eq 124 ] && verdict="TIMEOUT"
+  rows+=("| $name | $verdict | $((t1 - t0)) s | $(tail -n 1 "$OUT/$name.log" | tr '|' '/' | cut -c1-120) |")
+  echo "[gpu-check] $name: $verdict ($((t1 - t0)) s)"
+  return $rc
+}
+
+{
+  echo "# tokentrace GPU check — $(date -u +%Y-%m-%d) — $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  echo
+  echo "python: $TOKENTRACE_PYTHON ($($TOKENTRACE_PYTHON -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1))"
+  echo
+} >"$SUMMARY"
+
+step build 300 "$ROOT/scripts/setup.sh" || { printf '%s\n' "${rows[@]}" >>"$SUMMARY"; exit 1; }
+# shellcheck disable=SC1091
+source "$BUILD_DIR/env.sh"
+step ctest-gpu 120 bash -c "cd '$BUILD_DIR' && ctest -L gpu --output-on-failure -j4"
+step ctest-cpu 240 bash -c "cd '$BUILD_DIR' && ctest -LE gpu -E TenThousand -j8 --output-on-failure"
+step pytest-gpu 240 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m gpu "$ROOT/tests/python"
+if [ -x "$ROOT/cuda/torch/build.sh" ]; then
+  step torch-ops-build 240 "$ROOT/cuda/torch/build.sh" "$BUILD_DIR/torch-ops" "$TOKENTRACE_PY"
+  step torch-ops-gpu 120 env TOKENTRACE_TORCH_OPS_DIR="$BUILD_DIR/torch-ops" \
+    "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/torch_op"
+fi
+if [ -x "$ROOT/bench/gpu_bench.sh" ]; then
+  step bench 300 env OUT="$OUT" BUILD_DIR="$BUILD_DIR" "$ROOT/bench/gpu_bench.sh"
+fi
+
+{
+  echo "| step | verdict | time | last line |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "total: $(( $(date +%s) - start )) s"
+  for f in "$OUT"/bench-*.md; do [ -f "$f" ] && { echo; cat "$f"; }; done
+} >>"$SUMMARY"
+cat "$SUMMARY"
