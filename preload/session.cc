@@ -100,9 +100,12 @@ void Session::StartKernels() {
     SetKernelsStatus("");
   } else {
     SetKernelsStatus(why);
-    // Said once, clearly; calls and tokens are still recorded.
-    fprintf(stderr, "tokentrace: GPU kernels are not recorded: %s (calls and tokens still are)\n",
-            why.c_str());
+    // Said once per process, clearly; calls and tokens are still recorded.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      const char* prefix = why.rfind("tokentrace:", 0) == 0 ? "" : "tokentrace: ";
+      fprintf(stderr, "%s%s (calls and tokens are still recorded)\n", prefix, why.c_str());
+    }
   }
 }
 
@@ -189,10 +192,7 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
     batch.meta = MetaRows();
     meta_written_ = true;
   }
-  if (sites_emitted_ < sites::Count()) {
-    sites::Snapshot(sites_emitted_, &batch.sites);
-    sites_emitted_ = sites::Count();
-  }
+  for (uint32_t id : joiner_.TakeNewSites()) batch.sites.push_back(sites::Row(id));
   if (batch.empty()) return true;
   return store_->Write(batch, error);
 }

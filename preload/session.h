@@ -55,7 +55,6 @@ class Session : public cupti::ActivitySink {
   const std::string out_path_;
   std::unique_ptr<Store> store_;
   Joiner joiner_;
-  uint32_t sites_emitted_ = 0;
   bool stopped_ = false;
   bool meta_written_ = false;
   bool kernels_started_ = false;

@@ -11,9 +11,17 @@ int64_t Joiner::ToNs(uint64_t ticks) const {
   return ticks_to_ns_ != nullptr ? ticks_to_ns_(ticks) : static_cast<int64_t>(ticks);
 }
 
+void Joiner::NoteSite(uint32_t site_id) {
+  if (site_id >= sites_seen_.size()) sites_seen_.resize(site_id + 1, false);
+  if (sites_seen_[site_id]) return;
+  sites_seen_[site_id] = true;
+  new_sites_.push_back(site_id);
+}
+
 void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
   switch (e.kind) {
     case EventKind::kPush: {
+      NoteSite(e.site_id);
       CallRow row;
       row.id = e.call_id;
       row.site_id = e.site_id;
@@ -46,6 +54,7 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       break;
     }
     case EventKind::kMark: {
+      NoteSite(e.site_id);
       CallRow row;
       row.id = e.call_id;
       row.site_id = e.site_id;

@@ -39,6 +39,10 @@ class Joiner {
   // Ends the session: closes open calls, stores pending records unattributed.
   void Finish(int64_t now_ns, Batch* out);
 
+  // Sites whose first call this session saw since the last call (the file lists only the
+  // sites a session used, although the registry is process-wide).
+  std::vector<uint32_t> TakeNewSites() { return std::move(new_sites_); }
+
   // State sizes (for tests and memory checks).
   size_t correlation_entries() const { return correlations_.size(); }
   size_t pending_records() const { return pending_.size(); }
@@ -71,6 +75,7 @@ class Joiner {
                  Batch* out);
   bool TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out);
   void EmitSummaries(Batch* out);
+  void NoteSite(uint32_t site_id);
 
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);
@@ -81,6 +86,8 @@ class Joiner {
   std::vector<Pending> pending_;
   std::unordered_map<std::string, uint32_t> names_;
   std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
+  std::vector<bool> sites_seen_;
+  std::vector<uint32_t> new_sites_;
 };
 
 }  // namespace tokentrace

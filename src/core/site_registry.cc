@@ -128,17 +128,19 @@ void SetTokenRange(const std::string& regex) {
 
 uint32_t Count() { return R().count.load(std::memory_order_acquire); }
 
-void Snapshot(uint32_t from, std::vector<SiteRow>* out) {
+SiteRow Row(uint32_t id) {
   Registry& r = R();
+  SiteRow row;
+  row.id = id;
+  row.name.assign(r.names[id], r.lengths[id]);
+  row.kind = r.kinds[id];
+  row.is_token = IsToken(id);
+  return row;
+}
+
+void Snapshot(uint32_t from, std::vector<SiteRow>* out) {
   uint32_t n = Count();
-  for (uint32_t id = from; id < n; ++id) {
-    SiteRow row;
-    row.id = id;
-    row.name.assign(r.names[id], r.lengths[id]);
-    row.kind = r.kinds[id];
-    row.is_token = IsToken(id);
-    out->push_back(std::move(row));
-  }
+  for (uint32_t id = from; id < n; ++id) out->push_back(Row(id));
 }
 
 uint64_t TakeOverflows() { return R().overflows.exchange(0, std::memory_order_relaxed); }

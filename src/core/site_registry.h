@@ -33,6 +33,8 @@ uint32_t Count();
 
 // Rows for ids in [from, Count()).
 void Snapshot(uint32_t from, std::vector<SiteRow>* out);
+// The row of one id (id < Count()).
+SiteRow Row(uint32_t id);
 
 // Times Intern hit the capacity limit since the last call.
 uint64_t TakeOverflows();

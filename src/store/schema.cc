@@ -33,12 +33,16 @@ CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGE
                                        gpu_busy_ns INTEGER, escapes INTEGER);
 CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
 CREATE VIEW IF NOT EXISTS tokens AS
-  SELECT c.token AS token, c.cpu_begin_ns AS cpu_begin_ns, c.cpu_end_ns AS cpu_end_ns,
+  SELECT r.token AS token, MIN(r.b) AS cpu_begin_ns, MAX(r.e) AS cpu_end_ns,
          COALESCE(t.kernels, 0) AS kernels, COALESCE(t.gpu_busy_ns, 0) AS gpu_busy_ns,
          COALESCE(t.escapes, 0) AS escapes
-  FROM sites s JOIN calls c ON c.site_id = s.id
-  LEFT JOIN token_stats t ON t.token = c.token
-  WHERE s.is_token = 1;
+  FROM (SELECT c.token AS token, c.cpu_begin_ns AS b, c.cpu_end_ns AS e
+          FROM sites s JOIN calls c ON c.site_id = s.id WHERE s.is_token = 1
+        UNION ALL
+        -- tokens with no token call of their own: CUDA-graph replays (one launch = one token)
+        SELECT token, NULL, NULL FROM token_stats WHERE token > 0) r
+  LEFT JOIN token_stats t ON t.token = r.token
+  GROUP BY r.token;
 )sql";
 }
 
