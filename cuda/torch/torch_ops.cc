@@ -1,0 +1,321 @@
+// The tokentrace PyTorch operators: schemas, the table registry, and the CPU and Meta kernels.
+// The CUDA kernel of apply_patches_ and the device side of the table ops are in
+// torch_ops_cuda.cc; the element work is cuda/patch_apply_host.cc and cuda/patch_apply.cu.
+//
+// Why these schemas: apply_patches_ mutates its output in place (Tensor(a!)) and returns
+// nothing, so functionalization and torch.compile see an ordinary in-place op and need no
+// graph break. Every other argument is an int (the table handle, the site id), so a traced or
+// captured call carries no Python object. The table ops have no tensor arguments; they are
+// registered for CompositeExplicitAutograd (which also serves the "no tensor" dispatch) and the
+// loader (tokentrace_ops.py) gives them fake kernels and marks them side-effectful, so
+// advance_token inside a compiled function stays in the graph, in order.
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/torch/torch_table.h"
+
+namespace tokentrace::torch_ops {
+namespace {
+
+using patch::DType;
+using patch::PatchEntry;
+
+// Registry. Lookups take a mutex (a few tens of ns uncontended); the op path allocates nothing
+// else and never holds the lock while touching a table.
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_map<int64_t, std::shared_ptr<TableState>>& Registry() {
+  static auto* tables = new std::unordered_map<int64_t, std::shared_ptr<TableState>>();
+  return *tables;  // leaked on purpose: device tables must not be freed after CUDA teardown
+}
+
+std::string DeviceName(const c10::Device& d) { return d.str(); }
+
+// Reads the operand of entry `i` into `e.operand` (shape, strides, dtype, data pointer).
+void SetOperand(const at::Tensor& t, const c10::Device& device, size_t i, PatchEntry& e) {
+  TORCH_CHECK(t.device() == device, "tokentrace: the operand of patch entry ", i, " is on ",
+              DeviceName(t.device()), " but the table is for ", DeviceName(device),
+              "; move it with .to(\"", DeviceName(device), "\")");
+  const c10::ScalarType st = t.scalar_type();
+  TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16 || st == at::kDouble ||
+                  st == at::kInt || st == at::kLong || st == at::kByte || st == at::kBool,
+              "tokentrace: the operand of patch entry ", i, " has dtype ", c10::toString(st),
+              " (supported: float32, float16, bfloat16)");
+  TORCH_CHECK(t.dim() <= patch::kMaxPatchDims, "tokentrace: the operand of patch entry ", i,
+              " has ", t.dim(), " dimensions; patches support up to ", patch::kMaxPatchDims);
+  e.operand.data = t.data_ptr();
+  e.operand.dtype = static_cast<uint32_t>(ToPatchDType(t.scalar_type()));
+  e.operand.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    e.operand.shape[d] = t.size(d);
+    e.operand.strides[d] = t.stride(d);
+  }
+}
+
+PatchEntry DecodeEntry(const int64_t* v, const double* f) {
+  PatchEntry e{};
+  e.site_id = static_cast<uint32_t>(v[0]);
+  e.op = static_cast<uint32_t>(v[1]);
+  e.selector.kind = static_cast<uint32_t>(v[2]);
+  e.selector.first = static_cast<uint32_t>(v[3]);
+  e.selector.last = static_cast<uint32_t>(v[4]);
+  e.box.ndim = static_cast<int32_t>(v[5]);
+  for (int d = 0; d < patch::kMaxPatchDims; ++d) {
+    const int64_t* s = v + 6 + 4 * d;
+    e.box.dims[d] = patch::DimSlice{s[0], s[1], s[2], static_cast<uint32_t>(s[3]), 0};
+  }
+  e.params.value = static_cast<float>(f[0]);
+  e.params.lo = static_cast<float>(f[1]);
+  e.params.hi = static_cast<float>(f[2]);
+  return e;
+}
+
+int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
+                    const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites,
+                    c10::Device device) {
+  const size_t n = operands.size();
+  TORCH_CHECK(ints.size() == n * kIntsPerEntry && floats.size() == n * kFloatsPerEntry,
+              "tokentrace: table_create needs ", kIntsPerEntry, " ints and ", kFloatsPerEntry,
+              " floats per entry (", n, " operands given, ", ints.size(), " ints, ",
+              floats.size(), " floats)");
+  TORCH_CHECK(max_sites >= 1 && max_sites <= (int64_t{1} << 24),
+              "tokentrace: max_sites must be in 1..2^24, got ", max_sites);
+  TORCH_CHECK(device.is_cpu() || device.is_cuda(),
+              "tokentrace: patch tables live on the CPU or a CUDA device, not ", device.str());
+  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
+  auto state = std::make_shared<TableState>();
+  state->device = device;
+  state->max_sites = static_cast<uint32_t>(max_sites);
+  for (size_t i = 0; i < n; ++i) {
+    PatchEntry e = DecodeEntry(ints.data() + i * kIntsPerEntry, floats.data() + i * kFloatsPerEntry);
+    TORCH_CHECK(ints[i * kIntsPerEntry] >= 0 && ints[i * kIntsPerEntry] < max_sites,
+                "tokentrace: patch entry ", i, " is for site ", ints[i * kIntsPerEntry],
+                " but the table has sites 0..", max_sites - 1);
+    const std::optional<at::Tensor> operand = operands.get(i);
+    at::Tensor keep;
+    if (operand.has_value() && operand->defined()) {
+      keep = *operand;
+      SetOperand(keep, device, i, e);
+    }
+    std::string why;
+    TORCH_CHECK(patch::ValidateEntryStatic(e, &why), why, " (patch entry ", i, ")");
+    state->entries.push_back(e);
+    state->operands.push_back(keep);
+  }
+  if (device.is_cpu()) {
+    std::string why;
+    state->host = patch::HostPatchTable::Create(state->entries, state->max_sites, &why);
+    TORCH_CHECK(state->host != nullptr, why);
+  } else {
+#if defined(TOKENTRACE_TORCH_OPS_CUDA)
+    UploadDeviceTable(*state);
+#else
+    TORCH_CHECK(false, "tokentrace: this libtokentrace_torch_ops was built without CUDA; "
+                       "rebuild it with cuda/torch/build.sh where nvcc is installed");
+#endif
+  }
+  static int64_t next_handle = 1;
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  state->handle = next_handle++;
+  Registry()[state->handle] = state;
+  return state->handle;
+}
+
+void TableFree(int64_t handle) {
+  std::shared_ptr<TableState> gone;
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto it = Registry().find(handle);
+    TORCH_CHECK(it != Registry().end(), "tokentrace: no patch table with handle ", handle,
+                " (already freed?)");
+    gone = std::move(it->second);
+    Registry().erase(it);
+  }
+  // Released here, outside the lock (a device table's cudaFree may wait for the device).
+}
+
+void ApplyCpu(const at::Tensor& out, int64_t handle, int64_t site) {
+  const std::shared_ptr<TableState> t = FindTable(handle);
+  CheckApplyArgs(*t, out, site);
+  const std::vector<int64_t> shape(out.sizes().begin(), out.sizes().end());
+  const std::vector<int64_t> strides(out.strides().begin(), out.strides().end());
+  const patch::ApplyStatus s =
+      patch::ApplyPatchesHost(t->host->table(), static_cast<uint32_t>(site), out.data_ptr(),
+                              ToPatchDType(out.scalar_type()), static_cast<int>(out.dim()),
+                              shape.data(), strides.data());
+  // Entries that matched but did not fit are skipped and counted (as on the device); only a
+  // refused call (call == 0) is an error here.
+  TORCH_CHECK(s.ok || s.call != 0, s.message);
+}
+
+void ApplyMeta(const at::Tensor& out, int64_t handle, int64_t site) {}  // in place: nothing to infer
+
+void AdvanceToken(int64_t handle) {
+  const std::shared_ptr<TableState> t = FindTable(handle);
+#if defined(TOKENTRACE_TORCH_OPS_CUDA)
+  if (t->device.is_cuda()) return AdvanceTokenCuda(*t);
+#endif
+  patch::AdvanceTokenHost(t->host->table());
+}
+
+void SetToken(int64_t handle, int64_t token) {
+  TORCH_CHECK(token >= 0 && token <= UINT32_MAX, "tokentrace: token ", token, " out of range");
+  const std::shared_ptr<TableState> t = FindTable(handle);
+#if defined(TOKENTRACE_TORCH_OPS_CUDA)
+  if (t->device.is_cuda()) return SetTokenCuda(*t, static_cast<uint32_t>(token));
+#endif
+  patch::SetTokenHost(t->host->table(), static_cast<uint32_t>(token));
+}
+
+void ResetCounters(int64_t handle) {
+  const std::shared_ptr<TableState> t = FindTable(handle);
+#if defined(TOKENTRACE_TORCH_OPS_CUDA)
+  if (t->device.is_cuda()) return ResetCountersCuda(*t);
+#endif
+  patch::ResetCountersHost(t->host->table());
+}
+
+patch::PatchCounters ReadCounters(TableState& t) {
+#if defined(TOKENTRACE_TORCH_OPS_CUDA)
+  if (t.device.is_cuda()) return ReadCountersCuda(t);
+#endif
+  return patch::ReadCountersHost(t.host->table());
+}
+
+at::Tensor Int64Tensor(const std::vector<int64_t>& v) {
+  at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kLong);
+  std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
+  return t;
+}
+
+// (fires per entry, skips per entry, calls per site, token); CPU int64 tensors. Synchronizes
+// the current stream for a device table.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> TableCounters(int64_t handle) {
+  const std::shared_ptr<TableState> t = FindTable(handle);
+  const patch::PatchCounters c = ReadCounters(*t);
+  return {Int64Tensor(std::vector<int64_t>(c.fires.begin(), c.fires.end())),
+          Int64Tensor(std::vector<int64_t>(c.skips.begin(), c.skips.end())),
+          Int64Tensor(std::vector<int64_t>(c.site_calls.begin(), c.site_calls.end())),
+          static_cast<int64_t>(c.token)};
+}
+
+// The last error of each entry ("" when it never skipped), as FormatPatchError words it.
+std::vector<std::string> TableErrors(int64_t handle) {
+  const std::shared_ptr<TableState> t = FindTable(handle);
+  const patch::PatchCounters c = ReadCounters(*t);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < c.last_errors.size(); ++i)
+    out.push_back(patch::FormatPatchError(c.last_errors[i], t->entries[i]));
+  return out;
+}
+
+// Checks every entry of `site` against an output like `out` (any device, meta included):
+// what a binder calls before model work, so a box or operand that cannot fit is an error now
+// rather than a skip later.
+void TableValidate(int64_t handle, int64_t site, const at::Tensor& out) {
+  const std::shared_ptr<TableState> t = FindTable(handle);
+  TORCH_CHECK(site >= 0 && site < t->max_sites, "tokentrace: site ", site,
+              " is not in this patch table (sites 0..", t->max_sites - 1, ")");
+  const std::vector<int64_t> shape(out.sizes().begin(), out.sizes().end());
+  for (size_t i = 0; i < t->entries.size(); ++i) {
+    if (t->entries[i].site_id != static_cast<uint32_t>(site)) continue;
+    std::string why;
+    TORCH_CHECK(patch::ValidateEntry(t->entries[i], static_cast<int>(out.dim()), shape.data(),
+                                     ToPatchDType(out.scalar_type()), &why),
+                why, " (patch entry ", i, ")");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<TableState> FindTable(int64_t handle) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  auto it = Registry().find(handle);
+  TORCH_CHECK(it != Registry().end(), "tokentrace: no patch table with handle ", handle,
+              " (freed, or created in another process?)");
+  return it->second;
+}
+
+DType ToPatchDType(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float:
+      return DType::kF32;
+    case c10::ScalarType::Half:
+      return DType::kF16;
+    case c10::ScalarType::BFloat16:
+      return DType::kBF16;
+    case c10::ScalarType::Double:
+      return DType::kF64;
+    case c10::ScalarType::Int:
+      return DType::kI32;
+    case c10::ScalarType::Long:
+      return DType::kI64;
+    case c10::ScalarType::Byte:
+      return DType::kU8;
+    case c10::ScalarType::Bool:
+      return DType::kBool;
+    default:  // not representable in the table; SetOperand and CheckApplyArgs reject these first
+      return DType::kBool;
+  }
+}
+
+void CheckApplyArgs(const TableState& t, const at::Tensor& out, int64_t site) {
+  TORCH_CHECK(out.device() == t.device, "tokentrace: patch table ", t.handle, " lives on ",
+              t.device.str(), " but the output is on ", out.device().str(),
+              "; create the table for that device (PatchTable.upload)");
+  TORCH_CHECK(site >= 0 && site < t.max_sites, "tokentrace: site ", site,
+              " is not in this patch table (sites 0..", t.max_sites - 1, ")");
+  const c10::ScalarType st = out.scalar_type();
+  TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16,
+              "tokentrace: apply_patches_ cannot take an output of dtype ", c10::toString(st),
+              " (supported: float32, float16, bfloat16)");
+  TORCH_CHECK(out.dim() <= patch::kMaxPatchDims, "tokentrace: the output has ", out.dim(),
+              " dimensions; patches support up to ", patch::kMaxPatchDims);
+  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
+              "tokentrace: the output has overlapping memory (an expanded view); patch a copy");
+}
+
+}  // namespace tokentrace::torch_ops
+
+TORCH_LIBRARY(tokentrace, m) {
+  using namespace tokentrace::torch_ops;
+  m.def("apply_patches_(Tensor(a!) out, int table, int site) -> ()");
+  m.def("table_create(int[] ints, float[] floats, Tensor?[] operands, int max_sites, "
+        "Device device) -> int");
+  m.def("table_free(int table) -> ()");
+  m.def("advance_token(int table) -> ()");
+  m.def("set_token(int table, int token) -> ()");
+  m.def("reset_counters(int table) -> ()");
+  m.def("table_counters(int table) -> (Tensor fires, Tensor skips, Tensor site_calls, int token)");
+  m.def("table_errors(int table) -> str[]");
+  m.def("table_validate(int table, int site, Tensor out) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(tokentrace, CPU, m) {
+  m.impl("apply_patches_", &tokentrace::torch_ops::ApplyCpu);
+}
+
+TORCH_LIBRARY_IMPL(tokentrace, Meta, m) {
+  m.impl("apply_patches_", &tokentrace::torch_ops::ApplyMeta);
+}
+
+TORCH_LIBRARY_IMPL(tokentrace, CompositeExplicitAutograd, m) {
+  using namespace tokentrace::torch_ops;
+  m.impl("table_create", &TableCreate);
+  m.impl("table_free", &TableFree);
+  m.impl("advance_token", &AdvanceToken);
+  m.impl("set_token", &SetToken);
+  m.impl("reset_counters", &ResetCounters);
+  m.impl("table_counters", &TableCounters);
+  m.impl("table_errors", &TableErrors);
+  m.impl("table_validate", &TableValidate);
+}
