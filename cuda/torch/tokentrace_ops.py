@@ -1,0 +1,182 @@
+"""Loader and a thin wrapper for the tokentrace PyTorch operators (libtokentrace_torch_ops.so).
+
+API (small on purpose; python/tokentrace builds its specs on top of it):
+
+    load_library(path=None) -> str
+        Loads the library (path, else $TOKENTRACE_TORCH_OPS_LIB, else <repo>/build-torchop/...),
+        registers fake kernels and marks the counter ops side-effectful. Idempotent.
+    PatchTable(max_sites)
+        .add_entry(site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0, operand=None)
+            op: "zero" | "fill" (value) | "add" (operand or value) | "scale" (value)
+                | "clamp" (lo, hi) | "replace" (operand)
+            index: a tuple of ints and slices, as in values[index] (negative values, open ends
+                and steps >= 1; dims past len(index) are whole)
+            calls: "every" | "prefill" (call 1) | k (call k) | ("call", k) | ("calls", a, b)
+                | ("token", k) | ("tokens", a, b); b=None is open-ended. 1-based; token 1 is
+                the prefill, advance_token() starts each root call.
+        .upload(device="cpu") -> self   native table on that device (operands copied there);
+                                         call again after add_entry (handle changes)
+        .apply_(tensor, site)           torch.ops.tokentrace.apply_patches_ (in place)
+        .advance_token() / .set_token(t) / .reset()
+        .fires() -> (total, [per entry])   reads counters (syncs the device)
+        .counters() -> dict  .errors() -> [str]  .validate(site, like_tensor)  .free()
+
+The ops (torch.ops.tokentrace.*): apply_patches_(Tensor(a!) out, int table, int site),
+table_create(int[] ints, float[] floats, Tensor?[] operands, int max_sites, Device device) -> int,
+table_free, advance_token, set_token, reset_counters, table_counters, table_errors,
+table_validate. The serialised entry layout is documented in cuda/torch/torch_table.h.
+"""
+
+import os
+
+import torch
+
+_OPS = {"zero": 0, "fill": 1, "add": 2, "scale": 3, "clamp": 4, "replace": 5}
+_OPEN = 0xFFFFFFFF  # last of an open-ended range (SelectorKind kCallRange / kTokenRange)
+_MAX_DIMS = 6
+_HAS_START, _HAS_STOP, _INDEX = 1, 2, 4
+_loaded = None
+
+
+def _default_path():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "build-torchop", "libtokentrace_torch_ops.so")
+
+
+def load_library(path=None):
+    """Loads the operator library once; returns the path it was loaded from."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    path = path or os.environ.get("TOKENTRACE_TORCH_OPS_LIB") or _default_path()
+    if not os.path.exists(path):
+        raise RuntimeError(
+            f"tokentrace: the torch ops library {path} does not exist; build it with "
+            "cuda/torch/build.sh or set TOKENTRACE_TORCH_OPS_LIB")
+    torch.ops.load_library(path)
+    # Fake kernels: the ops change state, not shapes. apply_patches_ has a C++ Meta kernel.
+    for name in ("advance_token", "set_token", "reset_counters"):
+        torch.library.register_fake(f"tokentrace::{name}")(lambda *args: None)
+    # Keep the counter ops in traced graphs although nothing uses their (absent) outputs.
+    ops = torch.ops.tokentrace
+    for op in (ops.advance_token.default, ops.set_token.default, ops.reset_counters.default,
+               ops.apply_patches_.default):
+        torch.fx.node.has_side_effect(op)
+    _loaded = path
+    return path
+
+
+def _selector(calls):
+    if calls is None or calls == "every":
+        return 0, 0, 0
+    if calls == "prefill":
+        return 1, 1, 1
+    if isinstance(calls, int) and not isinstance(calls, bool):
+        return 1, calls, calls
+    kinds = {"call": 1, "calls": 2, "token": 3, "tokens": 4}
+    if isinstance(calls, tuple) and calls and calls[0] in kinds:
+        kind = kinds[calls[0]]
+        if kind in (1, 3) and len(calls) == 2:
+            return kind, calls[1], calls[1]
+        if kind in (2, 4) and len(calls) == 3:
+            return kind, calls[1], _OPEN if calls[2] is None else calls[2]
+    raise ValueError(f"tokentrace: bad calls={calls!r}; use 'every', 'prefill', k, ('call', k), "
+                     "('calls', a, b), ('token', k) or ('tokens', a, b)")
+
+
+def _box(index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    if len(index) > _MAX_DIMS:
+        raise ValueError(f"tokentrace: index {index!r} has more than {_MAX_DIMS} dimensions")
+    dims = []
+    for item in index:
+        if isinstance(item, slice):
+            flags = (_HAS_START if item.start is not None else 0) | (
+                _HAS_STOP if item.stop is not None else 0)
+            step = 1 if item.step is None else int(item.step)
+            dims += [int(item.start or 0), int(item.stop or 0), step, flags]
+        elif isinstance(item, int) and not isinstance(item, bool):
+            dims += [int(item), 0, 1, _HAS_START | _INDEX]
+        else:
+            raise ValueError(f"tokentrace: index item {item!r} is not an int or a slice")
+    dims += [0, 0, 1, 0] * (_MAX_DIMS - len(index))
+    return [len(index)] + dims
+
+
+class PatchTable:
+    """A list of patch entries and, after upload(), the native table built from them."""
+
+    def __init__(self, max_sites):
+        load_library()
+        self.max_sites = int(max_sites)
+        self._ints, self._floats, self._operands = [], [], []
+        self.handle = None
+        self.device = None
+
+    def add_entry(self, site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0,
+                  operand=None):
+        """Appends an entry; returns its index (the position in fires())."""
+        if op not in _OPS:
+            raise ValueError(f"tokentrace: unknown op {op!r}; use one of {sorted(_OPS)}")
+        kind, first, last = _selector(calls)
+        self._ints += [int(site), _OPS[op], kind, first, last] + _box(index)
+        self._floats += [float(value), float(lo), float(hi)]
+        self._operands.append(operand)
+        return len(self._operands) - 1
+
+    def upload(self, device="cpu"):
+        """(Re)creates the native table on `device`; counters start at zero."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        operands = [None if t is None else t.to(device) for t in self._operands]
+        handle = torch.ops.tokentrace.table_create(self._ints, self._floats, operands,
+                                                   self.max_sites, device)
+        self.free()
+        self.handle, self.device = handle, device
+        return self
+
+    def _h(self):
+        if self.handle is None:
+            raise RuntimeError("tokentrace: PatchTable.upload(device) was not called")
+        return self.handle
+
+    def apply_(self, tensor, site):
+        torch.ops.tokentrace.apply_patches_(tensor, self._h(), site)
+        return tensor
+
+    def advance_token(self):
+        torch.ops.tokentrace.advance_token(self._h())
+
+    def set_token(self, token):
+        torch.ops.tokentrace.set_token(self._h(), token)
+
+    def reset(self):
+        torch.ops.tokentrace.reset_counters(self._h())
+
+    def counters(self):
+        fires, skips, calls, token = torch.ops.tokentrace.table_counters(self._h())
+        return {"fires": fires.tolist(), "skips": skips.tolist(), "site_calls": calls.tolist(),
+                "token": token}
+
+    def fires(self):
+        per_entry = self.counters()["fires"]
+        return sum(per_entry), per_entry
+
+    def errors(self):
+        return list(torch.ops.tokentrace.table_errors(self._h()))
+
+    def validate(self, site, like):
+        torch.ops.tokentrace.table_validate(self._h(), site, like)
+
+    def free(self):
+        if self.handle is not None:
+            torch.ops.tokentrace.table_free(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # interpreter teardown: the op library may already be gone
+            pass
