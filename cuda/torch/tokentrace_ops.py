@@ -128,6 +128,9 @@ class PatchTable:
     def upload(self, device="cpu"):
         """(Re)creates the native table on `device`; counters start at zero."""
         device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("tokentrace: no CUDA device is available; upload the patch table "
+                               "to \"cpu\" or run where torch.cuda.is_available()")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         operands = [None if t is None else t.to(device) for t in self._operands]

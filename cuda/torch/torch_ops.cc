@@ -40,15 +40,24 @@ std::unordered_map<int64_t, std::shared_ptr<TableState>>& Registry() {
 
 std::string DeviceName(const c10::Device& d) { return d.str(); }
 
+bool Representable(c10::ScalarType st) {
+  return st == at::kFloat || st == at::kHalf || st == at::kBFloat16 || st == at::kDouble ||
+         st == at::kInt || st == at::kLong || st == at::kByte || st == at::kBool;
+}
+
+// The table's dtype names ("float64", "int32"), torch's for the rest.
+std::string DTypeWord(c10::ScalarType st) {
+  return Representable(st) ? patch::DTypeName(ToPatchDType(st)) : c10::toString(st);
+}
+
 // Reads the operand of entry `i` into `e.operand` (shape, strides, dtype, data pointer).
 void SetOperand(const at::Tensor& t, const c10::Device& device, size_t i, PatchEntry& e) {
   TORCH_CHECK(t.device() == device, "tokentrace: the operand of patch entry ", i, " is on ",
               DeviceName(t.device()), " but the table is for ", DeviceName(device),
               "; move it with .to(\"", DeviceName(device), "\")");
   const c10::ScalarType st = t.scalar_type();
-  TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16 || st == at::kDouble ||
-                  st == at::kInt || st == at::kLong || st == at::kByte || st == at::kBool,
-              "tokentrace: the operand of patch entry ", i, " has dtype ", c10::toString(st),
+  TORCH_CHECK(Representable(st), "tokentrace: the operand of patch entry ", i, " has dtype ",
+              DTypeWord(st),
               " (supported: float32, float16, bfloat16)");
   TORCH_CHECK(t.dim() <= patch::kMaxPatchDims, "tokentrace: the operand of patch entry ", i,
               " has ", t.dim(), " dimensions; patches support up to ", patch::kMaxPatchDims);
@@ -276,7 +285,7 @@ void CheckApplyArgs(const TableState& t, const at::Tensor& out, int64_t site) {
               " is not in this patch table (sites 0..", t.max_sites - 1, ")");
   const c10::ScalarType st = out.scalar_type();
   TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16,
-              "tokentrace: apply_patches_ cannot take an output of dtype ", c10::toString(st),
+              "tokentrace: apply_patches_ cannot take an output of dtype ", DTypeWord(st),
               " (supported: float32, float16, bfloat16)");
   TORCH_CHECK(out.dim() <= patch::kMaxPatchDims, "tokentrace: the output has ", out.dim(),
               " dimensions; patches support up to ", patch::kMaxPatchDims);
