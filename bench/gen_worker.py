@@ -1,8 +1,11 @@
 """One setup of generate_overhead.py, in its own process (see that file).
 
 A worker builds the model once (random weights, fixed seed), then answers JSON lines on stdin:
-  {"op": "run", "new_tokens": N}    one generate under this worker's setup
-  {"op": "long", "new_tokens": N}   one long run sampling RSS and file size over time
+  {"op": "run", "model": M, "new_tokens": N}   one generate under this worker's setup
+  {"op": "long", "model": M, "new_tokens": N}  one long run sampling RSS and file size
+The model is built on first use (random weights, seed 0) and replaced when another is asked
+for, so one worker per setup serves the whole benchmark (workers start once: importing torch
+is the slow part on a small machine).
   {"op": "quit"}
 and writes one JSON line per request on stdout (the real stdout; library chatter goes to
 stderr). Timing is taken around `generate` only: hook installation, trace loading and the
@@ -31,6 +34,8 @@ def proc_status(field):
 
 
 def file_bytes(path):
+    if path is None:
+        return None
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
@@ -44,28 +49,28 @@ def remove(path):
         shutil.rmtree(tensors, ignore_errors=True)
 
 
-def build_model(args, torch):
+def build_model(name, args, torch):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
     positions = max(2048, args.prompt_tokens + args.max_tokens + 16)
-    if args.model == "gpt2":  # GPT-2-small shape, fp32
+    if name == "gpt2":  # GPT-2-small shape, fp32
         cfg = GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=positions)
         cls, dtype, patch_site = GPT2LMHeadModel, torch.float32, "transformer.h.0.attn.c_attn"
-    elif args.model == "llama1b":  # Llama-1B shape, bf16
+    elif name == "llama1b":  # Llama-1B shape, bf16
         cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192,
                           num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
                           max_position_embeddings=positions)
         cls, dtype, patch_site = LlamaForCausalLM, torch.bfloat16, "model.layers.0.self_attn.v_proj"
-    elif args.model == "tiny-gpt2":  # CPU: seconds, not minutes
+    elif name == "tiny-gpt2":  # CPU: seconds, not minutes
         cfg = GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=2, n_positions=positions)
         cls, dtype, patch_site = GPT2LMHeadModel, torch.float32, "transformer.h.0.attn.c_attn"
-    elif args.model == "tiny-llama":
+    elif name == "tiny-llama":
         cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=256,
                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                           max_position_embeddings=positions)
         cls, dtype, patch_site = LlamaForCausalLM, torch.float32, "model.layers.0.self_attn.v_proj"
     else:
-        raise SystemExit(f"gen_worker: unknown model {args.model!r}")
+        raise ValueError(f"unknown model {name!r}")
     with torch.device(args.device):  # initialised on the device: no host copy of the weights
         model = cls(cfg)
     model = model.to(dtype).eval()
@@ -81,11 +86,21 @@ class Worker:
         self.torch = torch
         self.args = args
         self.setup = args.setup
-        self.model, self.ids, self.patch_site = build_model(args, torch)
+        self.model_name = self.model = self.bound = None
         self.cuda = args.device.startswith("cuda")
         self.tmp = tempfile.mkdtemp(prefix="tt-genbench-")
         self.n = 0
-        self.bound = None
+        if self.setup in TT_MODES or self.setup == "patch":
+            import tokentrace  # noqa: F401  (import cost outside every timed run)
+
+    def use(self, name):
+        if name == self.model_name:
+            return
+        self.model = self.bound = None
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+        self.model, self.ids, self.patch_site = build_model(name, self.args, self.torch)
+        self.model_name = name
         if self.setup == "patch":
             import tokentrace as tt
             self.bound = tt.when(tt.module(self.patch_site), tt.scale(1.0)).bind(self.model)
@@ -114,7 +129,13 @@ class Worker:
         path = os.path.join(self.tmp, f"run{self.n}")
         with torch.inference_mode():
             if self.setup in ("plain", "bare-cupti"):
-                sec, _ = self.timed(self.model.generate, n)
+                if sampler is not None:
+                    sampler.start(None)
+                try:
+                    sec, _ = self.timed(self.model.generate, n)
+                finally:
+                    if sampler is not None:
+                        sampler.stop()
             elif self.setup == "patch":
                 sec, _ = self.timed(self.bound.generate, n)
                 rep = self.bound.last_report
@@ -223,7 +244,6 @@ def main():
     import argparse
     p = argparse.ArgumentParser()
     p.add_argument("--setup", required=True, choices=SETUPS)
-    p.add_argument("--model", required=True)
     p.add_argument("--device", default="cpu")
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--max-tokens", type=int, default=256)
@@ -244,6 +264,7 @@ def main():
         if req["op"] == "quit" or worker is None:
             break
         try:
+            worker.use(req["model"])
             if req["op"] == "long":
                 sampler = Sampler(worker.model, req.get("period", 1.0))
                 worker.args.keep = True  # the file is needed for `tokentrace report`
