@@ -266,7 +266,8 @@ def long_run(workers, model, n, args):
             else:
                 per_tok.append(None)
         lines.append("| {} | {} | {} | {} | {} | {} / {} | {} | {} |".format(
-            s, fmt(r["ms_per_token"]), r.get("tokens_recorded"),
+            s, fmt(r["ms_per_token"]),
+            r.get("tokens_recorded") or (r["samples"][-1][1] if r.get("samples") else None),
             " / ".join(fmt(x, "{:,.0f}") for x in rss_at), fmt(growth, "{:+,.0f}"),
             fmt(per_tok[0], "{:,.0f}"), fmt(per_tok[1], "{:,.0f}"), losses_text([r]),
             fmt(r.get("report_s"), "{:.2f}")))
