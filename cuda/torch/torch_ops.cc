@@ -57,8 +57,7 @@ void SetOperand(const at::Tensor& t, const c10::Device& device, size_t i, PatchE
               "; move it with .to(\"", DeviceName(device), "\")");
   const c10::ScalarType st = t.scalar_type();
   TORCH_CHECK(Representable(st), "tokentrace: the operand of patch entry ", i, " has dtype ",
-              DTypeWord(st),
-              " (supported: float32, float16, bfloat16)");
+              DTypeWord(st), " (supported: float32, float16, bfloat16)");
   TORCH_CHECK(t.dim() <= patch::kMaxPatchDims, "tokentrace: the operand of patch entry ", i,
               " has ", t.dim(), " dimensions; patches support up to ", patch::kMaxPatchDims);
   e.operand.data = t.data_ptr();
@@ -94,8 +93,8 @@ int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
   const size_t n = operands.size();
   TORCH_CHECK(ints.size() == n * kIntsPerEntry && floats.size() == n * kFloatsPerEntry,
               "tokentrace: table_create needs ", kIntsPerEntry, " ints and ", kFloatsPerEntry,
-              " floats per entry (", n, " operands given, ", ints.size(), " ints, ",
-              floats.size(), " floats)");
+              " floats per entry (", n, " operands given, ", ints.size(), " ints, ", floats.size(),
+              " floats)");
   TORCH_CHECK(max_sites >= 1 && max_sites <= (int64_t{1} << 24),
               "tokentrace: max_sites must be in 1..2^24, got ", max_sites);
   TORCH_CHECK(device.is_cpu() || device.is_cuda(),
@@ -105,7 +104,8 @@ int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
   state->device = device;
   state->max_sites = static_cast<uint32_t>(max_sites);
   for (size_t i = 0; i < n; ++i) {
-    PatchEntry e = DecodeEntry(ints.data() + i * kIntsPerEntry, floats.data() + i * kFloatsPerEntry);
+    PatchEntry e =
+        DecodeEntry(ints.data() + i * kIntsPerEntry, floats.data() + i * kFloatsPerEntry);
     TORCH_CHECK(ints[i * kIntsPerEntry] >= 0 && ints[i * kIntsPerEntry] < max_sites,
                 "tokentrace: patch entry ", i, " is for site ", ints[i * kIntsPerEntry],
                 " but the table has sites 0..", max_sites - 1);
@@ -128,8 +128,9 @@ int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
 #if defined(TOKENTRACE_TORCH_OPS_CUDA)
     UploadDeviceTable(*state);
 #else
-    TORCH_CHECK(false, "tokentrace: this libtokentrace_torch_ops was built without CUDA; "
-                       "rebuild it with cuda/torch/build.sh where nvcc is installed");
+    TORCH_CHECK(false,
+                "tokentrace: this libtokentrace_torch_ops was built without CUDA; "
+                "rebuild it with cuda/torch/build.sh where nvcc is installed");
 #endif
   }
   static int64_t next_handle = 1;
@@ -157,16 +158,16 @@ void ApplyCpu(const at::Tensor& out, int64_t handle, int64_t site) {
   CheckApplyArgs(*t, out, site);
   const std::vector<int64_t> shape(out.sizes().begin(), out.sizes().end());
   const std::vector<int64_t> strides(out.strides().begin(), out.strides().end());
-  const patch::ApplyStatus s =
-      patch::ApplyPatchesHost(t->host->table(), static_cast<uint32_t>(site), out.data_ptr(),
-                              ToPatchDType(out.scalar_type()), static_cast<int>(out.dim()),
-                              shape.data(), strides.data());
+  const patch::ApplyStatus s = patch::ApplyPatchesHost(
+      t->host->table(), static_cast<uint32_t>(site), out.data_ptr(),
+      ToPatchDType(out.scalar_type()), static_cast<int>(out.dim()), shape.data(), strides.data());
   // Entries that matched but did not fit are skipped and counted (as on the device); only a
   // refused call (call == 0) is an error here.
   TORCH_CHECK(s.ok || s.call != 0, s.message);
 }
 
-void ApplyMeta(const at::Tensor& out, int64_t handle, int64_t site) {}  // in place: nothing to infer
+void ApplyMeta(const at::Tensor& out, int64_t handle, int64_t site) {
+}  // in place: nothing to infer
 
 void AdvanceToken(int64_t handle) {
   const std::shared_ptr<TableState> t = FindTable(handle);
@@ -298,8 +299,9 @@ void CheckApplyArgs(const TableState& t, const at::Tensor& out, int64_t site) {
 TORCH_LIBRARY(tokentrace, m) {
   using namespace tokentrace::torch_ops;
   m.def("apply_patches_(Tensor(a!) out, int table, int site) -> ()");
-  m.def("table_create(int[] ints, float[] floats, Tensor?[] operands, int max_sites, "
-        "Device device) -> int");
+  m.def(
+      "table_create(int[] ints, float[] floats, Tensor?[] operands, int max_sites, "
+      "Device device) -> int");
   m.def("table_free(int table) -> ()");
   m.def("advance_token(int table) -> ()");
   m.def("set_token(int table, int token) -> ()");

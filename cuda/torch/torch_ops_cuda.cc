@@ -21,8 +21,8 @@ namespace tokentrace::torch_ops {
 namespace {
 
 patch::DevicePatchTable& Dev(TableState& t) {
-  TORCH_CHECK(t.device.is_cuda() && t.device_table != nullptr, "tokentrace: patch table ",
-              t.handle, " is not a CUDA table");
+  TORCH_CHECK(t.device.is_cuda() && t.device_table != nullptr, "tokentrace: patch table ", t.handle,
+              " is not a CUDA table");
   return *static_cast<patch::DevicePatchTable*>(t.device_table.get());
 }
 
@@ -45,11 +45,11 @@ void ApplyCuda(const at::Tensor& out, int64_t handle, int64_t site) {
     shape[d] = out.size(d);
     strides[d] = out.stride(d);
   }
-  CheckLaunch(patch::ApplyPatchesDevice(Dev(*t), static_cast<uint32_t>(site), out.data_ptr(),
-                                        ToPatchDType(out.scalar_type()),
-                                        static_cast<int>(out.dim()), shape, strides,
-                                        CurrentStream(out.device())),
-              "launching the patch kernel");
+  CheckLaunch(
+      patch::ApplyPatchesDevice(Dev(*t), static_cast<uint32_t>(site), out.data_ptr(),
+                                ToPatchDType(out.scalar_type()), static_cast<int>(out.dim()), shape,
+                                strides, CurrentStream(out.device())),
+      "launching the patch kernel");
 }
 
 }  // namespace

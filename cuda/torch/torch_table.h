@@ -35,10 +35,10 @@ struct TableState {
   int64_t handle = 0;
   c10::Device device = c10::Device(c10::kCPU);
   uint32_t max_sites = 0;
-  std::vector<patch::PatchEntry> entries;      // operand pointers point into `operands`
-  std::vector<at::Tensor> operands;            // keeps operand memory alive (undefined: none)
-  std::unique_ptr<patch::HostPatchTable> host; // set when device is the CPU
-  std::shared_ptr<void> device_table;          // a patch::DevicePatchTable (torch_ops_cuda.cc)
+  std::vector<patch::PatchEntry> entries;       // operand pointers point into `operands`
+  std::vector<at::Tensor> operands;             // keeps operand memory alive (undefined: none)
+  std::unique_ptr<patch::HostPatchTable> host;  // set when device is the CPU
+  std::shared_ptr<void> device_table;           // a patch::DevicePatchTable (torch_ops_cuda.cc)
 };
 
 // The table for `handle`, or an error naming the handle. Shared ownership, so a table freed by
