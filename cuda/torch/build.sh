@@ -18,16 +18,16 @@ if [[ -z "$py" ]]; then
 fi
 read -r torch_dir abi torch_cuda < <("$py" -c \
   'import os, torch; print(os.path.dirname(torch.__file__), int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.version.cuda or "none")')
+nvcc="$(command -v nvcc || true)"
+[[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
 cuda="${TOKENTRACE_TORCH_OPS_CUDA:-}"
 if [[ -z "$cuda" ]]; then
-  nvcc="$(command -v nvcc || true)"
-  [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
   if [[ -n "$nvcc" && "$torch_cuda" != none ]]; then cuda=ON; else cuda=OFF; fi
 fi
 args=(-S "$here" -B "$build" -DTORCH_PACKAGE_DIR="$torch_dir" -DTORCH_CXX11_ABI="$abi"
       -DTOKENTRACE_TORCH_OPS_CUDA="$cuda")
 if [[ "$cuda" == ON ]]; then
-  [[ -n "${nvcc:-}" ]] && args+=(-DCMAKE_CUDA_COMPILER="$nvcc")
+  [[ -n "$nvcc" ]] && args+=(-DCMAKE_CUDA_COMPILER="$nvcc")
   [[ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$CMAKE_CUDA_ARCHITECTURES")
 fi
 echo "tokentrace: building torch ops (torch $torch_dir, cxx11 abi $abi, cuda $cuda) in $build"
