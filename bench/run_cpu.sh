@@ -21,8 +21,10 @@ if [ ! -f "$build/build.ninja" ]; then
     -DPython_EXECUTABLE="$python" > "$tmp/configure.log" 2>&1 \
     || { tail -20 "$tmp/configure.log"; exit 2; }
 fi
-targets="bench_nvtx bench_nvtx_notool bench_hotpath store_bench tokentrace_shim tokentrace_cli _native"
-ninja -C "$build" -t targets all 2>/dev/null | grep -q '^patch_bench:' && targets="$targets patch_bench"
+targets="bench_nvtx bench_nvtx_notool bench_hotpath tokentrace_shim tokentrace_cli _native"
+for t in store_bench patch_bench; do  # built with the tests (tests/store, tests/cuda)
+  ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:" && targets="$targets $t"
+done
 ninja -C "$build" -j"$jobs" $targets > "$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 3; }
 
 run() {  # run NAME ARGS...: Google Benchmark JSON into $tmp/NAME.json
@@ -35,7 +37,7 @@ run() {  # run NAME ARGS...: Google Benchmark JSON into $tmp/NAME.json
 run bench_nvtx_notool
 run bench_nvtx
 run bench_hotpath
-run store_bench --benchmark_filter='BM_WriteKernelRows/100000'
+[ -x "$build/store_bench" ] && run store_bench --benchmark_filter='BM_WriteKernelRows/100000'
 [ -x "$build/patch_bench" ] && run patch_bench --benchmark_filter='^host/'
 
 {
