@@ -69,8 +69,12 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     -DTOKENTRACE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" -DTOKENTRACE_BUILD_CUDA=$CUDA_FLAG \
     -DTOKENTRACE_CUDA_ROOT="$CUDA_ROOT" >/dev/null
 fi
-log "building (ninja)"
-PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" >/dev/null || PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" -j1
+log "building (ninja; log in $BUILD_DIR/build.log)"
+if ! PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" >"$BUILD_DIR/build.log" 2>&1; then
+  grep -E -A5 "error|FAILED" "$BUILD_DIR/build.log" | head -60 >&2
+  echo "tokentrace: the build failed; the whole log is $BUILD_DIR/build.log" >&2
+  exit 1
+fi
 
 cat > "$BUILD_DIR/env.sh" <<ENV
 # Written by scripts/setup.sh: the environment of the tests, the demo and the benchmarks.
