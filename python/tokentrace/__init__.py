@@ -17,7 +17,7 @@ from ._errors import ScalarEscapeWarning, TokentraceError
 from ._patch_ops import add, clamp, fill, replace, scale, zero
 from ._selectors import Selector, module
 from ._trace import CallView, OutputMeta, Recording, SiteView, Trace, TokenRow
-from .edits import BoundModel, EditSpec, call, every_call, prefill, token, when
+from .edits import BoundModel, EditSpec, call, every_call, load_spec, prefill, token, when
 
 __version__ = "0.1.0"
 
@@ -25,7 +25,7 @@ __all__ = [
     "trace", "record", "load", "module", "Selector", "when", "prefill", "call", "token",
     "every_call", "zero", "fill", "add", "scale", "clamp", "replace", "Trace", "Recording",
     "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
-    "ScalarEscapeWarning", "TokentraceError", "native_available",
+    "ScalarEscapeWarning", "TokentraceError", "native_available", "load_spec",
 ]
 
 

@@ -95,7 +95,7 @@ def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes
     bound_edits = intervene.hooks_for(model) if intervene is not None else None
     sink = TensorSink(path, shard_bytes) if saved else None
     on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
-    report = backend.escape if on_cpu or backend.name == "python" else None
+    report = backend.escape if on_cpu else None
     escapes = EscapeCounter(lambda: backend.current()[2], report)
     path = backend.start(path, kernels)
     hooks = HookSet(backend, model, hooked, saved, sink)
@@ -119,7 +119,7 @@ def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes
         meta = {"python_save_errors": hooks.save_errors, "kernels_status": status}
         _store.write_python_rows(path, outputs, rows, escapes.rows(), meta)
     result = (Recording if kind == "record" else Trace)(path)
-    _warn_escapes(result, escapes, on_cpu or backend.name != "native")
+    _warn_escapes(result, escapes, on_cpu)
     return result
 
 

@@ -1,16 +1,17 @@
-"""The recorder behind a trace: the native shim (through _native) or the pure-Python one.
+"""The recorder behind a trace: the native shim, through the extension tokentrace._native.
 
-Both expose the same small interface (see PyRecorder): start/stop/active/out_path, site(),
-pre_hook()/post_hook() hook objects, current(), escape(), take_outputs(), kernels_status.
-With the extension loaded, the hooks are C++ objects that push/pop NVTX ranges in the
-"tokentrace" domain; the shim turns those into calls and tokens and joins kernels to them.
+NativeBackend is the small interface the rest of the package uses: start/stop/active/out_path,
+site(), pre_hook()/post_hook() hook objects, current(), escape(), take_outputs(),
+kernels_status. The hooks are C++ objects that push/pop NVTX ranges in the "tokentrace"
+domain; the shim turns those into calls and tokens and joins kernels to them. There is no
+other recorder: without the extension, get_backend() raises and says how to build it.
 """
-
-import os
 
 from . import _loader
 from ._errors import fail
-from ._pyrecorder import KIND_MODULE, KIND_RANGE, KIND_ROOT, PyRecorder  # noqa: F401
+
+# Site kinds, as the shim numbers them (sites.kind in the trace file: root, module, range).
+KIND_ROOT, KIND_MODULE, KIND_RANGE = 0, 1, 2
 
 _KERNEL_MODES = ("off", "summary", "full")
 
@@ -88,27 +89,11 @@ class NativeBackend:
         return self._n.take_outputs()
 
 
-class _PyAdapter(PyRecorder):
-    """PyRecorder with the native hook signatures."""
-
-    def pre_hook(self, site_id, name=None, kind=None):
-        return PyRecorder.pre_hook(self, site_id)
-
-
-_python = None
-
-
 def get_backend():
-    """The native backend when the extension loads (unless TOKENTRACE_BACKEND=python)."""
-    global _python
-    choice = os.environ.get("TOKENTRACE_BACKEND", "").lower()
-    if choice not in ("", "native", "python"):
-        fail(f"TOKENTRACE_BACKEND={choice!r} is not accepted; use 'native' or 'python'")
-    native = _loader.load() if choice != "python" else None
-    if native is not None:
-        return NativeBackend(native)
-    if choice == "native":
-        fail("TOKENTRACE_BACKEND=native but " + _loader.unavailable_reason())
-    if _python is None:
-        _python = _PyAdapter(_loader.unavailable_reason())
-    return _python
+    """The native backend; raises TokentraceError when the extension cannot be loaded."""
+    native = _loader.load()
+    if native is None:
+        fail(f"the native recorder is unavailable: {_loader.unavailable_reason()}; build it: "
+             f"pip install . , or scripts/setup.sh and PYTHONPATH=python "
+             f"TOKENTRACE_NATIVE_DIR=build")
+    return NativeBackend(native)

@@ -6,10 +6,9 @@ Two layouts are supported:
   * a development tree: PYTHONPATH=python and TOKENTRACE_NATIVE_DIR=<cmake build dir>, the
     directory that holds `_native*.so` and libtokentrace.so.
 
-`load()` returns the module, or None with the reason in `unavailable_reason()`. A missing
-extension is not an error: tokentrace then records calls and tokens with its pure-Python
-recorder (no kernels). Set TOKENTRACE_BACKEND=python to force that recorder, or
-TOKENTRACE_BACKEND=native to make a missing extension an error.
+`load()` returns the module, or None with the reason in `unavailable_reason()`. Importing
+tokentrace never needs the extension; recording does (_backend.get_backend() raises with that
+reason and how to build it).
 """
 
 import glob
@@ -53,9 +52,6 @@ def load():
     if _state["tried"]:
         return _state["module"]
     _state["tried"] = True
-    if os.environ.get("TOKENTRACE_BACKEND", "").lower() == "python":
-        _state["reason"] = "TOKENTRACE_BACKEND=python"
-        return None
     errors = []
     module = None
     native_dir = os.environ.get("TOKENTRACE_NATIVE_DIR")

@@ -11,7 +11,7 @@ import warnings
 
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
-from ._pyrecorder import KIND_MODULE, KIND_ROOT
+from ._backend import KIND_MODULE, KIND_ROOT
 
 
 class HookSet:

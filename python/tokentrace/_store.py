@@ -6,8 +6,7 @@ token_stats and the tokens view, and creates call_outputs empty. The Python laye
   saved_outputs(call_id, file, key)              tensors saved with save= (safetensors shards,
                                                  `file` relative to the SQLite file's directory)
   escape_sites(token, location, count)           host reads of tensors seen from Python
-The pure-Python recorder (used when the extension is not built) writes the whole schema
-itself with write_schema().
+write_schema() creates the whole schema (tests use it to write files by hand).
 """
 
 import json

@@ -6,6 +6,9 @@ Python callable fn(values, *, ctx) run in the hook, eager only). A bound model r
 model's real forward/generate with the rules installed as forward hooks that replace the
 output, and records nothing; bound.last_report counts the fires of the last run.
 
+Specs also load from JSON (load_spec, EditSpec.to_json; the format is in _edit_json.py), which
+is how preload mode (TOKENTRACE_PATCHES) gets them.
+
 Counting: each run of the bound model (one __call__ or one generate) starts fresh; k is the
 site's 1-based call number within the run and the token is the root call number within the
 run (so in generate, token 1 is the prefill).
@@ -128,6 +131,14 @@ class EditSpec:
     def hooks_for(self, model):
         return EditHooks(model, self)
 
+    def to_json(self, path=None, *, operand_dir=None):
+        """The JSON form of this spec (what tt.load_spec reads), as text; also written to
+        `path` when given. Tensor operands loaded from a file refer to that file; in-memory
+        ones are saved as .safetensors under `operand_dir` (required for them). Rules with a
+        Python callable have no JSON form (an error)."""
+        from ._edit_json import to_json
+        return to_json(self, path, operand_dir)
+
     def __repr__(self):
         return "EditSpec(" + "; ".join(r.describe() for r in self.rules) + ")"
 
@@ -143,6 +154,13 @@ def when(selector, action, calls=None):
         fail(f"tt.when action must be a patch op (tt.zero(), tt.scale(f), ...) or a callable "
              f"fn(values, *, ctx); got {type(action).__name__}")
     return EditSpec([Rule(selector, action, as_calls(calls))])
+
+
+def load_spec(path, device=None):
+    """Reads an edit spec from a JSON file (a list of rules; the format is in docs/python.md
+    and _edit_json.py). device: where tensor operands go (default the CPU)."""
+    from ._edit_json import load_spec as _load
+    return _load(path, device)
 
 
 # --- installation -------------------------------------------------------------------------

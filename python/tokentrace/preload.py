@@ -10,16 +10,23 @@ by hand, so token 1 is that first call.
 The shim (LD_PRELOAD) owns the session and the file: it was started in its constructor from
 the TOKENTRACE_* environment, and it writes the file until the process exits. At Python exit
 we add our rows (output shapes, saved tensors, escape locations) to that file. Without the
-native extension, the pure-Python recorder writes the file itself (no kernels).
+native extension nothing is recorded (one line on stderr says why and how to build it).
+
+TOKENTRACE_PATCHES (`tokentrace run --patches spec.json`) names a JSON edit spec
+(tokentrace.edits.load_spec): its edits go onto the same root as forward hooks, exactly as
+spec.bind(model) installs them for one run (here the run is the whole process: token k is
+the k-th root call). They apply with or without recording; with a trace file, its meta gets
+"patch_fires" = {"num_fires": N, "per_rule": [...], "spec": path} as JSON at exit.
 """
 
 import atexit
+import json
 import os
 import sys
 
 import torch
 
-from . import _loader, _store
+from . import _store
 from ._backend import get_backend
 from ._errors import TokentraceError
 from ._escapes import EscapeCounter
@@ -74,19 +81,44 @@ def _select(env, names, default_all):
 
 
 def _attach(model, args):
-    backend = get_backend()
-    own_session = False
-    if backend.name == "native":
-        if not backend.active():
-            _say("the native shim is not recording (run the job with `tokentrace run -- ...`); "
-                 "no hooks installed")
-            return
-    else:
-        path = _expand(os.environ.get("TOKENTRACE_OUT", "tokentrace-%p.sqlite"))
-        _say(f"recording calls and tokens with the pure-Python recorder "
-             f"({_loader.unavailable_reason()}); writing {path} at exit")
-        backend.start(path, "off")
-        own_session = True
+    edits = _attach_edits(model, args)
+    if not _attach_recording(model, args) and edits is not None:
+        atexit.register(_say_fires, edits)
+
+
+def _attach_edits(model, args):
+    """TOKENTRACE_PATCHES: the JSON edit spec, installed on the root as a bound model's
+    forward hooks (counting from the first root call, the one in progress). A bad spec is
+    reported on stderr and the job runs without edits."""
+    spec_path = os.environ.get("TOKENTRACE_PATCHES", "").strip()
+    if not spec_path:
+        return None
+    from .edits import load_spec
+    try:
+        device = next(iter(model.parameters()), torch.empty(0)).device
+        hooks = load_spec(spec_path, device=device).hooks_for(model)
+        hooks.install()
+    except TokentraceError as exc:
+        message = str(exc).removeprefix("tokentrace: ")
+        _say(f"TOKENTRACE_PATCHES: {message}; running without edits")
+        _state["patch_error"] = message
+        return None
+    hooks._root_pre(model, args)  # the root call in progress is token 1
+    _state["edits"] = hooks
+    return hooks
+
+
+def _attach_recording(model, args):
+    """The recording hooks; False when nothing records (no extension, or the shim is off)."""
+    try:
+        backend = get_backend()
+    except TokentraceError as exc:
+        _say(f"{exc}; nothing is recorded")
+        return False
+    if not backend.active():
+        _say("the native shim is not recording (run the job with `tokentrace run -- ...`); "
+             "no recording hooks installed")
+        return False
     names = list(site_names(model))
     hooked = _select("TOKENTRACE_SITES", names, True)
     saved = _select("TOKENTRACE_SAVE", names, False)
@@ -95,25 +127,40 @@ def _attach(model, args):
     path = backend.out_path()
     sink = TensorSink(path) if saved else None
     on_cpu = not any(p.is_cuda for p in model.parameters())
-    escapes = EscapeCounter(lambda: backend.current()[2],
-                            backend.escape if on_cpu or backend.name == "python" else None)
+    escapes = EscapeCounter(lambda: backend.current()[2], backend.escape if on_cpu else None)
     hooks = HookSet(backend, model, hooked, saved, sink)
     hooks.install(running_root_args=args)
     escapes.install()
-    atexit.register(_finish, backend, hooks, escapes, sink, own_session)
+    atexit.register(_finish, backend, hooks, escapes, sink)
+    return True
 
 
-def _finish(backend, hooks, escapes, sink, own_session):
+def _patch_meta():
+    edits = _state.get("edits")
+    if edits is not None:
+        report = edits.report()
+        return {"patch_fires": json.dumps({
+            "num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
+            "spec": os.path.abspath(os.environ.get("TOKENTRACE_PATCHES", "").strip())})}
+    if _state.get("patch_error"):
+        return {"patch_error": _state["patch_error"]}
+    return {}
+
+
+def _say_fires(edits):
+    _say(f"TOKENTRACE_PATCHES: {edits.report().num_fires} edit fires (no trace file to note "
+         f"them in)")
+
+
+def _finish(backend, hooks, escapes, sink):
     try:
         escapes.remove()
         path = backend.out_path()
         outputs = backend.take_outputs()
         rows = sink.close() if sink is not None else []
-        if own_session:
-            backend.stop()
-        else:
-            backend.flush()
-        _store.write_python_rows(path, outputs, rows, escapes.rows(),
-                                 {"python_save_errors": hooks.save_errors})
+        backend.flush()
+        meta = {"python_save_errors": hooks.save_errors}
+        meta.update(_patch_meta())
+        _store.write_python_rows(path, outputs, rows, escapes.rows(), meta)
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")

@@ -1,8 +1,8 @@
 """Shared fixtures for the Python layer's tests.
 
 Layout: PYTHONPATH gets <repo>/python so the source package is imported; the native extension
-is used when TOKENTRACE_NATIVE_DIR (or an installed package) provides it, else the pure-Python
-recorder. Models are tiny (2 cores, CPU).
+comes from TOKENTRACE_NATIVE_DIR (build/env.sh sets it) or an installed package. Every test
+records through it: there is no other recorder. Models are tiny (2 cores, CPU).
 """
 
 import json
@@ -50,14 +50,6 @@ def llama():
 @pytest.fixture
 def prompt():
     return torch.tensor([[3, 17, 42, 8, 99]])
-
-
-@pytest.fixture(params=["default", "python"])
-def backend(request, monkeypatch):
-    """Runs a test with the default recorder (native when built) and the pure-Python one."""
-    if request.param == "python":
-        monkeypatch.setenv("TOKENTRACE_BACKEND", "python")
-    return request.param
 
 
 def make_trace_file(path, *, kernels=True, saved=None):

@@ -107,3 +107,18 @@ def test_edit_errors(llama):
                     tt.add(torch.ones(5))).bind(llama)
     with pytest.raises(tt.TokentraceError, match="does not broadcast"):
         bound(torch.tensor([[1, 2, 3]]))
+
+
+def test_missing_extension_says_how_to_build_it(gpt2, prompt, monkeypatch):
+    from tokentrace import _loader
+    monkeypatch.setattr(_loader, "load", lambda: None)
+    monkeypatch.setattr(_loader, "unavailable_reason",
+                        lambda: "the native extension is not built (no _native*.so)")
+    with pytest.raises(tt.TokentraceError) as err:
+        tt.trace(gpt2, prompt)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith("tokentrace: the native recorder is unavailable: the native "
+                           "extension is not built (no _native*.so); build it: pip install . , "
+                           "or scripts/setup.sh and PYTHONPATH=python TOKENTRACE_NATIVE_DIR=build")
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in gpt2.modules())

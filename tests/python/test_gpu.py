@@ -19,8 +19,7 @@ def _gpt2_cuda():
 
 def _native_or_skip():
     ok, why = tt.native_available()
-    if not ok:
-        pytest.skip(f"kernel attribution needs the native extension: {why}")
+    assert ok, f"kernel attribution needs the native extension: {why}"
 
 
 def test_seed_example_on_cuda_with_kernels(tmp_path):

@@ -1,26 +1,40 @@
 """Preload of an unmodified script: `tokentrace run -- python job.py`, then tt.load."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
 import textwrap
 
-import pytest
+import torch
 
 from conftest import PYDIR, ROOT
 
-JOB = textwrap.dedent("""
+MODEL = textwrap.dedent("""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     lm = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=2)).eval()
-    out = lm.generate(torch.tensor([[3, 17, 42, 8, 99]]), max_new_tokens=4, min_new_tokens=4,
-                      do_sample=False)
+    prompt = torch.tensor([[3, 17, 42, 8, 99]])
+    gen = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
+""")
+
+JOB = MODEL + textwrap.dedent("""
+    out = lm.generate(prompt, **gen)
     print("JOB-DONE", list(out.shape))
 """)
 
+LOGITS_JOB = MODEL + textwrap.dedent("""
+    import json
+    with torch.no_grad():
+        out = lm.generate(prompt, output_logits=True, return_dict_in_generate=True, **gen)
+    print("LOGITS", json.dumps([l.tolist() for l in out.logits]))
+""")
+
 OTHER_SITECUSTOMIZE = "import os\nos.environ['JOBS_OWN_SITECUSTOMIZE'] = '1'\nprint('OWN-SITECUSTOMIZE')\n"
+BOOT = os.path.join(PYDIR, "tokentrace", "boot")
 
 
 def _native_dir():
@@ -30,16 +44,28 @@ def _native_dir():
                 os.path.isfile(os.path.join(d, "libtokentrace.so")):
             return os.path.abspath(d)
     prog = _loader.find_program()
-    return os.path.dirname(prog) if prog else None
+    assert prog, ("the `tokentrace` program and libtokentrace.so are not built "
+                  "(bash scripts/setup.sh, then source build/env.sh)")
+    return os.path.dirname(prog)
 
 
-def _write_job(tmp_path):
+def _write_job(tmp_path, text=JOB):
     job = tmp_path / "job.py"
-    job.write_text(JOB)
+    job.write_text(text)
     own = tmp_path / "own"
-    own.mkdir()
+    own.mkdir(exist_ok=True)
     (own / "sitecustomize.py").write_text(OTHER_SITECUSTOMIZE)
     return job, own
+
+
+def _run_cli(tmp_path, job, own, cli_args=(), **env_vars):
+    native = _native_dir()
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.pathsep.join([PYDIR, str(own)]), TOKENTRACE_NATIVE_DIR=native)
+    env.update(env_vars)
+    return subprocess.run([os.path.join(native, "tokentrace"), "run", *cli_args, "--",
+                           sys.executable, str(job)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
 
 
 def _check(path, saved):
@@ -57,47 +83,47 @@ def _check(path, saved):
 
 
 def test_cli_run_unmodified_script(tmp_path):
-    native = _native_dir()
-    if native is None:
-        pytest.skip("the `tokentrace` program and libtokentrace.so are not built "
-                    "(cmake -S . -B build-py -DTOKENTRACE_BUILD_PYTHON=ON && ninja -C build-py)")
     job, own = _write_job(tmp_path)
-    env = dict(os.environ)
-    env.update(PYTHONPATH=os.pathsep.join([PYDIR, str(own)]), TOKENTRACE_NATIVE_DIR=native,
-               TOKENTRACE_OUT=str(tmp_path / "run-%p-r%r.sqlite"), RANK="3",
-               TOKENTRACE_SITES="transformer.h.*.mlp", TOKENTRACE_SAVE="transformer.h.1.mlp")
-    env.pop("TOKENTRACE_BACKEND", None)
-    res = subprocess.run([os.path.join(native, "tokentrace"), "run", "--", sys.executable,
-                          str(job)], env=env, capture_output=True, text=True, timeout=600,
-                         cwd=tmp_path)
+    res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "run-%p-r%r.sqlite"),
+                   RANK="3", TOKENTRACE_SITES="transformer.h.*.mlp",
+                   TOKENTRACE_SAVE="transformer.h.1.mlp")
     assert res.returncode == 0, res.stderr
     assert "JOB-DONE [1, 9]" in res.stdout
     assert "OWN-SITECUSTOMIZE" in res.stdout  # the job's own sitecustomize still ran
     files = glob.glob(str(tmp_path / "run-*-r3.sqlite"))
     assert len(files) == 1, (os.listdir(tmp_path), res.stderr)
-    _check(files[0], saved=True)
+    trace = _check(files[0], saved=True)
+    assert "patch_fires" not in trace.meta
 
 
-def test_boot_with_python_recorder(tmp_path):
-    """The boot dir alone (no shim): the pure-Python recorder writes the file at exit."""
+def test_boot_without_the_shim_records_nothing(tmp_path):
+    """The boot dir alone (no `tokentrace run`, so no shim): the job runs, one line says why."""
     job, own = _write_job(tmp_path)
-    env = dict(os.environ)
-    boot = os.path.join(PYDIR, "tokentrace", "boot")
-    env.update(PYTHONPATH=os.pathsep.join([boot, str(own)]), TOKENTRACE_BACKEND="python",
-               TOKENTRACE_OUT=str(tmp_path / "py-%p.sqlite"),
-               TOKENTRACE_SITES="transformer.h.*.mlp", TOKENTRACE_SAVE="transformer.h.1.mlp")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([BOOT, str(own)]),
+               TOKENTRACE_NATIVE_DIR=_native_dir(), TOKENTRACE_OUT=str(tmp_path / "b.sqlite"))
     res = subprocess.run([sys.executable, str(job)], env=env, capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "JOB-DONE" in res.stdout and "OWN-SITECUSTOMIZE" in res.stdout
-    files = glob.glob(str(tmp_path / "py-*.sqlite"))
-    assert len(files) == 1, res.stderr
-    _check(files[0], saved=True)
+    assert "the native shim is not recording" in res.stderr
+    assert not os.path.exists(tmp_path / "b.sqlite")
+
+
+def test_boot_without_the_extension_says_how_to_build_it(tmp_path):
+    job, own = _write_job(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([BOOT, str(own)]),
+               TOKENTRACE_NATIVE_DIR=str(empty))
+    res = subprocess.run([sys.executable, str(job)], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    assert res.returncode == 0 and "JOB-DONE" in res.stdout, res.stderr
+    assert "the native recorder is unavailable" in res.stderr
+    assert "pip install ." in res.stderr
 
 
 def test_boot_ignores_jobs_without_torch(tmp_path):
-    boot = os.path.join(PYDIR, "tokentrace", "boot")
-    env = dict(os.environ, PYTHONPATH=boot, TOKENTRACE_BACKEND="python")
+    env = dict(os.environ, PYTHONPATH=BOOT)
     res = subprocess.run([sys.executable, "-c",
                           "import sys; print('torch' in sys.modules, 'tokentrace' in sys.modules)"],
                          env=env, capture_output=True, text=True, timeout=120)
@@ -106,10 +132,75 @@ def test_boot_ignores_jobs_without_torch(tmp_path):
 
 def test_bad_sites_variable_does_not_stop_the_job(tmp_path):
     job, own = _write_job(tmp_path)
-    boot = os.path.join(PYDIR, "tokentrace", "boot")
-    env = dict(os.environ, PYTHONPATH=boot, TOKENTRACE_BACKEND="python",
-               TOKENTRACE_OUT=str(tmp_path / "b.sqlite"), TOKENTRACE_SITES="decoder.*.mlp")
-    res = subprocess.run([sys.executable, str(job)], env=env, capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
-    assert res.returncode == 0 and "JOB-DONE" in res.stdout
+    res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "b.sqlite"),
+                   TOKENTRACE_SITES="decoder.*.mlp")
+    assert res.returncode == 0 and "JOB-DONE" in res.stdout, res.stderr
     assert "TOKENTRACE_SITES" in res.stderr and "matches no site" in res.stderr
+
+
+SPEC = [
+    {"site": "transformer.h.0.mlp", "op": "scale", "factor": 0.5, "calls": {"tokens": [2, 3]}},
+    {"site": "transformer.h.1.attn", "op": "zero", "index": [None, -1], "calls": "prefill"},
+    {"site": "transformer.h.*.mlp", "op": "add", "operand": "delta.safetensors",
+     "calls": {"call": 4}},
+]
+
+
+def _logits(stdout):
+    line = [ln for ln in stdout.splitlines() if ln.startswith("LOGITS ")]
+    assert len(line) == 1, stdout
+    return torch.tensor(json.loads(line[0][len("LOGITS "):]))
+
+
+def test_patches_in_preload_match_a_bound_model(tmp_path):
+    from safetensors.torch import save_file
+
+    import tokentrace as tt
+    save_file({"delta": torch.linspace(-1, 1, 32)}, str(tmp_path / "delta.safetensors"))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(SPEC))
+    job, own = _write_job(tmp_path, LOGITS_JOB)
+
+    clean = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "clean.sqlite"))
+    assert clean.returncode == 0, clean.stderr
+    patched = _run_cli(tmp_path, job, own, ["--patches", str(spec)],
+                       TOKENTRACE_OUT=str(tmp_path / "patched.sqlite"))
+    assert patched.returncode == 0, patched.stderr
+    clean_logits, patched_logits = _logits(clean.stdout), _logits(patched.stdout)
+
+    # the same model, edited in-process by the bound spec
+    scope = {}
+    exec(MODEL, scope)
+    bound = tt.load_spec(spec).bind(scope["lm"])
+    with torch.no_grad():
+        plain = scope["lm"].generate(scope["prompt"], output_logits=True,
+                                     return_dict_in_generate=True, **scope["gen"])
+        edited = bound.generate(scope["prompt"], output_logits=True,
+                                return_dict_in_generate=True, **scope["gen"])
+    assert torch.equal(clean_logits, torch.stack(plain.logits))
+    assert torch.equal(patched_logits, torch.stack(edited.logits))
+    for k in range(4):  # every token is touched by some rule
+        assert not torch.allclose(patched_logits[k], clean_logits[k]), k
+    assert bound.last_report.num_fires == 5
+
+    trace = tt.load(tmp_path / "patched.sqlite")
+    fires = json.loads(trace.meta["patch_fires"])
+    assert fires["num_fires"] == 5 and fires["per_rule"] == [2, 1, 2]
+    assert fires["spec"] == str(spec)
+    assert trace["self"].num_calls == 4
+    assert "patch_fires" not in tt.load(tmp_path / "clean.sqlite").meta
+
+
+def test_bad_patches_file_is_reported_and_the_job_runs(tmp_path):
+    spec = tmp_path / "bad.json"
+    spec.write_text(json.dumps([{"site": "transformer.h.0.mlp", "op": "zap"}]))
+    job, own = _write_job(tmp_path)
+    res = _run_cli(tmp_path, job, own, ["--patches", str(spec)],
+                   TOKENTRACE_OUT=str(tmp_path / "p.sqlite"))
+    assert res.returncode == 0 and "JOB-DONE" in res.stdout, res.stderr
+    assert "TOKENTRACE_PATCHES" in res.stderr and "unknown op \"zap\"" in res.stderr
+    assert "running without edits" in res.stderr
+
+    import tokentrace as tt
+    trace = tt.load(tmp_path / "p.sqlite")
+    assert "unknown op" in trace.meta["patch_error"] and "patch_fires" not in trace.meta

@@ -28,7 +28,7 @@ def _plain(model, ids, n, site_module):
     return seen
 
 
-def test_record_matches_plain_hook(llama, backend, tmp_path):
+def test_record_matches_plain_hook(llama, tmp_path):
     ids = torch.tensor([[3, 17, 42, 8, 99]])
     site = "model.layers.1.mlp"
     expected = _plain(llama, ids, 6, llama.model.layers[1].mlp)

@@ -14,7 +14,7 @@ def _trace(*args, **kwargs):
         return tt.trace(*args, **kwargs)
 
 
-def test_gpt2_generate_numbering(gpt2, prompt, backend):
+def test_gpt2_generate_numbering(gpt2, prompt):
     trace = _trace(gpt2.generate, prompt, input_kwargs={"max_new_tokens": 3})
     mlp = "transformer.h.1.mlp"
     assert trace[mlp].num_calls == 3
@@ -35,7 +35,7 @@ def test_gpt2_generate_numbering(gpt2, prompt, backend):
     assert "tokens: 3" in report and "transformer" in report
 
 
-def test_llama_batch_of_two(llama, backend):
+def test_llama_batch_of_two(llama):
     ids = torch.tensor([[3, 17, 42, 8], [5, 6, 7, 9]])
     trace = _trace(llama.generate, ids, input_kwargs={"max_new_tokens": 4, "do_sample": False})
     v = "model.layers.0.self_attn.v_proj"
@@ -73,7 +73,7 @@ class Recursive(torch.nn.Module):
         return x
 
 
-def test_several_calls_per_step_and_recursion(backend):
+def test_several_calls_per_step_and_recursion():
     model = Twice()
     trace = _trace(model, torch.ones(1, 4))
     assert trace["shared"].num_calls == 2
@@ -84,7 +84,7 @@ def test_several_calls_per_step_and_recursion(backend):
     assert all(c.token == 1 for c in calls)
 
 
-def test_outside_generate_each_root_call_is_a_token(gpt2, prompt, backend):
+def test_outside_generate_each_root_call_is_a_token(gpt2, prompt):
     def run():
         with torch.no_grad():
             out = gpt2(prompt, use_cache=True)
@@ -97,14 +97,14 @@ def test_outside_generate_each_root_call_is_a_token(gpt2, prompt, backend):
     assert len(_trace(gpt2, prompt).tokens) == 1
 
 
-def test_selected_sites_only(gpt2, prompt, backend):
+def test_selected_sites_only(gpt2, prompt):
     trace = _trace(gpt2.generate, prompt, input_kwargs={"max_new_tokens": 2},
                    sites=tt.module("transformer.h.*.mlp") | "transformer.ln_f")
     assert set(trace.sites) == {"self", "transformer.h.0.mlp", "transformer.h.1.mlp",
                                 "transformer.ln_f"}
 
 
-def test_save_keeps_tensors(gpt2, prompt, backend):
+def test_save_keeps_tensors(gpt2, prompt):
     seen = []
     h = gpt2.transformer.h[1].mlp.register_forward_hook(lambda m, a, o: seen.append(o.clone()))
     try:
@@ -138,7 +138,7 @@ def test_hooks_removed_even_on_exception(gpt2, prompt):
     _trace(gpt2, prompt)  # a later trace works
 
 
-def test_scalar_escape_warning(gpt2, prompt, backend):
+def test_scalar_escape_warning(gpt2, prompt):
     with pytest.warns(tt.ScalarEscapeWarning) as record:
         trace = tt.trace(gpt2.generate, prompt, input_kwargs={"max_new_tokens": 3})
     escapes = [w for w in record if issubclass(w.category, tt.ScalarEscapeWarning)]
@@ -149,7 +149,7 @@ def test_scalar_escape_warning(gpt2, prompt, backend):
     assert trace.escape_sites and sum(t.escapes for t in trace.tokens) > 0
 
 
-def test_no_warning_without_reads(backend):
+def test_no_warning_without_reads():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     with warnings.catch_warnings():
         warnings.simplefilter("error", tt.ScalarEscapeWarning)
@@ -188,7 +188,7 @@ def test_kernels_off_gives_none(gpt2, prompt):
     assert trace.tokens[0].gpu_ms is None
 
 
-def test_out_path_written(tmp_path, gpt2, prompt, backend):
+def test_out_path_written(tmp_path, gpt2, prompt):
     path = tmp_path / "t.sqlite"
     trace = _trace(gpt2, prompt, out=path)
     assert trace.path == str(path) and path.exists()
