@@ -11,21 +11,19 @@ int64_t Joiner::ToNs(uint64_t ticks) const {
   return ticks_to_ns_ != nullptr ? ticks_to_ns_(ticks) : static_cast<int64_t>(ticks);
 }
 
-void Joiner::NoteSite(uint32_t site_id) {
-  if (site_id >= sites_seen_.size()) sites_seen_.resize(site_id + 1, false);
-  if (sites_seen_[site_id]) return;
-  sites_seen_[site_id] = true;
-  new_sites_.push_back(site_id);
+uint32_t Joiner::NextK(uint32_t site_id) {
+  if (site_id >= site_calls_.size()) site_calls_.resize(site_id + 1, 0);
+  if (site_calls_[site_id] == 0) new_sites_.push_back(site_id);
+  return ++site_calls_[site_id];
 }
 
 void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
   switch (e.kind) {
     case EventKind::kPush: {
-      NoteSite(e.site_id);
       CallRow row;
       row.id = e.call_id;
       row.site_id = e.site_id;
-      row.k = e.k;
+      row.k = NextK(e.site_id);
       row.token = e.token;
       row.parent_id = e.a;
       row.thread = thread;
@@ -54,11 +52,10 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       break;
     }
     case EventKind::kMark: {
-      NoteSite(e.site_id);
       CallRow row;
       row.id = e.call_id;
       row.site_id = e.site_id;
-      row.k = e.k;
+      row.k = NextK(e.site_id);
       row.token = e.token;
       row.parent_id = e.a;
       row.thread = thread;

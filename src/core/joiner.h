@@ -6,6 +6,8 @@
 // Joining, in words:
 //  - push/pop events of one thread rebuild that thread's call stack; a call becomes a
 //    CallRow when it closes (or at Finish(), still open: counted as "unclosed_range").
+//  - k (1-based call index per site) is given here, in the order pushes are seen: exact for
+//    a site called from one thread; across threads, in drain order.
 //  - a launch event maps its correlation id to (call, token). A GPU record with that id is
 //    attributed to that call. Records may arrive before their launch event (kept pending
 //    for a few drains) or long after it (kept until swept); records whose id never shows
@@ -75,7 +77,7 @@ class Joiner {
                  Batch* out);
   bool TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out);
   void EmitSummaries(Batch* out);
-  void NoteSite(uint32_t site_id);
+  uint32_t NextK(uint32_t site_id);  // numbers calls per site; notes first-seen sites
 
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);
@@ -86,7 +88,7 @@ class Joiner {
   std::vector<Pending> pending_;
   std::unordered_map<std::string, uint32_t> names_;
   std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
-  std::vector<bool> sites_seen_;
+  std::vector<uint32_t> site_calls_;  // calls seen so far, by site id
   std::vector<uint32_t> new_sites_;
 };
 

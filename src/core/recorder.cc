@@ -16,6 +16,10 @@ namespace tokentrace::recorder {
 namespace {
 
 constexpr uint32_t kMaxDepth = 256;
+// Call ids are made per thread, without a shared counter: (thread index + 1) << 40 | n.
+// Two atomic adds per push (a global id and a per-site k) cost more than the rest of the
+// push on some hosts; k is numbered by the background thread instead (core/joiner.cc).
+constexpr int kThreadShift = 40;
 constexpr uint32_t kGraphSlots = 4096;  // token-graph ids (open addressing, insert-only)
 
 struct OpenCall {
@@ -30,6 +34,8 @@ struct OpenCall {
 // session; a stale state is reset in place (its ring is reused).
 struct ThreadState {
   ThreadBuffer* ring = nullptr;
+  uint64_t id_base = 0;      // (ring's thread index + 1) << kThreadShift
+  uint64_t local_calls = 0;  // calls opened by this thread this session
   uint32_t generation = 0;
   uint32_t depth = 0;        // may exceed kMaxDepth; entries above it are not stored
   uint32_t token_depth = 0;  // open token calls on this thread
@@ -39,11 +45,9 @@ struct ThreadState {
 std::atomic<bool> g_active{false};
 std::atomic<uint32_t> g_generation{1};
 std::atomic<uint32_t> g_ring_capacity{1u << 16};
-std::atomic<uint64_t> g_next_call{0};
 std::atomic<uint32_t> g_token{0};
 std::atomic<uint64_t> g_unbalanced_pops{0};
 std::atomic<uint64_t> g_depth_overflows{0};
-std::atomic<uint32_t> g_site_calls[sites::kMaxSites];
 std::atomic<uint32_t> g_token_graphs[kGraphSlots];  // 0 = empty
 
 TT_TLS ThreadState* t_state = nullptr;
@@ -71,6 +75,8 @@ ThreadState* SlowState() {
   ThreadState* s = t_state;
   const uint32_t gen = g_generation.load(std::memory_order_acquire);
   if (s->ring == nullptr) s->ring = buffers::Register(g_ring_capacity.load(std::memory_order_relaxed));
+  s->id_base = static_cast<uint64_t>(s->ring->thread_index() + 1) << kThreadShift;
+  s->local_calls = 0;
   s->generation = gen;
   s->depth = 0;
   s->token_depth = 0;
@@ -139,8 +145,8 @@ void Push(uint32_t site_id) {
   if (!g_active.load(std::memory_order_relaxed)) return;
   ThreadState* s = State();
   if (s == nullptr) return;
-  const uint64_t id = g_next_call.fetch_add(1, std::memory_order_relaxed) + 1;
-  const uint32_t k = g_site_calls[site_id].fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t id = s->id_base | ++s->local_calls;
+  const uint32_t k = 0;  // numbered by the joiner
   const bool is_token = sites::IsToken(site_id);
   uint32_t token;
   if (is_token && s->token_depth == 0) {
@@ -179,9 +185,9 @@ void Mark(uint32_t site_id) {
   if (!g_active.load(std::memory_order_relaxed)) return;
   ThreadState* s = State();
   if (s == nullptr) return;
-  const uint64_t id = g_next_call.fetch_add(1, std::memory_order_relaxed) + 1;
-  const uint32_t k = g_site_calls[site_id].fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t id = s->id_base | ++s->local_calls;
   const OpenCall* parent = Top(s);
+  const uint32_t k = 0;  // numbered by the joiner
   Write(s, EventKind::kMark, id, parent != nullptr ? parent->call_id : 0, 0, site_id, k,
         g_token.load(std::memory_order_relaxed));
 }
@@ -261,11 +267,9 @@ uint32_t CurrentToken() { return g_token.load(std::memory_order_relaxed); }
 
 void BeginSession(uint32_t ring_capacity) {
   g_ring_capacity.store(ring_capacity, std::memory_order_relaxed);
-  g_next_call.store(0, std::memory_order_relaxed);
   g_token.store(0, std::memory_order_relaxed);
   g_unbalanced_pops.store(0, std::memory_order_relaxed);
   g_depth_overflows.store(0, std::memory_order_relaxed);
-  for (auto& c : g_site_calls) c.store(0, std::memory_order_relaxed);
   for (auto& g : g_token_graphs) g.store(0, std::memory_order_relaxed);
   g_generation.fetch_add(1, std::memory_order_release);
   g_active.store(true, std::memory_order_release);

@@ -44,7 +44,9 @@ void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t
 // from a graph captured inside a token call is a token graph: each launch is one token.
 void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id);
 
-// Innermost open call on this thread (0 = none), its k and token. For the Python layer.
+// Innermost open call on this thread (0 = none) and its token. For the Python layer.
+// `k` is always 0 here: calls are numbered per site by the background thread (the hot path
+// keeps no shared per-site counter).
 struct CurrentCall {
   uint64_t call_id = 0;
   uint32_t site_id = 0;

@@ -64,6 +64,23 @@ TEST(JoinerTest, ClosesCallsWithTimesAndParents) {
   EXPECT_EQ(b.calls[1].cpu_end_ns, 200);
 }
 
+TEST(JoinerTest, NumbersCallsPerSiteAndReportsFirstSeenSites) {
+  Joiner j(Mode(KernelMode::kSummary));
+  Batch b;
+  j.OnEvent(0, Push(1, 0, 7, 0, 1, 100), &b);
+  j.OnEvent(0, Pop(1, 110), &b);
+  j.OnEvent(0, Push(2, 0, 9, 0, 1, 120), &b);
+  j.OnEvent(0, Pop(2, 130), &b);
+  j.OnEvent(0, Push(3, 0, 7, 0, 2, 140), &b);
+  j.OnEvent(0, Pop(3, 150), &b);
+  ASSERT_EQ(b.calls.size(), 3u);
+  EXPECT_EQ(b.calls[0].k, 1u);
+  EXPECT_EQ(b.calls[1].k, 1u);
+  EXPECT_EQ(b.calls[2].k, 2u);
+  EXPECT_EQ(j.TakeNewSites(), (std::vector<uint32_t>{7, 9}));
+  EXPECT_TRUE(j.TakeNewSites().empty());
+}
+
 TEST(JoinerTest, OpenCallsAtFinishAreStoredOpenAndCounted) {
   Joiner j(Mode(KernelMode::kSummary));
   Batch b;

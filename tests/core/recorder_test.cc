@@ -72,7 +72,6 @@ TEST_F(RecorderTest, NumbersCallsTokensAndParents) {
       auto cur = recorder::Current();
       EXPECT_EQ(cur.site_id, mlp);
       EXPECT_EQ(cur.token, static_cast<uint32_t>(t + 1));
-      EXPECT_EQ(cur.k, static_cast<uint32_t>(t * 2 + rep + 1));
       recorder::Pop();
       recorder::Pop();
     }
@@ -95,6 +94,12 @@ TEST_F(RecorderTest, NumbersCallsTokensAndParents) {
       EXPECT_EQ(calls[c.parent_id].site_id, c.site_id == mlp ? block : root);
       EXPECT_EQ(c.token, calls[c.parent_id].token);
     }
+  }
+  // k counts each site's calls in call order (the map is ordered by id = per-thread order).
+  std::map<uint32_t, uint32_t> last_k;
+  for (auto& [id, c] : calls) {
+    EXPECT_EQ(c.k, last_k[c.site_id] + 1) << "site " << c.site_id;
+    last_k[c.site_id] = c.k;
   }
   EXPECT_EQ(per_site[root], 3);
   EXPECT_EQ(per_site[block], 6);
