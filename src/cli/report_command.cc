@@ -129,9 +129,10 @@ int ReportCommand(const std::vector<std::string>& args) {
   }
 
   std::string out = "trace " + file + "\n";
-  out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", kernels " +
-         MetaValue(meta, "kernels_status") + ", pid " + MetaValue(meta, "pid") +
-         ", tokentrace " + MetaValue(meta, "tool_version") + "\n\n";
+  const std::string status = MetaValue(meta, "kernels_status");
+  out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", pid " + MetaValue(meta, "pid") +
+         ", tokentrace " + MetaValue(meta, "tool_version") + "\n";
+  out += "  GPU kernels: " + (status.empty() ? std::string("recorded") : status) + "\n\n";
 
   out += "tokens: " + std::to_string(tokens.size()) + "\n";
   if (tokens.size() <= kFullListMax) {
@@ -160,14 +161,17 @@ int ReportCommand(const std::vector<std::string>& args) {
                       PhaseRow("prefill (token 1)", prefill),
                       PhaseRow("decode (tokens >= 2)", decode)});
 
-  out += "\ntop sites by GPU self time:\n";
+  // Self times: kernels go to the innermost open call, and a call's CPU self time leaves out
+  // the calls inside it, so the columns add up across sites.
+  out += "\ntop sites by GPU self time (then CPU self time):\n";
   if (sites.empty()) {
-    out += "  none (no GPU time recorded)\n";
+    out += "  none\n";
   } else {
-    std::vector<std::vector<std::string>> rows = {{"site", "kind", "calls", "kernels", "gpu ms"}};
+    std::vector<std::vector<std::string>> rows = {
+        {"site", "kind", "calls", "kernels", "gpu self ms", "cpu self ms"}};
     for (const SiteGpu& s : sites) {
       rows.push_back({s.name, s.kind, std::to_string(s.calls), std::to_string(s.kernels),
-                      Ms(s.gpu_busy_ns)});
+                      Ms(s.gpu_busy_ns), Ms(s.cpu_self_ns)});
     }
     out += FormatTable(rows);
   }

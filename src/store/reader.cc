@@ -140,18 +140,25 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
 bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 // One pass over calls (all calls count, with or without GPU work).
-                 "WITH g AS (SELECT c.site_id AS site_id, count(*) AS calls, "
-                 "                  SUM(COALESCE(g.kernels, 0)) AS kernels, "
-                 "                  SUM(COALESCE(g.gpu_busy_ns, 0)) AS busy "
-                 "           FROM calls c LEFT JOIN call_gpu g ON g.call_id = c.id "
-                 "           GROUP BY c.site_id HAVING SUM(COALESCE(g.kernels, 0)) > 0) "
-                 "SELECT s.name, s.kind, g.calls, g.kernels, g.busy "
-                 "FROM g JOIN sites s ON s.id = g.site_id "
+                 // One pass over calls (all calls count, with or without GPU work); CPU
+                 // self time = a site's closed calls minus the closed calls they contain.
+                 "WITH d AS (SELECT id, site_id, parent_id, cpu_end_ns - cpu_begin_ns AS dur "
+                 "           FROM calls WHERE cpu_end_ns IS NOT NULL), "
+                 "ch AS (SELECT p.site_id AS site_id, SUM(d.dur) AS child "
+                 "       FROM d JOIN calls p ON p.id = d.parent_id GROUP BY p.site_id), "
+                 "g AS (SELECT c.site_id AS site_id, count(*) AS calls, "
+                 "             SUM(COALESCE(g.kernels, 0)) AS kernels, "
+                 "             SUM(COALESCE(g.gpu_busy_ns, 0)) AS busy, "
+                 "             SUM(COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0)) AS cpu "
+                 "      FROM calls c LEFT JOIN call_gpu g ON g.call_id = c.id "
+                 "      GROUP BY c.site_id) "
+                 "SELECT s.name, s.kind, g.calls, g.kernels, g.busy, "
+                 "       g.cpu - COALESCE(ch.child, 0) "
+                 "FROM g JOIN sites s ON s.id = g.site_id LEFT JOIN ch ON ch.site_id = g.site_id "
                  "UNION ALL "
-                 "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns FROM call_gpu "
+                 "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns, 0 FROM call_gpu "
                  "WHERE call_id = 0 AND kernels > 0 "
-                 "ORDER BY 5 DESC, 1 LIMIT ?1",
+                 "ORDER BY 5 DESC, 6 DESC, 1 LIMIT ?1",
                  error)) {
     *error = Fail(*error);
     return false;
@@ -159,7 +166,7 @@ bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) 
   q.Bind(1, limit);
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
-    out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4)});
+    out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
   }
   if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
   return rc == SQLITE_DONE;

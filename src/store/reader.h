@@ -31,6 +31,7 @@ struct SiteGpu {
   int64_t calls = 0;
   int64_t kernels = 0;
   int64_t gpu_busy_ns = 0;
+  int64_t cpu_self_ns = 0;  // closed calls' host time minus their children's
 };
 
 struct TraceCounts {
@@ -74,7 +75,8 @@ class Reader {
   bool Counts(TraceCounts* out, std::string* error);
   // One row per call of a token site, ordered by token.
   bool Tokens(std::vector<TokenStat>* out, std::string* error);
-  // Sites by GPU self time, descending; the call-0 bucket is included when it has kernels.
+  // Sites by GPU self time, descending (then CPU self time); the call-0 bucket is included
+  // when it has kernels. Sites without GPU work are listed too, after those with.
   bool TopSites(int limit, std::vector<SiteGpu>* out, std::string* error);
   // Earliest call begin or GPU begin among tokens [first, last]; false in *found when none.
   bool FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,

@@ -67,14 +67,19 @@ TEST(ReaderTest, TopSitesOrderedByGpuSelfTimeWithOutsideBucket) {
   ASSERT_NE(reader, nullptr) << error;
   std::vector<SiteGpu> sites;
   ASSERT_TRUE(reader->TopSites(10, &sites, &error)) << error;
-  ASSERT_EQ(sites.size(), 3u);
+  ASSERT_EQ(sites.size(), 4u);
   EXPECT_EQ(sites[0].name, "h.0.mlp");
+  EXPECT_EQ(sites[0].cpu_self_ns, 30);  // leaves: self = whole
   EXPECT_EQ(sites[0].calls, 3);
   EXPECT_EQ(sites[0].kernels, 6);
   EXPECT_EQ(sites[0].gpu_busy_ns, 30000);
   EXPECT_EQ(sites[1].name, "h.0.attn");
   EXPECT_EQ(sites[2].name, "(outside any call)");
   EXPECT_EQ(sites[2].gpu_busy_ns, 3000);
+  // The root has no kernels of its own: listed last, with its host time minus its children's.
+  EXPECT_EQ(sites[3].name, "self");
+  EXPECT_EQ(sites[3].kernels, 0);
+  EXPECT_EQ(sites[3].cpu_self_ns, (1 + 2 + 3) * 1000000 - 3 * 20);
   sites.clear();
   ASSERT_TRUE(reader->TopSites(1, &sites, &error));
   EXPECT_EQ(sites.size(), 1u);
