@@ -14,11 +14,17 @@ int RunCommand(const std::vector<std::string>& args);
 int ReportCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
+int PlotCommand(const std::vector<std::string>& args);  // execs python -m tokentrace.plot
+
+// Directory to put on PYTHONPATH so `import tokentrace` finds the package that belongs to
+// this program ("" when it is already importable, e.g. installed).
+std::string PythonPackageParent();
 
 // Usage texts (printed by --help, and after a usage error).
 extern const char kRunUsage[];
 extern const char kReportUsage[];
 extern const char kExportUsage[];
 extern const char kInfoUsage[];
+extern const char kPlotUsage[];
 
 }  // namespace tokentrace::cli

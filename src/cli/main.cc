@@ -20,6 +20,7 @@ constexpr char kUsage[] =
     "  report  per-token table, prefill vs decode, top sites by GPU time, losses\n"
     "  export  write a Chrome trace-event JSON (open it in https://ui.perfetto.dev)\n"
     "  info    what a trace file holds\n"
+    "  plot    per-token latency and GPU time per layer as a PNG (matplotlib)\n"
     "\n"
     "`tokentrace <command> --help` describes a command's options.\n";
 
@@ -45,7 +46,9 @@ int main(int argc, char** argv) {
   if (cmd == "report") return ReportCommand(args);
   if (cmd == "export") return ExportCommand(args);
   if (cmd == "info") return InfoCommand(args);
-  std::fprintf(stderr, "tokentrace: unknown command '%s' (accepted: run, report, export, info)\n",
+  if (cmd == "plot") return PlotCommand(args);
+  std::fprintf(stderr,
+               "tokentrace: unknown command '%s' (accepted: run, report, export, info, plot)\n",
                cmd.c_str());
   return 2;
 }

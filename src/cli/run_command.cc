@@ -127,6 +127,21 @@ std::string BootDir() {
   return "";
 }
 
+}  // namespace
+
+std::string PythonPackageParent() {
+  const std::string boot = BootDir();
+  const std::string source_suffix = "/tokentrace/boot";
+  if (boot.size() > source_suffix.size() &&
+      boot.compare(boot.size() - source_suffix.size(), source_suffix.size(), source_suffix) == 0) {
+    return boot.substr(0, boot.size() - source_suffix.size());  // <repo>/python
+  }
+  if (boot == ExeDir() + "/python_boot") return ExeDir() + "/..";  // installed: site-packages
+  return "";
+}
+
+namespace {
+
 void Prepend(const char* var, const std::string& value, char sep) {
   std::string old = Getenv(var);
   std::string joined = old.empty() ? value : value + sep + old;
