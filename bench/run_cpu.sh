@@ -61,6 +61,11 @@ run bench_hotpath
   echo
 } > "$out"
 
+echo "== hook_overhead.py" >&2
+PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 300 "$python" bench/hook_overhead.py \
+  2>/dev/null >> "$out" || echo "hook_overhead.py failed (rc $?)" >&2
+echo >> "$out"
+
 if [ -z "${SKIP_GENERATE:-}" ]; then
   echo "== generate_overhead.py --small" >&2
   PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 900 "$python" \
