@@ -29,7 +29,8 @@ constexpr size_t kHeadRows = 10;
 bool Closed(const TokenStat& t) { return t.cpu_end_ns >= 0; }
 
 std::vector<std::string> TokenRow(const TokenStat& t) {
-  return {std::to_string(t.token), Closed(t) ? Ms(t.cpu_end_ns - t.cpu_begin_ns) : "open",
+  return {std::to_string(t.token),
+          t.graph_replay ? "graph" : Closed(t) ? Ms(t.cpu_end_ns - t.cpu_begin_ns) : "open",
           Ms(t.gpu_busy_ns), std::to_string(t.kernels), std::to_string(t.escapes)};
 }
 
@@ -134,7 +135,14 @@ int ReportCommand(const std::vector<std::string>& args) {
          ", tokentrace " + MetaValue(meta, "tool_version") + "\n";
   out += "  GPU kernels: " + (status.empty() ? std::string("recorded") : status) + "\n\n";
 
-  out += "tokens: " + std::to_string(tokens.size()) + "\n";
+  out += "tokens: " + std::to_string(tokens.size());
+  const auto replays = std::count_if(tokens.begin(), tokens.end(),
+                                     [](const TokenStat& t) { return t.graph_replay; });
+  if (replays > 0) {
+    out += " (" + std::to_string(replays) +
+           " ran as CUDA-graph replays: no host-side token call, cpu ms shows \"graph\")";
+  }
+  out += "\n";
   if (tokens.size() <= kFullListMax) {
     out += TokenTable(tokens);
   } else {

@@ -126,7 +126,8 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
   while ((rc = q.Step()) == SQLITE_ROW) {
     TokenStat t;
     t.token = static_cast<uint32_t>(q.Int(0));
-    t.cpu_begin_ns = q.Int(1);
+    t.graph_replay = q.IsNull(1);
+    t.cpu_begin_ns = t.graph_replay ? 0 : q.Int(1);
     t.cpu_end_ns = q.IsNull(2) ? -1 : q.Int(2);
     t.kernels = q.Int(3);
     t.gpu_busy_ns = q.Int(4);

@@ -22,6 +22,7 @@ struct TokenStat {
   int64_t kernels = 0;
   int64_t gpu_busy_ns = 0;
   int64_t escapes = 0;
+  bool graph_replay = false;  // no token call of its own: a CUDA-graph replay (one launch)
 };
 
 // GPU time attributed to the calls of one site (self time: kernels go to the innermost call).

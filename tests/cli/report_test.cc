@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include <sqlite3.h>
+
 #include "cli_runner.h"
 #include "trace_fixture.h"
 
@@ -144,6 +146,35 @@ TEST(ReportTest, TenThousandTokenFullTraceAnswersInSeconds) {
   EXPECT_NE(r.out.find("tokens: 10000\n"), std::string::npos);
   EXPECT_LT(seconds, 5.0);
   std::printf("report on 10000 tokens x 742 kernels: %.2f s\n", seconds);
+}
+
+}  // namespace
+}  // namespace tokentrace
+
+namespace tokentrace {
+namespace {
+
+// Tokens that ran as CUDA-graph replays have GPU work but no token call of their own.
+TEST(ReportTest, GraphReplayTokensAreListedAndMarked) {
+  std::string path = ::testing::TempDir() + "/graph.sqlite";
+  testing::WriteSmallTrace(path, /*with_losses=*/false);
+  // Append two replayed tokens (4, 5) the way the session writes them: summaries only.
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "INSERT INTO token_stats VALUES(4, 7, 2000000, 0);"
+                           "INSERT INTO token_stats VALUES(5, 7, 2500000, 0);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string out = Squeeze(r.out);
+  EXPECT_NE(out.find("tokens: 5 (2 ran as CUDA-graph replays"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n4 graph 2.000 7 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n5 graph 2.500 7 0\n"), std::string::npos) << r.out;
 }
 
 }  // namespace
