@@ -76,10 +76,23 @@ if ! PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" >"$BUILD_DIR/build.log" 2
   exit 1
 fi
 
+# 4. The patch table as PyTorch operators (libtokentrace_torch_ops.so, cuda/torch/), built against
+#    this python's torch into $BUILD_DIR/torch-ops; what the declarative edits run through. CUDA
+#    only when nvcc exists and the torch is a CUDA build (build.sh decides); ninja rebuilds only
+#    what changed.
+TORCH_OPS_DIR="$BUILD_DIR/torch-ops"
+log "building the torch ops (log in $TORCH_OPS_DIR.log)"
+if ! PATH="$CUDA_ROOT/bin:$PATH" bash "$ROOT/cuda/torch/build.sh" "$TORCH_OPS_DIR" "$PY" >"$TORCH_OPS_DIR.log" 2>&1; then
+  grep -E -A5 "error|FAILED|Error" "$TORCH_OPS_DIR.log" | head -60 >&2
+  echo "tokentrace: the torch ops build failed; the whole log is $TORCH_OPS_DIR.log" >&2
+  exit 1
+fi
+
 cat > "$BUILD_DIR/env.sh" <<ENV
 # Written by scripts/setup.sh: the environment of the tests, the demo and the benchmarks.
 export TOKENTRACE_PY="$PY"
 export TOKENTRACE_NATIVE_DIR="$BUILD_DIR"
+export TOKENTRACE_TORCH_OPS_LIB="$TORCH_OPS_DIR/libtokentrace_torch_ops.so"
 export PYTHONPATH="$ROOT/python\${PYTHONPATH:+:\$PYTHONPATH}"
 export PATH="$BUILD_DIR:\$PATH"
 ENV

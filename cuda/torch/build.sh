@@ -26,6 +26,9 @@ if [[ -z "$cuda" ]]; then
 fi
 args=(-S "$here" -B "$build" -DTORCH_PACKAGE_DIR="$torch_dir" -DTORCH_CXX11_ABI="$abi"
       -DTOKENTRACE_TORCH_OPS_CUDA="$cuda")
+# Ninja for a new build directory (a rebuild with nothing changed is then a no-op in ~0.1 s); an
+# existing one keeps the generator it was configured with.
+if [[ ! -f "$build/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then args+=(-G Ninja); fi
 if [[ "$cuda" == ON ]]; then
   [[ -n "$nvcc" ]] && args+=(-DCMAKE_CUDA_COMPILER="$nvcc")
   [[ -n "${CMAKE_CUDA_ARCHITECTURES:-}" ]] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$CMAKE_CUDA_ARCHITECTURES")

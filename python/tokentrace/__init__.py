@@ -13,7 +13,7 @@ See docs/python.md.
 """
 
 from ._api import load, record, trace
-from ._errors import ScalarEscapeWarning, TokentraceError
+from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
 from ._patch_ops import add, clamp, fill, replace, scale, zero
 from ._selectors import Selector, module
 from ._trace import CallView, OutputMeta, Recording, SiteView, Trace, TokenRow
@@ -25,7 +25,7 @@ __all__ = [
     "trace", "record", "load", "module", "Selector", "when", "prefill", "call", "token",
     "every_call", "zero", "fill", "add", "scale", "clamp", "replace", "Trace", "Recording",
     "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
-    "ScalarEscapeWarning", "TokentraceError", "native_available", "load_spec",
+    "ScalarEscapeWarning", "EditSkipWarning", "TokentraceError", "native_available", "load_spec",
 ]
 
 

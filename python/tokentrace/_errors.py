@@ -28,3 +28,9 @@ def fail(message):
     err = TokentraceError(message)
     err.__suppress_context__ = True
     raise err
+
+
+class EditSkipWarning(UserWarning):
+    """An edit matched a call but did not fit the output there (an index past the sequence
+    length, an operand that does not broadcast to the box at that shape): the patch table
+    skipped and counted it. bound.last_report.num_skips / .skip_reasons say which and why."""

@@ -1,26 +1,25 @@
-"""Declarative patch ops (tt.zero/fill/add/scale/clamp/replace) with a host reference.
+"""Declarative patch ops: tt.zero/fill/add/scale/clamp/replace.
 
-An op edits an index box of a site's output. This file holds the *semantics* as a pure-torch
-reference on a copy of the values; the native patch table (cuda/, issue 4) implements the same
-semantics in place on the device and on the host. `Op.apply` dispatches through
-`set_native_apply()`, so swapping the native implementation in changes no caller.
+An op says what to do to an index box of a site's output. It is a description only: the work
+is done by the native patch table (libtokentrace_torch_ops, cuda/torch/, driven by edits.py),
+in place on the output, on the CPU by the host implementation and on CUDA by the device
+kernel. Every op computes in float32 and rounds once to the output's dtype (float32, float16
+or bfloat16); numbers are float32. (tests/python/patch_reference.py is a plain-torch
+statement of the same semantics, used by the tests only.)
 
 Index box: None (the whole output), or what Python indexing takes per dimension of the
 output (batch, position, feature, ...): ints (negative allowed), slices with open ends and
-steps, and Ellipsis. Example: index=(slice(None), 1) is "every batch row, position 1".
+steps >= 1, and one Ellipsis. Example: index=(slice(None), 1) is "every batch row, position 1".
+Dimensions after the last entry are whole; (..., 3) is "feature 3 of every row".
 """
+
+import math
 
 import torch
 
 from ._errors import fail
 
-_native_apply = None  # fn(op, values, ctx) -> tensor | NotImplemented
-
-
-def set_native_apply(fn):
-    """Installs the native patch apply (cuda/ bindings); None restores the host reference."""
-    global _native_apply
-    _native_apply = fn
+MAX_DIMS = 6
 
 
 def _check_index(index, what):
@@ -37,14 +36,18 @@ def _check_index(index, what):
                 fail(f"{what}: slice steps must be positive, got {part!r}")
         elif not isinstance(part, int) or isinstance(part, bool):
             fail(f"{what}: index= takes ints, slices and ... per dimension, got {part!r}")
+    if sum(p is Ellipsis for p in index) > 1:
+        fail(f"{what}: index= takes at most one ..., got {index!r}")
+    if len([p for p in index if p is not Ellipsis]) > MAX_DIMS:
+        fail(f"{what}: index= has more than {MAX_DIMS} dimensions (the patch table's limit), "
+             f"got {index!r}")
     return index
 
 
 class Op:
-    """Base of the declarative ops. Subclasses define _host(region) -> new region."""
+    """Base of the declarative ops: a name, an index box and the table's parameters."""
 
     name = "op"
-    takes_float_only = True
 
     def __init__(self, index=None):
         self.index = _check_index(index, f"tt.{self.name}")
@@ -55,56 +58,17 @@ class Op:
     def __repr__(self):
         return self.describe()
 
-    def apply(self, values, ctx=None):
-        """Returns the edited output (a new tensor on the host path)."""
-        if not isinstance(values, torch.Tensor):
-            fail(f"{self.describe()} edits tensors; the site's output has no tensor")
-        if self.takes_float_only and not values.is_floating_point():
-            fail(f"{self.describe()} takes float outputs (float32, float16, bfloat16), got "
-                 f"{values.dtype}")
-        self._check_box(values)
-        if _native_apply is not None:
-            result = _native_apply(self, values, ctx)
-            if result is not NotImplemented:
-                return result
-        out = values.clone()
-        key = self.index if self.index is not None else (Ellipsis,)
-        out[key] = self._host(out[key])
-        return out
+    def operand_tensor(self):
+        """The tensor operand (add/replace with a tensor), else None."""
+        return None
 
-    def _check_box(self, values):
-        if self.index is None:
-            return
-        dims = [p for p in self.index if p is not Ellipsis]
-        if len(dims) > values.dim():
-            fail(f"{self.describe()}: the box has {len(dims)} dimensions but the output has "
-                 f"shape {list(values.shape)}")
-        if Ellipsis in self.index:
-            return
-        for d, part in enumerate(self.index):
-            if isinstance(part, int) and not -values.shape[d] <= part < values.shape[d]:
-                fail(f"{self.describe()}: index {part} is outside dimension {d} of the output "
-                     f"(shape {list(values.shape)})")
-
-    def _operand(self, t, region):
-        if not isinstance(t, torch.Tensor):
-            return t
-        if t.device != region.device:
-            fail(f"{self.describe()}: the operand is on {t.device} but the output is on "
-                 f"{region.device}; move it with .to({str(region.device)!r})")
-        try:
-            torch.broadcast_shapes(t.shape, region.shape)
-        except RuntimeError:
-            fail(f"{self.describe()}: operand shape {list(t.shape)} does not broadcast over "
-                 f"the box {list(region.shape)}")
-        return t.to(region.dtype)
+    def table_args(self):
+        """Keyword arguments of PatchTable.add_entry for this op (besides site/index/calls)."""
+        return {}
 
 
 class zero(Op):  # noqa: N801  (user-facing lowercase names, like torch functions)
     name = "zero"
-
-    def _host(self, region):
-        return torch.zeros_like(region)
 
 
 class fill(Op):  # noqa: N801
@@ -116,8 +80,8 @@ class fill(Op):  # noqa: N801
         self.value = float(value)
         super().__init__(index)
 
-    def _host(self, region):
-        return torch.full_like(region, self.value)
+    def table_args(self):
+        return {"value": self.value}
 
 
 class add(Op):  # noqa: N801
@@ -129,8 +93,13 @@ class add(Op):  # noqa: N801
         self.operand = operand
         super().__init__(index)
 
-    def _host(self, region):
-        return region + self._operand(self.operand, region)
+    def operand_tensor(self):
+        return self.operand if isinstance(self.operand, torch.Tensor) else None
+
+    def table_args(self):
+        if isinstance(self.operand, torch.Tensor):
+            return {"operand": self.operand}
+        return {"value": float(self.operand)}
 
 
 class scale(Op):  # noqa: N801
@@ -142,8 +111,8 @@ class scale(Op):  # noqa: N801
         self.factor = float(factor)
         super().__init__(index)
 
-    def _host(self, region):
-        return region * self.factor
+    def table_args(self):
+        return {"value": self.factor}
 
 
 class clamp(Op):  # noqa: N801
@@ -160,8 +129,9 @@ class clamp(Op):  # noqa: N801
         self.lo, self.hi = lo, hi
         super().__init__(index)
 
-    def _host(self, region):
-        return region.clamp(min=self.lo, max=self.hi)
+    def table_args(self):
+        return {"lo": -math.inf if self.lo is None else float(self.lo),
+                "hi": math.inf if self.hi is None else float(self.hi)}
 
 
 class replace(Op):  # noqa: N801
@@ -173,5 +143,8 @@ class replace(Op):  # noqa: N801
         self.tensor = tensor
         super().__init__(index)
 
-    def _host(self, region):
-        return self._operand(self.tensor, region).expand(region.shape).clone()
+    def operand_tensor(self):
+        return self.tensor
+
+    def table_args(self):
+        return {"operand": self.tensor}

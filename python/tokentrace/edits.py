@@ -3,8 +3,18 @@
 A rule says *where* (a site selector), *when* (a call selector: tt.prefill, tt.call(k),
 tt.token(k), ranges; default every call) and *what* (a declarative op from _patch_ops, or a
 Python callable fn(values, *, ctx) run in the hook, eager only). A bound model runs the
-model's real forward/generate with the rules installed as forward hooks that replace the
-output, and records nothing; bound.last_report counts the fires of the last run.
+model's real forward/generate with the rules installed as forward hooks, and records nothing;
+bound.last_report counts the fires of the last run.
+
+Declarative ops run through one native patch table per bound spec (_torch_ops.PatchTable, the
+libtokentrace_torch_ops library), built at bind time on the model's device: each selected
+module gets a site id, each (rule, call selector) an entry. The module's forward hook makes
+one in-place call torch.ops.tokentrace.apply_patches_(output, table, site); the root's forward
+pre-hook calls torch.ops.tokentrace.advance_token(table). Which entries fire is decided from
+the table's own counters (device memory for a CUDA table), so the hooks hold no Python state:
+torch.compile traces them without a graph break and a CUDA graph that captures a step replays
+the edit at the right calls and tokens. Fires and skips are read back only when a report is
+read. Python callables run in the hook with Python-side counters (eager only).
 
 Specs also load from JSON (load_spec, EditSpec.to_json; the format is in _edit_json.py), which
 is how preload mode (TOKENTRACE_PATCHES) gets them.
@@ -14,11 +24,14 @@ site's 1-based call number within the run and the token is the root call number 
 run (so in generate, token 1 is the prefill).
 """
 
+import contextlib
+import re
 import threading
+import warnings
 
 import torch
 
-from ._errors import fail
+from ._errors import EditSkipWarning, TokentraceError, fail
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
 from ._patch_ops import Op
@@ -43,8 +56,49 @@ class CallSelector:
         other = as_calls(other)
         return CallSelector("any", (self, other), f"{self.text} | {other.text}")
 
+    def table_selectors(self):
+        """The patch table's selectors for this one: a list of "every", ("call", k),
+        ("calls", a, b), ("token", k), ("tokens", a, b); their union is this selector. Sets
+        are merged into disjoint runs, so within one kind no call is selected twice."""
+        if self.by == "every":
+            return ["every"]
+        parts = {"call": [], "token": []}
+        stack = [self]
+        while stack:
+            sel = stack.pop()
+            if sel.by == "every":
+                return ["every"]
+            if sel.by == "any":
+                stack.extend(sel.values)
+            else:
+                parts[sel.by].append(sel.values)
+        out = []
+        for kind in ("call", "token"):
+            for a, b in _runs(parts[kind]):
+                out.append((kind, a) if a == b else (kind + "s", a, b))
+        return out
+
     def __repr__(self):
         return self.text
+
+
+def _runs(value_sets):
+    """Disjoint inclusive runs [(a, b)] covering the union of ranges and int sets."""
+    spans = []
+    for values in value_sets:
+        if isinstance(values, range) and values.step == 1:
+            if len(values):
+                spans.append((values.start, values[-1]))
+        else:
+            spans.extend((v, v) for v in values)
+    spans.sort()
+    merged = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def _ints(by, value):
@@ -164,13 +218,73 @@ def load_spec(path, device=None):
 
 
 # --- installation -------------------------------------------------------------------------
+_TABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_MAX_ENTRIES = 4096
+
+
 class EditReport:
-    def __init__(self, rules, fires):
-        self.per_rule = [(r.describe(), n) for r, n in zip(rules, fires)]
-        self.num_fires = sum(fires)
+    """What the edits of one run did. num_fires (total), per_rule [(rule, fires)], num_skips,
+    per_rule_skips, skip_reasons {rule: last reason}, last_skip_reason. The native table's
+    counters are read the first time one of these is asked for (a device sync on CUDA), never
+    while the model runs."""
+
+    def __init__(self, hooks, run, python_fires):
+        self._hooks, self._run = hooks, run
+        self._python_fires = list(python_fires)
+        self._data = None
+
+    def _read(self):
+        if self._data is None:
+            self._data = self._hooks._snapshot(self._run, self._python_fires)
+        return self._data
+
+    @property
+    def num_fires(self):
+        return sum(n for _, n in self._read()["fires"])
+
+    @property
+    def per_rule(self):
+        return list(self._read()["fires"])
+
+    @property
+    def num_skips(self):
+        return sum(n for _, n in self._read()["skips"])
+
+    @property
+    def per_rule_skips(self):
+        return list(self._read()["skips"])
+
+    @property
+    def skip_reasons(self):
+        return dict(self._read()["reasons"])
+
+    @property
+    def last_skip_reason(self):
+        reasons = list(self._read()["reasons"].values())
+        return reasons[-1] if reasons else None
 
     def __repr__(self):
-        return f"EditReport(num_fires={self.num_fires}, per_rule={self.per_rule})"
+        try:
+            text = f"num_fires={self.num_fires}, per_rule={self.per_rule}"
+            if self.num_skips:
+                text += f", num_skips={self.num_skips}, last_skip_reason={self.last_skip_reason!r}"
+        except TokentraceError as exc:
+            text = str(exc)
+        return f"EditReport({text})"
+
+
+def _user_stacklevel():
+    """The warnings stacklevel of the first frame outside tokentrace and contextlib."""
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (os.path.abspath(name).startswith(here) or name.endswith("contextlib.py")):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1
 
 
 def _replace_first(output, new, path):
@@ -192,42 +306,314 @@ def _replace_first(output, new, path):
     fail(f"cannot put the edited tensor back at {path!r} in a {type(output).__name__}")
 
 
+def _view_key(index):
+    """(key, box): key None for a left-aligned box (dims after the box are whole), or
+    (p, q) when an Ellipsis has p entries before and q after it; the box is then applied to
+    the output viewed with rank p + 1 + q (the dims the Ellipsis covers flattened into one)."""
+    if index is None:
+        return None, ()
+    if Ellipsis not in index:
+        return None, tuple(index)
+    p = index.index(Ellipsis)
+    pre, post = index[:p], index[p + 1:]
+    if not post:  # a trailing Ellipsis changes nothing: dims past the box are whole
+        return None, tuple(pre)
+    return (p, len(post)), tuple(pre) + (slice(None),) + tuple(post)
+
+
+def _apply_view(values, key, handle, site):
+    """apply_patches_ on `values` in place, through the (p, q) view of an Ellipsis box."""
+    p, q = key
+    n = values.dim()
+    if n < p + q:  # the box cannot fit: the table skips and counts it
+        torch.ops.tokentrace.apply_patches_(values, handle, site)
+    elif n == p + q:
+        torch.ops.tokentrace.apply_patches_(values.unsqueeze(p), handle, site)
+    elif values.is_contiguous():
+        torch.ops.tokentrace.apply_patches_(values.flatten(p, n - q - 1), handle, site)
+    else:  # flatten may copy a strided tensor: edit the copy, write it back
+        tmp = values.flatten(p, n - q - 1)
+        torch.ops.tokentrace.apply_patches_(tmp, handle, site)
+        values.copy_(tmp.view(values.shape))
+
+
+def _last_dim(module):
+    """The size of the output's last dimension when the module type fixes it, else None."""
+    if isinstance(module, torch.nn.Linear):
+        return module.out_features, f"out_features of {type(module).__name__}"
+    if isinstance(module, torch.nn.Embedding):
+        return module.embedding_dim, "embedding_dim of Embedding"
+    return None, None
+
+
+def _float_dtype(module):
+    for p in module.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return None
+
+
+def _slice_len(part, size):
+    return len(range(*part.indices(size)))
+
+
+class _Segment:
+    """Consecutive actions at one site: op rules sharing one table site id (and view key), or
+    one callable rule."""
+
+    __slots__ = ("rules", "site_id", "key", "fn")
+
+    def __init__(self, rules, site_id=None, key=None, fn=None):
+        self.rules, self.site_id, self.key, self.fn = rules, site_id, key, fn
+
+
 class EditHooks:
-    """The forward hooks of one spec on one model. Resolving happens here, before any run."""
+    """The forward hooks of one spec on one model. Resolving, validation and the patch table
+    happen here, before any run: errors come before any model work."""
 
     def __init__(self, model, spec):
         if not isinstance(model, torch.nn.Module):
             fail(f"bind() takes a torch.nn.Module, got {type(model).__name__}")
         self.model = model
         self.spec = spec
-        names = list(site_names(model))
-        self.targets = {}  # site -> [rule index]
+        self.modules = site_names(model)
+        names = list(self.modules)
+        targets = {}  # site -> [rule index], rule order
         for i, rule in enumerate(spec.rules):
             for site in rule.selector.resolve(names, "tt.when selector"):
-                self.targets.setdefault(site, []).append(i)
-        self.modules = site_names(model)
+                targets.setdefault(site, []).append(i)
+        self.targets = {site: targets[site] for site in names if site in targets}
+        self.has_callables = any(not isinstance(r.action, Op) for r in spec.rules)
+        self.table = None
+        self.handle = None
+        self.device = None
+        self.entry_rule = []  # table entry -> rule index
+        self._entries = []    # (site id, op, box, table selector) per entry
+        self.plans = {}       # site -> [_Segment]
+        self._plan()
+        if self.entry_rule:
+            self._build_table()
         self.handles = []
-        self.reset()
+        self._run = 0
+        self._warned = False
+        self._local = threading.local()
+        self._reset_python()
 
-    def reset(self):
-        self.fires = [0] * len(self.spec.rules)
+    # -- planning and validation ---------------------------------------------------------
+    def _rule_error(self, i, message):
+        fail(f"rule {i} ({self.spec.rules[i].describe()}): {message}")
+
+    def _plan(self):
+        site_id = 0
+        for site, rule_ids in self.targets.items():
+            segments = []
+            for i in rule_ids:
+                action = self.spec.rules[i].action
+                if not isinstance(action, Op):
+                    segments.append(_Segment([i], fn=action))
+                    continue
+                key, box = _view_key(action.index)
+                if segments and segments[-1].fn is None and segments[-1].key == key:
+                    segments[-1].rules.append((i, box))
+                    continue
+                segments.append(_Segment([(i, box)], site_id=site_id, key=key))
+                site_id += 1
+            self.plans[site] = segments
+        self.num_sites = site_id
+        if not site_id:
+            return
+        from . import _torch_ops
+        _torch_ops.load_library()  # a clear error (how to build it) before anything else
+        first_site = next(s for s, segs in self.plans.items() if any(g.fn is None for g in segs))
+        self.device = self._device_of(first_site)
+        model_dtype = _float_dtype(self.model)
+        for site, segments in self.plans.items():
+            module = self.modules[site]
+            dtype = _float_dtype(module) or model_dtype
+            for seg in segments:
+                if seg.fn is not None:
+                    continue
+                for i, box in seg.rules:
+                    self._validate(i, site, module, dtype, seg.key, box)
+                    self._add_entries(i, seg.site_id, box)
+
+    def _device_of(self, site):
+        for source in (self.modules[site], self.model):
+            for t in source.parameters():
+                return t.device
+            for t in source.buffers():
+                return t.device
+        return torch.device("cpu")
+
+    def _validate(self, i, site, module, dtype, key, box):
+        op = self.spec.rules[i].action
+        if dtype is not None and dtype not in _TABLE_DTYPES:
+            self._rule_error(i, f"{site} computes in {str(dtype).replace('torch.', '')}; the "
+                                f"patch table edits float32, float16 and bfloat16 outputs")
+        t = op.operand_tensor()
+        if t is not None:
+            if t.device != self.device:
+                self._rule_error(i, f"the operand is on {t.device} but the model is on "
+                                    f"{self.device}; move it with .to({str(self.device)!r}) "
+                                    f"(or load_spec(path, device=...))")
+            if t.dtype not in _TABLE_DTYPES + (torch.float64,):
+                self._rule_error(i, f"the operand has dtype {str(t.dtype).replace('torch.', '')}"
+                                    f"; accepted: float32, float16, bfloat16")
+            if t.dim() > 6:
+                self._rule_error(i, f"the operand has {t.dim()} dimensions; the patch table "
+                                    f"takes up to 6")
+        if t is not None and key is not None:
+            after = sum(isinstance(e, slice) for e in box[key[0] + 1:])
+            lead = t.shape[:max(t.dim() - after, 0)]
+            if any(n != 1 for n in lead):
+                self._rule_error(i, f"with ... in index=, the operand may vary only along the "
+                                    f"{after} box dimension(s) after the ... (they are applied "
+                                    f"to every position the ... covers); its shape is "
+                                    f"{list(t.shape)}")
+        size, what = _last_dim(module)
+        if size is None:
+            return
+        last_box = None  # the box's size along the output's last dim, when known
+        if key is not None:  # (..., e): e is the output's last dimension
+            e = box[-1]
+            if isinstance(e, int):
+                if not -size <= e < size:
+                    self._rule_error(i, f"index {e} is outside the last dimension of {site}'s "
+                                        f"output (size {size}, the {what}); accepted: "
+                                        f"{-size}..{size - 1}")
+            else:
+                last_box = {_slice_len(e, size)}
+        elif not box:
+            last_box = {size}
+        elif isinstance(box[-1], slice):  # the box's last entry is the last dim, or dims follow
+            last_box = {size, _slice_len(box[-1], size)}
+        if t is not None and t.dim() >= 1 and last_box is not None:
+            n = t.shape[-1]
+            if n != 1 and n not in last_box:
+                want = " or ".join(str(v) for v in sorted(last_box | {1}))
+                self._rule_error(i, f"operand shape {list(t.shape)} does not broadcast over the "
+                                    f"box: its last dimension has {n} elements, the box's last "
+                                    f"dimension at {site} has {want} ({what} = {size})")
+
+    def _add_entries(self, i, site_id, box):
+        rule = self.spec.rules[i]
+        selectors = rule.calls.table_selectors()
+        if len(self.entry_rule) + len(selectors) > _MAX_ENTRIES:
+            self._rule_error(i, f"its calls= selects too many separate calls or tokens for the "
+                                f"patch table ({_MAX_ENTRIES} entries); use ranges")
+        for sel in selectors:
+            self._entries.append((site_id, rule.action, box, sel))
+            self.entry_rule.append(i)
+
+    def _build_table(self):
+        from . import _torch_ops
+        table = _torch_ops.PatchTable(self.num_sites)
+        for site_id, op, box, sel in self._entries:
+            args = dict(op.table_args())
+            if isinstance(args.get("operand"), torch.Tensor) and \
+                    args["operand"].dtype == torch.float64:
+                args["operand"] = args["operand"].float()  # ops compute in float32 anyway
+            table.add_entry(site_id, op.name, index=box, calls=sel, **args)
+        try:
+            table.upload(self.device)
+        except RuntimeError as exc:  # ValidateEntryStatic's words, "(patch entry n)"
+            text = str(exc).splitlines()[0]
+            m = re.search(r"\(patch entry (\d+)\)", text)
+            if m:
+                self._rule_error(self.entry_rule[int(m.group(1))],
+                                 text.replace(m.group(0), "").removeprefix("tokentrace: ").strip())
+            fail(text.removeprefix("tokentrace: "))
+        self.table = table
+        self.handle = table.handle
+
+    # -- runs and counters ---------------------------------------------------------------
+    def _reset_python(self):
+        self.fires = [0] * len(self.spec.rules)  # callable rules only; ops count in the table
         self.counts = {}
         self.token = 0
         self._local = threading.local()
 
-    def report(self):
-        return EditReport(self.spec.rules, self.fires)
+    def current_device(self):
+        return self._device_of(next(s for s, segs in self.plans.items()
+                                    if any(g.fn is None for g in segs)))
 
+    def begin_run(self):
+        """A new run: the table follows the model's device (re-uploaded when the model moved)
+        and every counter starts from zero."""
+        self._run += 1
+        self._reset_python()
+        if self.table is None:
+            return
+        device = self.current_device()
+        if device != self.table.device:
+            self.device = device
+            self.table.upload(device)  # operands are copied there; counters start at zero
+            self.handle = self.table.handle
+        else:
+            self.table.reset()
+
+    def reset_counters(self):
+        """Counters back to zero without ending the run (e.g. after a CUDA-graph warm-up)."""
+        self._reset_python()
+        if self.table is not None:
+            self.table.reset()
+
+    def report(self):
+        report = EditReport(self, self._run, self.fires)
+        if self.table is not None and self.table.device.type == "cpu":
+            report._read()  # host counters: free to read, so skips warn right away
+        return report
+
+    def _snapshot(self, run, python_fires):
+        if run != self._run:
+            fail("this report's counters were reset by a later run of the bound model; read "
+                 "bound.last_report after each run")
+        fires = list(python_fires)
+        skips = [0] * len(self.spec.rules)
+        reasons = {}
+        if self.table is not None:
+            counters = self.table.counters()
+            for e, i in enumerate(self.entry_rule):
+                fires[i] += counters["fires"][e]
+                skips[i] += counters["skips"][e]
+            if any(counters["skips"]):
+                errors = self.table.errors()
+                for e, i in enumerate(self.entry_rule):
+                    if counters["skips"][e] and errors[e]:
+                        reasons[self.spec.rules[i].describe()] = errors[e].removeprefix(
+                            "tokentrace: ")
+        rules = self.spec.rules
+        data = {"fires": [(r.describe(), n) for r, n in zip(rules, fires)],
+                "skips": [(r.describe(), n) for r, n in zip(rules, skips)],
+                "reasons": reasons}
+        if sum(skips) and not self._warned:
+            self._warned = True
+            rule, why = next(iter(reasons.items())) if reasons else ("?", "?")
+            warnings.warn(f"tokentrace: {sum(skips)} edit(s) matched a call but did not fit the "
+                          f"output and were skipped ({rule}: {why}); see "
+                          f"last_report.skip_reasons", EditSkipWarning,
+                          stacklevel=_user_stacklevel())
+        return data
+
+    # -- hooks ---------------------------------------------------------------------------
     def install(self):
         try:
             root = self.modules[ROOT]
             self.handles.append(root.register_forward_pre_hook(self._root_pre, prepend=True))
-            self.handles.append(root.register_forward_hook(self._root_post, always_call=True))
-            for site, rule_ids in self.targets.items():
+            if self.has_callables:
+                self.handles.append(root.register_forward_hook(self._root_post,
+                                                               always_call=True))
+            for site, segments in self.plans.items():
                 mod = self.modules[site]
-                self.handles.append(mod.register_forward_pre_hook(self._pre(site), prepend=True))
-                self.handles.append(mod.register_forward_hook(self._post(site, rule_ids),
-                                                              prepend=True, always_call=True))
+                if any(seg.fn is not None for seg in segments):
+                    self.handles.append(mod.register_forward_pre_hook(self._pre(site),
+                                                                      prepend=True))
+                    hook = self._post(site, segments)
+                    self.handles.append(mod.register_forward_hook(hook, prepend=True,
+                                                                  always_call=True))
+                else:
+                    self.handles.append(mod.register_forward_hook(self._post_ops(segments),
+                                                                  prepend=True))
         except BaseException:
             self.remove()
             raise
@@ -241,9 +627,12 @@ class EditHooks:
         return getattr(self._local, "root_depth", 0)
 
     def _root_pre(self, module, args):
-        if self._depth() == 0:
-            self.token += 1
-        self._local.root_depth = self._depth() + 1
+        if self.table is not None:
+            torch.ops.tokentrace.advance_token(self.handle)
+        if self.has_callables:
+            if self._depth() == 0:
+                self.token += 1
+            self._local.root_depth = self._depth() + 1
 
     def _root_post(self, module, args, output):
         self._local.root_depth = max(self._depth() - 1, 0)
@@ -261,7 +650,28 @@ class EditHooks:
             self._stack(site).append(k)
         return pre
 
-    def _post(self, site, rule_ids):
+    def _apply_ops(self, values, seg):
+        if seg.key is None:
+            torch.ops.tokentrace.apply_patches_(values, self.handle, seg.site_id)
+        else:
+            _apply_view(values, seg.key, self.handle, seg.site_id)
+
+    def _post_ops(self, segments):
+        """Only declarative ops at this site: in-place table calls, no Python state (what
+        torch.compile traces and a CUDA graph captures)."""
+        def post(module, args, output):
+            values, path = first_tensor(output)
+            if values is None:
+                return None
+            copied = any(values is a for a in args)
+            if copied:  # the module returned its input: edit a copy, not the caller's tensor
+                values = values.clone()
+            for seg in segments:
+                self._apply_ops(values, seg)
+            return _replace_first(output, values, path) if copied else None
+        return post
+
+    def _post(self, site, segments):
         rules = self.spec.rules
 
         def post(module, args, output):
@@ -274,48 +684,82 @@ class EditHooks:
             values, path = first_tensor(output)
             if values is None:
                 return None
+            original = values
+            if any(values is a for a in args):
+                values = values.clone()
             ctx = EditContext(site, k, self.token)
-            changed = False
-            for i in rule_ids:
-                rule = rules[i]
-                if not rule.calls.matches(k, self.token):
+            for seg in segments:
+                if seg.fn is None:
+                    self._apply_ops(values, seg)
                     continue
-                if isinstance(rule.action, Op):
-                    new = rule.action.apply(values, ctx)
-                else:
-                    new = rule.action(values, ctx=ctx)
-                    if new is not None and not isinstance(new, torch.Tensor):
-                        fail(f"the edit {rule.describe()} returned {type(new).__name__}; "
-                             f"return a tensor (or None after editing in place)")
+                i = seg.rules[0]
+                if not rules[i].calls.matches(k, self.token):
+                    continue
+                new = seg.fn(values, ctx=ctx)
+                if new is not None and not isinstance(new, torch.Tensor):
+                    fail(f"the edit {rules[i].describe()} returned {type(new).__name__}; "
+                         f"return a tensor (or None after editing in place)")
                 if new is not None:
                     values = new
-                    changed = True
                 self.fires[i] += 1
-            return _replace_first(output, values, path) if changed else None
+            return _replace_first(output, values, path) if values is not original else None
         return post
 
 
 class BoundModel:
-    """The model with edits installed per run. bound(...) = forward, bound.generate(...)."""
+    """The model with edits installed per run. bound(...) = forward, bound.generate(...).
+
+    Each call of bound(...) or bound.generate(...) is one run: the hooks go on, every counter
+    starts from zero (token 1 = the first root call), and last_report describes the run. Inside
+    `with bound.installed():` the hooks stay on across calls of the model (bound or not) and
+    counting continues: what a serving loop or a CUDA graph replayed step by step needs."""
 
     def __init__(self, model, spec):
-        self._hooks = EditHooks(model, spec)  # resolves selectors now: errors before any run
+        self._hooks = EditHooks(model, spec)  # resolves and validates now: errors before any run
         self._model = model
+        self._inside = False
         self.last_report = None
 
     @property
     def model(self):
         return self._model
 
+    @property
+    def patch_table(self):
+        """The native PatchTable of the declarative rules (None when there are none)."""
+        return self._hooks.table
+
     def _run(self, fn, args, kwargs):
-        hooks = self._hooks
-        hooks.reset()
-        hooks.install()
-        try:
+        if self._inside:
             return fn(*args, **kwargs)
+        with self.installed():
+            return fn(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Installs the edits on the model for the whole block (one run); last_report covers
+        it. Counters continue across calls inside the block."""
+        if self._inside:
+            fail("the edits of this bound model are already installed (nested installed())")
+        hooks = self._hooks
+        hooks.begin_run()
+        hooks.install()
+        self._inside = True
+        try:
+            yield self
         finally:
+            self._inside = False
             hooks.remove()
             self.last_report = hooks.report()
+
+    def reset_counters(self):
+        """Every call, token and fire counter back to zero (inside installed(): e.g. after
+        warming up and capturing a CUDA graph, before replaying it)."""
+        self._hooks.reset_counters()
+
+    def report(self):
+        """A report of the counters so far (inside installed(), or of the last run)."""
+        return self._hooks.report()
 
     def __call__(self, *args, **kwargs):
         return self._run(self._model, args, kwargs)

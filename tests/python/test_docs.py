@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from conftest import ROOT
+from tt_testutil import ROOT
 
 _FENCE = re.compile(r"```python\n(# docs-test: expected=(.*?)\n.*?)```", re.S)
 

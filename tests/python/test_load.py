@@ -3,7 +3,7 @@
 import torch
 
 import tokentrace as tt
-from conftest import make_trace_file
+from tt_testutil import make_trace_file
 
 
 def test_hand_written_file(trace_file):

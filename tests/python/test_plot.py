@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import PYDIR, make_trace_file
+from tt_testutil import PYDIR, make_trace_file
 
 pytest.importorskip("matplotlib")
 

@@ -9,7 +9,7 @@ import textwrap
 
 import torch
 
-from conftest import PYDIR, ROOT
+from tt_testutil import PYDIR, ROOT
 
 MODEL = textwrap.dedent("""
     import torch
@@ -204,3 +204,16 @@ def test_bad_patches_file_is_reported_and_the_job_runs(tmp_path):
     import tokentrace as tt
     trace = tt.load(tmp_path / "p.sqlite")
     assert "unknown op" in trace.meta["patch_error"] and "patch_fires" not in trace.meta
+
+
+def test_patches_without_the_torch_ops_library_say_how_to_build_it(tmp_path):
+    # TOKENTRACE_PATCHES runs through the same native patch table as spec.bind(model)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([{"site": "transformer.h.0.mlp", "op": "zero"}]))
+    job, own = _write_job(tmp_path)
+    res = _run_cli(tmp_path, job, own, ["--patches", str(spec)],
+                   TOKENTRACE_OUT=str(tmp_path / "p.sqlite"),
+                   TOKENTRACE_TORCH_OPS_LIB=str(tmp_path / "missing.so"))
+    assert res.returncode == 0 and "JOB-DONE" in res.stdout, res.stderr
+    assert "TOKENTRACE_PATCHES: the patch table library libtokentrace_torch_ops.so is not built" \
+        in res.stderr and "running without edits" in res.stderr

@@ -1,8 +1,10 @@
 """Tests of the tokentrace PyTorch operators (cuda/torch/).
 
-Build first:  cuda/torch/build.sh build-torchop   (or set TOKENTRACE_TORCH_OPS_LIB=<lib path>)
-Run:          <venv python> -m pytest tests/torch_op
-Without the library every test here is skipped, with the reason above.
+Build first:  bash scripts/setup.sh && source build/env.sh (builds build/torch-ops), or
+              cuda/torch/build.sh <dir> and TOKENTRACE_TORCH_OPS_LIB=<dir>/libtokentrace_torch_ops.so
+Run:          $TOKENTRACE_PY -m pytest tests/torch_op
+The loader is the package's (python/tokentrace/_torch_ops.py), which finds the library the same
+way a bound model does. Without the library every test here is skipped, with the reason.
 """
 import os
 import sys
@@ -10,9 +12,16 @@ import sys
 import pytest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_DEFAULT_LIB = os.path.join(_ROOT, "build-torchop", "libtokentrace_torch_ops.so")
-LIB = os.environ.get("TOKENTRACE_TORCH_OPS_LIB") or _DEFAULT_LIB
-sys.path.insert(0, os.path.join(_ROOT, "cuda", "torch"))
+if os.path.join(_ROOT, "python") not in sys.path:
+    sys.path.insert(0, os.path.join(_ROOT, "python"))
+if not os.environ.get("TOKENTRACE_TORCH_OPS_LIB") and not os.environ.get("TOKENTRACE_NATIVE_DIR"):
+    _dev = os.path.join(_ROOT, "build", "torch-ops", "libtokentrace_torch_ops.so")
+    if os.path.isfile(_dev):  # scripts/setup.sh's build, without build/env.sh sourced
+        os.environ["TOKENTRACE_TORCH_OPS_LIB"] = _dev
+
+from tokentrace import _torch_ops  # noqa: E402
+
+LIB, _LOOKED = _torch_ops.find_library()
 
 
 def pytest_configure(config):
@@ -22,10 +31,10 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     here = os.path.dirname(os.path.abspath(__file__))
     mine = [i for i in items if str(i.fspath).startswith(here)]
-    if not os.path.exists(LIB):
+    if LIB is None:
         skip = pytest.mark.skip(
-            reason=f"tokentrace torch ops library not built ({LIB}); run cuda/torch/build.sh "
-                   "build-torchop or set TOKENTRACE_TORCH_OPS_LIB")
+            reason=f"tokentrace torch ops library not built (looked in {', '.join(_LOOKED)}); "
+                   f"{_torch_ops.HOW_TO_BUILD}")
         for item in mine:
             item.add_marker(skip)
         return
@@ -39,6 +48,5 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tto():
-    import tokentrace_ops
-    tokentrace_ops.load_library(LIB)
-    return tokentrace_ops
+    _torch_ops.load_library(LIB)
+    return _torch_ops

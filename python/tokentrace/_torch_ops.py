@@ -1,0 +1,242 @@
+"""The tokentrace PyTorch operators (libtokentrace_torch_ops.so, cuda/torch/): loader and table.
+
+The library registers torch.ops.tokentrace.*: apply_patches_(Tensor(a!) out, int table,
+int site) edits `out` in place from a native patch table (CPU: the host implementation; CUDA:
+the device kernel, whose call/token/fire counters live in device memory), plus the table ops
+table_create, table_free, advance_token, set_token, reset_counters, table_counters,
+table_errors and table_validate. The serialised entry layout is in cuda/torch/torch_table.h.
+edits.py builds one PatchTable per bound spec on top of this module; tests/torch_op test it
+directly.
+
+    find_library() -> (path or None, where it looked)
+    load_library(path=None) -> str     loads once (raises TokentraceError when missing/broken)
+    PatchTable(max_sites)
+        .add_entry(site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0, operand=None)
+            op: "zero" | "fill" (value) | "add" (operand or value) | "scale" (value)
+                | "clamp" (lo, hi) | "replace" (operand)
+            index: a tuple of ints and slices, as in values[index] (negative values, open ends
+                and steps >= 1; dims past len(index) are whole)
+            calls: "every" | "prefill" (call 1) | k (call k) | ("call", k) | ("calls", a, b)
+                | ("token", k) | ("tokens", a, b); b=None is open-ended. 1-based; token 1 is
+                the prefill, advance_token() starts each root call.
+        .upload(device="cpu") -> self   native table on that device (operands copied there);
+                                         call again after add_entry (handle changes)
+        .apply_(tensor, site)           torch.ops.tokentrace.apply_patches_ (in place)
+        .advance_token() / .set_token(t) / .reset()
+        .fires() -> (total, [per entry])   reads counters (syncs the device)
+        .counters() -> dict  .errors() -> [str]  .validate(site, like_tensor)  .free()
+
+Where the library is looked for, first hit wins: $TOKENTRACE_TORCH_OPS_LIB; next to the
+package's native files (the $TOKENTRACE_NATIVE_DIR build directory, the directory of the loaded
+_native extension, the package directory: where `pip install` puts it); then
+$TOKENTRACE_NATIVE_DIR/torch-ops (where scripts/setup.sh builds it).
+"""
+
+import os
+
+import torch
+
+from ._errors import fail
+
+LIB_NAME = "libtokentrace_torch_ops.so"
+HOW_TO_BUILD = ("build it with `bash scripts/setup.sh` (then `source build/env.sh`) or "
+                "`cuda/torch/build.sh build/torch-ops`, or set TOKENTRACE_TORCH_OPS_LIB to the "
+                "library built against this torch")
+_OPS = {"zero": 0, "fill": 1, "add": 2, "scale": 3, "clamp": 4, "replace": 5}
+_OPEN = 0xFFFFFFFF  # last of an open-ended range (SelectorKind kCallRange / kTokenRange)
+_MAX_DIMS = 6
+_HAS_START, _HAS_STOP, _INDEX = 1, 2, 4
+_state = {"loaded": None, "error": None}
+
+
+def _candidates():
+    env = os.environ.get("TOKENTRACE_TORCH_OPS_LIB")
+    if env:
+        return [os.path.abspath(env)], True
+    from . import _loader
+    dirs = list(_loader._native_dirs())
+    native = os.environ.get("TOKENTRACE_NATIVE_DIR")
+    if native:
+        dirs.append(os.path.join(os.path.abspath(native), "torch-ops"))
+    seen, out = set(), []
+    for d in dirs:
+        path = os.path.join(d, LIB_NAME)
+        if path not in seen:
+            seen.add(path)
+            out.append(path)
+    return out, False
+
+
+def find_library():
+    """(path, looked): the library's path or None, and the paths that were looked at."""
+    paths, _ = _candidates()
+    for path in paths:
+        if os.path.isfile(path):
+            return path, paths
+    return None, paths
+
+
+def load_library(path=None):
+    """Loads the operator library once; returns the path it was loaded from.
+
+    Raises TokentraceError (one line: what is missing and how to build it) when the library is
+    not found or does not load into this torch."""
+    if _state["loaded"] is not None:
+        return _state["loaded"]
+    if path is None:
+        path, looked = find_library()
+        if path is None:
+            where = ("$TOKENTRACE_TORCH_OPS_LIB=" + looked[0]) if os.environ.get(
+                "TOKENTRACE_TORCH_OPS_LIB") else ", ".join(looked)
+            fail(f"the patch table library {LIB_NAME} is not built (looked in: {where}); "
+                 f"declarative edits (tt.zero/fill/add/scale/clamp/replace) run through it, "
+                 f"Python callables do not need it; {HOW_TO_BUILD}")
+    elif not os.path.isfile(path):
+        fail(f"the patch table library {path} does not exist; {HOW_TO_BUILD}")
+    try:
+        torch.ops.load_library(path)
+    except (OSError, RuntimeError) as exc:
+        text = " ".join(str(exc).split())
+        fail(f"the patch table library {path} does not load into torch {torch.__version__} "
+             f"({text}); rebuild it against this torch: {HOW_TO_BUILD}")
+    # Fake kernels: the ops change state, not shapes. apply_patches_ has a C++ Meta kernel.
+    for name in ("advance_token", "set_token", "reset_counters"):
+        torch.library.register_fake(f"tokentrace::{name}")(lambda *args: None)
+    # Keep the counter ops in traced graphs although nothing uses their (absent) outputs.
+    ops = torch.ops.tokentrace
+    for op in (ops.advance_token.default, ops.set_token.default, ops.reset_counters.default,
+               ops.apply_patches_.default):
+        torch.fx.node.has_side_effect(op)
+    _state["loaded"] = path
+    return path
+
+
+def available():
+    """(True, path) when the library is loaded or loadable, else (False, why)."""
+    try:
+        return True, load_library()
+    except ValueError as exc:
+        return False, str(exc)
+
+
+def _selector(calls):
+    if calls is None or calls == "every":
+        return 0, 0, 0
+    if calls == "prefill":
+        return 1, 1, 1
+    if isinstance(calls, int) and not isinstance(calls, bool):
+        return 1, calls, calls
+    kinds = {"call": 1, "calls": 2, "token": 3, "tokens": 4}
+    if isinstance(calls, tuple) and calls and calls[0] in kinds:
+        kind = kinds[calls[0]]
+        if kind in (1, 3) and len(calls) == 2:
+            return kind, calls[1], calls[1]
+        if kind in (2, 4) and len(calls) == 3:
+            return kind, calls[1], _OPEN if calls[2] is None else calls[2]
+    fail(f"bad calls={calls!r}; use 'every', 'prefill', k, ('call', k), ('calls', a, b), "
+         "('token', k) or ('tokens', a, b)")
+
+
+def _box(index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    if len(index) > _MAX_DIMS:
+        fail(f"index {index!r} has more than {_MAX_DIMS} dimensions")
+    dims = []
+    for item in index:
+        if isinstance(item, slice):
+            flags = (_HAS_START if item.start is not None else 0) | (
+                _HAS_STOP if item.stop is not None else 0)
+            step = 1 if item.step is None else int(item.step)
+            dims += [int(item.start or 0), int(item.stop or 0), step, flags]
+        elif isinstance(item, int) and not isinstance(item, bool):
+            dims += [int(item), 0, 1, _HAS_START | _INDEX]
+        else:
+            fail(f"index item {item!r} is not an int or a slice")
+    dims += [0, 0, 1, 0] * (_MAX_DIMS - len(index))
+    return [len(index)] + dims
+
+
+class PatchTable:
+    """A list of patch entries and, after upload(), the native table built from them."""
+
+    def __init__(self, max_sites):
+        load_library()
+        self.max_sites = int(max_sites)
+        self._ints, self._floats, self._operands = [], [], []
+        self.handle = None
+        self.device = None
+
+    def __len__(self):
+        return len(self._operands)
+
+    def add_entry(self, site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0,
+                  operand=None):
+        """Appends an entry; returns its index (the position in fires())."""
+        if op not in _OPS:
+            fail(f"unknown op {op!r}; use one of {sorted(_OPS)}")
+        kind, first, last = _selector(calls)
+        self._ints += [int(site), _OPS[op], kind, first, last] + _box(index)
+        self._floats += [float(value), float(lo), float(hi)]
+        self._operands.append(operand)
+        return len(self._operands) - 1
+
+    def upload(self, device="cpu"):
+        """(Re)creates the native table on `device`; counters start at zero."""
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("tokentrace: no CUDA device is available; upload the patch table "
+                               "to \"cpu\" or run where torch.cuda.is_available()")
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        operands = [None if t is None else t.to(device) for t in self._operands]
+        handle = torch.ops.tokentrace.table_create(self._ints, self._floats, operands,
+                                                   self.max_sites, device)
+        self.free()
+        self.handle, self.device = handle, device
+        return self
+
+    def _h(self):
+        if self.handle is None:
+            raise RuntimeError("tokentrace: PatchTable.upload(device) was not called")
+        return self.handle
+
+    def apply_(self, tensor, site):
+        torch.ops.tokentrace.apply_patches_(tensor, self._h(), site)
+        return tensor
+
+    def advance_token(self):
+        torch.ops.tokentrace.advance_token(self._h())
+
+    def set_token(self, token):
+        torch.ops.tokentrace.set_token(self._h(), token)
+
+    def reset(self):
+        torch.ops.tokentrace.reset_counters(self._h())
+
+    def counters(self):
+        """fires/skips per entry, calls per site, the token; syncs a device table."""
+        fires, skips, calls, token = torch.ops.tokentrace.table_counters(self._h())
+        return {"fires": fires.tolist(), "skips": skips.tolist(), "site_calls": calls.tolist(),
+                "token": token}
+
+    def fires(self):
+        per_entry = self.counters()["fires"]
+        return sum(per_entry), per_entry
+
+    def errors(self):
+        return list(torch.ops.tokentrace.table_errors(self._h()))
+
+    def validate(self, site, like):
+        torch.ops.tokentrace.table_validate(self._h(), site, like)
+
+    def free(self):
+        if self.handle is not None:
+            torch.ops.tokentrace.table_free(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # interpreter teardown: the op library may already be gone
+            pass

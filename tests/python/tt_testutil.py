@@ -1,0 +1,58 @@
+"""Helpers shared by the Python layer's tests (imported as `tt_testutil`, not from conftest,
+so that running tests/python together with tests/torch_op, which has its own conftest, works)."""
+
+import json
+import os
+import sqlite3
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYDIR = os.path.join(ROOT, "python")
+if PYDIR not in sys.path:
+    sys.path.insert(0, PYDIR)
+
+
+def make_trace_file(path, *, kernels=True, saved=None):
+    """A schema-v1 file written by hand, as the shim would: root `self` with two tokens,
+    `layer` called once per token, `layer.mlp` twice per token (re-entrant numbering)."""
+    con = sqlite3.connect(path)
+    from tokentrace import _store
+    _store.write_schema(con)
+    meta = {"schema_version": "1", "kernel_mode": "full" if kernels else "off",
+            "kernels_status": "" if kernels else "kernel mode off", "pid": "1"}
+    con.executemany("INSERT INTO meta VALUES (?,?)", meta.items())
+    con.executemany("INSERT INTO sites VALUES (?,?,?,?)",
+                    [(1, "self", "root", 1), (2, "layer", "module", 0),
+                     (3, "layer.mlp", "module", 0)])
+    calls = []
+    cid = 0
+    t0 = 1_000_000
+    for tok in (1, 2):
+        base = t0 + (tok - 1) * 10_000_000
+        root = cid = cid + 1
+        calls.append((root, 1, tok, tok, None, 7, base, base + 9_000_000))
+        layer = cid = cid + 1
+        calls.append((layer, 2, tok, tok, root, 7, base + 1_000_000, base + 8_000_000))
+        for j in range(2):
+            cid += 1
+            calls.append((cid, 3, 2 * (tok - 1) + j + 1, tok, layer, 7,
+                          base + 2_000_000 + j * 2_000_000, base + 3_000_000 + j * 2_000_000))
+    con.executemany("INSERT INTO calls VALUES (?,?,?,?,?,?,?,?)", calls)
+    if kernels:
+        con.execute("INSERT INTO strings VALUES (1, 'gemm_kernel')")
+        gpu = [(c[0], 1, 500_000, c[6], c[6] + 500_000) for c in calls if c[1] == 3]
+        gpu += [(c[0], 2, 250_000, c[6], c[6] + 250_000) for c in calls if c[1] == 2]
+        con.executemany("INSERT INTO call_gpu VALUES (?,?,?,?,?)", gpu)
+        con.executemany("INSERT INTO kernels VALUES (?,?,1,0,0,7,?,?,0,0,0)",
+                        [(c[0], c[3], c[6], c[6] + 500_000) for c in calls if c[1] == 3])
+        con.executemany("INSERT INTO token_stats VALUES (?,?,?,?)",
+                        [(1, 6, 1_250_000, 2), (2, 4, 1_250_000, 1)])
+        con.executemany("INSERT INTO escapes VALUES (?,?,7,?,'sync')",
+                        [(1, 1, 1), (2, 1, 2), (5, 2, 3)])
+    con.execute("INSERT INTO losses VALUES ('ring_full', 3)")
+    con.executemany("INSERT INTO call_outputs VALUES (?,?,?,?)",
+                    [(c[0], "", json.dumps([1, 5 if c[3] == 1 else 1, 8]), "float32")
+                     for c in calls if c[1] == 3])
+    con.commit()
+    con.close()
+    return path
