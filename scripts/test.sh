@@ -16,4 +16,4 @@ echo "== C++ tests (ctest) =="
 
 echo "== Python tests (pytest) =="
 cd "$ROOT"
-"$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python
+"$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
