@@ -88,8 +88,9 @@ def _attach(model, args):
 
 def _attach_edits(model, args):
     """TOKENTRACE_PATCHES: the JSON edit spec, installed on the root as a bound model's
-    forward hooks (counting from the first root call, the one in progress). A bad spec is
-    reported on stderr and the job runs without edits."""
+    forward hooks (counting from the first root call, the one in progress). A bad spec stops
+    the job before the model's first forward runs (exit status 2): running without the edits
+    the user asked for would give results that look right and are not."""
     spec_path = os.environ.get("TOKENTRACE_PATCHES", "").strip()
     if not spec_path:
         return None
@@ -100,9 +101,10 @@ def _attach_edits(model, args):
         hooks.install()
     except TokentraceError as exc:
         message = str(exc).removeprefix("tokentrace: ")
-        _say(f"TOKENTRACE_PATCHES: {message}; running without edits")
-        _state["patch_error"] = message
-        return None
+        _say(f"TOKENTRACE_PATCHES: {message}; stopping the job (fix the spec, or unset "
+             f"TOKENTRACE_PATCHES to run without edits)")
+        sys.stderr.flush()
+        os._exit(2)
     hooks._root_pre(model, args)  # the root call in progress is token 1
     _state["edits"] = hooks
     return hooks
@@ -142,8 +144,6 @@ def _patch_meta():
         return {"patch_fires": json.dumps({
             "num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
             "spec": os.path.abspath(os.environ.get("TOKENTRACE_PATCHES", "").strip())})}
-    if _state.get("patch_error"):
-        return {"patch_error": _state["patch_error"]}
     return {}
 
 
