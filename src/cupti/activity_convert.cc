@@ -15,6 +15,23 @@ uint8_t CopyKindCode(uint8_t cupti_copy_kind) {
   }
 }
 
+namespace {
+
+// The fields every GPU record kind shares, under the same names in each CUPTI struct.
+template <typename Record>
+void CopyCommon(const Record* r, GpuOpKind kind, int64_t clock_offset_ns, GpuActivity* out) {
+  out->kind = kind;
+  out->correlation_id = r->correlationId;
+  out->begin_ns = static_cast<int64_t>(r->start) + clock_offset_ns;
+  out->end_ns = static_cast<int64_t>(r->end) + clock_offset_ns;
+  out->device = r->deviceId;
+  out->stream = r->streamId;
+  out->graph_id = r->graphId;
+  out->graph_node_id = r->graphNodeId;
+}
+
+}  // namespace
+
 bool ConvertActivity(const CUpti_Activity* record, int64_t clock_offset_ns, GpuActivity* out) {
   if (record == nullptr) return false;
   *out = GpuActivity{};
@@ -22,41 +39,20 @@ bool ConvertActivity(const CUpti_Activity* record, int64_t clock_offset_ns, GpuA
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const KernelRecord*>(record);
-      out->kind = GpuOpKind::kKernel;
-      out->correlation_id = k->correlationId;
-      out->begin_ns = static_cast<int64_t>(k->start) + clock_offset_ns;
-      out->end_ns = static_cast<int64_t>(k->end) + clock_offset_ns;
-      out->device = k->deviceId;
-      out->stream = k->streamId;
-      out->graph_id = k->graphId;
-      out->graph_node_id = k->graphNodeId;
+      CopyCommon(k, GpuOpKind::kKernel, clock_offset_ns, out);
       out->name = k->name;
       return true;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto* m = reinterpret_cast<const MemcpyRecord*>(record);
-      out->kind = GpuOpKind::kMemcpy;
-      out->correlation_id = m->correlationId;
-      out->begin_ns = static_cast<int64_t>(m->start) + clock_offset_ns;
-      out->end_ns = static_cast<int64_t>(m->end) + clock_offset_ns;
-      out->device = m->deviceId;
-      out->stream = m->streamId;
-      out->graph_id = m->graphId;
-      out->graph_node_id = m->graphNodeId;
+      CopyCommon(m, GpuOpKind::kMemcpy, clock_offset_ns, out);
       out->bytes = m->bytes;
       out->copy_kind = CopyKindCode(m->copyKind);
       return true;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const MemsetRecord*>(record);
-      out->kind = GpuOpKind::kMemset;
-      out->correlation_id = m->correlationId;
-      out->begin_ns = static_cast<int64_t>(m->start) + clock_offset_ns;
-      out->end_ns = static_cast<int64_t>(m->end) + clock_offset_ns;
-      out->device = m->deviceId;
-      out->stream = m->streamId;
-      out->graph_id = m->graphId;
-      out->graph_node_id = m->graphNodeId;
+      CopyCommon(m, GpuOpKind::kMemset, clock_offset_ns, out);
       out->bytes = m->bytes;
       return true;
     }
