@@ -129,6 +129,12 @@ void Session::Loop() {
     loop_cv_.wait_for(lock, std::chrono::milliseconds(config_.flush_ms));
     if (loop_stop_) break;
     lock.unlock();
+    // CUPTI hands over an activity buffer only when it is full (8 MB) or flushed: force one
+    // about once a second so GPU records reach the file as promised (at most ~1 s behind).
+    if (kernels_started_ && ++loops_since_cupti_flush_ * config_.flush_ms >= 1000) {
+      loops_since_cupti_flush_ = 0;
+      cupti::Flush();
+    }
     {
       std::lock_guard<std::mutex> drain(drain_mutex_);
       std::string error;

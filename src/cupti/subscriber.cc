@@ -165,7 +165,8 @@ bool EnableCallbacks(std::string* why) {
     }
   }
   for (CUpti_CallbackId cbid :
-       {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
+       {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+        CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED}) {
     TT_CUPTI_CALL(g_api->EnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid));
   }
   return true;
