@@ -108,6 +108,12 @@ void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32_t* token) {
   if (token != nullptr) *token = c.token;
 }
 
+void tokentrace_output(uint64_t call_id, const char* path, const char* dtype, int ndim,
+                       const int64_t* shape) {
+  if (shape == nullptr) ndim = 0;
+  recorder::Output(call_id, path, dtype, ndim, shape);
+}
+
 void tokentrace_escape(int kind) {
   recorder::Escape(0, kind == 4 ? EscapeKind::kHostRead : static_cast<EscapeKind>(kind & 3));
 }

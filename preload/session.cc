@@ -186,7 +186,7 @@ bool Session::DrainLocked(bool final, std::string* error) {
 
 bool Session::WriteLocked(Batch& batch, std::string* error) {
   // Sites are emitted only once the file exists (preload creates it on first use).
-  const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() ||
+  const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() || !batch.outputs.empty() ||
                         !batch.call_gpu.empty() || !batch.losses.empty();
   if (!store_) {
     if (!has_work) return true;

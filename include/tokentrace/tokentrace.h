@@ -73,6 +73,11 @@ TOKENTRACE_EXPORT void tokentrace_pop(void);
 
 /* The innermost open call on the calling thread (all zero when none). */
 TOKENTRACE_EXPORT void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32_t* token);
+/* Records the first output tensor of call `call_id` (from tokentrace_current): where it sat in
+ * the output ("" = the output itself, "logits", "[0]"), its dtype name and its shape. Stored in
+ * call_outputs; at most 5 dims are kept. */
+TOKENTRACE_EXPORT void tokentrace_output(uint64_t call_id, const char* path, const char* dtype,
+                                         int ndim, const int64_t* shape);
 /* Records a host read of device state (kind 4: reported by the Python layer). */
 TOKENTRACE_EXPORT void tokentrace_escape(int kind);
 

@@ -38,16 +38,8 @@ struct SiteInfo {
   uint64_t calls = 0;  // k of the latest call (payload); reset at start()
 };
 
-struct Output {
-  uint64_t call_id;
-  std::string path;
-  std::vector<int64_t> shape;
-  std::string dtype;
-};
-
 // GIL-guarded state.
 std::vector<SiteInfo> g_sites;  // indexed by the shim's site id
-std::vector<Output> g_outputs;
 PyTypeObject* g_tensor_type = nullptr;
 std::unordered_map<PyObject*, std::string> g_dtype_names;  // torch dtypes are singletons
 thread_local std::vector<uint32_t> t_open;                 // sites this thread opened
@@ -118,10 +110,16 @@ void RecordOutput(PyObject* output) {
   if (call_id == 0) return;
   try {
     nb::handle t(tensor);
-    Output rec{call_id, std::move(path), {}, DtypeName(t.attr("dtype").ptr())};
+    const std::string& dtype = DtypeName(t.attr("dtype").ptr());
+    int64_t dims[8];
+    int ndim = 0;
     nb::object shape = t.attr("shape");
-    for (nb::handle d : shape) rec.shape.push_back(nb::cast<int64_t>(d));
-    g_outputs.push_back(std::move(rec));
+    for (nb::handle d : shape) {
+      if (ndim < 8) dims[ndim] = nb::cast<int64_t>(d);
+      ++ndim;
+    }
+    // Streamed into the trace file by the shim (no per-call state kept here).
+    tokentrace_output(call_id, path.c_str(), dtype.c_str(), ndim, dims);
   } catch (...) {
     PyErr_Clear();  // an odd tensor subclass: the call is still recorded, without its shape
   }
@@ -187,7 +185,6 @@ void Start(std::optional<std::string> out_path, std::optional<std::string> kerne
   }
   if (rc != 0) throw std::runtime_error(err[0] ? err : "tokentrace: start failed");
   for (SiteInfo& s : g_sites) s.calls = 0;
-  g_outputs.clear();
 }
 
 void Stop() {
@@ -200,16 +197,6 @@ void Stop() {
   if (rc != 0) throw std::runtime_error(err[0] ? err : "tokentrace: stop failed");
 }
 
-nb::list TakeOutputs() {
-  nb::list out;
-  for (Output& o : g_outputs) {
-    nb::list shape;
-    for (int64_t d : o.shape) shape.append(d);
-    out.append(nb::make_tuple(o.call_id, o.path, nb::tuple(shape), o.dtype));
-  }
-  g_outputs.clear();
-  return out;
-}
 
 }  // namespace
 
@@ -241,7 +228,6 @@ NB_MODULE(_native, m) {
     Py_INCREF(type.ptr());
     g_tensor_type = reinterpret_cast<PyTypeObject*>(type.ptr());
   });
-  m.def("take_outputs", &TakeOutputs);
   m.def("open_depth", [] { return t_open.size(); });
   nb::class_<PreHook>(m, "PreHook")
       .def(nb::init<uint32_t, const std::string&, int>())

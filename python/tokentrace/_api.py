@@ -112,12 +112,11 @@ def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes
             if bound_edits is not None:
                 bound_edits.remove()
     finally:
-        outputs = backend.take_outputs()
         status = backend.kernels_status
         backend.stop()
         rows = sink.close() if sink is not None else []
         meta = {"python_save_errors": hooks.save_errors, "kernels_status": status}
-        _store.write_python_rows(path, outputs, rows, escapes.rows(), meta)
+        _store.write_python_rows(path, rows, escapes.rows(), meta)
     result = (Recording if kind == "record" else Trace)(path)
     _warn_escapes(result, escapes, on_cpu)
     return result

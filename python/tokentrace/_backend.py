@@ -1,7 +1,7 @@
 """The recorder behind a trace: the native shim, through the extension tokentrace._native.
 
 NativeBackend is the small interface the rest of the package uses: start/stop/active/out_path,
-site(), pre_hook()/post_hook() hook objects, current(), escape(), take_outputs(),
+site(), pre_hook()/post_hook() hook objects, current(), escape(),
 kernels_status. The hooks are C++ objects that push/pop NVTX ranges in the "tokentrace"
 domain; the shim turns those into calls and tokens and joins kernels to them. There is no
 other recorder: without the extension, get_backend() raises and says how to build it.
@@ -84,9 +84,6 @@ class NativeBackend:
 
     def post_hook(self, site_id, record=True):
         return self._n.PostHook(site_id, record)
-
-    def take_outputs(self):
-        return self._n.take_outputs()
 
 
 def get_backend():

@@ -9,7 +9,6 @@ token_stats and the tokens view, and creates call_outputs empty. The Python laye
 write_schema() creates the whole schema (tests use it to write files by hand).
 """
 
-import json
 import os
 import sqlite3
 
@@ -62,10 +61,11 @@ def ensure_python_tables(con):
     con.executescript(_PY_SCHEMA)
 
 
-def write_python_rows(path, outputs=(), saved=(), escape_sites=(), meta=None):
-    """Adds the Python layer's rows to a trace file (the shim's or our own).
+def write_python_rows(path, saved=(), escape_sites=(), meta=None):
+    """Adds the Python layer's rows to a trace file (the shim's or our own). Call outputs
+    (shape, dtype, path) are not among them: the hooks stream those through the shim.
 
-    outputs: (call_id, path, shape tuple, dtype name); saved: (call_id, file, key);
+    saved: (call_id, file, key);
     escape_sites: (token, location, count). Safe while the shim still writes the file
     (SQLite locking; we wait up to the busy timeout).
     """
@@ -73,9 +73,6 @@ def write_python_rows(path, outputs=(), saved=(), escape_sites=(), meta=None):
     try:
         with con:
             ensure_python_tables(con)
-            con.executemany(
-                "INSERT INTO call_outputs(call_id, path, shape, dtype) VALUES (?,?,?,?)",
-                ((cid, p, json.dumps([int(d) for d in shape]), dt) for cid, p, shape, dt in outputs))
             con.executemany("INSERT INTO saved_outputs(call_id, file, key) VALUES (?,?,?)", saved)
             con.executemany("INSERT INTO escape_sites(token, location, count) VALUES (?,?,?)",
                             escape_sites)

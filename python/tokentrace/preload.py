@@ -156,11 +156,10 @@ def _finish(backend, hooks, escapes, sink):
     try:
         escapes.remove()
         path = backend.out_path()
-        outputs = backend.take_outputs()
         rows = sink.close() if sink is not None else []
         backend.flush()
         meta = {"python_save_errors": hooks.save_errors}
         meta.update(_patch_meta())
-        _store.write_python_rows(path, outputs, rows, escapes.rows(), meta)
+        _store.write_python_rows(path, rows, escapes.rows(), meta)
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")

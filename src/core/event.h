@@ -25,6 +25,8 @@ enum class EventKind : uint8_t {
   kEscape = 6,
   kGraphNodeCreated = 7,
   kGraphNodeCloned = 8,
+  kOutput = 9,  // call_id; a = dims 0,1 and b = dims 2,3 (int32 pairs); token = dim 4;
+                // site_id = path text id; k = dtype text id | ndim << 24
 };
 
 struct Event {

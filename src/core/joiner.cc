@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/recorder.h"
+#include "core/site_registry.h"
+
 namespace tokentrace {
 
 Joiner::Joiner(KernelMode mode, int64_t (*ticks_to_ns)(uint64_t))
@@ -9,6 +12,12 @@ Joiner::Joiner(KernelMode mode, int64_t (*ticks_to_ns)(uint64_t))
 
 int64_t Joiner::ToNs(uint64_t ticks) const {
   return ticks_to_ns_ != nullptr ? ticks_to_ns_(ticks) : static_cast<int64_t>(ticks);
+}
+
+const std::string& Joiner::Text(uint32_t text_id) {
+  auto it = texts_.find(text_id);
+  if (it == texts_.end()) it = texts_.emplace(text_id, sites::Row(text_id).name).first;
+  return it->second;
 }
 
 uint32_t Joiner::NextK(uint32_t site_id) {
@@ -81,6 +90,29 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       row.ts_ns = ToNs(e.ticks);
       row.kind = static_cast<EscapeKind>(e.k);
       out->escapes.push_back(row);
+      break;
+    }
+    case EventKind::kOutput: {
+      const uint32_t ndim = e.k >> 24;
+      const uint32_t dims[recorder::kMaxOutputDims] = {
+          static_cast<uint32_t>(e.a), static_cast<uint32_t>(e.a >> 32),
+          static_cast<uint32_t>(e.b), static_cast<uint32_t>(e.b >> 32), e.token};
+      OutputRow row;
+      row.call_id = e.call_id;
+      row.path = Text(e.site_id);
+      row.dtype = Text(e.k & 0xffffff);
+      row.shape = "[";
+      const uint32_t kept = ndim < recorder::kMaxOutputDims ? ndim : recorder::kMaxOutputDims;
+      for (uint32_t i = 0; i < kept; ++i) {
+        if (i > 0) row.shape += ", ";
+        row.shape += std::to_string(dims[i]);
+      }
+      if (ndim > kept) {
+        row.shape += ", null";  // JSON: more dims than the record holds
+        out->losses["output_dims_truncated"] += 1;
+      }
+      row.shape += "]";
+      out->outputs.push_back(std::move(row));
       break;
     }
     case EventKind::kGraphNodeCreated:

@@ -77,7 +77,8 @@ class Joiner {
                  Batch* out);
   bool TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out);
   void EmitSummaries(Batch* out);
-  uint32_t NextK(uint32_t site_id);  // numbers calls per site; notes first-seen sites
+  uint32_t NextK(uint32_t site_id);
+  const std::string& Text(uint32_t text_id);  // interned path/dtype strings, cached  // numbers calls per site; notes first-seen sites
 
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);
@@ -90,6 +91,7 @@ class Joiner {
   std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
   std::vector<uint32_t> site_calls_;  // calls seen so far, by site id
   std::vector<uint32_t> new_sites_;
+  std::unordered_map<uint32_t, std::string> texts_;
 };
 
 }  // namespace tokentrace

@@ -249,6 +249,24 @@ void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id) {
   if (IsTokenGraph(graph_id)) MarkTokenGraph(graph_exec_id);
 }
 
+void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
+            const int64_t* shape) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  uint32_t dims[kMaxOutputDims] = {};
+  const int kept = ndim < 0 ? 0 : (ndim > kMaxOutputDims ? kMaxOutputDims : ndim);
+  for (int i = 0; i < kept; ++i) {
+    dims[i] = shape[i] < 0 || shape[i] > 0x7fffffff ? 0x7fffffffu : static_cast<uint32_t>(shape[i]);
+  }
+  const uint32_t path_id = sites::Intern(path != nullptr ? path : "", SiteKind::kText);
+  const uint32_t dtype_id = sites::Intern(dtype != nullptr ? dtype : "", SiteKind::kText);
+  // ndim is stored as given (up to 255) so the joiner can count truncated shapes.
+  const uint32_t packed = dtype_id | (static_cast<uint32_t>(ndim < 0 ? 0 : ndim > 255 ? 255 : ndim) << 24);
+  Write(s, EventKind::kOutput, call_id, dims[0] | (static_cast<uint64_t>(dims[1]) << 32),
+        dims[2] | (static_cast<uint64_t>(dims[3]) << 32), path_id, packed, dims[4]);
+}
+
 CurrentCall Current() {
   CurrentCall c;
   if (!g_active.load(std::memory_order_relaxed)) return c;

@@ -44,6 +44,13 @@ void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t
 // from a graph captured inside a token call is a token graph: each launch is one token.
 void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id);
 
+// The Python hooks saw `call_id`'s first output tensor: its path in the output, dtype and
+// shape (up to kMaxOutputDims dims are kept; more are counted as "output_dims_truncated").
+// Strings are interned (lock-free once known), so a call costs no allocation.
+constexpr int kMaxOutputDims = 5;
+void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
+            const int64_t* shape);
+
 // Innermost open call on this thread (0 = none) and its token. For the Python layer.
 // `k` is always 0 here: calls are numbered per site by the background thread (the hot path
 // keeps no shared per-site counter).

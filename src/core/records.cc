@@ -7,6 +7,7 @@ const char* SiteKindName(SiteKind kind) {
     case SiteKind::kRoot: return "root";
     case SiteKind::kModule: return "module";
     case SiteKind::kRange: return "range";
+    case SiteKind::kText: return "text";
   }
   return "range";
 }

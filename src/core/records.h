@@ -22,6 +22,7 @@ enum class SiteKind : uint8_t {
   kRoot = 0,    // our hooks' root module call (`self`): one call = one token
   kModule = 1,  // one of our hooks' module calls
   kRange = 2,   // a named NVTX range from any other producer
+  kText = 3,    // not a site: a short string interned for output records (paths, dtypes)
 };
 const char* SiteKindName(SiteKind kind);  // "root" | "module" | "range"
 
@@ -104,6 +105,14 @@ struct CallGpuDelta {
   int64_t last_end_ns = 0;
 };
 
+// The first output tensor of a call, as the Python hooks saw it.
+struct OutputRow {
+  uint64_t call_id = 0;
+  std::string path;   // where the tensor sat in the output ("" = the output itself)
+  std::string shape;  // JSON list, e.g. "[1, 5, 32]"
+  std::string dtype;  // e.g. "float32"
+};
+
 struct EscapeRow {
   uint64_t call_id = 0;
   uint32_t token = 0;
@@ -120,12 +129,13 @@ struct Batch {
   std::vector<KernelRow> kernels;
   std::vector<CallGpuDelta> call_gpu;
   std::vector<EscapeRow> escapes;
+  std::vector<OutputRow> outputs;
   std::map<std::string, int64_t> losses;  // kind -> count to add
   std::vector<std::pair<std::string, std::string>> meta;  // upserted
 
   bool empty() const {
     return sites.empty() && strings.empty() && calls.empty() && kernels.empty() &&
-           call_gpu.empty() && escapes.empty() && losses.empty() && meta.empty();
+           call_gpu.empty() && escapes.empty() && outputs.empty() && losses.empty() && meta.empty();
   }
 };
 

@@ -15,7 +15,7 @@ namespace tokentrace {
 
 struct Store::Statements {
   Statement begin, commit, rollback;
-  Statement meta, site, string, call, kernel, kernel_block, call_gpu, escape, loss,
+  Statement meta, site, string, call, kernel, kernel_block, call_gpu, escape, output, loss,
       token_stats;
 };
 
@@ -172,6 +172,7 @@ bool Store::Prepare(std::string* error) {
              "  ELSE max(gpu_last_end_ns, excluded.gpu_last_end_ns) END",
              error) &&
          s.escape.Prepare(db_, "INSERT INTO escapes VALUES(?1,?2,?3,?4,?5)", error) &&
+         s.output.Prepare(db_, "INSERT INTO call_outputs VALUES(?1,?2,?3,?4)", error) &&
          s.loss.Prepare(db_,
                         "INSERT INTO losses VALUES(?1,?2) "
                         "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
@@ -270,6 +271,13 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.escape.BindStatic(5, EscapeKindName(r.kind));
     if (!s.escape.Run()) return fail();
     tokens[r.token].escapes += 1;
+  }
+  for (const OutputRow& r : batch.outputs) {
+    s.output.Bind(1, static_cast<int64_t>(r.call_id));
+    s.output.Bind(2, r.path);
+    s.output.Bind(3, r.shape);
+    s.output.Bind(4, r.dtype);
+    if (!s.output.Run()) return fail();
   }
   for (const auto& [token, t] : tokens) {
     s.token_stats.Bind(1, token);

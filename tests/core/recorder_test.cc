@@ -193,3 +193,33 @@ TEST_F(RecorderTest, FullRingLosesEventsButCountsThem) {
 
 }  // namespace
 }  // namespace tokentrace
+
+namespace tokentrace {
+namespace {
+
+TEST_F(RecorderTest, OutputsStreamAsRowsWithShapeDtypeAndPath) {
+  uint32_t site = sites::Intern("rec.proj", SiteKind::kModule);
+  recorder::Push(site);
+  const uint64_t call = recorder::Current().call_id;
+  const int64_t shape3[] = {1, 5, 32};
+  recorder::Output(call, "logits", "bfloat16", 3, shape3);
+  const int64_t shape7[] = {1, 2, 3, 4, 5, 6, 7};
+  recorder::Output(call, "", "float32", 7, shape7);
+  recorder::Pop();
+  Joiner joiner(Mode(KernelMode::kOff));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  ASSERT_EQ(batch.outputs.size(), 2u);
+  EXPECT_EQ(batch.outputs[0].call_id, call);
+  EXPECT_EQ(batch.outputs[0].path, "logits");
+  EXPECT_EQ(batch.outputs[0].dtype, "bfloat16");
+  EXPECT_EQ(batch.outputs[0].shape, "[1, 5, 32]");
+  // More dims than a record holds: the first five, a null, and a counted loss.
+  EXPECT_EQ(batch.outputs[1].shape, "[1, 2, 3, 4, 5, null]");
+  EXPECT_EQ(batch.losses["output_dims_truncated"], 1);
+  // Output strings are not sites: the file lists only the site that was called.
+  EXPECT_EQ(joiner.TakeNewSites(), std::vector<uint32_t>{site});
+}
+
+}  // namespace
+}  // namespace tokentrace
