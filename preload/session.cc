@@ -218,6 +218,7 @@ bool Session::Stop(std::string* error) {
   }
   recorder::EndSession();
   if (kernels_started_) {
+    cupti::WaitForDevice();  // kernels still running would otherwise miss the final flush
     cupti::Flush();
   } else if (preload_ && config_.kernels.kind != KernelMode::kOff) {
     SetKernelsStatus("the job never initialised CUDA (no GPU work to record)");

@@ -113,6 +113,8 @@ def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes
                 bound_edits.remove()
     finally:
         status = backend.kernels_status
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the last kernels' records reach the file before stop
         backend.stop()
         rows = sink.close() if sink is not None else []
         meta = {"python_save_errors": hooks.save_errors, "kernels_status": status}

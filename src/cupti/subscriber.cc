@@ -232,6 +232,22 @@ void Flush() {
   TT_CUPTI_CALL(g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
 }
 
+void WaitForDevice() {
+  if (!g_started) return;
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (driver == nullptr) return;
+  using GetCurrent = int (*)(void**);
+  using Synchronize = int (*)();
+  auto get_current = reinterpret_cast<GetCurrent>(dlsym(driver, "cuCtxGetCurrent"));
+  auto synchronize = reinterpret_cast<Synchronize>(dlsym(driver, "cuCtxSynchronize"));
+  void* context = nullptr;
+  if (get_current != nullptr && synchronize != nullptr && get_current(&context) == 0 &&
+      context != nullptr) {
+    synchronize();  // an error here (e.g. a sticky fault) leaves nothing better to do
+  }
+  dlclose(driver);
+}
+
 void Stop() {
   if (!g_started) return;
   // Flush outside g_sink_mutex: the completion callback may run on this thread and takes it.

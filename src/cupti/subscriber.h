@@ -21,5 +21,9 @@ bool Start(const Config& config, ActivitySink* sink, std::string* why_off);
 void Flush();
 // Flushes, disables activity, unsubscribes. After it returns the sink is not called again.
 void Stop();
+// Waits for the GPU work of the calling thread's current CUDA context (if any), so that a final
+// Flush() sees the records of kernels still running. Uses the already loaded driver; never
+// loads one, never initialises CUDA.
+void WaitForDevice();
 
 }  // namespace tokentrace::cupti
