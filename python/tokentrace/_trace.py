@@ -325,9 +325,11 @@ class Trace:
                 if n}
 
     def report(self, top=15):
-        """A text summary: tokens, the costliest sites, escapes, losses."""
+        """The per-token report of `tokentrace report FILE` (one implementation, in C++: tokens,
+        prefill vs decode, top sites by GPU then CPU self time, losses), followed by where the
+        host read device values."""
         from ._report import render
-        return render(self, top)
+        return render(self.path, self.escape_sites, top)
 
     def __repr__(self):
         return (f"<tokentrace.Trace {os.path.basename(self.path)}: {len(self._sites)} sites, "

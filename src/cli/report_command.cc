@@ -133,7 +133,18 @@ int ReportCommand(const std::vector<std::string>& args) {
   const std::string status = MetaValue(meta, "kernels_status");
   out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", pid " + MetaValue(meta, "pid") +
          ", tokentrace " + MetaValue(meta, "tool_version") + "\n";
-  out += "  GPU kernels: " + (status.empty() ? std::string("recorded") : status) + "\n\n";
+  std::string kernels_line;
+  if (MetaValue(meta, "kernel_mode") == "off") {
+    kernels_line = "not recorded (kernel mode off)";
+  } else if (status.empty()) {
+    kernels_line = "recorded";
+  } else if (status == "unknown") {
+    kernels_line = "unknown (the file does not say)";
+  } else {
+    std::string why = status.rfind("tokentrace: ", 0) == 0 ? status.substr(12) : status;
+    kernels_line = "not recorded: " + why;
+  }
+  out += "  GPU kernels: " + kernels_line + "\n\n";
 
   out += "tokens: " + std::to_string(tokens.size());
   const auto replays = std::count_if(tokens.begin(), tokens.end(),

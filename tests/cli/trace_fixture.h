@@ -20,7 +20,7 @@ inline void WriteSmallTrace(const std::string& path, bool with_losses) {
   ASSERT_NE(store, nullptr) << error;
   Batch b;
   b.meta = {{"kernel_mode", "full"}, {"pid", "4242"}, {"tool_version", "0.1.0"},
-            {"kernels_status", "on"}};
+            {"kernels_status", ""}};
   b.sites = {{1, "self", SiteKind::kRoot, true},
              {2, "h.0.attn", SiteKind::kModule, false},
              {3, "h.0.mlp", SiteKind::kModule, false}};

@@ -27,7 +27,7 @@ def test_hand_written_file(trace_file):
     assert trace.losses == {"ring_full": 3}
     assert trace["layer"].gpu_ms == 2.5
     report = trace.report()
-    assert "tokens: 2" in report and "ring_full=3" in report and "layer.mlp" in report
+    assert "tokens: 2" in report and "ring_full: 3" in report and "layer.mlp" in report
 
 
 def test_file_without_kernels(tmp_path):
