@@ -49,7 +49,7 @@ step build 420 "$ROOT/scripts/setup.sh" || { printf '%s\n' "${rows[@]}" >>"$SUMM
 # shellcheck disable=SC1091
 source "$BUILD_DIR/env.sh"
 if [ "$PHASE" != bench ]; then
-  step ctest-gpu 120 bash -c "cd '$BUILD_DIR' && ctest -L gpu --output-on-failure -j4"
+  step ctest-gpu 120 bash -c "cd '$BUILD_DIR' && ctest -L gpu --no-tests=error --output-on-failure -j4"
   step pytest-gpu 240 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m gpu \
     "$ROOT/tests/python" "$ROOT/tests/torch_op"
   step demo 60 "$TOKENTRACE_PY" -m tokentrace.demo --out-dir "$OUT/demo"
