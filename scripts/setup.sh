@@ -24,8 +24,8 @@ if ((${#need[@]})); then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
     log "installing system packages: ${need[*]}"
-    if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-           $SUDO apt-get install -y -qq "${need[@]}" >/dev/null; }; then
+    if ! { timeout 120 $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+           timeout 600 $SUDO apt-get install -y -qq "${need[@]}" >/dev/null; }; then
       # No registry (the GPU machine): build with what is there; CMake falls back (bundled
       # SQLite header, no C++ tests without GoogleTest) and says so.
       log "could not install ${need[*]}; continuing with what is installed"
