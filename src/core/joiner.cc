@@ -26,20 +26,23 @@ uint32_t Joiner::NextK(uint32_t site_id) {
   return ++site_calls_[site_id];
 }
 
+CallRow Joiner::OpenCall(uint32_t thread, const Event& e) {
+  CallRow row;
+  row.id = e.call_id;
+  row.site_id = e.site_id;
+  row.k = NextK(e.site_id);
+  row.token = e.token;
+  row.parent_id = e.a;
+  row.thread = thread;
+  row.cpu_begin_ns = ToNs(e.ticks);
+  return row;
+}
+
 void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
   switch (e.kind) {
-    case EventKind::kPush: {
-      CallRow row;
-      row.id = e.call_id;
-      row.site_id = e.site_id;
-      row.k = NextK(e.site_id);
-      row.token = e.token;
-      row.parent_id = e.a;
-      row.thread = thread;
-      row.cpu_begin_ns = ToNs(e.ticks);
-      stacks_[thread].push_back(row);
+    case EventKind::kPush:
+      stacks_[thread].push_back(OpenCall(thread, e));
       break;
-    }
     case EventKind::kPop: {
       auto& stack = stacks_[thread];
       // Normally the top. If the push was dropped (ring full) the id is absent: ignore the
@@ -60,15 +63,9 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       stack.resize(index);
       break;
     }
-    case EventKind::kMark: {
-      CallRow row;
-      row.id = e.call_id;
-      row.site_id = e.site_id;
-      row.k = NextK(e.site_id);
-      row.token = e.token;
-      row.parent_id = e.a;
-      row.thread = thread;
-      row.cpu_begin_ns = row.cpu_end_ns = ToNs(e.ticks);
+    case EventKind::kMark: {  // a zero-length call
+      CallRow row = OpenCall(thread, e);
+      row.cpu_end_ns = row.cpu_begin_ns;
       out->calls.push_back(row);
       break;
     }

@@ -56,6 +56,27 @@ bool ComputeIsToken(Registry& r, uint32_t id) {
   return std::regex_match(r.names[id], r.names[id] + r.lengths[id], *r.token_regex);
 }
 
+
+// Probes for (name, kind). Lock-free: a published slot never changes, so a match is final.
+// Returns the id, or kNotFound with *empty_slot set to the first empty slot of the chain.
+constexpr uint32_t kNotFound = ~0u;
+uint32_t Find(Registry& r, uint64_t tag, const char* name, size_t len, SiteKind kind,
+              uint32_t* empty_slot) {
+  for (uint32_t i = static_cast<uint32_t>(tag) & kSlotMask;; i = (i + 1) & kSlotMask) {
+    uint64_t t = r.slots[i].tag.load(std::memory_order_acquire);
+    if (t == 0) {
+      *empty_slot = i;
+      return kNotFound;
+    }
+    if (t == tag) {
+      uint32_t id = r.slots[i].id.load(std::memory_order_relaxed);
+      if (r.kinds[id] == kind && r.lengths[id] == len && memcmp(r.names[id], name, len) == 0) {
+        return id;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 uint32_t Intern(const char* name, SiteKind kind) { return Intern(name, strlen(name), kind); }
@@ -63,29 +84,11 @@ uint32_t Intern(const char* name, SiteKind kind) { return Intern(name, strlen(na
 uint32_t Intern(const char* name, size_t len, SiteKind kind) {
   Registry& r = R();
   const uint64_t tag = Hash(name, len, kind);
-  // Lock-free probe: a published slot never changes, so a match is final.
-  for (uint32_t i = static_cast<uint32_t>(tag) & kSlotMask;; i = (i + 1) & kSlotMask) {
-    uint64_t t = r.slots[i].tag.load(std::memory_order_acquire);
-    if (t == 0) break;
-    if (t == tag) {
-      uint32_t id = r.slots[i].id.load(std::memory_order_relaxed);
-      if (r.kinds[id] == kind && r.lengths[id] == len && memcmp(r.names[id], name, len) == 0) {
-        return id;
-      }
-    }
-  }
+  uint32_t i = 0;
+  if (uint32_t id = Find(r, tag, name, len, kind, &i); id != kNotFound) return id;
   std::lock_guard<std::mutex> lock(r.insert_mutex);
-  uint32_t i = static_cast<uint32_t>(tag) & kSlotMask;
-  for (;; i = (i + 1) & kSlotMask) {  // re-probe under the lock: another thread may have won
-    uint64_t t = r.slots[i].tag.load(std::memory_order_acquire);
-    if (t == 0) break;
-    if (t == tag) {
-      uint32_t id = r.slots[i].id.load(std::memory_order_relaxed);
-      if (r.kinds[id] == kind && r.lengths[id] == len && memcmp(r.names[id], name, len) == 0) {
-        return id;
-      }
-    }
-  }
+  // Probe again under the lock: another thread may have inserted it meanwhile.
+  if (uint32_t id = Find(r, tag, name, len, kind, &i); id != kNotFound) return id;
   uint32_t id = r.count.load(std::memory_order_relaxed);
   if (id >= kMaxSites) {
     r.overflows.fetch_add(1, std::memory_order_relaxed);
