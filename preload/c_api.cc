@@ -114,6 +114,16 @@ void tokentrace_output(uint64_t call_id, const char* path, const char* dtype, in
   recorder::Output(call_id, path, dtype, ndim, shape);
 }
 
+uint32_t tokentrace_text(const char* text) {
+  return sites::Intern(text != nullptr ? text : "", SiteKind::kText);
+}
+
+void tokentrace_output_current(uint32_t path_id, uint32_t dtype_id, int ndim,
+                               const int64_t* shape) {
+  if (shape == nullptr) ndim = 0;
+  recorder::OutputOfCurrent(path_id, dtype_id, ndim, shape);
+}
+
 void tokentrace_escape(int kind) {
   recorder::Escape(0, kind == 4 ? EscapeKind::kHostRead : static_cast<EscapeKind>(kind & 3));
 }

@@ -78,6 +78,13 @@ TOKENTRACE_EXPORT void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32
  * call_outputs; at most 5 dims are kept. */
 TOKENTRACE_EXPORT void tokentrace_output(uint64_t call_id, const char* path, const char* dtype,
                                          int ndim, const int64_t* shape);
+/* Interns a text (an output path or a dtype name) and returns its id, stable for the life of
+ * the process; for tokentrace_output_current. */
+TOKENTRACE_EXPORT uint32_t tokentrace_text(const char* text);
+/* tokentrace_output for the innermost open call on the calling thread, with path and dtype
+ * given as tokentrace_text ids: no string work per call. Does nothing when no call is open. */
+TOKENTRACE_EXPORT void tokentrace_output_current(uint32_t path_id, uint32_t dtype_id, int ndim,
+                                                 const int64_t* shape);
 /* Records a host read of device state (kind 4: reported by the Python layer). */
 TOKENTRACE_EXPORT void tokentrace_escape(int kind);
 

@@ -1,21 +1,25 @@
 // tokentrace._native: the Python extension over the C API (include/tokentrace/tokentrace.h).
 //
-// The hook hot path lives here so a hooked module call costs one C++ call per side instead of
-// Python code: PreHook pushes an NVTX range in the "tokentrace" domain with the site's
-// registered string, its category (root = token, module) and the call number k as payload;
-// PostHook records the output's first tensor (shape, dtype, path inside the container) against
-// the shim's current call id, then pops. NVTX reaches libtokentrace.so through NVTX injection
-// (its constructor sets NVTX_INJECTION64_PATH before any NVTX call), so Nsight Systems sees the
-// same ranges when it is the consumer instead.
+// The hook hot path lives here so a hooked module call costs no Python code of ours. Each
+// hooked module gets a ForwardWrapper as its instance attribute `forward`: torch then calls
+// modules through the fast path of Module.__call__ (no hooks to run) and the wrapper, in C,
+// opens the call (an NVTX push in the "tokentrace" domain with the site's registered string,
+// its category — root = token, module — and the call number k as payload), runs the original
+// forward, records the output's first tensor (shape, dtype, path inside the container)
+// against the shim's current call id, and pops. Modules whose forward cannot be replaced get
+// the same calls from a PreHook/PostHook pair. NVTX reaches libtokentrace.so through NVTX
+// injection (its constructor sets NVTX_INJECTION64_PATH before any NVTX call), so Nsight
+// Systems sees the same ranges when it is the consumer instead.
 //
 // Threading: every entry point runs with the GIL held (hooks are called from Python), which
-// guards the per-site tables and the pending outputs. The open-call stack is thread-local.
-// Errors never escape as C++ exceptions: start/stop turn C API errors into RuntimeError, the
-// hooks never raise.
+// guards the per-site tables. The open-call stack is thread-local. Errors never escape as C++
+// exceptions: start/stop turn C API errors into RuntimeError; the hooks never raise, and the
+// wrapper passes forward's own exception through after closing the call.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <structmember.h>
 
 #include <cstdint>
 #include <optional>
@@ -41,7 +45,8 @@ struct SiteInfo {
 // GIL-guarded state.
 std::vector<SiteInfo> g_sites;  // indexed by the shim's site id
 PyTypeObject* g_tensor_type = nullptr;
-std::unordered_map<PyObject*, std::string> g_dtype_names;  // torch dtypes are singletons
+std::unordered_map<PyObject*, uint32_t> g_dtype_ids;       // torch dtypes are singletons
+std::unordered_map<std::string, uint32_t> g_path_ids;
 thread_local std::vector<uint32_t> t_open;                 // sites this thread opened
 
 nvtxDomainHandle_t Domain() {
@@ -91,62 +96,99 @@ bool FindTensor(PyObject* v, std::string* path, PyObject** out, int depth) {
   return false;
 }
 
-const std::string& DtypeName(PyObject* dtype) {
-  auto it = g_dtype_names.find(dtype);
-  if (it != g_dtype_names.end()) return it->second;
-  std::string name = nb::cast<std::string>(nb::str(nb::handle(dtype)));
+// Text ids (tokentrace_text) of dtypes (torch dtypes are singletons: keyed by object) and of
+// output paths, so a recorded output costs no string work once its dtype and path were seen.
+uint32_t DtypeId(PyObject* dtype) {
+  auto it = g_dtype_ids.find(dtype);
+  if (it != g_dtype_ids.end()) return it->second;
+  PyObject* str = PyObject_Str(dtype);
+  if (str == nullptr) return 0;
+  const char* utf8 = PyUnicode_AsUTF8(str);
+  std::string name = utf8 != nullptr ? utf8 : "?";
+  Py_DECREF(str);
   if (name.rfind("torch.", 0) == 0) name = name.substr(6);
   Py_INCREF(dtype);  // keep the key alive
-  return g_dtype_names.emplace(dtype, std::move(name)).first->second;
+  const uint32_t id = tokentrace_text(name.c_str());
+  g_dtype_ids.emplace(dtype, id);
+  return id;
 }
 
+uint32_t PathId(const std::string& path) {
+  static const uint32_t empty = tokentrace_text("");
+  if (path.empty()) return empty;
+  auto it = g_path_ids.find(path);
+  if (it != g_path_ids.end()) return it->second;
+  return g_path_ids.emplace(path, tokentrace_text(path.c_str())).first->second;
+}
+
+// Records the output's first tensor against the innermost open call (ours). Never raises.
 void RecordOutput(PyObject* output) {
+  static PyObject* const kShape = PyUnicode_InternFromString("shape");
+  static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
   std::string path;
   PyObject* tensor = nullptr;
   if (!FindTensor(output, &path, &tensor, 0)) return;
-  uint64_t call_id = 0;
-  uint32_t k = 0, token = 0;
-  tokentrace_current(&call_id, &k, &token);
-  if (call_id == 0) return;
-  try {
-    nb::handle t(tensor);
-    const std::string& dtype = DtypeName(t.attr("dtype").ptr());
+  PyObject* dtype = PyObject_GetAttr(tensor, kDtype);
+  PyObject* shape = dtype != nullptr ? PyObject_GetAttr(tensor, kShape) : nullptr;
+  if (shape != nullptr && PyTuple_Check(shape)) {  // torch.Size is a tuple
     int64_t dims[8];
-    int ndim = 0;
-    nb::object shape = t.attr("shape");
-    for (nb::handle d : shape) {
-      if (ndim < 8) dims[ndim] = nb::cast<int64_t>(d);
-      ++ndim;
+    const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    for (Py_ssize_t i = 0; i < ndim && i < 8; ++i) {
+      dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
     }
-    // Streamed into the trace file by the shim (no per-call state kept here).
-    tokentrace_output(call_id, path.c_str(), dtype.c_str(), ndim, dims);
-  } catch (...) {
-    PyErr_Clear();  // an odd tensor subclass: the call is still recorded, without its shape
+    if (!PyErr_Occurred()) {
+      // Streamed into the trace file by the shim (no per-call state kept here).
+      tokentrace_output_current(PathId(path), DtypeId(dtype), static_cast<int>(ndim), dims);
+    }
   }
+  Py_XDECREF(shape);
+  Py_XDECREF(dtype);
+  // An odd tensor subclass: the call is still recorded, without its shape.
+  if (PyErr_Occurred()) PyErr_Clear();
 }
 
+// One call of a hooked site: push on entry, output shape and pop on exit. Shared by the
+// forward wrapper and the hook pair.
+void OpenCall(uint32_t site) {
+  SiteInfo& info = g_sites[site];
+  nvtxEventAttributes_t attr{};
+  attr.version = NVTX_VERSION;
+  attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attr.category = info.category;
+  attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+  attr.message.registered = info.name;
+  attr.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+  attr.payload.ullValue = ++info.calls;
+  nvtxDomainRangePushEx(Domain(), &attr);
+  t_open.push_back(site);
+}
+
+// Closes the call `site` opened on this thread; false (and nothing done) when the innermost
+// open call is not that site's (its open never ran, e.g. an earlier pre-hook raised).
+bool CloseCall(uint32_t site, PyObject* output, bool record) {
+  if (t_open.empty() || t_open.back() != site) return false;
+  if (record && output != nullptr) RecordOutput(output);
+  nvtxDomainRangePop(Domain());
+  t_open.pop_back();
+  return true;
+}
+
+void RegisterSite(uint32_t site, const std::string& name, int kind) {
+  SiteInfo& info = Site(site);
+  if (info.name == nullptr) info.name = nvtxDomainRegisterStringA(Domain(), name.c_str());
+  info.category = kind == TOKENTRACE_SITE_ROOT ? TOKENTRACE_NVTX_CATEGORY_ROOT
+                                               : TOKENTRACE_NVTX_CATEGORY_MODULE;
+}
+
+// The fallback for modules whose `forward` cannot be replaced: a forward pre-hook and a
+// forward hook (registered with always_call=True). torch runs hooked modules through its
+// slow call path, so this costs several microseconds more per call than the wrapper.
 class PreHook {
  public:
   PreHook(uint32_t site, const std::string& name, int kind) : site_(site) {
-    SiteInfo& info = Site(site);
-    if (info.name == nullptr) info.name = nvtxDomainRegisterStringA(Domain(), name.c_str());
-    info.category = kind == TOKENTRACE_SITE_ROOT ? TOKENTRACE_NVTX_CATEGORY_ROOT
-                                                 : TOKENTRACE_NVTX_CATEGORY_MODULE;
+    RegisterSite(site, name, kind);
   }
-
-  void Call(nb::handle, nb::handle) {
-    SiteInfo& info = g_sites[site_];
-    nvtxEventAttributes_t attr{};
-    attr.version = NVTX_VERSION;
-    attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-    attr.category = info.category;
-    attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-    attr.message.registered = info.name;
-    attr.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
-    attr.payload.ullValue = ++info.calls;
-    nvtxDomainRangePushEx(Domain(), &attr);
-    t_open.push_back(site_);
-  }
+  void Call(nb::handle, nb::handle) { OpenCall(site_); }
 
  private:
   uint32_t site_;
@@ -155,19 +197,154 @@ class PreHook {
 class PostHook {
  public:
   PostHook(uint32_t site, bool record) : site_(site), record_(record) {}
-
-  void Call(nb::handle, nb::handle, nb::handle output) {
-    // Close only what our own pre-hook opened (an earlier pre-hook may have raised).
-    if (t_open.empty() || t_open.back() != site_) return;
-    if (record_ && output.ptr() != nullptr) RecordOutput(output.ptr());
-    nvtxDomainRangePop(Domain());
-    t_open.pop_back();
-  }
+  void Call(nb::handle, nb::handle, nb::handle output) { CloseCall(site_, output.ptr(), record_); }
 
  private:
   uint32_t site_;
   bool record_;
 };
+
+// ForwardWrapper: installed as a module's instance attribute `forward`, so torch's
+// Module.__call__ keeps its fast path (no hooks) and calls us with the arguments as they came
+// (vectorcall, no tuple or dict built). We open the call, run the original bound forward,
+// record the output (and hand it to `on_output` for saved sites), and close the call, also
+// when forward raises. Attributes we do not have (__func__, __self__, __name__, __code__...)
+// are the original forward's, and __wrapped__ is the original, so inspect.signature (which
+// transformers uses on model.forward) sees the real signature.
+struct ForwardWrapper {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* forward;    // the original (bound) forward; owned
+  PyObject* on_output;  // callable(output) for saved sites, or nullptr; owned
+  uint32_t site;
+  int record;
+  int enabled;          // 0: a plain pass-through (removed while someone wrapped over us)
+  uint64_t output_errors;
+};
+
+PyObject* WrapperVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
+                            PyObject* kwnames) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  if (!w->enabled) return PyObject_Vectorcall(w->forward, args, nargsf, kwnames);
+  OpenCall(w->site);
+  PyObject* out = PyObject_Vectorcall(w->forward, args, nargsf, kwnames);
+  if (out != nullptr && w->on_output != nullptr) {
+    PyObject* r = PyObject_CallOneArg(w->on_output, out);
+    if (r == nullptr) {  // never break the traced job over a saved copy
+      PyErr_Clear();
+      ++w->output_errors;
+    }
+    Py_XDECREF(r);
+  }
+  if (out == nullptr) {
+    // Keep forward's exception while the call closes.
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    CloseCall(w->site, nullptr, false);
+    PyErr_Restore(type, value, tb);
+  } else {
+    CloseCall(w->site, out, w->record != 0);
+  }
+  return out;
+}
+
+int WrapperTraverse(PyObject* self, visitproc visit, void* arg) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(w->forward);
+  Py_VISIT(w->on_output);
+  return 0;
+}
+
+int WrapperClear(PyObject* self) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  Py_CLEAR(w->forward);
+  Py_CLEAR(w->on_output);
+  return 0;
+}
+
+void WrapperDealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  WrapperClear(self);
+  PyObject_GC_Del(self);
+  Py_DECREF(type);  // instances of heap types hold their type
+}
+
+PyObject* WrapperGetattro(PyObject* self, PyObject* name) {
+  PyObject* v = PyObject_GenericGetAttr(self, name);
+  if (v != nullptr || !PyErr_ExceptionMatches(PyExc_AttributeError)) return v;
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  if (w->forward == nullptr) return nullptr;
+  PyErr_Clear();
+  return PyObject_GetAttr(w->forward, name);
+}
+
+PyObject* WrapperRepr(PyObject* self) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  return PyUnicode_FromFormat("<tokentrace forward of site %u wrapping %R>", w->site,
+                              w->forward != nullptr ? w->forward : Py_None);
+}
+
+// open()/close(output): the call in progress when the wrapper was installed (preload installs
+// from inside the first root call) is opened and closed by hand, with the same numbering.
+PyObject* WrapperOpen(PyObject* self, PyObject*) {
+  OpenCall(reinterpret_cast<ForwardWrapper*>(self)->site);
+  Py_RETURN_NONE;
+}
+
+PyObject* WrapperClose(PyObject* self, PyObject* output) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  return PyBool_FromLong(CloseCall(w->site, output == Py_None ? nullptr : output, w->record != 0));
+}
+
+PyMethodDef g_wrapper_methods[] = {
+    {"open", WrapperOpen, METH_NOARGS, "open a call of this site by hand"},
+    {"close", WrapperClose, METH_O, "close the call open() opened, recording its output"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMemberDef g_wrapper_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(ForwardWrapper, forward), READONLY, "the original forward"},
+    {"site", T_UINT, offsetof(ForwardWrapper, site), READONLY, "the shim's site id"},
+    {"enabled", T_INT, offsetof(ForwardWrapper, enabled), 0, "0: pass calls straight through"},
+    {"output_errors", T_ULONGLONG, offsetof(ForwardWrapper, output_errors), READONLY,
+     "outputs on_output failed on"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(ForwardWrapper, vectorcall), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyType_Slot g_wrapper_slots[] = {
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(WrapperDealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(WrapperTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(WrapperClear)},
+    {Py_tp_getattro, reinterpret_cast<void*>(WrapperGetattro)},
+    {Py_tp_repr, reinterpret_cast<void*>(WrapperRepr)},
+    {Py_tp_methods, g_wrapper_methods},
+    {Py_tp_members, g_wrapper_members},
+    {0, nullptr}};
+
+PyType_Spec g_wrapper_spec = {
+    "tokentrace._native.ForwardWrapper", sizeof(ForwardWrapper), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL, g_wrapper_slots};
+
+PyTypeObject* g_wrapper_type = nullptr;  // made from g_wrapper_spec at import
+
+nb::object MakeWrapper(uint32_t site, const std::string& name, int kind, nb::handle forward,
+                       bool record, nb::handle on_output) {
+  if (!PyCallable_Check(forward.ptr())) throw nb::type_error("forward must be callable");
+  RegisterSite(site, name, kind);
+  auto* w = PyObject_GC_New(ForwardWrapper, g_wrapper_type);
+  if (w == nullptr) throw nb::python_error();
+  w->vectorcall = WrapperVectorcall;
+  w->forward = Py_NewRef(forward.ptr());
+  w->on_output = on_output.is_none() ? nullptr : Py_NewRef(on_output.ptr());
+  w->site = site;
+  w->record = record ? 1 : 0;
+  w->enabled = 1;
+  w->output_errors = 0;
+  PyObject_GC_Track(w);
+  return nb::steal(reinterpret_cast<PyObject*>(w));
+}
 
 void Start(std::optional<std::string> out_path, std::optional<std::string> kernels,
            std::optional<std::string> token_range) {
@@ -229,6 +406,10 @@ NB_MODULE(_native, m) {
     g_tensor_type = reinterpret_cast<PyTypeObject*>(type.ptr());
   });
   m.def("open_depth", [] { return t_open.size(); });
+  g_wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_wrapper_spec));
+  if (g_wrapper_type == nullptr) throw nb::python_error();
+  m.def("wrap_forward", &MakeWrapper, nb::arg("site"), nb::arg("name"), nb::arg("kind"),
+        nb::arg("forward"), nb::arg("record"), nb::arg("on_output").none());
   nb::class_<PreHook>(m, "PreHook")
       .def(nb::init<uint32_t, const std::string&, int>())
       .def("__call__", &PreHook::Call, nb::arg("module"), nb::arg("args").none());

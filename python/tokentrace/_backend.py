@@ -1,7 +1,7 @@
 """The recorder behind a trace: the native shim, through the extension tokentrace._native.
 
 NativeBackend is the small interface the rest of the package uses: start/stop/active/out_path,
-site(), pre_hook()/post_hook() hook objects, current(), escape(),
+site(), wrap_forward() (a module's forward, wrapped) and pre_hook()/post_hook() hook objects, current(), escape(),
 kernels_status. The hooks are C++ objects that push/pop NVTX ranges in the "tokentrace"
 domain; the shim turns those into calls and tokens and joins kernels to them. There is no
 other recorder: without the extension, get_backend() raises and says how to build it.
@@ -78,6 +78,9 @@ class NativeBackend:
 
     def escape(self, kind=4):
         self._n.escape(kind)
+
+    def wrap_forward(self, site_id, name, kind, forward, on_output=None):
+        return self._n.wrap_forward(site_id, name, kind, forward, True, on_output)
 
     def pre_hook(self, site_id, name, kind):
         return self._n.PreHook(site_id, name, kind)

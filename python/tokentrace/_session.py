@@ -1,9 +1,20 @@
 """Installs and removes the recording hooks on one model; shared by trace, record and preload.
 
-Per hooked site: a forward pre-hook (prepended, so the call opens before any user pre-hook)
-and a forward hook registered with always_call=True, so a call that raises still closes and
-the NVTX stack stays balanced. The post-hook closes only the call its own pre-hook opened; if
-an earlier pre-hook raised before ours ran, it does nothing.
+Per hooked site, the module's `forward` is replaced by a native wrapper (an instance attribute
+over the class's forward; see python/src/native.cc): each call opens a tokentrace call, runs
+the original forward, records the output and closes the call, also when forward raises. torch
+keeps calling such modules through its fast path, which is why this costs far less than a
+forward pre-hook and hook pair.
+
+A module that already has forward hooks or pre-hooks when the trace starts (the user's, or an
+edit spec's from tt.when) gets that pair instead (pre-hook prepended, post-hook appended with
+always_call=True), so the other hooks run inside the recorded call: their kernels count
+towards it, and the recorded and saved output is the one after the edits. torch runs such
+modules through its slow path anyway. A module whose forward cannot be replaced gets the pair
+as well.
+
+remove() restores each module's forward as it was. If someone else replaced forward over ours
+in the meantime, ours stays in their chain as a pass-through.
 """
 
 import threading
@@ -12,6 +23,8 @@ import warnings
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
 from ._backend import KIND_MODULE, KIND_ROOT
+
+_MISSING = object()
 
 
 class HookSet:
@@ -22,41 +35,81 @@ class HookSet:
         self.saved = set(saved)
         self.sink = sink
         self.handles = []
+        self.wrapped = []   # (module, wrapper, the instance `forward` it replaced or _MISSING)
         self.site_ids = {}
-        self.save_errors = 0
+        self._save_errors = 0
         self._warned = False
         self._lock = threading.Lock()
 
+    @property
+    def save_errors(self):
+        return self._save_errors + sum(w.output_errors for _, w, _ in self.wrapped)
+
     def install(self, running_root_args=None):
-        """Registers the hooks. running_root_args: the root is being called right now
-        (preload installs from inside the first root call): open that call by hand."""
+        """Installs the hooks. running_root_args: the root is being called right now (preload
+        installs from inside the first root call): that call is opened here and closed by a
+        one-shot forward hook when it returns."""
         names = site_names(self.model)
-        root_pre = None
+        root_open = None
         try:
             for name in self.hooked:
                 mod = names[name]
                 kind = KIND_ROOT if name == ROOT else KIND_MODULE
                 sid = self.backend.site(name, kind)
                 self.site_ids[name] = sid
-                pre = self.backend.pre_hook(sid, name, kind)
-                post = self.backend.post_hook(sid, True)
-                if name in self.saved and self.sink is not None:
-                    post = self._saving(post)
-                self.handles.append(mod.register_forward_pre_hook(pre, prepend=True))
-                self.handles.append(mod.register_forward_hook(post, always_call=True))
+                saver = self._saver() if name in self.saved and self.sink is not None else None
+                opened = None
+                if not (mod._forward_hooks or mod._forward_pre_hooks):
+                    opened = self._wrap(mod, sid, name, kind, saver)
+                if opened is None:
+                    opened = self._hook(mod, sid, name, kind, saver)
                 if name == ROOT:
-                    root_pre = pre
+                    root_open = opened
         except BaseException:
             self.remove()
             raise
-        if running_root_args is not None and root_pre is not None:
-            root_pre(self.model, running_root_args)
+        if running_root_args is not None and root_open is not None:
+            root_open()
 
-    def _saving(self, post):
+    def _wrap(self, mod, sid, name, kind, saver):
+        previous = mod.__dict__.get("forward", _MISSING)
+        forward = mod.forward
+        wrapper = self.backend.wrap_forward(sid, name, kind, forward, saver)
+        try:
+            object.__setattr__(mod, "forward", wrapper)
+        except Exception:
+            return None
+        self.wrapped.append((mod, wrapper, previous))
+
+        def open_in_progress():
+            wrapper.open()
+            holder = []
+
+            def close(module, args, output):
+                holder[0].remove()
+                wrapper.close(output)
+            holder.append(mod.register_forward_hook(close, always_call=True))
+            self.handles.append(holder[0])
+        return open_in_progress
+
+    def _hook(self, mod, sid, name, kind, saver):
+        pre = self.backend.pre_hook(sid, name, kind)
+        post = self.backend.post_hook(sid, True)
+        if saver is not None:
+            inner = post
+
+            def post(module, args, output):
+                saver(output)
+                return inner(module, args, output)
+        self.handles.append(mod.register_forward_pre_hook(pre, prepend=True))
+        self.handles.append(mod.register_forward_hook(post, always_call=True))
+        return lambda: pre(mod, ())
+
+    def _saver(self):
         current = self.backend.current
         sink = self.sink
 
-        def saving_post(module, args, output):
+        def save(output):
             try:
                 tensor, _ = first_tensor(output)
                 if tensor is not None:
@@ -65,12 +118,11 @@ class HookSet:
                         sink.save(call_id, tensor)
             except Exception as exc:  # never crash the traced job
                 self._save_failed(exc)
-            return post(module, args, output)
-        return saving_post
+        return save
 
     def _save_failed(self, exc):
         with self._lock:
-            self.save_errors += 1
+            self._save_errors += 1
             if self._warned:
                 return
             self._warned = True
@@ -84,3 +136,12 @@ class HookSet:
             except Exception:
                 pass
         self.handles = []
+        for mod, wrapper, previous in reversed(self.wrapped):
+            if mod.__dict__.get("forward") is wrapper:
+                if previous is _MISSING:
+                    del mod.__dict__["forward"]
+                else:
+                    mod.__dict__["forward"] = previous
+            else:  # wrapped over by someone else: stay in their chain, doing nothing
+                wrapper.enabled = 0
+        self.wrapped = []

@@ -249,22 +249,37 @@ void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id) {
   if (IsTokenGraph(graph_id)) MarkTokenGraph(graph_exec_id);
 }
 
-void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
-            const int64_t* shape) {
-  if (!g_active.load(std::memory_order_relaxed)) return;
-  ThreadState* s = State();
-  if (s == nullptr) return;
+namespace {
+void WriteOutput(ThreadState* s, uint64_t call_id, uint32_t path_id, uint32_t dtype_id, int ndim,
+                 const int64_t* shape) {
   uint32_t dims[kMaxOutputDims] = {};
   const int kept = ndim < 0 ? 0 : (ndim > kMaxOutputDims ? kMaxOutputDims : ndim);
   for (int i = 0; i < kept; ++i) {
     dims[i] = shape[i] < 0 || shape[i] > 0x7fffffff ? 0x7fffffffu : static_cast<uint32_t>(shape[i]);
   }
-  const uint32_t path_id = sites::Intern(path != nullptr ? path : "", SiteKind::kText);
-  const uint32_t dtype_id = sites::Intern(dtype != nullptr ? dtype : "", SiteKind::kText);
   // ndim is stored as given (up to 255) so the joiner can count truncated shapes.
   const uint32_t packed = dtype_id | (static_cast<uint32_t>(ndim < 0 ? 0 : ndim > 255 ? 255 : ndim) << 24);
   Write(s, EventKind::kOutput, call_id, dims[0] | (static_cast<uint64_t>(dims[1]) << 32),
         dims[2] | (static_cast<uint64_t>(dims[3]) << 32), path_id, packed, dims[4]);
+}
+}  // namespace
+
+void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
+            const int64_t* shape) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = State();
+  if (s == nullptr) return;
+  WriteOutput(s, call_id, sites::Intern(path != nullptr ? path : "", SiteKind::kText),
+              sites::Intern(dtype != nullptr ? dtype : "", SiteKind::kText), ndim, shape);
+}
+
+void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = t_state;
+  if (s == nullptr || s->generation != g_generation.load(std::memory_order_relaxed)) return;
+  const OpenCall* top = Top(s);
+  if (top == nullptr) return;
+  WriteOutput(s, top->call_id, path_id, dtype_id, ndim, shape);
 }
 
 CurrentCall Current() {

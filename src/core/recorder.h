@@ -50,6 +50,10 @@ void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id);
 constexpr int kMaxOutputDims = 5;
 void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
             const int64_t* shape);
+// The same for the innermost open call on this thread, with the path and dtype already
+// interned (sites::Intern(..., SiteKind::kText)): the Python hooks' per-call path, which
+// costs no string work. Nothing is recorded when no call is open.
+void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
 
 // Innermost open call on this thread (0 = none) and its token. For the Python layer.
 // `k` is always 0 here: calls are numbered per site by the background thread (the hot path
