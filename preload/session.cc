@@ -1,8 +1,12 @@
 #include "preload/session.h"
 
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <cerrno>
 #include <cstdio>
 
 #include "core/buffer_registry.h"
@@ -24,6 +28,30 @@ std::string RankFromEnvironment() {
     if (v != nullptr && *v != '\0') return v;
   }
   return "0";
+}
+
+// Wake-ups of the background thread (Stop, and the signal handler, which can only write to a
+// file descriptor): one eventfd per process, made before the first session's thread starts.
+std::atomic<int> g_wake_fd{-1};
+std::atomic<int> g_stop_signal{0};      // set by RequestStopFromSignal
+std::atomic<bool> g_loop_running{false};
+std::atomic<bool> g_signal_stop_done{false};
+
+int WakeFd() {
+  int fd = g_wake_fd.load();
+  if (fd < 0) {
+    fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    g_wake_fd.store(fd);
+  }
+  return fd;
+}
+
+void Wake() {
+  const int fd = g_wake_fd.load();
+  if (fd < 0) return;
+  const uint64_t one = 1;
+  ssize_t ignored = write(fd, &one, sizeof one);
+  (void)ignored;
 }
 
 // The output directory must exist and be writable; checked before the job starts work.
@@ -59,7 +87,15 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   } else {
     s->SetKernelsStatus("waiting for CUDA initialisation");
   }
+  WakeFd();
+  // The background thread never takes the job's termination signals (their handler waits for
+  // it), so it starts with them blocked.
+  sigset_t block, old;
+  sigemptyset(&block);
+  for (int sig : {SIGTERM, SIGHUP, SIGINT}) sigaddset(&block, sig);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
   s->thread_ = std::thread([raw = s.get()] { raw->Loop(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return s;
 }
 
@@ -124,11 +160,20 @@ void Session::OnDropped(uint64_t records) {
 }
 
 void Session::Loop() {
-  std::unique_lock<std::mutex> lock(loop_mutex_);
-  while (!loop_stop_) {
-    loop_cv_.wait_for(lock, std::chrono::milliseconds(config_.flush_ms));
-    if (loop_stop_) break;
-    lock.unlock();
+  g_loop_running.store(true);
+  const int fd = g_wake_fd.load();
+  while (!loop_stop_.load()) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, fd >= 0 ? 1 : 0, config_.flush_ms) > 0) {
+      uint64_t count;
+      ssize_t ignored = read(fd, &count, sizeof count);  // reset the eventfd
+      (void)ignored;
+    }
+    if (const int sig = g_stop_signal.load()) {
+      StopFromSignal(sig);
+      break;
+    }
+    if (loop_stop_.load()) break;
     // CUPTI hands over an activity buffer only when it is full (8 MB) or flushed: force one
     // about once a second so GPU records reach the file as promised (at most ~1 s behind).
     if (kernels_started_ && ++loops_since_cupti_flush_ * config_.flush_ms >= 1000) {
@@ -143,8 +188,45 @@ void Session::Loop() {
         last_error_ = error;
       }
     }
-    lock.lock();
   }
+  g_loop_running.store(false);
+}
+
+void Session::StopFromSignal(int sig) {
+  {
+    std::lock_guard<std::mutex> drain(drain_mutex_);
+    if (!stopped_) {
+      stopped_ = true;
+      recorder::EndSession();
+      std::string error;
+      DrainLocked(true, &error);  // closes open calls (counted as unclosed_range)
+      Batch meta;
+      meta.meta = MetaRows();
+      const char* name = sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : sig == SIGINT ? "SIGINT" : "";
+      meta.meta.emplace_back("exit_signal", *name ? name : std::to_string(sig));
+      if (store_) store_->Write(meta, &error);
+      if (store_) store_->Close();
+    }
+  }
+  g_signal_stop_done.store(true);
+}
+
+bool Session::RequestStopFromSignal(int sig) {
+  if (!g_loop_running.load()) return false;
+  int expected = 0;
+  g_stop_signal.compare_exchange_strong(expected, sig);
+  Wake();
+  return true;
+}
+
+bool Session::StopFromSignalDone() { return g_signal_stop_done.load(); }
+
+void Session::AfterForkInChild() {
+  const int fd = g_wake_fd.exchange(-1);
+  if (fd >= 0) close(fd);
+  g_loop_running.store(false);
+  g_stop_signal.store(0);
+  g_signal_stop_done.store(false);
 }
 
 bool Session::DrainLocked(bool final, std::string* error) {
@@ -211,10 +293,17 @@ bool Session::Flush(std::string* error) {
 }
 
 bool Session::Stop(std::string* error) {
+  bool already;
   {
     std::lock_guard<std::mutex> drain(drain_mutex_);
-    if (stopped_) return true;
+    already = stopped_;
     stopped_ = true;
+  }
+  if (already) {  // stopped before (or by a termination signal): only the thread is left
+    loop_stop_.store(true);
+    Wake();
+    if (thread_.joinable()) thread_.join();
+    return true;
   }
   recorder::EndSession();
   if (kernels_started_) {
@@ -223,11 +312,8 @@ bool Session::Stop(std::string* error) {
   } else if (preload_ && config_.kernels.kind != KernelMode::kOff) {
     SetKernelsStatus("the job never initialised CUDA (no GPU work to record)");
   }
-  {
-    std::lock_guard<std::mutex> lock(loop_mutex_);
-    loop_stop_ = true;
-  }
-  loop_cv_.notify_all();
+  loop_stop_.store(true);
+  Wake();
   if (thread_.joinable()) thread_.join();
   bool ok;
   {

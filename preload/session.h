@@ -7,7 +7,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,6 +35,16 @@ class Session : public cupti::ActivitySink {
   // Final drain, closes open calls, writes and closes the file. Idempotent.
   bool Stop(std::string* error);
 
+  // Async-signal-safe: the job is being terminated by `sig`. Asks the running session's
+  // background thread to write what it has (closing open calls; CUPTI is not touched, the
+  // interrupted thread may hold its locks) and close the file. Returns at once; false when no
+  // session's background thread is running to do it.
+  static bool RequestStopFromSignal(int sig);
+  // Async-signal-safe: true once that stop has finished.
+  static bool StopFromSignalDone();
+  // In a fork child, before its own session starts: the wake-up channel is the parent's.
+  static void AfterForkInChild();
+
   const std::string& out_path() const { return out_path_; }
   std::string kernels_status() const;
 
@@ -45,6 +54,7 @@ class Session : public cupti::ActivitySink {
  private:
   Session(const Config& config, bool preload, std::string out_path);
   void Loop();
+  void StopFromSignal(int sig);
   bool DrainLocked(bool final, std::string* error);  // requires drain_mutex_
   bool WriteLocked(Batch& batch, std::string* error);
   void SetKernelsStatus(const std::string& status);
@@ -71,9 +81,7 @@ class Session : public cupti::ActivitySink {
   std::vector<std::string> activity_names_;  // owns names of queued kernel records
   std::atomic<uint64_t> cupti_dropped_{0};
 
-  std::mutex loop_mutex_;
-  std::condition_variable loop_cv_;
-  bool loop_stop_ = false;
+  std::atomic<bool> loop_stop_{false};  // Stop -> background thread (with a wake-up)
   std::thread thread_;
 };
 

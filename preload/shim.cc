@@ -4,7 +4,9 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -55,8 +57,45 @@ void StopAtExit() {
   if (!StopSession(&error) && !error.empty()) fprintf(stderr, "%s\n", error.c_str());
 }
 
+// SIGTERM and SIGHUP (what `kill`, `timeout`, batch schedulers and a closed terminal send)
+// end a job without atexit. When the job has no handler of its own for them, ours asks the
+// background thread to write everything and close the file, waits for that (at most
+// kSignalWaitMs: the interrupted thread may hold a lock the writer needs), then restores the
+// default action and re-raises, so the job still ends by that signal. Only async-signal-safe
+// calls here. SIGINT is left alone: Python turns it into KeyboardInterrupt (and then exits
+// through atexit) only when it finds SIGINT at its default at start-up.
+constexpr int kSignalWaitMs = 5000;
+
+void OnTerminationSignal(int sig) {
+  if (Session::RequestStopFromSignal(sig)) {
+    const timespec step{0, 1000000};  // 1 ms
+    for (int waited = 0; waited < kSignalWaitMs && !Session::StopFromSignalDone(); ++waited) {
+      nanosleep(&step, nullptr);
+    }
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);  // delivered when this handler returns (the signal is blocked until then)
+}
+
+void InstallSignalHandlers() {
+  for (int sig : {SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    if (sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
+        (current.sa_flags & SA_SIGINFO) != 0) {
+      continue;  // the job handles (or ignores) it: its handler exits through atexit or _exit
+    }
+    struct sigaction ours {};
+    ours.sa_handler = &OnTerminationSignal;
+    sigemptyset(&ours.sa_mask);
+    sigaddset(&ours.sa_mask, SIGTERM);
+    sigaddset(&ours.sa_mask, SIGHUP);
+    sigaction(sig, &ours, nullptr);
+  }
+}
+
 void ForkChild() {
   State& s = S();
+  Session::AfterForkInChild();
   // The parent's background thread does not exist here and its locks may be held: the
   // parent's session object is abandoned (leaked), never touched again.
   new (&s.mutex) std::mutex();
@@ -113,6 +152,7 @@ bool StartSession(const Config& config, bool preload, std::string* error) {
     hooks_installed = true;
     pthread_atfork(nullptr, nullptr, &ForkChild);
     atexit(&StopAtExit);
+    InstallSignalHandlers();
   }
   s.config = config;
   s.preload = preload;

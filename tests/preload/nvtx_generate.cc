@@ -5,7 +5,8 @@
 //   nvtx_generate hooks [tokens]   our domain: self > transformer.h.{0,1} > .mlp, per token
 //   nvtx_generate foreign [tokens] plain ranges only: decode_step > layer_{0,1}
 //   nvtx_generate fork             2 tokens, fork; the child records 1 token of its own
-//   nvtx_generate hang             1 token, then sleeps (the test SIGKILLs it)
+//   nvtx_generate hang             1 token, then sleeps (the test SIGKILLs or SIGTERMs it)
+//   nvtx_generate hang_own_handler the same with its own SIGTERM handler, which calls exit(7)
 //   nvtx_generate quick_exit       1 token, then _exit(3) (like Python's os._exit)
 //   nvtx_generate unbalanced       pops with nothing open, leaves a range open at exit
 #include <signal.h>
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
     printf("child=%d\n", static_cast<int>(child));
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   } else if (mode == "hang") {
+    HookToken();
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
+  } else if (mode == "hang_own_handler") {
+    signal(SIGTERM, [](int) { exit(7); });  // exit(): atexit handlers run
     HookToken();
     printf("ready\n");
     fflush(stdout);

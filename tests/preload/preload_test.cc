@@ -165,6 +165,42 @@ TEST(PreloadTest, SigkilledRunLeavesAReadableFile) {
             "1");
 }
 
+// A job ended by SIGTERM (kill, timeout, a batch scheduler) without a handler of its own:
+// everything it recorded is written before it dies, and it still dies by SIGTERM. The flush
+// period is the longest accepted, so without the handler nothing would have been written yet.
+TEST(PreloadTest, SigtermedRunFlushesAndStillDiesBySigterm) {
+  const std::string dir = TempDir();
+  const std::string out = dir + "/t.sqlite";
+  const std::string cmd = Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram +
+                          " hang > " + dir + "/stdout 2>&1 & pid=$!; "
+                          "for i in $(seq 200); do grep -q ready " + dir +
+                          "/stdout && break; sleep 0.01; done; kill -TERM $pid; wait $pid; "
+                          "echo status=$?";
+  Result r = Shell(cmd);
+  EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;  // 128 + SIGTERM
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(One(out,
+                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
+                "WHERE s.name='transformer.h.0.mlp'"),
+            "1");
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='exit_signal'"), "SIGTERM");
+}
+
+// A job with its own SIGTERM handler keeps it (that handler exits through exit()/atexit).
+TEST(PreloadTest, JobsOwnSigtermHandlerIsKept) {
+  const std::string dir = TempDir();
+  const std::string out = dir + "/t.sqlite";
+  const std::string cmd = Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram +
+                          " hang_own_handler > " + dir + "/stdout 2>&1 & pid=$!; "
+                          "for i in $(seq 200); do grep -q ready " + dir +
+                          "/stdout && break; sleep 0.01; done; kill -TERM $pid; wait $pid; "
+                          "echo status=$?";
+  Result r = Shell(cmd);
+  EXPECT_NE(r.output.find("status=7"), std::string::npos) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM meta WHERE key='exit_signal'"), "0");
+}
+
 TEST(PreloadTest, UnderscoreExitStillFlushes) {
   std::string out = TempDir() + "/t.sqlite";
   Result r = Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " quick_exit");
