@@ -19,9 +19,10 @@ import tempfile
 import threading
 import time
 
-SETUPS = ("plain", "tt-off", "tt-summary", "tt-full", "tt-sample16", "patch", "torch-profiler",
-          "bare-cupti")
-TT_MODES = {"tt-off": "off", "tt-summary": "summary", "tt-full": "full", "tt-sample16": "sample:16"}
+SETUPS = ("plain", "tt-off", "tt-layers", "tt-record", "tt-summary", "tt-full", "tt-sample16",
+          "patch", "torch-profiler", "bare-cupti")
+TT_MODES = {"tt-off": "off", "tt-summary": "summary", "tt-full": "full", "tt-sample16": "sample:16",
+            "tt-layers": "off", "tt-record": "off"}
 
 
 def proc_status(field):
@@ -160,16 +161,27 @@ class Worker:
         res["peak_rss_mib"] = proc_status("VmHWM")
         return res
 
+    def sites(self, pattern):
+        """Module names of the model matching a regex (decoder layers, one site per layer)."""
+        import re
+        rx = re.compile(pattern)
+        return [name for name, _ in self.model.named_modules() if rx.fullmatch(name)]
+
     def run_tokentrace(self, n, path, sampler):
+        import re
         import tokentrace as tt
         timing = {}
+        layers = re.escape(self.patch_site.split(".0.")[0])  # transformer.h | model.layers
 
         def generate(ids, **kwargs):
+            return generate_of(self.model.generate, ids, **kwargs)
+
+        def generate_of(fn, *args, **kwargs):
             if sampler is not None:
                 sampler.start(path)
             t = time.perf_counter()
             try:
-                return self.model.generate(ids, **kwargs)
+                return fn(*args, **kwargs)
             finally:
                 self.sync()
                 timing["sec"] = time.perf_counter() - t
@@ -178,8 +190,19 @@ class Worker:
 
         t0 = time.perf_counter()
         self.sync()
-        trace = tt.trace(generate, self.ids, self.generate_kwargs(n), model=self.model,
-                         kernels=TT_MODES[self.setup], out=path)
+        mode = TT_MODES[self.setup]
+        if self.setup == "tt-record":  # tt.record runs model.generate: time it from inside
+            model = self.model
+            model.generate = lambda ids, **kw: generate_of(type(model).generate, model, ids, **kw)
+            try:
+                trace = tt.record(model, self.ids, save=tt.module(*self.sites(layers + r"\.\d+\.mlp")),
+                                  generate_kwargs=self.generate_kwargs(n), kernels=mode, out=path)
+            finally:
+                del model.generate
+        else:
+            sites = tt.module(*self.sites(layers + r"\.\d+")) if self.setup == "tt-layers" else None
+            trace = tt.trace(generate, self.ids, self.generate_kwargs(n), model=self.model,
+                             kernels=mode, out=path, sites=sites)
         total = time.perf_counter() - t0
         res = {"sec": timing["sec"], "stop_and_load_s": total - timing["sec"],
                "trace_bytes": file_bytes(path), "losses": trace.losses,

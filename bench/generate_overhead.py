@@ -25,11 +25,13 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ALL_SETUPS = ["plain", "tt-off", "tt-summary", "tt-full", "tt-sample16", "patch",
-              "torch-profiler", "bare-cupti"]
+ALL_SETUPS = ["plain", "tt-off", "tt-layers", "tt-record", "tt-summary", "tt-full",
+              "tt-sample16", "patch", "torch-profiler", "bare-cupti"]
 WHAT = {
     "plain": "no tool",
     "tt-off": "tokentrace, hooks on every module, kernels off",
+    "tt-layers": "tokentrace, hooks on the decoder layers only, kernels off",
+    "tt-record": "tt.record saving one site per layer (each layer's mlp output), kernels off",
     "tt-summary": "tokentrace summary (per-call kernel count + GPU busy)",
     "tt-full": "tokentrace full (one row per kernel)",
     "tt-sample16": "tokentrace sample:16",
@@ -203,7 +205,7 @@ def table(model, n, results, errors, args):
 
 
 def targets(summary, setups):
-    """Issue 5's targets checked against one table's medians."""
+    """The targets of issues 3 (hooks, record) and 5 (kernel modes) against one table's medians."""
     med = {s: statistics.median(v) for s, v in summary["results"].items() if v}
     plain, bare, prof_over = summary["plain"], summary["bare"], summary["prof_over"]
     rows = []
@@ -217,6 +219,10 @@ def targets(summary, setups):
     if plain:
         check("kernels off", med.get("tt-off", 0) / plain if "tt-off" in med else None, 1.05,
               "≤ 1.05 × plain")
+        check("decoder layers only", med.get("tt-layers", 0) / plain
+              if "tt-layers" in med else None, 1.02, "≤ 1.02 × plain")
+        check("record, one site per layer", med.get("tt-record", 0) / plain
+              if "tt-record" in med else None, 1.05, "≤ 1.05 × plain")
         check("sample:16", med.get("tt-sample16", 0) / plain if "tt-sample16" in med else None,
               1.05, "≤ 1.05 × plain")
         check("patch", med.get("patch", 0) / plain if "patch" in med else None, 1.02,
@@ -348,7 +354,7 @@ def measure(workers, models, counts, setups, args):
                 if model in ("llama1b", "tiny-llama"):
                     scope = ("" if model == "llama1b" else " — the targets are set for the "
                              "Llama-1B shape on an H200; here they are informational only")
-                    target_lines += [f"### Targets (issue 5), {model}, {n} new tokens{scope}",
+                    target_lines += [f"### Targets (issues 3 and 5), {model}, {n} new tokens{scope}",
                                      ""] + targets(summary, setups) + [""]
         out += target_lines
     if args.long or args.long_only:

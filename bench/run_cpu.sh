@@ -67,6 +67,20 @@ PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 300 "$python" bench/hoo
 echo >> "$out"
 
 if [ -z "${SKIP_GENERATE:-}" ]; then
+  # The `patch` setup needs the patch-table operators built against this torch: the ones
+  # scripts/setup.sh built, else built here.
+  if [ -z "${TOKENTRACE_TORCH_OPS_LIB:-}" ]; then
+    for ops in "$build/torch-ops/libtokentrace_torch_ops.so" build/torch-ops/libtokentrace_torch_ops.so ""; do
+      [ -n "$ops" ] && [ -f "$ops" ] && break
+    done
+    if [ -z "$ops" ]; then
+      echo "== cuda/torch/build.sh $build/torch-ops" >&2
+      ops="$build/torch-ops/libtokentrace_torch_ops.so"
+      bash cuda/torch/build.sh "$build/torch-ops" "$python" > "$tmp/torch-ops.log" 2>&1 \
+        || { tail -5 "$tmp/torch-ops.log" >&2; echo "the patch setup will fail" >&2; }
+    fi
+    export TOKENTRACE_TORCH_OPS_LIB="$(realpath -m "$ops")"
+  fi
   echo "== generate_overhead.py --small" >&2
   PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 900 "$python" \
     bench/generate_overhead.py --small --models "${GEN_MODELS:-tiny-llama}" --threads 1 \
