@@ -4,6 +4,8 @@
 #      processes, interleaved (3 processes each, 5 rounds of 20000 launches per process);
 #   2. generate_overhead.py: Llama-1B shape (GEN_MODELS=gpt2,llama1b for both), 64 new tokens,
 #      3 repeats, every setup;
+#   2b. graph_replay_overhead.py: a Llama-1B-shape decode step captured as a CUDA graph and
+#      replayed GRAPH_TOKENS (256) times: plain / bare CUPTI / tokentrace full and summary;
 #   3. the long run (full, summary, plain) over LONG_TOKENS (default 1024) new tokens.
 # Writes $OUT/bench-gpu.md (copy it to bench/results/<date>-h200.md) and logs next to it.
 #   OUT=/tmp/out bash bench/gpu_bench.sh
@@ -104,6 +106,14 @@ timeout 420 "$python" bench/generate_overhead.py --device cuda \
   --out "$tmp/generate.md" > "$out/generate.log" 2>&1 || { rc=1; tail -30 "$out/generate.log"; }
 cat "$tmp/generate.md" >> "$md" 2>/dev/null
 echo "gpu_bench: generate done at $(( $(date +%s) - t_start )) s" >&2
+
+# ---- 2b. CUDA-graph replayed decode (issue 6) ------------------------------------------------
+timeout 240 "$python" bench/graph_replay_overhead.py --bare-cupti "$bare" \
+  --tokens "${GRAPH_TOKENS:-256}" --repeats "${GRAPH_REPEATS:-5}" --out "$tmp/graph.md" \
+  > "$out/graph.log" 2>&1 || { rc=1; tail -30 "$out/graph.log"; }
+echo >> "$md"
+cat "$tmp/graph.md" >> "$md" 2>/dev/null
+echo "gpu_bench: graph replay done at $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 3. long run ---------------------------------------------------------------------------
 if [ "${LONG_TOKENS:-1024}" != "0" ]; then
