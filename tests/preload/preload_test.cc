@@ -165,19 +165,23 @@ TEST(PreloadTest, SigkilledRunLeavesAReadableFile) {
             "1");
 }
 
+// Runs nvtx_generate MODE (it records a token, prints "ready", then waits) with the longest
+// accepted flush period, sends it SIGTERM once it is ready, and returns its exit status as
+// the shell reports it ("status=N"; 143 = killed by SIGTERM).
+Result RunThenTerminate(const std::string& mode, const std::string& out) {
+  const std::string log = out + ".stdout";
+  return Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " " + mode + " > " +
+               log + " 2>&1 & pid=$!; for i in $(seq 200); do grep -q ready " + log +
+               " && break; sleep 0.01; done; kill -TERM $pid; wait $pid; echo status=$?");
+}
+
 // A job ended by SIGTERM (kill, timeout, a batch scheduler) without a handler of its own:
-// everything it recorded is written before it dies, and it still dies by SIGTERM. The flush
-// period is the longest accepted, so without the handler nothing would have been written yet.
+// everything it recorded is written before it dies, and it still dies by SIGTERM. Without the
+// handler nothing would have been written yet (the flush period is a second).
 TEST(PreloadTest, SigtermedRunFlushesAndStillDiesBySigterm) {
-  const std::string dir = TempDir();
-  const std::string out = dir + "/t.sqlite";
-  const std::string cmd = Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram +
-                          " hang > " + dir + "/stdout 2>&1 & pid=$!; "
-                          "for i in $(seq 200); do grep -q ready " + dir +
-                          "/stdout && break; sleep 0.01; done; kill -TERM $pid; wait $pid; "
-                          "echo status=$?";
-  Result r = Shell(cmd);
-  EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;  // 128 + SIGTERM
+  const std::string out = TempDir() + "/t.sqlite";
+  Result r = RunThenTerminate("hang", out);
+  EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
   EXPECT_EQ(One(out,
                 "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
@@ -188,14 +192,8 @@ TEST(PreloadTest, SigtermedRunFlushesAndStillDiesBySigterm) {
 
 // A job with its own SIGTERM handler keeps it (that handler exits through exit()/atexit).
 TEST(PreloadTest, JobsOwnSigtermHandlerIsKept) {
-  const std::string dir = TempDir();
-  const std::string out = dir + "/t.sqlite";
-  const std::string cmd = Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram +
-                          " hang_own_handler > " + dir + "/stdout 2>&1 & pid=$!; "
-                          "for i in $(seq 200); do grep -q ready " + dir +
-                          "/stdout && break; sleep 0.01; done; kill -TERM $pid; wait $pid; "
-                          "echo status=$?";
-  Result r = Shell(cmd);
+  const std::string out = TempDir() + "/t.sqlite";
+  Result r = RunThenTerminate("hang_own_handler", out);
   EXPECT_NE(r.output.find("status=7"), std::string::npos) << r.output;
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM meta WHERE key='exit_signal'"), "0");
