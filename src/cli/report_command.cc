@@ -144,7 +144,14 @@ int ReportCommand(const std::vector<std::string>& args) {
     std::string why = status.rfind("tokentrace: ", 0) == 0 ? status.substr(12) : status;
     kernels_line = "not recorded: " + why;
   }
-  out += "  GPU kernels: " + kernels_line + "\n\n";
+  out += "  GPU kernels: " + kernels_line + "\n";
+  const std::string signal = MetaValue(meta, "exit_signal");
+  if (!signal.empty() && signal != "unknown") {
+    out += "  the job was ended by " + signal +
+           ": what it recorded until then is here; kernel records still inside CUPTI were not "
+           "waited for\n";
+  }
+  out += "\n";
 
   out += "tokens: " + std::to_string(tokens.size());
   const auto replays = std::count_if(tokens.begin(), tokens.end(),

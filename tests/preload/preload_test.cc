@@ -188,6 +188,9 @@ TEST(PreloadTest, SigtermedRunFlushesAndStillDiesBySigterm) {
                 "WHERE s.name='transformer.h.0.mlp'"),
             "1");
   EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='exit_signal'"), "SIGTERM");
+  Result report = Shell(kCli + " report " + out);
+  EXPECT_EQ(report.status, 0) << report.output;
+  EXPECT_NE(report.output.find("the job was ended by SIGTERM"), std::string::npos) << report.output;
 }
 
 // A job with its own SIGTERM handler keeps it (that handler exits through exit()/atexit).
