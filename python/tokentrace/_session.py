@@ -14,11 +14,15 @@ modules through its slow path anyway. A module whose forward cannot be replaced 
 as well.
 
 remove() restores each module's forward as it was. If someone else replaced forward over ours
-in the meantime, ours stays in their chain as a pass-through.
+in the meantime, ours stays in their chain as a pass-through. Models holding an
+nn.DataParallel get the hook pairs everywhere: its replicas are shallow copies of each
+module's __dict__, and a wrapped forward would call the original module from them.
 """
 
 import threading
 import warnings
+
+from torch.nn import DataParallel
 
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
@@ -50,6 +54,9 @@ class HookSet:
         installs from inside the first root call): that call is opened here and closed by a
         one-shot forward hook when it returns."""
         names = site_names(self.model)
+        # nn.DataParallel copies each module's __dict__ into its replicas: a wrapped forward
+        # would run the original module there. Such models get the hook pairs throughout.
+        replicated = any(isinstance(m, DataParallel) for m in names.values())
         root_open = None
         try:
             for name in self.hooked:
@@ -59,7 +66,7 @@ class HookSet:
                 self.site_ids[name] = sid
                 saver = self._saver() if name in self.saved and self.sink is not None else None
                 opened = None
-                if not (mod._forward_hooks or mod._forward_pre_hooks):
+                if not (replicated or mod._forward_hooks or mod._forward_pre_hooks):
                     opened = self._wrap(mod, sid, name, kind, saver)
                 if opened is None:
                     opened = self._hook(mod, sid, name, kind, saver)

@@ -144,3 +144,15 @@ def test_recursive_module_numbering():
     calls = [trace[f"self:{k}"] for k in range(1, 5)]
     assert trace["self"].num_calls == 4
     assert [c.parent_id for c in calls[1:]] == [c.id for c in calls[:-1]]
+
+
+def test_data_parallel_models_get_hooks_instead():
+    # DataParallel replicas are shallow copies of each module's __dict__: a wrapped forward
+    # there would run the original module, so such models are traced through hooks.
+    inner = Probe()
+    model = nn.DataParallel(inner, device_ids=[])  # no GPU here: calls the module directly
+    trace = _trace(model, torch.ones(1, 4), model=model)
+    wrapped = inner.seen[-1][3]
+    assert not wrapped, "a module under DataParallel had its forward replaced"
+    assert trace["module"].num_calls == 1 and trace["module.lin"].num_calls == 1
+    assert not inner._forward_hooks and not inner._forward_pre_hooks
