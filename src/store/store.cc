@@ -15,8 +15,8 @@ namespace tokentrace {
 
 struct Store::Statements {
   Statement begin, commit, rollback;
-  Statement meta, site, string, call, kernel, kernel_block, call_gpu, escape, output, loss,
-      token_stats;
+  Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape,
+      output, output_block, loss, token_stats;
 };
 
 namespace {
@@ -39,20 +39,63 @@ bool RemoveIfPresent(const std::string& path, std::string* reason) {
   return false;
 }
 
-// Kernel rows go in blocks of this many rows per INSERT statement: one step per block instead
-// of one per row halves the per-row cost (statement start, cursor open, halt and reset
-// dominate a single-row insert). 64 rows * 11 columns = 704 parameters.
-constexpr int kKernelBlockRows = 64;
+// The many-row tables (kernels, and calls and outputs from the Python hooks) are written in
+// blocks of this many rows per INSERT statement: one step per block instead of one per row
+// halves the per-row cost or better (statement start, cursor open, halt and reset dominate a
+// single-row insert). 64 rows * 11 columns = 704 parameters at most.
+constexpr int kBlockRows = 64;
 constexpr int kKernelColumns = 11;
+constexpr int kCallColumns = 8;
+constexpr int kOutputColumns = 4;
+constexpr char kCallsInsert[] = "INSERT OR REPLACE INTO calls VALUES";
+constexpr char kKernelsInsert[] = "INSERT INTO kernels VALUES";
+constexpr char kOutputsInsert[] = "INSERT INTO call_outputs VALUES";
 
-std::string KernelInsertSql(int rows) {
-  std::string sql = "INSERT INTO kernels VALUES";
+// "<head> (?,?,..),(?,?,..)..." for `rows` rows of `columns` parameters.
+std::string InsertSql(const char* head, int rows, int columns) {
+  std::string sql = head;
   for (int r = 0; r < rows; ++r) {
     sql += r == 0 ? "(" : ",(";
-    for (int c = 0; c < kKernelColumns; ++c) sql += c == 0 ? "?" : ",?";
+    for (int c = 0; c < columns; ++c) sql += c == 0 ? "?" : ",?";
     sql += ")";
   }
   return sql;
+}
+
+// Writes `rows` with `block` (kBlockRows rows per step) and the rest with `single`;
+// bind(statement, first parameter, row) binds one row. False on the first failed step.
+template <typename Row, typename Bind>
+bool WriteInBlocks(const std::vector<Row>& rows, int columns, Statement& block, Statement& single,
+                   Bind bind) {
+  const size_t n = rows.size();
+  size_t i = 0;
+  for (; i + kBlockRows <= n; i += kBlockRows) {
+    for (int r = 0; r < kBlockRows; ++r) bind(block, 1 + r * columns, rows[i + r]);
+    if (!block.Run()) return false;
+  }
+  for (; i < n; ++i) {
+    bind(single, 1, rows[i]);
+    if (!single.Run()) return false;
+  }
+  return true;
+}
+
+void BindCall(Statement& c, int first, const CallRow& r) {
+  c.Bind(first, static_cast<int64_t>(r.id));
+  c.Bind(first + 1, r.site_id);
+  c.Bind(first + 2, r.k);
+  c.Bind(first + 3, r.token);
+  if (r.parent_id == 0) c.BindNull(first + 4); else c.Bind(first + 4, static_cast<int64_t>(r.parent_id));
+  c.Bind(first + 5, r.thread);
+  c.Bind(first + 6, r.cpu_begin_ns);
+  if (r.cpu_end_ns == -1) c.BindNull(first + 7); else c.Bind(first + 7, r.cpu_end_ns);
+}
+
+void BindOutput(Statement& o, int first, const OutputRow& r) {
+  o.Bind(first, static_cast<int64_t>(r.call_id));
+  o.Bind(first + 1, r.path);
+  o.Bind(first + 2, r.shape);
+  o.Bind(first + 3, r.dtype);
 }
 
 // Binds one kernel row at parameters first .. first+10.
@@ -153,10 +196,12 @@ bool Store::Prepare(std::string* error) {
                         error) &&
          s.site.Prepare(db_, "INSERT OR REPLACE INTO sites VALUES(?1,?2,?3,?4)", error) &&
          s.string.Prepare(db_, "INSERT OR REPLACE INTO strings VALUES(?1,?2)", error) &&
-         s.call.Prepare(db_, "INSERT OR REPLACE INTO calls VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
-                        error) &&
-         s.kernel.Prepare(db_, KernelInsertSql(1).c_str(), error) &&
-         s.kernel_block.Prepare(db_, KernelInsertSql(kKernelBlockRows).c_str(), error) &&
+         s.call.Prepare(db_, InsertSql(kCallsInsert, 1, kCallColumns).c_str(), error) &&
+         s.call_block.Prepare(db_, InsertSql(kCallsInsert, kBlockRows, kCallColumns).c_str(),
+                              error) &&
+         s.kernel.Prepare(db_, InsertSql(kKernelsInsert, 1, kKernelColumns).c_str(), error) &&
+         s.kernel_block.Prepare(
+             db_, InsertSql(kKernelsInsert, kBlockRows, kKernelColumns).c_str(), error) &&
          // All right-hand sides see the old row, so `kernels = 0` means "no kernel yet":
          // a delta without kernels must not pull first_begin down to its 0.
          s.call_gpu.Prepare(
@@ -172,7 +217,9 @@ bool Store::Prepare(std::string* error) {
              "  ELSE max(gpu_last_end_ns, excluded.gpu_last_end_ns) END",
              error) &&
          s.escape.Prepare(db_, "INSERT INTO escapes VALUES(?1,?2,?3,?4,?5)", error) &&
-         s.output.Prepare(db_, "INSERT INTO call_outputs VALUES(?1,?2,?3,?4)", error) &&
+         s.output.Prepare(db_, InsertSql(kOutputsInsert, 1, kOutputColumns).c_str(), error) &&
+         s.output_block.Prepare(
+             db_, InsertSql(kOutputsInsert, kBlockRows, kOutputColumns).c_str(), error) &&
          s.loss.Prepare(db_,
                         "INSERT INTO losses VALUES(?1,?2) "
                         "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
@@ -227,29 +274,10 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.string.Bind(2, r.text);
     if (!s.string.Run()) return fail();
   }
-  for (const CallRow& r : batch.calls) {
-    s.call.Bind(1, static_cast<int64_t>(r.id));
-    s.call.Bind(2, r.site_id);
-    s.call.Bind(3, r.k);
-    s.call.Bind(4, r.token);
-    if (r.parent_id == 0) s.call.BindNull(5); else s.call.Bind(5, static_cast<int64_t>(r.parent_id));
-    s.call.Bind(6, r.thread);
-    s.call.Bind(7, r.cpu_begin_ns);
-    if (r.cpu_end_ns == -1) s.call.BindNull(8); else s.call.Bind(8, r.cpu_end_ns);
-    if (!s.call.Run()) return fail();
-  }
+  if (!WriteInBlocks(batch.calls, kCallColumns, s.call_block, s.call, BindCall)) return fail();
   // The hot loop of the writer (one row per kernel in full mode): bind and step only.
-  const size_t n = batch.kernels.size();
-  size_t i = 0;
-  for (; i + kKernelBlockRows <= n; i += kKernelBlockRows) {
-    for (int r = 0; r < kKernelBlockRows; ++r) {
-      BindKernel(s.kernel_block, 1 + r * kKernelColumns, batch.kernels[i + r]);
-    }
-    if (!s.kernel_block.Run()) return fail();
-  }
-  for (; i < n; ++i) {
-    BindKernel(s.kernel, 1, batch.kernels[i]);
-    if (!s.kernel.Run()) return fail();
+  if (!WriteInBlocks(batch.kernels, kKernelColumns, s.kernel_block, s.kernel, BindKernel)) {
+    return fail();
   }
   std::map<uint32_t, TokenDelta> tokens;
   for (const CallGpuDelta& d : batch.call_gpu) {
@@ -272,12 +300,8 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     if (!s.escape.Run()) return fail();
     tokens[r.token].escapes += 1;
   }
-  for (const OutputRow& r : batch.outputs) {
-    s.output.Bind(1, static_cast<int64_t>(r.call_id));
-    s.output.Bind(2, r.path);
-    s.output.Bind(3, r.shape);
-    s.output.Bind(4, r.dtype);
-    if (!s.output.Run()) return fail();
+  if (!WriteInBlocks(batch.outputs, kOutputColumns, s.output_block, s.output, BindOutput)) {
+    return fail();
   }
   for (const auto& [token, t] : tokens) {
     s.token_stats.Bind(1, token);

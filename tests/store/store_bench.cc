@@ -66,6 +66,44 @@ void BM_WriteKernelRows(benchmark::State& state) {
 BENCHMARK(BM_WriteKernelRows)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_WriteKernelRows)->Arg(100000)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// What the Python hooks produce per module call: one call row and one output row (a
+// [1, 1, 2048] bf16 tensor), 230 calls per token as in the Llama-1B shape.
+void BM_WriteCallRows(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0));
+  char dir[] = "/tmp/tt_store_bench_XXXXXX";
+  if (mkdtemp(dir) == nullptr) std::abort();
+  std::string path = std::string(dir) + "/bench.sqlite", error;
+  auto store = Store::Open(path, &error);
+  if (store == nullptr) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  uint64_t id = (1ULL << 40) + 1;
+  int64_t now = 86400LL * 3 * 1000000000;
+  int64_t written = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Batch b;
+    b.calls.reserve(rows);
+    b.outputs.reserve(rows);
+    for (int i = 0; i < rows; ++i, ++id) {
+      const uint32_t token = static_cast<uint32_t>((id & 0xffffffffff) / 230 + 1);
+      b.calls.push_back({id, static_cast<uint32_t>(id % 230 + 1), token, token, id - 1, 0, now,
+                         now + 4000});
+      b.outputs.push_back({id, "", "[1, 1, 2048]", "bfloat16"});
+      now += 5000;
+    }
+    state.ResumeTiming();
+    if (!store->Write(b, &error)) state.SkipWithError(error.c_str());
+    written += rows;
+  }
+  store->Close();
+  state.SetItemsProcessed(written);
+  unlink(path.c_str());
+  rmdir(dir);
+}
+BENCHMARK(BM_WriteCallRows)->Arg(10000)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace tokentrace
 
