@@ -96,6 +96,11 @@ def main(argv):
         bpr = w.get("bytes_per_row")
         out.append(f"| store, bytes per kernel row on disk | — | — | {fmt(bpr)} | ≤ 64 B | "
                    f"{verdict(bpr, 64)} |")
+    c = st.get("BM_WriteCallRows/10000")
+    if c:
+        rate = c.get("items_per_second")
+        out.append(f"| store writer, module calls/s with their output rows (CPU, 10k-call "
+                   f"batches) | — | — | {fmt(rate / 1e3 if rate else None, '{:.0f} k')} | — | |")
     for name in sorted(pb):
         if not name.startswith("host/"):
             continue

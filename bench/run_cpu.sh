@@ -37,7 +37,7 @@ run() {  # run NAME ARGS...: Google Benchmark JSON into $tmp/NAME.json
 run bench_nvtx_notool
 run bench_nvtx
 run bench_hotpath
-[ -x "$build/store_bench" ] && run store_bench --benchmark_filter='BM_WriteKernelRows/100000'
+[ -x "$build/store_bench" ] && run store_bench --benchmark_filter='BM_WriteKernelRows/100000|BM_WriteCallRows'
 [ -x "$build/patch_bench" ] && run patch_bench --benchmark_filter='^host/'
 
 {
