@@ -221,5 +221,35 @@ TEST_F(RecorderTest, OutputsStreamAsRowsWithShapeDtypeAndPath) {
   EXPECT_EQ(joiner.TakeNewSites(), std::vector<uint32_t>{site});
 }
 
+// The Python wrappers' path: interned path and dtype, attached to the innermost open call;
+// nothing when no call is open.
+TEST_F(RecorderTest, OutputOfCurrentGoesToTheInnermostOpenCall) {
+  const uint32_t outer = sites::Intern("rec.outer", SiteKind::kModule);
+  const uint32_t inner = sites::Intern("rec.inner", SiteKind::kModule);
+  const uint32_t path = sites::Intern("[0]", SiteKind::kText);
+  const uint32_t dtype = sites::Intern("float16", SiteKind::kText);
+  const int64_t shape[] = {2, 1, 64};
+  recorder::OutputOfCurrent(path, dtype, 3, shape);  // no call open: dropped
+  recorder::Push(outer);
+  recorder::Push(inner);
+  const uint64_t inner_call = recorder::Current().call_id;
+  recorder::OutputOfCurrent(path, dtype, 3, shape);
+  recorder::Pop();
+  const uint64_t outer_call = recorder::Current().call_id;
+  recorder::OutputOfCurrent(path, dtype, 1, shape);
+  recorder::Pop();
+  Joiner joiner(Mode(KernelMode::kOff));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  ASSERT_EQ(batch.outputs.size(), 2u);
+  EXPECT_EQ(batch.outputs[0].call_id, inner_call);
+  EXPECT_EQ(batch.outputs[0].path, "[0]");
+  EXPECT_EQ(batch.outputs[0].dtype, "float16");
+  EXPECT_EQ(batch.outputs[0].shape, "[2, 1, 64]");
+  EXPECT_EQ(batch.outputs[1].call_id, outer_call);
+  EXPECT_EQ(batch.outputs[1].shape, "[2]");
+  EXPECT_NE(inner_call, outer_call);
+}
+
 }  // namespace
 }  // namespace tokentrace
