@@ -180,9 +180,10 @@ void RegisterSite(uint32_t site, const std::string& name, int kind) {
                                                : TOKENTRACE_NVTX_CATEGORY_MODULE;
 }
 
-// The fallback for modules whose `forward` cannot be replaced: a forward pre-hook and a
-// forward hook (registered with always_call=True). torch runs hooked modules through its
-// slow call path, so this costs several microseconds more per call than the wrapper.
+// The pair for modules the wrapper does not suit (they already run hooks that must fall
+// inside the call, their forward cannot be replaced, or they sit under nn.DataParallel; see
+// python/tokentrace/_session.py): a forward pre-hook and a forward hook (registered with
+// always_call=True). torch runs hooked modules through its slow call path.
 class PreHook {
  public:
   PreHook(uint32_t site, const std::string& name, int kind) : site_(site) {
