@@ -7,6 +7,8 @@
 #   TOKENTRACE_PYTHON  use this interpreter (must have torch, transformers, nanobind, pytest)
 #   TOKENTRACE_VENV    where the cached environment lives (default ~/.cache/tokentrace/venv)
 #   BUILD_DIR          build directory (default <repo>/build)
+#   TOKENTRACE_NO_APT  set: never call apt-get (a machine with no package registry, where
+#                      apt-get would only spend its timeouts); build with what is installed
 # Writes $BUILD_DIR/env.sh, which test.sh and demo.sh source.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,7 +23,9 @@ for pkg in build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchm
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
-  if command -v apt-get >/dev/null 2>&1; then
+  if [ -n "${TOKENTRACE_NO_APT:-}" ]; then
+    log "not installing ${need[*]} (TOKENTRACE_NO_APT); building with what is installed"
+  elif command -v apt-get >/dev/null 2>&1; then
     SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
     log "installing system packages: ${need[*]}"
     if ! { timeout 120 $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
