@@ -39,7 +39,10 @@ def main(argv=None):
         if issubclass(w.category, tt.ScalarEscapeWarning):
             print(f"\nScalarEscapeWarning: {w.message}")
     from .plot import plot
-    png = plot(path, os.path.join(args.out_dir, "demo.png"))
+    try:
+        png = plot(path, os.path.join(args.out_dir, "demo.png"))
+    except tt.TokentraceError as exc:  # e.g. no matplotlib: the demo's trace still stands
+        png = f"not written: {exc}"
     print(f"\ntrace: {path}\nplot:  {png}")
     return 0
 

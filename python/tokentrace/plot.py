@@ -39,7 +39,12 @@ def _layer_of(name):
 
 
 def plot(path, out, top=6):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        from ._errors import fail
+        fail("plotting needs matplotlib, which is not installed here (pip install matplotlib); "
+             "the trace itself is complete, and `tokentrace report` needs nothing more")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

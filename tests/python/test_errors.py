@@ -1,6 +1,7 @@
 """Bad input: one clear line, raised before any model work, never a traceback from our code."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -123,3 +124,14 @@ def test_missing_extension_says_how_to_build_it(gpt2, prompt, monkeypatch):
                            "extension is not built (no _native*.so); build it: pip install . , "
                            "or scripts/setup.sh and PYTHONPATH=python TOKENTRACE_NATIVE_DIR=build")
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in gpt2.modules())
+
+
+def test_plot_without_matplotlib_says_what_is_missing(tmp_path, monkeypatch, capsys):
+    from tokentrace import plot as plot_mod
+    from tt_testutil import make_trace_file
+    path = make_trace_file(str(tmp_path / "t.sqlite"))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(tt.TokentraceError, match="needs matplotlib"):
+        plot_mod.plot(path, str(tmp_path / "t.png"))
+    assert plot_mod.main([path]) == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
