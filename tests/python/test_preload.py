@@ -213,3 +213,52 @@ def test_patches_without_the_torch_ops_library_say_how_to_build_it(tmp_path):
     assert res.returncode == 2 and "JOB-DONE" not in res.stdout, res.stderr
     assert "TOKENTRACE_PATCHES: the patch table library libtokentrace_torch_ops.so is not built" \
         in res.stderr and "stopping the job" in res.stderr
+
+
+SLOW_JOB = MODEL + textwrap.dedent("""
+    import sys, time
+    class Ready:  # says "ready" once three tokens are done (the 4th starts), then slows down
+        def __init__(self): self.n = 0
+        def __call__(self, module, args):
+            self.n += 1
+            if self.n == 4:
+                print("READY", flush=True)
+            if self.n >= 4:
+                time.sleep(0.05)
+    lm.register_forward_pre_hook(Ready())
+    lm.generate(prompt, max_new_tokens=400, min_new_tokens=400, do_sample=False)
+    print("JOB-DONE")
+""")
+
+
+def test_sigterm_mid_generate_keeps_what_was_recorded(tmp_path):
+    # A job killed with SIGTERM (timeout, a scheduler) in the middle of generate: the file has
+    # every token up to then, says how the run ended, and the job still dies by SIGTERM.
+    import signal
+    import sqlite3
+    job, own = _write_job(tmp_path, SLOW_JOB)
+    native = _native_dir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PYDIR, str(own)]),
+               TOKENTRACE_NATIVE_DIR=native, TOKENTRACE_FLUSH_MS="1000")
+    out = tmp_path / "killed.sqlite"
+    proc = subprocess.Popen([os.path.join(native, "tokentrace"), "run", "--kernels", "off",
+                             "--out", str(out), "--", sys.executable, str(job)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    try:
+        for line in proc.stdout:
+            if "READY" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "JOB-DONE" not in rest
+    with sqlite3.connect(out) as db:
+        tokens = db.execute("SELECT COUNT(*) FROM tokens").fetchone()[0]
+        ended = db.execute("SELECT value FROM meta WHERE key='exit_signal'").fetchone()
+        mlp_calls = db.execute("SELECT COUNT(*) FROM calls c JOIN sites s ON s.id = c.site_id "
+                               "WHERE s.name = 'transformer.h.1.mlp'").fetchone()[0]
+    assert ended == ("SIGTERM",)
+    assert 4 <= tokens < 400 and mlp_calls >= 3  # the token in progress is closed too
