@@ -22,8 +22,14 @@ bool IsHostRead(CUmemorytype src, CUmemorytype dst) {
 }
 
 Action Launch() { return Action{Action::kLaunch, EscapeKind::kStreamSync, nullptr}; }
+// A copy (or memset) the call enqueues: its MEMCPY/MEMSET record carries this call's
+// correlation id, so it is a launch; a synchronous one that reads device memory into host
+// memory is also an escape.
+Action Copy(bool host_read) {
+  return host_read ? Action{Action::kLaunchEscape, EscapeKind::kMemcpyDtoHSync, nullptr}
+                   : Launch();
+}
 Action Escape(EscapeKind kind) { return Action{Action::kEscape, kind, nullptr}; }
-Action EscapeIf(bool yes, EscapeKind kind) { return yes ? Escape(kind) : Action{}; }
 Action GraphLaunch(CUgraphExec exec) {
   return Action{Action::kGraphLaunch, EscapeKind::kStreamSync, exec};
 }
@@ -56,22 +62,60 @@ Action ClassifyRuntime(CUpti_CallbackId cbid, const void* params) {
 
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000:
-      return EscapeIf(params && IsHostReadKind(As<cudaMemcpy_v3020_params>(params)->kind),
-                      EscapeKind::kMemcpyDtoHSync);
+      return Copy(params && IsHostReadKind(As<cudaMemcpy_v3020_params>(params)->kind));
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000:
-      return EscapeIf(params && IsHostReadKind(As<cudaMemcpy2D_v3020_params>(params)->kind),
-                      EscapeKind::kMemcpyDtoHSync);
+      return Copy(params && IsHostReadKind(As<cudaMemcpy2D_v3020_params>(params)->kind));
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_ptds_v7000: {
       const auto* p = params ? As<cudaMemcpy3D_v3020_params>(params)->p : nullptr;
-      return EscapeIf(p && IsHostReadKind(p->kind), EscapeKind::kMemcpyDtoHSync);
+      return Copy(p && IsHostReadKind(p->kind));
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_ptds_v7000:
-      return EscapeIf(
-          params && IsHostReadKind(As<cudaMemcpyFromSymbol_v3020_params>(params)->kind),
-          EscapeKind::kMemcpyDtoHSync);
+      return Copy(params &&
+                  IsHostReadKind(As<cudaMemcpyFromSymbol_v3020_params>(params)->kind));
+
+    // Asynchronous copies, copies that do not land in host memory, and memsets.
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToSymbolAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToSymbolAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbolAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbolAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeerAsync_v4000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DPeerAsync_v4000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DPeerAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v12080:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_ptsz_v12080:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_ptsz_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_v12080:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_ptsz_v12080:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DBatchAsync_ptsz_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToSymbol_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyToSymbol_ptds_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyPeer_v4000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DPeer_v4000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3DPeer_ptds_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset_ptds_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset2D_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset2D_ptds_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset2DAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset2DAsync_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset3D_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset3D_ptds_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset3DAsync_v3020:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemset3DAsync_ptsz_v7000:
+      return Launch();
 
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
@@ -110,21 +154,71 @@ Action ClassifyDriver(CUpti_CallbackId cbid, const void* params) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds:
-      return Escape(EscapeKind::kMemcpyDtoHSync);
+      return Copy(true);
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2_ptds:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DUnaligned_v2_ptds: {
       const CUDA_MEMCPY2D* c = params ? As<cuMemcpy2D_v2_params>(params)->pCopy : nullptr;
-      return EscapeIf(c && IsHostRead(c->srcMemoryType, c->dstMemoryType),
-                      EscapeKind::kMemcpyDtoHSync);
+      return Copy(c && IsHostRead(c->srcMemoryType, c->dstMemoryType));
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2:
     case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2_ptds: {
       const CUDA_MEMCPY3D* c = params ? As<cuMemcpy3D_v2_params>(params)->pCopy : nullptr;
-      return EscapeIf(c && IsHostRead(c->srcMemoryType, c->dstMemoryType),
-                      EscapeKind::kMemcpyDtoHSync);
+      return Copy(c && IsHostRead(c->srcMemoryType, c->dstMemoryType));
     }
+
+    // Asynchronous copies, copies that do not land in host memory, and memsets (driver-API
+    // callers such as Triton; the runtime's own driver calls are skipped by the subscriber).
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeer_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32_v2_ptds:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz:
+      return Launch();
 
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize:
     case CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz:
@@ -176,6 +270,44 @@ const TracedCallback kTracedCallbacks[] = {
     TT_RT(cudaMemcpy3D_ptds_v7000),
     TT_RT(cudaMemcpyFromSymbol_v3020),
     TT_RT(cudaMemcpyFromSymbol_ptds_v7000),
+    TT_RT(cudaMemcpyAsync_v3020),
+    TT_RT(cudaMemcpyAsync_ptsz_v7000),
+    TT_RT(cudaMemcpy2DAsync_v3020),
+    TT_RT(cudaMemcpy2DAsync_ptsz_v7000),
+    TT_RT(cudaMemcpy3DAsync_v3020),
+    TT_RT(cudaMemcpy3DAsync_ptsz_v7000),
+    TT_RT(cudaMemcpyToSymbolAsync_v3020),
+    TT_RT(cudaMemcpyToSymbolAsync_ptsz_v7000),
+    TT_RT(cudaMemcpyFromSymbolAsync_v3020),
+    TT_RT(cudaMemcpyFromSymbolAsync_ptsz_v7000),
+    TT_RT(cudaMemcpyPeerAsync_v4000),
+    TT_RT(cudaMemcpy3DPeerAsync_v4000),
+    TT_RT(cudaMemcpy3DPeerAsync_ptsz_v7000),
+    TT_RT(cudaMemcpyBatchAsync_v12080),
+    TT_RT(cudaMemcpyBatchAsync_ptsz_v12080),
+    TT_RT(cudaMemcpyBatchAsync_v13000),
+    TT_RT(cudaMemcpyBatchAsync_ptsz_v13000),
+    TT_RT(cudaMemcpy3DBatchAsync_v12080),
+    TT_RT(cudaMemcpy3DBatchAsync_ptsz_v12080),
+    TT_RT(cudaMemcpy3DBatchAsync_v13000),
+    TT_RT(cudaMemcpy3DBatchAsync_ptsz_v13000),
+    TT_RT(cudaMemcpyToSymbol_v3020),
+    TT_RT(cudaMemcpyToSymbol_ptds_v7000),
+    TT_RT(cudaMemcpyPeer_v4000),
+    TT_RT(cudaMemcpy3DPeer_v4000),
+    TT_RT(cudaMemcpy3DPeer_ptds_v7000),
+    TT_RT(cudaMemset_v3020),
+    TT_RT(cudaMemset_ptds_v7000),
+    TT_RT(cudaMemsetAsync_v3020),
+    TT_RT(cudaMemsetAsync_ptsz_v7000),
+    TT_RT(cudaMemset2D_v3020),
+    TT_RT(cudaMemset2D_ptds_v7000),
+    TT_RT(cudaMemset2DAsync_v3020),
+    TT_RT(cudaMemset2DAsync_ptsz_v7000),
+    TT_RT(cudaMemset3D_v3020),
+    TT_RT(cudaMemset3D_ptds_v7000),
+    TT_RT(cudaMemset3DAsync_v3020),
+    TT_RT(cudaMemset3DAsync_ptsz_v7000),
     TT_RT(cudaStreamSynchronize_v3020),
     TT_RT(cudaStreamSynchronize_ptsz_v7000),
     TT_RT(cudaDeviceSynchronize_v3020),
@@ -205,6 +337,54 @@ const TracedCallback kTracedCallbacks[] = {
     TT_DRV(cuMemcpy2DUnaligned_v2_ptds),
     TT_DRV(cuMemcpy3D_v2),
     TT_DRV(cuMemcpy3D_v2_ptds),
+    TT_DRV(cuMemcpyHtoD_v2),
+    TT_DRV(cuMemcpyHtoD_v2_ptds),
+    TT_DRV(cuMemcpyDtoD_v2),
+    TT_DRV(cuMemcpyDtoD_v2_ptds),
+    TT_DRV(cuMemcpyPeer),
+    TT_DRV(cuMemcpyPeer_ptds),
+    TT_DRV(cuMemcpyAsync),
+    TT_DRV(cuMemcpyAsync_ptsz),
+    TT_DRV(cuMemcpyHtoDAsync_v2),
+    TT_DRV(cuMemcpyHtoDAsync_v2_ptsz),
+    TT_DRV(cuMemcpyDtoHAsync_v2),
+    TT_DRV(cuMemcpyDtoHAsync_v2_ptsz),
+    TT_DRV(cuMemcpyDtoDAsync_v2),
+    TT_DRV(cuMemcpyDtoDAsync_v2_ptsz),
+    TT_DRV(cuMemcpy2DAsync_v2),
+    TT_DRV(cuMemcpy2DAsync_v2_ptsz),
+    TT_DRV(cuMemcpy3DAsync_v2),
+    TT_DRV(cuMemcpy3DAsync_v2_ptsz),
+    TT_DRV(cuMemcpyPeerAsync),
+    TT_DRV(cuMemcpyPeerAsync_ptsz),
+    TT_DRV(cuMemcpyBatchAsync_v2),
+    TT_DRV(cuMemcpyBatchAsync_v2_ptsz),
+    TT_DRV(cuMemcpy3DBatchAsync_v2),
+    TT_DRV(cuMemcpy3DBatchAsync_v2_ptsz),
+    TT_DRV(cuMemsetD8_v2),
+    TT_DRV(cuMemsetD8_v2_ptds),
+    TT_DRV(cuMemsetD8Async),
+    TT_DRV(cuMemsetD8Async_ptsz),
+    TT_DRV(cuMemsetD16_v2),
+    TT_DRV(cuMemsetD16_v2_ptds),
+    TT_DRV(cuMemsetD16Async),
+    TT_DRV(cuMemsetD16Async_ptsz),
+    TT_DRV(cuMemsetD32_v2),
+    TT_DRV(cuMemsetD32_v2_ptds),
+    TT_DRV(cuMemsetD32Async),
+    TT_DRV(cuMemsetD32Async_ptsz),
+    TT_DRV(cuMemsetD2D8_v2),
+    TT_DRV(cuMemsetD2D8_v2_ptds),
+    TT_DRV(cuMemsetD2D8Async),
+    TT_DRV(cuMemsetD2D8Async_ptsz),
+    TT_DRV(cuMemsetD2D16_v2),
+    TT_DRV(cuMemsetD2D16_v2_ptds),
+    TT_DRV(cuMemsetD2D16Async),
+    TT_DRV(cuMemsetD2D16Async_ptsz),
+    TT_DRV(cuMemsetD2D32_v2),
+    TT_DRV(cuMemsetD2D32_v2_ptds),
+    TT_DRV(cuMemsetD2D32Async),
+    TT_DRV(cuMemsetD2D32Async_ptsz),
     TT_DRV(cuStreamSynchronize),
     TT_DRV(cuStreamSynchronize_ptsz),
     TT_DRV(cuCtxSynchronize),

@@ -6,19 +6,24 @@
 //  runtime  cudaLaunchKernel, cudaLaunchKernelExC, __cudaLaunchKernel, cudaLaunch,      Launch
 //           cudaLaunchCooperativeKernel(MultiDevice)
 //  runtime  cudaGraphLaunch                                                             GraphLaunch(exec)
-//  runtime  cudaMemcpy, cudaMemcpy2D, cudaMemcpy3D, cudaMemcpyFromSymbol                Escape kMemcpyDtoHSync
-//             - only when kind is cudaMemcpyDeviceToHost or cudaMemcpyDefault           (else none)
+//  runtime  cudaMemcpy, cudaMemcpy2D, cudaMemcpy3D, cudaMemcpyFromSymbol                LaunchEscape kMemcpyDtoHSync
+//             - when kind is cudaMemcpyDeviceToHost or cudaMemcpyDefault                (else Launch)
+//  runtime  cudaMemcpy*Async, cudaMemcpyToSymbol, cudaMemcpy(3D)Peer, cudaMemcpy*Batch*, Launch
+//           cudaMemset, cudaMemset2D/3D (and their Async forms)
+//             - their MEMCPY / MEMSET records carry the call's correlation id
 //  runtime  cudaStreamSynchronize                                                       Escape kStreamSync
 //  runtime  cudaDeviceSynchronize, cudaThreadSynchronize                                Escape kDeviceSync
 //  runtime  cudaEventSynchronize                                                        Escape kEventSync
 //  driver   cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel(MultiDevice),   Launch
 //           cuLaunch, cuLaunchGrid, cuLaunchGridAsync
 //  driver   cuGraphLaunch                                                               GraphLaunch(exec)
-//  driver   cuMemcpyDtoH                                                                Escape kMemcpyDtoHSync
-//  driver   cuMemcpy2D(Unaligned), cuMemcpy3D - when the destination is host memory     Escape kMemcpyDtoHSync
-//             and the source is not
-//  driver   cuMemcpy (unified addressing, direction unknown: counted as an escape,      Escape kMemcpyDtoHSync
+//  driver   cuMemcpyDtoH                                                                LaunchEscape kMemcpyDtoHSync
+//  driver   cuMemcpy2D(Unaligned), cuMemcpy3D - when the destination is host memory     LaunchEscape kMemcpyDtoHSync
+//             and the source is not                                                     (else Launch)
+//  driver   cuMemcpy (unified addressing, direction unknown: counted as an escape,      LaunchEscape kMemcpyDtoHSync
 //             it blocks the host until the copy is done)
+//  driver   cuMemcpyHtoD, cuMemcpyDtoD, cuMemcpyPeer, cuMemcpy*Async, cuMemcpy*Batch*,  Launch
+//           cuMemsetD8/16/32, cuMemsetD2D8/16/32 (and their Async forms)
 //  driver   cuStreamSynchronize                                                         Escape kStreamSync
 //  driver   cuCtxSynchronize                                                            Escape kDeviceSync
 //  driver   cuEventSynchronize                                                          Escape kEventSync
@@ -38,9 +43,11 @@
 namespace tokentrace::cupti {
 
 struct Action {
-  enum Kind : uint8_t { kNone = 0, kLaunch, kGraphLaunch, kEscape };
+  // kLaunchEscape: both (a synchronous copy into host memory: its MEMCPY record joins
+  // through the launch, and the host waited for device data).
+  enum Kind : uint8_t { kNone = 0, kLaunch, kGraphLaunch, kEscape, kLaunchEscape };
   Kind kind = kNone;
-  EscapeKind escape = EscapeKind::kStreamSync;  // kEscape only
+  EscapeKind escape = EscapeKind::kStreamSync;  // kEscape and kLaunchEscape
   CUgraphExec graph_exec = nullptr;             // kGraphLaunch only (may be null)
 };
 

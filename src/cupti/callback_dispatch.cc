@@ -100,6 +100,10 @@ void CUPTIAPI DispatchCallback(void* userdata, CUpti_CallbackDomain domain, CUpt
     case Action::kEscape:
       recorder::Escape(data->correlationId, action.escape);
       break;
+    case Action::kLaunchEscape:
+      recorder::Launch(data->correlationId);
+      recorder::Escape(data->correlationId, action.escape);
+      break;
     case Action::kNone:
       break;
   }

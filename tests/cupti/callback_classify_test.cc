@@ -49,52 +49,65 @@ TEST(ClassifyCallback, RuntimeMemcpyByKind) {
     p.kind = kind;
     return ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, &p);
   };
-  EXPECT_EQ(classify(cudaMemcpyDeviceToHost).kind, Action::kEscape);
+  // Every copy is a launch (its MEMCPY record joins through it); a synchronous read into
+  // host memory is also an escape.
+  EXPECT_EQ(classify(cudaMemcpyDeviceToHost).kind, Action::kLaunchEscape);
   EXPECT_EQ(classify(cudaMemcpyDeviceToHost).escape, EscapeKind::kMemcpyDtoHSync);
-  EXPECT_EQ(classify(cudaMemcpyDefault).kind, Action::kEscape);
-  EXPECT_EQ(classify(cudaMemcpyHostToDevice).kind, Action::kNone);
-  EXPECT_EQ(classify(cudaMemcpyDeviceToDevice).kind, Action::kNone);
-  EXPECT_EQ(classify(cudaMemcpyHostToHost).kind, Action::kNone);
-  // Without parameters a copy is not counted (we cannot tell the direction).
+  EXPECT_EQ(classify(cudaMemcpyDefault).kind, Action::kLaunchEscape);
+  EXPECT_EQ(classify(cudaMemcpyHostToDevice).kind, Action::kLaunch);
+  EXPECT_EQ(classify(cudaMemcpyDeviceToDevice).kind, Action::kLaunch);
+  EXPECT_EQ(classify(cudaMemcpyHostToHost).kind, Action::kLaunch);
+  // Without parameters the direction is unknown: a launch, not counted as an escape.
   EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, nullptr).kind,
-            Action::kNone);
+            Action::kLaunch);
 
   cudaMemcpy2D_ptds_v7000_params p2 = {};
   p2.kind = cudaMemcpyDeviceToHost;
   EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_ptds_v7000, &p2).kind,
-            Action::kEscape);
+            Action::kLaunchEscape);
   cudaMemcpy3DParms parms = {};
   parms.kind = cudaMemcpyHostToDevice;
   cudaMemcpy3D_v3020_params p3 = {&parms};
   EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, &p3).kind,
-            Action::kNone);
+            Action::kLaunch);
   parms.kind = cudaMemcpyDeviceToHost;
   EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy3D_v3020, &p3).kind,
-            Action::kEscape);
-  // Async copies are not escapes (and are not traced at all).
+            Action::kLaunchEscape);
+  // Async copies and memsets (torch's copies and zero fills) are launches, never escapes.
   cudaMemcpyAsync_v3020_params pa = {};
   pa.kind = cudaMemcpyDeviceToHost;
-  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, &pa).kind,
-            Action::kNone);
+  for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000}) {
+    EXPECT_EQ(ClassifyCallback(kRt, id, &pa).kind, Action::kLaunch) << id;
+  }
 }
 
 TEST(ClassifyCallback, DriverMemcpy) {
   EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, nullptr).escape,
             EscapeKind::kMemcpyDtoHSync);
   EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, nullptr).kind,
-            Action::kEscape);
+            Action::kLaunchEscape);
   EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, nullptr).kind,
-            Action::kNone);
+            Action::kLaunch);
+  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds}) {
+    EXPECT_EQ(ClassifyCallback(kDrv, id, nullptr).kind, Action::kLaunch) << id;
+  }
   CUDA_MEMCPY2D copy = {};
   copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   copy.dstMemoryType = CU_MEMORYTYPE_HOST;
   cuMemcpy2D_v2_params p = {&copy};
   EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, &p).kind,
-            Action::kEscape);
+            Action::kLaunchEscape);
   copy.srcMemoryType = CU_MEMORYTYPE_HOST;
   copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpy2D_v2, &p).kind,
-            Action::kNone);
+            Action::kLaunch);
 }
 
 TEST(ClassifyCallback, GraphLaunchCarriesExec) {

@@ -71,7 +71,11 @@ TEST_F(DispatchTest, DriverCallsInsideARuntimeCallAreIgnored) {
          2);  // the runtime's own copy
   Driver(CUPTI_DRIVER_TRACE_CBID_cuMemcpy, CUPTI_API_EXIT, 2);
   Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_API_EXIT, 1, &copy);
-  EXPECT_TRUE(fake::TakeCalls().empty());  // HtoD: no escape, and no driver-level one
+  // HtoD: a launch (the MEMCPY record joins through it), no escape, no driver-level one.
+  auto copies = fake::TakeCalls();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].what, RecorderCall::kLaunch);
+  EXPECT_EQ(copies[0].a, 1u);
   // Outside any runtime call a driver launch (Triton) counts, on enter only.
   Driver(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_ENTER, 3);
   Driver(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_API_EXIT, 3);
@@ -79,6 +83,20 @@ TEST_F(DispatchTest, DriverCallsInsideARuntimeCallAreIgnored) {
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].what, RecorderCall::kLaunch);
   EXPECT_EQ(calls[0].a, 3u);
+}
+
+TEST_F(DispatchTest, SyncDeviceToHostCopyIsALaunchAndAnEscape) {
+  cudaMemcpy_v3020_params copy = {};
+  copy.kind = cudaMemcpyDeviceToHost;  // what .item() and .cpu() end in
+  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_API_ENTER, 4, &copy);
+  Runtime(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_API_EXIT, 4, &copy);
+  const auto calls = fake::TakeCalls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].what, RecorderCall::kLaunch);
+  EXPECT_EQ(calls[0].a, 4u);
+  EXPECT_EQ(calls[1].what, RecorderCall::kEscape);
+  EXPECT_EQ(calls[1].a, 4u);
+  EXPECT_EQ(calls[1].b, static_cast<uint64_t>(EscapeKind::kMemcpyDtoHSync));
 }
 
 TEST_F(DispatchTest, EscapesCarryKindAndCorrelation) {
