@@ -174,11 +174,12 @@ void Session::Loop() {
       break;
     }
     if (loop_stop_.load()) break;
-    // CUPTI hands over an activity buffer only when it is full (8 MB) or flushed: force one
-    // about once a second so GPU records reach the file as promised (at most ~1 s behind).
+    // CUPTI hands over an activity buffer only when it is full (8 MB) or flushed: flush about
+    // once a second, so records reach the file soon after their buffer's last record
+    // completed (a buffer still being written to waits until it is full or the session ends).
     if (kernels_started_ && ++loops_since_cupti_flush_ * config_.flush_ms >= 1000) {
       loops_since_cupti_flush_ = 0;
-      cupti::Flush();
+      cupti::Flush(false);  // completed buffers only: see cupti/subscriber.h
     }
     {
       std::lock_guard<std::mutex> drain(drain_mutex_);
@@ -286,7 +287,7 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
 }
 
 bool Session::Flush(std::string* error) {
-  if (kernels_started_) cupti::Flush();
+  if (kernels_started_) cupti::Flush(false);
   std::lock_guard<std::mutex> drain(drain_mutex_);
   if (stopped_) return true;
   return DrainLocked(false, error);
@@ -308,7 +309,7 @@ bool Session::Stop(std::string* error) {
   recorder::EndSession();
   if (kernels_started_) {
     cupti::WaitForDevice();  // kernels still running would otherwise miss the final flush
-    cupti::Flush();
+    cupti::Flush(true);
   } else if (preload_ && config_.kernels.kind != KernelMode::kOff) {
     SetKernelsStatus("the job never initialised CUDA (no GPU work to record)");
   }

@@ -227,9 +227,9 @@ bool Start(const Config& config, ActivitySink* sink, std::string* why_off) {
   return true;
 }
 
-void Flush() {
+void Flush(bool forced) {
   if (!g_started) return;
-  TT_CUPTI_CALL(g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  TT_CUPTI_CALL(g_api->ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
 }
 
 void WaitForDevice() {

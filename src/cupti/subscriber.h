@@ -17,8 +17,11 @@ namespace tokentrace::cupti {
 // callbacks (callback_classify.h) and CONCURRENT_KERNEL / MEMCPY / MEMSET activity.
 // `sink` must outlive Stop(). Not thread-safe against Stop(); call from one thread.
 bool Start(const Config& config, ActivitySink* sink, std::string* why_off);
-// Delivers every buffered record now (cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)).
-void Flush();
+// Delivers buffered records now. Not forced (the periodic flush while the job runs): only
+// buffers whose records are all complete; a forced flush would hand over records whose
+// timestamps are not filled in yet, and CUPTI cannot complete them later. Forced: every
+// buffer, for the end of a session, after WaitForDevice().
+void Flush(bool forced);
 // Flushes, disables activity, unsubscribes. After it returns the sink is not called again.
 void Stop();
 // Waits for the GPU work of the calling thread's current CUDA context (if any), so that a final

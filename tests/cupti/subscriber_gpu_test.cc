@@ -91,7 +91,7 @@ TEST(SubscriberGpu, LaunchesCopiesSyncsAndGraphs) {
   CU_OK(cu.GraphLaunch(exec, stream));
   CU_OK(cu.StreamSynchronize(stream));
 
-  Flush();
+  Flush(true);  // the stream was synchronised: every record is complete
   const std::vector<RecorderCall> calls = fake::TakeCalls();
   Stop();
 
