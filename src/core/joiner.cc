@@ -194,6 +194,10 @@ bool Joiner::TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out) {
 
 void Joiner::OnActivity(const GpuActivity& a, Batch* out) {
   if (mode_.kind == KernelMode::kOff) return;
+  if (!a.timed) {  // its zero times would corrupt the call's GPU span and busy time
+    out->losses["gpu_time_missing"] += 1;
+    return;
+  }
   const uint32_t name_id = InternName(a, out);
   if (TryAttribute(a, name_id, out)) return;
   GpuActivity copy = a;

@@ -53,6 +53,8 @@ struct GpuActivity {
   const char* name = nullptr;  // kernel name (valid only during the call that delivers it);
                                // memcpy/memset: nullptr (the joiner names them)
   uint8_t copy_kind = 0;       // memcpy: 1 HtoD, 2 DtoH, 8 DtoD, 0 other
+  bool timed = true;           // false: CUPTI could not time it (start 0, or end < start);
+                               // the joiner counts it as "gpu_time_missing" and drops it
 };
 
 // ---- Rows for the store (produced by the joiner, consumed by src/store) ----

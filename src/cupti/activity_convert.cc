@@ -22,8 +22,10 @@ template <typename Record>
 void CopyCommon(const Record* r, GpuOpKind kind, int64_t clock_offset_ns, GpuActivity* out) {
   out->kind = kind;
   out->correlation_id = r->correlationId;
-  out->begin_ns = static_cast<int64_t>(r->start) + clock_offset_ns;
-  out->end_ns = static_cast<int64_t>(r->end) + clock_offset_ns;
+  // CUPTI writes 0 for both when it could not collect the times.
+  out->timed = r->start != 0 && r->end >= r->start;
+  out->begin_ns = out->timed ? static_cast<int64_t>(r->start) + clock_offset_ns : 0;
+  out->end_ns = out->timed ? static_cast<int64_t>(r->end) + clock_offset_ns : 0;
   out->device = r->deviceId;
   out->stream = r->streamId;
   out->graph_id = r->graphId;

@@ -191,6 +191,25 @@ TEST(JoinerTest, RecordLongAfterItsLaunchStillJoins) {
   EXPECT_EQ(b.kernels[0].call_id, 4u);
 }
 
+TEST(JoinerTest, UntimedRecordsAreCountedNotSummed) {
+  Joiner j(Mode(KernelMode::kFull));
+  Batch b;
+  j.OnEvent(0, Launch(10, 4, 1), &b);
+  j.OnEvent(0, Launch(11, 4, 1), &b);
+  GpuActivity untimed = Kernel(10, 0, 1);
+  untimed.timed = false;
+  untimed.begin_ns = untimed.end_ns = 0;
+  j.OnActivity(untimed, &b);
+  GpuActivity timed = Kernel(11, 500, 900);
+  j.OnActivity(timed, &b);
+  j.EndDrain(&b);
+  EXPECT_EQ(b.losses["gpu_time_missing"], 1);
+  ASSERT_EQ(b.kernels.size(), 1u);
+  ASSERT_EQ(b.call_gpu.size(), 1u);
+  EXPECT_EQ(b.call_gpu[0].kernels, 1);
+  EXPECT_EQ(b.call_gpu[0].first_begin_ns, timed.begin_ns);  // not pulled down to 0
+}
+
 TEST(JoinerTest, UnknownCorrelationIsStoredUnattributedAndCounted) {
   Joiner j(Mode(KernelMode::kFull));
   Batch b;

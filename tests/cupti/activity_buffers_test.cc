@@ -50,6 +50,8 @@ TEST(DeliverRecords, ConvertsKeptKindsInOrder) {
   k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
   k.correlationId = 1;
   k.name = "first";
+  k.start = 10;
+  k.end = 20;
   Append(&buf, k);
   KernelRecord other = {};
   other.kind = CUPTI_ACTIVITY_KIND_OVERHEAD;
@@ -69,7 +71,7 @@ TEST(DeliverRecords, ConvertsKeptKindsInOrder) {
   ASSERT_EQ(n, 2u);
   EXPECT_EQ(sink.got[0].correlation_id, 1u);
   EXPECT_EQ(sink.names[0], "first");
-  EXPECT_EQ(sink.got[0].begin_ns, 5);
+  EXPECT_EQ(sink.got[0].begin_ns, 15);  // the clock offset (5) is applied
   EXPECT_EQ(sink.got[1].kind, GpuOpKind::kMemcpy);
   EXPECT_EQ(sink.got[1].copy_kind, 2u);
 }

@@ -46,6 +46,26 @@ TEST(ActivityConvert, SerialKernelKindAndClockOffset) {
   EXPECT_EQ(a.graph_node_id, 0u);
 }
 
+// CUPTI writes start = end = 0 when it could not time a record: not a time at all.
+TEST(ActivityConvert, MissingOrBackwardTimesAreFlagged) {
+  KernelRecord k = {};
+  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k.name = "k";
+  GpuActivity a;
+  ASSERT_TRUE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&k), 5000, &a));
+  EXPECT_FALSE(a.timed);
+  EXPECT_EQ(a.begin_ns, 0);
+  EXPECT_EQ(a.end_ns, 0);
+  k.start = 200;
+  k.end = 100;
+  ASSERT_TRUE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&k), 5000, &a));
+  EXPECT_FALSE(a.timed);
+  k.end = 200;  // a zero-length record is a time
+  ASSERT_TRUE(ConvertActivity(reinterpret_cast<const CUpti_Activity*>(&k), 5000, &a));
+  EXPECT_TRUE(a.timed);
+  EXPECT_EQ(a.begin_ns, 5200);
+}
+
 TEST(ActivityConvert, Memcpy) {
   struct Case {
     uint8_t cupti;
