@@ -48,7 +48,43 @@ std::atomic<uint32_t> g_ring_capacity{1u << 16};
 std::atomic<uint32_t> g_token{0};
 std::atomic<uint64_t> g_unbalanced_pops{0};
 std::atomic<uint64_t> g_depth_overflows{0};
-std::atomic<uint32_t> g_token_graphs[kGraphSlots];  // 0 = empty
+// Insert-only set of 32-bit ids (0 = empty slot), lock-free.
+struct IdSet {
+  std::atomic<uint32_t> slots[kGraphSlots];
+
+  void Add(uint32_t id) {
+    if (id == 0) return;
+    for (uint32_t i = (id * 2654435761u) & (kGraphSlots - 1), n = 0; n < kGraphSlots;
+         i = (i + 1) & (kGraphSlots - 1), ++n) {
+      uint32_t cur = slots[i].load(std::memory_order_relaxed);
+      if (cur == id) return;
+      if (cur == 0) {
+        if (slots[i].compare_exchange_strong(cur, id)) return;
+        if (cur == id) return;
+      }
+    }
+  }
+
+  bool Has(uint32_t id) const {
+    if (id == 0) return false;
+    for (uint32_t i = (id * 2654435761u) & (kGraphSlots - 1), n = 0; n < kGraphSlots;
+         i = (i + 1) & (kGraphSlots - 1), ++n) {
+      const uint32_t cur = slots[i].load(std::memory_order_relaxed);
+      if (cur == id) return true;
+      if (cur == 0) return false;
+    }
+    return false;
+  }
+
+  void Clear() {
+    for (auto& s : slots) s.store(0, std::memory_order_relaxed);
+  }
+};
+// Graphs captured inside a token call (CUPTI graph ids), and the executable graphs made from
+// them (CUPTI graph-exec ids). Two sets: CUPTI may number graphs and execs separately, and a
+// plain exec must not be taken for a token graph that happens to share its number.
+IdSet g_token_graphs;
+IdSet g_token_execs;
 
 TT_TLS ThreadState* t_state = nullptr;
 TT_TLS bool t_exiting = false;
@@ -111,30 +147,6 @@ inline void Write(ThreadState* s, EventKind kind, uint64_t call_id, uint64_t a, 
 inline const OpenCall* Top(const ThreadState* s) {
   if (s->depth == 0) return nullptr;
   return s->depth <= kMaxDepth ? &s->stack[s->depth - 1] : &s->stack[kMaxDepth - 1];
-}
-
-void MarkTokenGraph(uint32_t graph_id) {
-  if (graph_id == 0) return;
-  for (uint32_t i = (graph_id * 2654435761u) & (kGraphSlots - 1), n = 0; n < kGraphSlots;
-       i = (i + 1) & (kGraphSlots - 1), ++n) {
-    uint32_t cur = g_token_graphs[i].load(std::memory_order_relaxed);
-    if (cur == graph_id) return;
-    if (cur == 0) {
-      if (g_token_graphs[i].compare_exchange_strong(cur, graph_id)) return;
-      if (cur == graph_id) return;
-    }
-  }
-}
-
-bool IsTokenGraph(uint32_t graph_id) {
-  if (graph_id == 0) return false;
-  for (uint32_t i = (graph_id * 2654435761u) & (kGraphSlots - 1), n = 0; n < kGraphSlots;
-       i = (i + 1) & (kGraphSlots - 1), ++n) {
-    uint32_t cur = g_token_graphs[i].load(std::memory_order_relaxed);
-    if (cur == graph_id) return true;
-    if (cur == 0) return false;
-  }
-  return false;
 }
 
 }  // namespace
@@ -209,7 +221,7 @@ void GraphLaunch(uint64_t correlation_id, uint32_t graph_exec_id) {
   uint32_t token;
   // A replay of a graph captured around a token call is itself a token, unless a token call
   // is open right now (then the replay happens inside that token).
-  if (s->token_depth == 0 && IsTokenGraph(graph_exec_id)) {
+  if (s->token_depth == 0 && g_token_execs.Has(graph_exec_id)) {
     token = g_token.fetch_add(1, std::memory_order_relaxed) + 1;
   } else {
     token = top != nullptr ? top->token : g_token.load(std::memory_order_relaxed);
@@ -232,7 +244,7 @@ void GraphNodeCreated(uint32_t graph_id, uint64_t node_id) {
   if (!g_active.load(std::memory_order_relaxed)) return;
   ThreadState* s = State();
   if (s == nullptr) return;
-  if (s->token_depth > 0) MarkTokenGraph(graph_id);
+  if (s->token_depth > 0) g_token_graphs.Add(graph_id);
   const OpenCall* top = Top(s);
   Write(s, EventKind::kGraphNodeCreated, top != nullptr ? top->call_id : 0, node_id, 0,
         graph_id, 0, top != nullptr ? top->token : 0);
@@ -246,7 +258,7 @@ void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t
 }
 
 void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id) {
-  if (IsTokenGraph(graph_id)) MarkTokenGraph(graph_exec_id);
+  if (g_token_graphs.Has(graph_id)) g_token_execs.Add(graph_exec_id);
 }
 
 namespace {
@@ -303,7 +315,8 @@ void BeginSession(uint32_t ring_capacity) {
   g_token.store(0, std::memory_order_relaxed);
   g_unbalanced_pops.store(0, std::memory_order_relaxed);
   g_depth_overflows.store(0, std::memory_order_relaxed);
-  for (auto& g : g_token_graphs) g.store(0, std::memory_order_relaxed);
+  g_token_graphs.Clear();
+  g_token_execs.Clear();
   g_generation.fetch_add(1, std::memory_order_release);
   g_active.store(true, std::memory_order_release);
 }

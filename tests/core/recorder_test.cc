@@ -253,3 +253,41 @@ TEST_F(RecorderTest, OutputOfCurrentGoesToTheInnermostOpenCall) {
 
 }  // namespace
 }  // namespace tokentrace
+
+namespace tokentrace {
+namespace {
+
+// A graph captured inside a token call replays as tokens; an exec made from any other graph
+// does not, even when its exec id equals a token graph's id (CUPTI numbers graphs and execs
+// separately).
+TEST_F(RecorderTest, OnlyExecsOfTokenGraphsStartTokens) {
+  const uint32_t root = sites::Intern("graphs.self", SiteKind::kRoot);
+  recorder::Push(root);  // token 1: the capture
+  recorder::GraphNodeCreated(/*graph_id=*/7, /*node_id=*/100);
+  recorder::Pop();
+  recorder::GraphExecCreated(/*graph_id=*/7, /*graph_exec_id=*/3);
+  recorder::GraphNodeCreated(/*graph_id=*/3, /*node_id=*/200);  // a plain graph, no token
+  recorder::GraphExecCreated(/*graph_id=*/3, /*graph_exec_id=*/7);
+  recorder::GraphLaunch(1001, 3);  // token 2
+  recorder::GraphLaunch(1002, 3);  // token 3
+  recorder::GraphLaunch(1003, 7);  // exec 7 is not a token graph's exec: still token 3
+  Joiner joiner(Mode(KernelMode::kFull));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  for (uint64_t corr : {1001, 1002, 1003}) {
+    GpuActivity a;
+    a.correlation_id = corr;
+    a.begin_ns = 100;
+    a.end_ns = 200;
+    a.name = "k";
+    joiner.OnActivity(a, &batch);
+  }
+  joiner.EndDrain(&batch);
+  ASSERT_EQ(batch.kernels.size(), 3u);
+  EXPECT_EQ(batch.kernels[0].token, 2u);
+  EXPECT_EQ(batch.kernels[1].token, 3u);
+  EXPECT_EQ(batch.kernels[2].token, 3u);
+}
+
+}  // namespace
+}  // namespace tokentrace
