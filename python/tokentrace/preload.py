@@ -157,6 +157,11 @@ def _finish(backend, hooks, escapes, sink):
         escapes.remove()
         path = backend.out_path()
         rows = sink.close() if sink is not None else []
+        # Python's atexit runs before CUDA's own teardown: wait for the device here, so this
+        # flush hands over every GPU record while CUDA is still up (the shim's final stop,
+        # from the C atexit list, may come after the runtime has torn the context down).
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         backend.flush()
         meta = {"python_save_errors": hooks.save_errors}
         meta.update(_patch_meta())
