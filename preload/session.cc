@@ -118,6 +118,7 @@ std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
           {"rank", RankFromEnvironment()},
           {"kernel_mode", config_.kernels.ToString()},
           {"kernels_status", kernels_status()},
+          {"cupti", cupti::Describe()},
           {"token_range", config_.token_range},
           {"mode", preload_ ? "preload" : "in-process"},
           {"out_path", out_path_}};

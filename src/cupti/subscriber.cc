@@ -248,6 +248,11 @@ void WaitForDevice() {
   dlclose(driver);
 }
 
+std::string Describe() {
+  if (!g_started || g_api == nullptr) return "";
+  return g_api->path + ", API version " + std::to_string(g_api->version);
+}
+
 void Stop() {
   if (!g_started) return;
   // Flush outside g_sink_mutex: the completion callback may run on this thread and takes it.

@@ -28,5 +28,8 @@ void Stop();
 // Flush() sees the records of kernels still running. Uses the already loaded driver; never
 // loads one, never initialises CUDA.
 void WaitForDevice();
+// "libcupti <path>, API version <n>" once Start() succeeded ("" before): for the trace's meta,
+// so a run says which CUPTI recorded it.
+std::string Describe();
 
 }  // namespace tokentrace::cupti
