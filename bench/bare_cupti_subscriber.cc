@@ -103,10 +103,10 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   for (size_t i = 0; i < kNumTracedCallbacks; ++i) {
     g_api.EnableCallback(1, subscriber, kTracedCallbacks[i].domain, kTracedCallbacks[i].cbid);
   }
-  g_api.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                       CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED);
-  g_api.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                       CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED);
+  for (size_t i = 0; i < tokentrace::cupti::kNumResourceCallbacks; ++i) {
+    g_api.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                         tokentrace::cupti::kResourceCallbacks[i]);
+  }
   g_api.ActivityRegisterCallbacks(&OnBufferRequested, &OnBufferCompleted);
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                   CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {

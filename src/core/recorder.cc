@@ -257,8 +257,14 @@ void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t
   Write(s, EventKind::kGraphNodeCloned, 0, original_node_id, node_id, graph_exec_id, 0, 0);
 }
 
-void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id) {
-  if (g_token_graphs.Has(graph_id)) g_token_execs.Add(graph_exec_id);
+void GraphExecCreated(uint32_t graph_id, uint32_t original_graph_id, uint32_t graph_exec_id) {
+  if (g_token_graphs.Has(graph_id) || g_token_graphs.Has(original_graph_id)) {
+    g_token_execs.Add(graph_exec_id);
+  }
+}
+
+void GraphCloned(uint32_t original_graph_id, uint32_t clone_graph_id) {
+  if (g_token_graphs.Has(original_graph_id)) g_token_graphs.Add(clone_graph_id);
 }
 
 namespace {

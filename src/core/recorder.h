@@ -40,9 +40,14 @@ void GraphNodeCreated(uint32_t graph_id, uint64_t node_id);
 // `graph_exec_id`; the clone inherits the original's call.
 void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t node_id);
 
-// CUPTI resource callback: `graph_exec_id` was instantiated from `graph_id`. An exec made
-// from a graph captured inside a token call is a token graph: each launch is one token.
-void GraphExecCreated(uint32_t graph_id, uint32_t graph_exec_id);
+// CUPTI resource callback: `graph_exec_id` was instantiated from `graph_id` (and CUPTI's
+// `original_graph_id`, when it reports the graph as a clone; 0 if not). An exec made from a
+// graph captured inside a token call, or from a clone of one, is a token graph: each launch
+// is one token.
+void GraphExecCreated(uint32_t graph_id, uint32_t original_graph_id, uint32_t graph_exec_id);
+// CUPTI resource callback: `clone_graph_id` was cloned from `original_graph_id` (a clone of
+// a token graph is one too).
+void GraphCloned(uint32_t original_graph_id, uint32_t clone_graph_id);
 
 // The Python hooks saw `call_id`'s first output tensor: its path in the output, dtype and
 // shape (up to kMaxOutputDims dims are kept; more are counted as "output_dims_truncated").

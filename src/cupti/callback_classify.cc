@@ -395,4 +395,9 @@ const TracedCallback kTracedCallbacks[] = {
 #undef TT_DRV
 const size_t kNumTracedCallbacks = sizeof(kTracedCallbacks) / sizeof(kTracedCallbacks[0]);
 
+const CUpti_CallbackId kResourceCallbacks[] = {
+    CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+    CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, CUPTI_CBID_RESOURCE_GRAPH_CLONED};
+const size_t kNumResourceCallbacks = sizeof(kResourceCallbacks) / sizeof(kResourceCallbacks[0]);
+
 }  // namespace tokentrace::cupti

@@ -62,5 +62,9 @@ struct TracedCallback {
 // Every runtime/driver callback the subscriber enables (the table above).
 extern const TracedCallback kTracedCallbacks[];
 extern const size_t kNumTracedCallbacks;
+// The CUDA-graph resource callbacks it enables (handled in callback_dispatch.cc): node
+// created, node cloned into an exec, exec created, graph cloned.
+extern const CUpti_CallbackId kResourceCallbacks[];
+extern const size_t kNumResourceCallbacks;
 
 }  // namespace tokentrace::cupti

@@ -22,6 +22,12 @@ struct Guard {
   ~Guard() { t_in_callback = false; }
 };
 
+uint32_t GraphId(const CuptiApi* api, CUgraph graph) {
+  uint32_t id = 0;
+  if (graph == nullptr) return 0;
+  return TT_CUPTI_CALL(api->GetGraphId(graph, &id)) == CUPTI_SUCCESS ? id : 0;
+}
+
 uint32_t GraphExecId(const CuptiApi* api, CUgraphExec exec) {
   uint32_t id = 0;
   if (exec == nullptr || api->GetGraphExecId == nullptr) return 0;
@@ -31,7 +37,8 @@ uint32_t GraphExecId(const CuptiApi* api, CUgraphExec exec) {
 void HandleResource(const CuptiApi* api, CUpti_CallbackId cbid, const void* cbdata) {
   if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED &&
       cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED &&
-      cbid != CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
+      cbid != CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED &&
+      cbid != CUPTI_CBID_RESOURCE_GRAPH_CLONED) {
     return;
   }
   const auto* res = static_cast<const CUpti_ResourceData*>(cbdata);
@@ -39,9 +46,13 @@ void HandleResource(const CuptiApi* api, CUpti_CallbackId cbid, const void* cbda
   if (g == nullptr || api->GetGraphNodeId == nullptr || api->GetGraphId == nullptr) return;
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
     // An exec instantiated from a graph captured inside a token call replays as tokens.
-    uint32_t graph_id = 0;
-    if (TT_CUPTI_CALL(api->GetGraphId(g->graph, &graph_id)) != CUPTI_SUCCESS) return;
-    recorder::GraphExecCreated(graph_id, GraphExecId(api, g->graphExec));
+    // Instantiation may report an internal clone as `graph`: its original is checked too.
+    recorder::GraphExecCreated(GraphId(api, g->graph), GraphId(api, g->originalGraph),
+                               GraphExecId(api, g->graphExec));
+    return;
+  }
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPH_CLONED) {
+    recorder::GraphCloned(GraphId(api, g->originalGraph), GraphId(api, g->graph));
     return;
   }
   uint64_t node_id = 0;

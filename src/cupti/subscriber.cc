@@ -164,10 +164,9 @@ bool EnableCallbacks(std::string* why) {
       return false;
     }
   }
-  for (CUpti_CallbackId cbid :
-       {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
-        CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED}) {
-    TT_CUPTI_CALL(g_api->EnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, cbid));
+  for (size_t i = 0; i < kNumResourceCallbacks; ++i) {
+    TT_CUPTI_CALL(g_api->EnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                        kResourceCallbacks[i]));
   }
   return true;
 }

@@ -265,9 +265,9 @@ TEST_F(RecorderTest, OnlyExecsOfTokenGraphsStartTokens) {
   recorder::Push(root);  // token 1: the capture
   recorder::GraphNodeCreated(/*graph_id=*/7, /*node_id=*/100);
   recorder::Pop();
-  recorder::GraphExecCreated(/*graph_id=*/7, /*graph_exec_id=*/3);
+  recorder::GraphExecCreated(/*graph_id=*/7, /*original_graph_id=*/0, /*graph_exec_id=*/3);
   recorder::GraphNodeCreated(/*graph_id=*/3, /*node_id=*/200);  // a plain graph, no token
-  recorder::GraphExecCreated(/*graph_id=*/3, /*graph_exec_id=*/7);
+  recorder::GraphExecCreated(/*graph_id=*/3, /*original_graph_id=*/0, /*graph_exec_id=*/7);
   recorder::GraphLaunch(1001, 3);  // token 2
   recorder::GraphLaunch(1002, 3);  // token 3
   recorder::GraphLaunch(1003, 7);  // exec 7 is not a token graph's exec: still token 3
@@ -275,6 +275,39 @@ TEST_F(RecorderTest, OnlyExecsOfTokenGraphsStartTokens) {
   Batch batch;
   DrainInto(joiner, &batch);
   for (uint64_t corr : {1001, 1002, 1003}) {
+    GpuActivity a;
+    a.correlation_id = corr;
+    a.begin_ns = 100;
+    a.end_ns = 200;
+    a.name = "k";
+    joiner.OnActivity(a, &batch);
+  }
+  joiner.EndDrain(&batch);
+  ASSERT_EQ(batch.kernels.size(), 3u);
+  EXPECT_EQ(batch.kernels[0].token, 2u);
+  EXPECT_EQ(batch.kernels[1].token, 3u);
+  EXPECT_EQ(batch.kernels[2].token, 3u);
+}
+
+// Instantiation may go through a clone of the captured graph: a clone of a token graph (and
+// an exec whose graph CUPTI reports with the token graph as its original) replays as tokens.
+TEST_F(RecorderTest, ClonesOfTokenGraphsReplayAsTokens) {
+  const uint32_t root = sites::Intern("graphs.self", SiteKind::kRoot);
+  recorder::Push(root);  // token 1
+  recorder::GraphNodeCreated(/*graph_id=*/21, /*node_id=*/300);
+  recorder::Pop();
+  recorder::GraphCloned(/*original_graph_id=*/21, /*clone_graph_id=*/22);
+  recorder::GraphExecCreated(/*graph_id=*/22, /*original_graph_id=*/0, /*graph_exec_id=*/5);
+  recorder::GraphExecCreated(/*graph_id=*/23, /*original_graph_id=*/21, /*graph_exec_id=*/6);
+  recorder::GraphCloned(/*original_graph_id=*/99, /*clone_graph_id=*/24);  // not a token graph
+  recorder::GraphExecCreated(/*graph_id=*/24, /*original_graph_id=*/99, /*graph_exec_id=*/8);
+  recorder::GraphLaunch(2001, 5);  // token 2
+  recorder::GraphLaunch(2002, 6);  // token 3
+  recorder::GraphLaunch(2003, 8);  // still token 3
+  Joiner joiner(Mode(KernelMode::kFull));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  for (uint64_t corr : {2001, 2002, 2003}) {
     GpuActivity a;
     a.correlation_id = corr;
     a.begin_ns = 100;

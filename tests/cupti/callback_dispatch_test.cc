@@ -159,6 +159,29 @@ TEST_F(DispatchTest, GraphNodeCreatedAndCloned) {
   EXPECT_EQ(calls[2].b, 4u);
 }
 
+TEST_F(DispatchTest, GraphExecCreatedAndGraphClonedCarryBothGraphs) {
+  CUpti_GraphData g = {};
+  g.graph = reinterpret_cast<CUgraph>(uintptr_t{22});
+  g.originalGraph = reinterpret_cast<CUgraph>(uintptr_t{21});
+  g.graphExec = reinterpret_cast<CUgraphExec>(uintptr_t{5});
+  CUpti_ResourceData res = {};
+  res.resourceDescriptor = &g;
+  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPH_CLONED, &res);
+  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, &res);
+  g.originalGraph = nullptr;  // a graph that is not a clone
+  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, &res);
+  const auto calls = fake::TakeCalls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].what, RecorderCall::kGraphCloned);
+  EXPECT_EQ(calls[0].a, 21u);
+  EXPECT_EQ(calls[0].b, 22u);
+  EXPECT_EQ(calls[1].what, RecorderCall::kExecCreated);
+  EXPECT_EQ(calls[1].a, 22u);
+  EXPECT_EQ(calls[1].b, 5u);
+  EXPECT_EQ(calls[1].c, 21u);
+  EXPECT_EQ(calls[2].c, 0u);
+}
+
 TEST_F(DispatchTest, NullDataAndUnknownDomainsAreIgnored) {
   DispatchCallback(&api_, CUPTI_CB_DOMAIN_RUNTIME_API,
                    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, nullptr);

@@ -44,8 +44,11 @@ void GraphNodeCreated(uint32_t graph, uint64_t node) {
 void GraphNodeCloned(uint64_t original, uint32_t exec, uint64_t node) {
   fake::Add({RecorderCall::kNodeCloned, original, exec, node});
 }
-void GraphExecCreated(uint32_t graph, uint32_t exec) {
-  fake::Add({RecorderCall::kExecCreated, graph, exec, 0});
+void GraphExecCreated(uint32_t graph, uint32_t original, uint32_t exec) {
+  fake::Add({RecorderCall::kExecCreated, graph, exec, original});
+}
+void GraphCloned(uint32_t original, uint32_t clone) {
+  fake::Add({RecorderCall::kGraphCloned, original, clone, 0});
 }
 CurrentCall Current() { return {}; }
 uint32_t CurrentToken() { return 0; }
