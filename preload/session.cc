@@ -94,6 +94,9 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   sigemptyset(&block);
   for (int sig : {SIGTERM, SIGHUP, SIGINT}) sigaddset(&block, sig);
   pthread_sigmask(SIG_BLOCK, &block, &old);
+  // Running from here on for the signal handler, even before the thread is first scheduled
+  // (a signal that early still finds someone to do the stop).
+  g_loop_running.store(true);
   s->thread_ = std::thread([raw = s.get()] { raw->Loop(); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return s;
@@ -161,7 +164,6 @@ void Session::OnDropped(uint64_t records) {
 }
 
 void Session::Loop() {
-  g_loop_running.store(true);
   const int fd = g_wake_fd.load();
   while (!loop_stop_.load()) {
     pollfd p{fd, POLLIN, 0};
