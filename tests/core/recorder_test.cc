@@ -5,6 +5,7 @@
 
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "core/buffer_registry.h"
 #include "core/joiner.h"
@@ -257,6 +258,26 @@ TEST_F(RecorderTest, OutputOfCurrentGoesToTheInnermostOpenCall) {
 namespace tokentrace {
 namespace {
 
+// Drains what was recorded, then gives the joiner one kernel record per correlation id:
+// the token each launch was counted in, in order.
+std::vector<uint32_t> TokensOfLaunches(std::initializer_list<uint64_t> correlations) {
+  Joiner joiner(Mode(KernelMode::kFull));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  for (uint64_t corr : correlations) {
+    GpuActivity a;
+    a.correlation_id = corr;
+    a.begin_ns = 100;
+    a.end_ns = 200;
+    a.name = "k";
+    joiner.OnActivity(a, &batch);
+  }
+  joiner.EndDrain(&batch);
+  std::vector<uint32_t> tokens;
+  for (const KernelRow& k : batch.kernels) tokens.push_back(k.token);
+  return tokens;
+}
+
 // A graph captured inside a token call replays as tokens; an exec made from any other graph
 // does not, even when its exec id equals a token graph's id (CUPTI numbers graphs and execs
 // separately).
@@ -271,22 +292,7 @@ TEST_F(RecorderTest, OnlyExecsOfTokenGraphsStartTokens) {
   recorder::GraphLaunch(1001, 3);  // token 2
   recorder::GraphLaunch(1002, 3);  // token 3
   recorder::GraphLaunch(1003, 7);  // exec 7 is not a token graph's exec: still token 3
-  Joiner joiner(Mode(KernelMode::kFull));
-  Batch batch;
-  DrainInto(joiner, &batch);
-  for (uint64_t corr : {1001, 1002, 1003}) {
-    GpuActivity a;
-    a.correlation_id = corr;
-    a.begin_ns = 100;
-    a.end_ns = 200;
-    a.name = "k";
-    joiner.OnActivity(a, &batch);
-  }
-  joiner.EndDrain(&batch);
-  ASSERT_EQ(batch.kernels.size(), 3u);
-  EXPECT_EQ(batch.kernels[0].token, 2u);
-  EXPECT_EQ(batch.kernels[1].token, 3u);
-  EXPECT_EQ(batch.kernels[2].token, 3u);
+  EXPECT_EQ(TokensOfLaunches({1001, 1002, 1003}), (std::vector<uint32_t>{2, 3, 3}));
 }
 
 // Instantiation may go through a clone of the captured graph: a clone of a token graph (and
@@ -304,22 +310,7 @@ TEST_F(RecorderTest, ClonesOfTokenGraphsReplayAsTokens) {
   recorder::GraphLaunch(2001, 5);  // token 2
   recorder::GraphLaunch(2002, 6);  // token 3
   recorder::GraphLaunch(2003, 8);  // still token 3
-  Joiner joiner(Mode(KernelMode::kFull));
-  Batch batch;
-  DrainInto(joiner, &batch);
-  for (uint64_t corr : {2001, 2002, 2003}) {
-    GpuActivity a;
-    a.correlation_id = corr;
-    a.begin_ns = 100;
-    a.end_ns = 200;
-    a.name = "k";
-    joiner.OnActivity(a, &batch);
-  }
-  joiner.EndDrain(&batch);
-  ASSERT_EQ(batch.kernels.size(), 3u);
-  EXPECT_EQ(batch.kernels[0].token, 2u);
-  EXPECT_EQ(batch.kernels[1].token, 3u);
-  EXPECT_EQ(batch.kernels[2].token, 3u);
+  EXPECT_EQ(TokensOfLaunches({2001, 2002, 2003}), (std::vector<uint32_t>{2, 3, 3}));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "store/store.h"
@@ -27,16 +28,29 @@ Batch KernelBatch(int rows, uint64_t* next_corr, int64_t* now) {
   return b;
 }
 
+// A fresh store in its own temporary directory, removed afterwards.
+struct TempStore {
+  char dir[32] = "/tmp/tt_store_bench_XXXXXX";
+  std::string path, error;
+  std::unique_ptr<Store> store;
+
+  explicit TempStore(benchmark::State& state) {
+    if (mkdtemp(dir) == nullptr) std::abort();
+    path = std::string(dir) + "/bench.sqlite";
+    store = Store::Open(path, &error);
+    if (store == nullptr) state.SkipWithError(error.c_str());
+  }
+  ~TempStore() {
+    if (store) store->Close();
+    for (const char* suffix : {"", "-wal", "-shm"}) unlink((path + suffix).c_str());
+    rmdir(dir);
+  }
+};
+
 void BM_WriteKernelRows(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0));
-  char dir[] = "/tmp/tt_store_bench_XXXXXX";
-  if (mkdtemp(dir) == nullptr) std::abort();
-  std::string path = std::string(dir) + "/bench.sqlite", error;
-  auto store = Store::Open(path, &error);
-  if (store == nullptr) {
-    state.SkipWithError(error.c_str());
-    return;
-  }
+  TempStore temp(state);
+  if (temp.store == nullptr) return;
   uint64_t corr = 1;
   int64_t now = 86400LL * 3 * 1000000000;
   int64_t written = 0;
@@ -44,12 +58,13 @@ void BM_WriteKernelRows(benchmark::State& state) {
     state.PauseTiming();
     Batch b = KernelBatch(rows, &corr, &now);
     state.ResumeTiming();
-    if (!store->Write(b, &error)) state.SkipWithError(error.c_str());
+    if (!temp.store->Write(b, &temp.error)) state.SkipWithError(temp.error.c_str());
     written += rows;
   }
-  store->Close();
+  temp.store->Close();  // the final checkpoint: the file holds every page
+  temp.store.reset();
   sqlite3* db = nullptr;
-  sqlite3_open(path.c_str(), &db);
+  sqlite3_open(temp.path.c_str(), &db);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "SELECT (SELECT page_count FROM pragma_page_count()) * "
                          "(SELECT page_size FROM pragma_page_size())", -1, &st, nullptr);
@@ -58,8 +73,6 @@ void BM_WriteKernelRows(benchmark::State& state) {
   sqlite3_close(db);
   state.SetItemsProcessed(written);
   state.counters["bytes_per_row"] = written ? static_cast<double>(bytes) / written : 0;
-  unlink(path.c_str());
-  rmdir(dir);
 }
 // CPU time is what the writer thread takes from the job; wall time adds the fsyncs that
 // WAL checkpoints (synchronous=NORMAL) wait for, which depend on the disk.
@@ -70,14 +83,8 @@ BENCHMARK(BM_WriteKernelRows)->Arg(100000)->UseRealTime()->Unit(benchmark::kMill
 // [1, 1, 2048] bf16 tensor), 230 calls per token as in the Llama-1B shape.
 void BM_WriteCallRows(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0));
-  char dir[] = "/tmp/tt_store_bench_XXXXXX";
-  if (mkdtemp(dir) == nullptr) std::abort();
-  std::string path = std::string(dir) + "/bench.sqlite", error;
-  auto store = Store::Open(path, &error);
-  if (store == nullptr) {
-    state.SkipWithError(error.c_str());
-    return;
-  }
+  TempStore temp(state);
+  if (temp.store == nullptr) return;
   uint64_t id = (1ULL << 40) + 1;
   int64_t now = 86400LL * 3 * 1000000000;
   int64_t written = 0;
@@ -94,13 +101,10 @@ void BM_WriteCallRows(benchmark::State& state) {
       now += 5000;
     }
     state.ResumeTiming();
-    if (!store->Write(b, &error)) state.SkipWithError(error.c_str());
+    if (!temp.store->Write(b, &temp.error)) state.SkipWithError(temp.error.c_str());
     written += rows;
   }
-  store->Close();
   state.SetItemsProcessed(written);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 BENCHMARK(BM_WriteCallRows)->Arg(10000)->Unit(benchmark::kMillisecond);
 
