@@ -86,11 +86,15 @@ def test_replayed_kernels_keep_their_modules_and_count_as_tokens(tmp_path):
 
 
 def test_generate_with_static_cache_traces_every_token(tmp_path):
-    # HF generate with a static cache (no compilation: that is the CUDA-graph path above).
+    # HF generate with a static cache. On CUDA, transformers compiles the forward by itself
+    # when the cache is static (GenerationMixin._valid_auto_compile_criteria); that is
+    # torch.compile's path, where module calls inside the compiled region are not seen, and
+    # the hand-captured CUDA graph above is the graph path. disable_compile keeps this eager.
     lm = _llama_cuda()
     ids = torch.tensor([[3, 17, 42, 8, 99]], device="cuda")
     trace = tt.trace(lm.generate, ids, kernels="summary", out=tmp_path / "static.sqlite",
                      input_kwargs={"max_new_tokens": 6, "min_new_tokens": 6,
-                                   "cache_implementation": "static", "do_sample": False})
+                                   "cache_implementation": "static", "do_sample": False,
+                                   "disable_compile": True})
     assert trace["model.layers.0.self_attn.v_proj"].num_calls == 6
     assert all(trace[f"model.layers.0.mlp:{k}"].kernels > 0 for k in range(1, 7))
