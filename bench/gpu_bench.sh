@@ -23,10 +23,16 @@ rc=0
 t_start=$(date +%s)
 
 nvidia-smi -L > "$out/device.txt" 2>&1
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTOKENTRACE_BUILD_TESTS=OFF -DTOKENTRACE_BUILD_PYTHON=ON \
-  -DPython_EXECUTABLE="$(command -v "$python")" > "$out/bench-configure.log" 2>&1 \
-  || { tail -20 "$out/bench-configure.log"; exit 2; }
+# A build directory that is already configured (scripts/gpu-check.sh passes the one
+# scripts/setup.sh built, with tests and benchmarks) is used as it is: configuring it again
+# with other options would rebuild everything and drop its tests.
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTOKENTRACE_BUILD_TESTS=OFF -DTOKENTRACE_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$(command -v "$python")" > "$out/bench-configure.log" 2>&1 \
+    || { tail -20 "$out/bench-configure.log"; exit 2; }
+fi
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 ninja -C "$build" -j"${JOBS:-16}" launch_overhead bare_cupti_subscriber tokentrace_shim \
   tokentrace_cli _native > "$out/bench-build.log" 2>&1 || { tail -40 "$out/bench-build.log"; exit 3; }
 echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
@@ -34,7 +40,7 @@ echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
 {
   echo "# tokentrace overhead, GPU ($(head -1 "$out/device.txt"), $(date +%Y-%m-%d))"
   echo
-  echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown);" \
+  echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), ${build_type:-unknown} build;" \
        "$("$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1)."
   echo
 } > "$md"

@@ -50,7 +50,9 @@ def build(model_name, torch):
 def decode_with_graph(lm, ids, tokens, timing, torch):
     """Prefill, one eager step, capture one step, replay it `tokens` times (timed)."""
     from transformers import StaticCache
-    cache = StaticCache(config=lm.config, max_cache_len=ids.shape[1] + 8)
+    # transformers 5 writes each step at the cache's own device-side length, which the graph
+    # advances on every replay: room for the prompt, the eager step and every replay.
+    cache = StaticCache(config=lm.config, max_cache_len=ids.shape[1] + tokens + 4)
     n = ids.shape[1]
     with torch.no_grad():
         out = lm(ids, past_key_values=cache, use_cache=True,
@@ -68,7 +70,7 @@ def decode_with_graph(lm, ids, tokens, timing, torch):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(tokens):
-            graph.replay()  # the same position every time: the cost is what is measured
+            graph.replay()  # one decode step per replay, each at the next cache position
         torch.cuda.synchronize()
         timing["sec"] = time.perf_counter() - t0
 
@@ -109,7 +111,12 @@ def worker(args):
         res["ms_per_token"] = timing["sec"] * 1000.0 / n
         return res
 
-    one(min(args.tokens, 32))  # warm-up
+    try:
+        one(min(args.tokens, 32))  # warm-up
+    except Exception as exc:  # said in the table instead of a worker that just died
+        print(json.dumps({"ready": False, "error": f"warm-up: {type(exc).__name__}: {exc}"}),
+              flush=True)
+        return 1
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         try:
@@ -148,8 +155,9 @@ def main():
     results = {s: [] for s in setups}
     for s, proc in procs.items():
         line = proc.stdout.readline()
-        if not line:
-            results[s].append({"error": "worker died before it was ready"})
+        ready = json.loads(line) if line else {"error": "worker died before it was ready"}
+        if not ready.get("ready"):
+            results[s].append({"error": ready.get("error", "worker not ready")})
     live = [s for s in setups if not results[s]]
     for r in range(args.repeats):
         order = live[r % len(live):] + live[:r % len(live)] if live else []
