@@ -133,11 +133,16 @@ __global__ void ResetCountersKernel(PatchTable* t) {
 int SmCount() {
   static std::atomic<int> cache[kMaxDevices];  // 0: not queried yet
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 1;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();  // our failed query must not surface as the launch's error
+    return 1;
+  }
   int n = cache[dev].load(std::memory_order_relaxed);
   if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+      (void)cudaGetLastError();
       n = 1;
+    }
     cache[dev].store(n, std::memory_order_relaxed);
   }
   return n;
