@@ -6,7 +6,8 @@
 #   OUT=<dir> scripts/gpu-check.sh [all|tests|bench]   (default all; $OUT defaults to ./gpu-out)
 # The device runner allows 10 minutes per command: run `tests` (build + gpu tests, ~5 min)
 # and `bench` (reuses the build, ~4 min) as two calls there; `all` does both.
-# Results: $OUT/gpu-check.md (summary table), $OUT/*.log, $OUT/bench-gpu.md
+# Results: $OUT/gpu-check-<phase>.md (summary table; .progress has each step as it ends),
+# $OUT/*.log, $OUT/bench-gpu.md
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -19,6 +20,7 @@ PHASE=${1:-all}
 case "$PHASE" in all|tests|bench) ;; *) echo "usage: scripts/gpu-check.sh [all|tests|bench]" >&2; exit 2;; esac
 SUMMARY=$OUT/gpu-check-$PHASE.md
 start=$(date +%s)
+: >"$OUT/gpu-check-$PHASE.progress"
 declare -a rows
 
 step() {  # step NAME TIMEOUT CMD...: runs CMD with a time limit, logs it, records a row
@@ -35,6 +37,8 @@ step() {  # step NAME TIMEOUT CMD...: runs CMD with a time limit, logs it, recor
   last=$(grep -E "tests passed|passed|failed|error" "$OUT/$name.log" | tail -n 1)
   [ -n "$last" ] || last=$(tail -n 1 "$OUT/$name.log")
   rows+=("| $name | $verdict | $((t1 - t0)) s | $(echo "$last" | tr '|' '/' | cut -c1-120) |")
+  # Also as it happens: if the device call is cut off, what finished is still on record.
+  echo "${rows[-1]}" >>"$OUT/gpu-check-$PHASE.progress"
   echo "[gpu-check] $name: $verdict ($((t1 - t0)) s)"
   return $rc
 }
