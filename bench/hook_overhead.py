@@ -2,9 +2,10 @@
 
 A model of N small modules runs R times inside one root call (so session start/stop and the
 file are amortised). Three setups, interleaved, each repeated: no hooks; a plain no-op forward
-pre+post hook on every module (what a Python tool pays at minimum); tokentrace's hooks
-(tt.trace, kernels off: NVTX push/pop from C++ hooks, output shape recorded). Prints a
-markdown table: median ns per module call and the cost over no hooks.
+pre+post hook on every module (what a Python tool pays at minimum); tokentrace (tt.trace,
+kernels off: each module's forward wrapped natively, NVTX push/pop and the output's shape
+recorded per call, torch's hook-free call path kept). Prints a markdown table: median ns per
+module call and the cost over no hooks.
 
     python bench/hook_overhead.py [--modules 200] [--iters 50] [--repeats 7]
 """
