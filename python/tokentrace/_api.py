@@ -56,6 +56,27 @@ def _model_of(fn, model):
          f"one of its bound methods (model.generate), or model=...")
 
 
+def _is_compiled(fn, model):
+    """True for torch.compile'd models and functions (what TorchDynamo would run)."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except Exception:  # a torch without dynamo
+        return False
+    owners = (fn, getattr(fn, "__self__", None), model)
+    return (any(isinstance(o, OptimizedModule) for o in owners)
+            or hasattr(fn, "_torchdynamo_orig_callable")
+            or getattr(model, "_compiled_call_impl", None) is not None)
+
+
+def _warn_if_compiled(fn, model):
+    if _is_compiled(fn, model):
+        warnings.warn(
+            "tokentrace: tracing a torch.compile'd model runs it eagerly (the recording "
+            "wrappers are opaque to TorchDynamo), and TorchDynamo keeps running it eagerly "
+            "after the trace; call torch._dynamo.reset() afterwards to compile it again, or "
+            "trace the model before compiling it", RuntimeWarning, stacklevel=4)
+
+
 def _call_args(model, inputs, input_kwargs, tokenizer):
     if input_kwargs is None:
         input_kwargs = {}
@@ -150,6 +171,7 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
     model = _model_of(fn, model)
+    _warn_if_compiled(fn, model)
     hooked, saved = _resolve(model, sites, save, default_all=True)
     _check_intervene(intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
@@ -178,6 +200,7 @@ def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
              f"{type(model).__name__}")
     if save is None:
         fail("record() needs save=: the sites to keep, e.g. save=tt.module('model.layers.*.mlp')")
+    _warn_if_compiled(fn, model)
     hooked, saved = _resolve(model, sites if sites is not None else save, save,
                              default_all=False)
     _check_intervene(intervene)
