@@ -299,7 +299,22 @@ PyObject* WrapperClose(PyObject* self, PyObject* output) {
   return PyBool_FromLong(CloseCall(w->site, output == Py_None ? nullptr : output, w->record != 0));
 }
 
+// Pickling and copy.deepcopy of a module while it is traced (torch.save(model), a checkpoint
+// callback) see the wrapper in the module's __dict__: it reduces to the original forward
+// (through the identity tokentrace._session.original_forward), so the copy gets a plain,
+// untraced forward instead of the job failing on an unpicklable object.
+PyObject* WrapperReduce(PyObject* self, PyObject*) {
+  auto* w = reinterpret_cast<ForwardWrapper*>(self);
+  PyObject* module = PyImport_ImportModule("tokentrace._session");
+  if (module == nullptr) return nullptr;
+  PyObject* identity = PyObject_GetAttrString(module, "original_forward");
+  Py_DECREF(module);
+  if (identity == nullptr) return nullptr;
+  return Py_BuildValue("(N(O))", identity, w->forward != nullptr ? w->forward : Py_None);
+}
+
 PyMethodDef g_wrapper_methods[] = {
+    {"__reduce__", WrapperReduce, METH_NOARGS, "pickles as the original forward"},
     {"open", WrapperOpen, METH_NOARGS, "open a call of this site by hand"},
     {"close", WrapperClose, METH_O, "close the call open() opened, recording its output"},
     {nullptr, nullptr, 0, nullptr}};

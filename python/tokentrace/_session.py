@@ -31,6 +31,11 @@ from ._backend import KIND_MODULE, KIND_ROOT
 _MISSING = object()
 
 
+def original_forward(forward):
+    """What a pickled or deep-copied forward wrapper becomes: the forward it wrapped."""
+    return forward
+
+
 class HookSet:
     def __init__(self, backend, model, hooked, saved=(), sink=None):
         self.backend = backend

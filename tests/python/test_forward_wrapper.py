@@ -185,3 +185,28 @@ def test_compiled_model_is_traced_eagerly_and_says_so():
         torch._dynamo.reset()
         compiled(x)
     assert len(runs) == 2  # compiled again after the reset
+
+
+def test_model_can_be_saved_and_copied_while_traced(tmp_path):
+    # torch.save or copy.deepcopy of a module mid-trace (a checkpoint callback) must not fail
+    # on the wrapper; the copy gets a plain forward bound to itself, and works.
+    import copy
+
+    class Saver(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.copies = []
+
+        def forward(self, x):
+            torch.save(self.lin, tmp_path / "lin.pt")
+            self.copies.append(copy.deepcopy(self.lin))
+            return self.lin(x)
+
+    model = Saver()
+    trace = _trace(model, torch.ones(1, 4))
+    assert trace["lin"].num_calls == 1
+    loaded = torch.load(tmp_path / "lin.pt", weights_only=False)
+    for clone in (loaded, model.copies[0]):
+        assert getattr(clone.forward, "__self__", None) is clone
+        assert torch.allclose(clone(torch.ones(1, 4)), model.lin(torch.ones(1, 4)))
