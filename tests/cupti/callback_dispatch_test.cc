@@ -35,6 +35,13 @@ class DispatchTest : public ::testing::Test {
   }
   void TearDown() override { fake::SetActive(true); }
 
+  // A CUDA-graph resource callback carrying `g`.
+  void Resource(CUpti_CallbackId cbid, const CUpti_GraphData& g) {
+    CUpti_ResourceData res = {};
+    res.resourceDescriptor = const_cast<CUpti_GraphData*>(&g);
+    DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, cbid, &res);
+  }
+
   void Api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, CUpti_ApiCallbackSite site,
            uint32_t corr, const void* params = nullptr) {
     CUpti_CallbackData data = {};
@@ -134,18 +141,16 @@ TEST_F(DispatchTest, GraphNodeCreatedAndCloned) {
   CUpti_GraphData g = {};
   g.graph = reinterpret_cast<CUgraph>(uintptr_t{3});
   g.node = reinterpret_cast<CUgraphNode>(uintptr_t{100});
-  CUpti_ResourceData res = {};
-  res.resourceDescriptor = &g;
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, &res);
+  Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g);
 
   g.originalNode = g.node;
   g.node = reinterpret_cast<CUgraphNode>(uintptr_t{200});
   g.graph = reinterpret_cast<CUgraph>(uintptr_t{4});
   g.graphExec = reinterpret_cast<CUgraphExec>(uintptr_t{17});
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, &res);
+  Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, g);
   g.graphExec = nullptr;  // cudaGraphClone: no exec, the clone's graph id
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, &res);
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPH_CREATED, &res);
+  Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, g);
+  Resource(CUPTI_CBID_RESOURCE_GRAPH_CREATED, g);  // not one we handle
 
   const auto calls = fake::TakeCalls();
   ASSERT_EQ(calls.size(), 3u);
@@ -164,12 +169,10 @@ TEST_F(DispatchTest, GraphExecCreatedAndGraphClonedCarryBothGraphs) {
   g.graph = reinterpret_cast<CUgraph>(uintptr_t{22});
   g.originalGraph = reinterpret_cast<CUgraph>(uintptr_t{21});
   g.graphExec = reinterpret_cast<CUgraphExec>(uintptr_t{5});
-  CUpti_ResourceData res = {};
-  res.resourceDescriptor = &g;
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPH_CLONED, &res);
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, &res);
+  Resource(CUPTI_CBID_RESOURCE_GRAPH_CLONED, g);
+  Resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, g);
   g.originalGraph = nullptr;  // a graph that is not a clone
-  DispatchCallback(&api_, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, &res);
+  Resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, g);
   const auto calls = fake::TakeCalls();
   ASSERT_EQ(calls.size(), 3u);
   EXPECT_EQ(calls[0].what, RecorderCall::kGraphCloned);
