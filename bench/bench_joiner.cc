@@ -27,16 +27,7 @@ struct TokenInput {
 
 Event Make(EventKind kind, uint64_t ticks, uint64_t call, uint64_t a, uint32_t site, uint32_t k,
            uint32_t token) {
-  Event e = {};
-  e.ticks = ticks;
-  e.call_id = call;
-  e.a = a;
-  e.site_id = site;
-  e.k = k;
-  e.token = token;
-  e.kind = kind;
-  e.generation = 1;
-  return e;
+  return MakeEvent(kind, ticks, call, a, 0, site, k, token, /*generation=*/1);
 }
 
 // Token `token` of a synthetic job; ids continue from *next_call / *next_corr.

@@ -130,18 +130,8 @@ inline ThreadState* State() {
 
 inline void Write(ThreadState* s, EventKind kind, uint64_t call_id, uint64_t a, uint64_t b,
                   uint32_t site_id, uint32_t k, uint32_t token) {
-  Event e;
-  e.ticks = clock::RawTicks();
-  e.call_id = call_id;
-  e.a = a;
-  e.b = b;
-  e.site_id = site_id;
-  e.k = k;
-  e.token = token;
-  e.kind = kind;
-  e.generation = static_cast<uint8_t>(s->generation);
-  e.pad[0] = e.pad[1] = 0;
-  s->ring->Append(e);
+  s->ring->Append(MakeEvent(kind, clock::RawTicks(), call_id, a, b, site_id, k, token,
+                            static_cast<uint8_t>(s->generation)));
 }
 
 inline const OpenCall* Top(const ThreadState* s) {

@@ -14,30 +14,11 @@ KernelMode Mode(KernelMode::Kind kind, uint32_t every = 0) {
 }
 
 Event Push(uint64_t id, uint64_t parent, uint32_t site, uint32_t k, uint32_t token, uint64_t t) {
-  Event e{};
-  e.kind = EventKind::kPush;
-  e.call_id = id;
-  e.a = parent;
-  e.site_id = site;
-  e.k = k;
-  e.token = token;
-  e.ticks = t;
-  return e;
+  return MakeEvent(EventKind::kPush, t, id, parent, 0, site, k, token, 0);
 }
-Event Pop(uint64_t id, uint64_t t) {
-  Event e{};
-  e.kind = EventKind::kPop;
-  e.call_id = id;
-  e.ticks = t;
-  return e;
-}
+Event Pop(uint64_t id, uint64_t t) { return MakeEvent(EventKind::kPop, t, id, 0, 0, 0, 0, 0, 0); }
 Event Launch(uint64_t corr, uint64_t call, uint32_t token) {
-  Event e{};
-  e.kind = EventKind::kLaunch;
-  e.a = corr;
-  e.call_id = call;
-  e.token = token;
-  return e;
+  return MakeEvent(EventKind::kLaunch, 0, call, corr, 0, 0, 0, token, 0);
 }
 GpuActivity Kernel(uint64_t corr, int64_t begin, int64_t end, const char* name = "k") {
   GpuActivity a;
@@ -254,28 +235,13 @@ TEST(JoinerTest, GraphReplaysAttributeThroughCapturedNodes) {
   Joiner j(Mode(KernelMode::kFull));
   Batch b;
   auto node = [](uint64_t call, uint64_t node_id, uint32_t graph) {
-    Event e{};
-    e.kind = EventKind::kGraphNodeCreated;
-    e.call_id = call;
-    e.a = node_id;
-    e.site_id = graph;
-    return e;
+    return MakeEvent(EventKind::kGraphNodeCreated, 0, call, node_id, 0, graph, 0, 0, 0);
   };
   auto clone = [](uint64_t orig, uint64_t node_id, uint32_t exec) {
-    Event e{};
-    e.kind = EventKind::kGraphNodeCloned;
-    e.a = orig;
-    e.b = node_id;
-    e.site_id = exec;
-    return e;
+    return MakeEvent(EventKind::kGraphNodeCloned, 0, 0, orig, node_id, exec, 0, 0, 0);
   };
   auto graph_launch = [](uint64_t corr, uint32_t token, uint32_t exec) {
-    Event e{};
-    e.kind = EventKind::kGraphLaunch;
-    e.a = corr;
-    e.token = token;
-    e.site_id = exec;
-    return e;
+    return MakeEvent(EventKind::kGraphLaunch, 0, 0, corr, 0, exec, 0, token, 0);
   };
   j.OnEvent(0, node(/*call=*/20, /*node=*/1, 5), &b);  // attention
   j.OnEvent(0, node(/*call=*/21, /*node=*/2, 5), &b);  // mlp

@@ -9,17 +9,13 @@
 namespace tokentrace {
 namespace {
 
-Event MakeEvent(uint64_t seq, uint32_t producer) {
-  Event e{};
-  e.call_id = seq;
-  e.site_id = producer;
-  e.kind = EventKind::kPush;
-  return e;
+Event Numbered(uint64_t seq, uint32_t producer) {
+  return MakeEvent(EventKind::kPush, 0, seq, 0, 0, producer, 0, 0, 0);
 }
 
 TEST(ThreadBufferTest, DrainsInOrder) {
   ThreadBuffer ring(64, 0);
-  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(ring.Append(MakeEvent(i, 0)));
+  for (uint64_t i = 1; i <= 10; ++i) ASSERT_TRUE(ring.Append(Numbered(i, 0)));
   std::vector<uint64_t> seen;
   EXPECT_EQ(ring.Drain([&](const Event& e) { seen.push_back(e.call_id); }), 10u);
   ASSERT_EQ(seen.size(), 10u);
@@ -31,7 +27,7 @@ TEST(ThreadBufferTest, FullRingDropsAndCountsExactly) {
   ThreadBuffer ring(64, 0);
   ASSERT_EQ(ring.capacity(), 64u);
   int accepted = 0;
-  for (int i = 0; i < 100; ++i) accepted += ring.Append(MakeEvent(i, 0)) ? 1 : 0;
+  for (int i = 0; i < 100; ++i) accepted += ring.Append(Numbered(i, 0)) ? 1 : 0;
   EXPECT_EQ(accepted, 64);
   EXPECT_EQ(ring.TakeDropped(), 36u);
   EXPECT_EQ(ring.TakeDropped(), 0u);
@@ -39,7 +35,7 @@ TEST(ThreadBufferTest, FullRingDropsAndCountsExactly) {
   uint64_t last = 0;
   ring.Drain([&](const Event& e) { last = e.call_id; });
   EXPECT_EQ(last, 63u);
-  EXPECT_TRUE(ring.Append(MakeEvent(1, 0)));
+  EXPECT_TRUE(ring.Append(Numbered(1, 0)));
 }
 
 TEST(ThreadBufferTest, CapacityRoundsUpToPowerOfTwo) {
@@ -75,7 +71,7 @@ TEST(ThreadBufferTest, StressConcurrentProducersAndConsumer) {
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
       for (uint64_t i = 1; i <= kEvents; ++i) {
-        while (!rings[p]->Append(MakeEvent(i, p))) {
+        while (!rings[p]->Append(Numbered(i, p))) {
           // Full: this test wants no loss, so retry (the real hot path drops instead).
           std::this_thread::yield();
         }
@@ -103,7 +99,7 @@ TEST(ThreadBufferTest, StressExactLossCounts) {
   std::vector<std::thread> producers;
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
-      for (uint64_t i = 1; i <= kEvents; ++i) rings[p]->Append(MakeEvent(i, p));
+      for (uint64_t i = 1; i <= kEvents; ++i) rings[p]->Append(Numbered(i, p));
     });
   }
   for (auto& t : producers) t.join();
