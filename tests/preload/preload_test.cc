@@ -79,6 +79,12 @@ std::string One(const std::string& path, const std::string& sql) {
   return rows.empty() || rows[0].empty() ? "" : rows[0][0];
 }
 
+// How many calls of `site` the file holds.
+std::string CallsOf(const std::string& path, const std::string& site) {
+  return One(path, "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
+                   "WHERE s.name='" + site + "'");
+}
+
 TEST(PreloadTest, HooksShapedRunGivesSitesCallsAndTokens) {
   std::string out = TempDir() + "/t.sqlite";
   Result r = Shell(Preloaded(out) + kProgram + " hooks 3");
@@ -159,10 +165,7 @@ TEST(PreloadTest, SigkilledRunLeavesAReadableFile) {
   usleep(200000);
   // Everything up to the last commit is there: the finished token and its calls.
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
-  EXPECT_EQ(One(out,
-                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
-                "WHERE s.name='transformer.h.0.mlp'"),
-            "1");
+  EXPECT_EQ(CallsOf(out, "transformer.h.0.mlp"), "1");
 }
 
 // Runs nvtx_generate MODE (it records a token, prints "ready", then waits) with the longest
@@ -183,10 +186,7 @@ TEST(PreloadTest, SigtermedRunFlushesAndStillDiesBySigterm) {
   Result r = RunThenTerminate("hang", out);
   EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
-  EXPECT_EQ(One(out,
-                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
-                "WHERE s.name='transformer.h.0.mlp'"),
-            "1");
+  EXPECT_EQ(CallsOf(out, "transformer.h.0.mlp"), "1");
   EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='exit_signal'"), "SIGTERM");
   Result report = Shell(kCli + " report " + out);
   EXPECT_EQ(report.status, 0) << report.output;
