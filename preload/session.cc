@@ -202,13 +202,11 @@ void Session::StopFromSignal(int sig) {
     if (!stopped_) {
       stopped_ = true;
       recorder::EndSession();
+      const std::string name = sig == SIGTERM  ? "SIGTERM"
+                               : sig == SIGHUP ? "SIGHUP"
+                                               : std::to_string(sig);
       std::string error;
-      DrainLocked(true, &error);  // closes open calls (counted as unclosed_range)
-      Batch meta;
-      meta.meta = MetaRows();
-      const char* name = sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : sig == SIGINT ? "SIGINT" : "";
-      meta.meta.emplace_back("exit_signal", *name ? name : std::to_string(sig));
-      if (store_) store_->Write(meta, &error);
+      WriteFinalLocked({{"exit_signal", name}}, &error);
       if (store_) store_->Close();
     }
   }
@@ -289,6 +287,16 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
   return store_->Write(batch, error);
 }
 
+bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
+                               std::string* error) {
+  bool ok = DrainLocked(true, error);  // closes open calls (counted as unclosed_range)
+  Batch meta;
+  meta.meta = MetaRows();  // the final kernels status
+  meta.meta.insert(meta.meta.end(), extra_meta.begin(), extra_meta.end());
+  if (store_) ok = store_->Write(meta, error) && ok;
+  return ok;
+}
+
 bool Session::Flush(std::string* error) {
   if (kernels_started_) cupti::Flush(false);
   std::lock_guard<std::mutex> drain(drain_mutex_);
@@ -322,10 +330,7 @@ bool Session::Stop(std::string* error) {
   bool ok;
   {
     std::lock_guard<std::mutex> drain(drain_mutex_);
-    ok = DrainLocked(true, error);
-    Batch meta;
-    meta.meta = MetaRows();  // final kernels status
-    if (store_) ok = store_->Write(meta, error) && ok;
+    ok = WriteFinalLocked({}, error);
   }
   if (kernels_started_) cupti::Stop();
   if (store_) store_->Close();

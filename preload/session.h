@@ -56,6 +56,9 @@ class Session : public cupti::ActivitySink {
   void Loop();
   void StopFromSignal(int sig);
   bool DrainLocked(bool final, std::string* error);  // requires drain_mutex_
+  // The final drain and the meta rows (plus `extra_meta`); requires drain_mutex_.
+  bool WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
+                        std::string* error);
   bool WriteLocked(Batch& batch, std::string* error);
   void SetKernelsStatus(const std::string& status);
   std::vector<std::pair<std::string, std::string>> MetaRows() const;
