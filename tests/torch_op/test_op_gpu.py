@@ -3,7 +3,7 @@ that replays the edit at the right token because the decision is made on the dev
 import pytest
 import torch
 
-from test_ops_cpu import INDEXES, OPS, SHAPE, _operand
+from test_ops_cpu import INDEX_IDS, INDEXES, OP_IDS, OPS, SHAPE, _operand
 
 pytestmark = pytest.mark.gpu
 
@@ -25,8 +25,8 @@ def _apply(tto, device, x, index, op, kw):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["f32", "bf16", "f16"])
-@pytest.mark.parametrize("index", INDEXES, ids=[str(i) for i in range(len(INDEXES))])
-@pytest.mark.parametrize("op,kw", OPS, ids=[f"{o}-{'op' if 'operand' in k else 'p'}" for o, k in OPS])
+@pytest.mark.parametrize("index", INDEXES, ids=INDEX_IDS)
+@pytest.mark.parametrize("op,kw", OPS, ids=OP_IDS)
 def test_cuda_matches_cpu(tto, dtype, index, op, kw):
     kw = dict(kw)
     if "operand" in kw:

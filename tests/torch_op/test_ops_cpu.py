@@ -25,6 +25,8 @@ OPS = [
     ("clamp", {"lo": -0.25, "hi": 0.5}),
     ("replace", {"operand": "box"}),
 ]
+OP_IDS = [f"{o}-{'op' if 'operand' in k else 'p'}" for o, k in OPS]
+INDEX_IDS = [str(i) for i in range(len(INDEXES))]
 
 
 def _operand(kind, shape, index, dtype):
@@ -36,8 +38,8 @@ def _operand(kind, shape, index, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[1])
-@pytest.mark.parametrize("index", INDEXES, ids=[str(i) for i in range(len(INDEXES))])
-@pytest.mark.parametrize("op,kw", OPS, ids=[f"{o}-{'op' if 'operand' in k else 'p'}" for o, k in OPS])
+@pytest.mark.parametrize("index", INDEXES, ids=INDEX_IDS)
+@pytest.mark.parametrize("op,kw", OPS, ids=OP_IDS)
 def test_op_matches_reference(tto, dtype, index, op, kw):
     kw = dict(kw)
     if "operand" in kw:
