@@ -40,6 +40,35 @@ def file_bytes(path):
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
+def logical_bytes(path):
+    """The database's size as of its last commit (pages x page size), read from the WAL's
+    frame headers without opening it in SQLite (a second SQLite in this process could drop
+    the writer's locks). The files' sizes move in steps of a whole checkpoint instead."""
+    if path is None or not os.path.exists(path):
+        return None
+    size = os.path.getsize(path)
+    try:
+        with open(path + "-wal", "rb") as f:
+            head = f.read(32)
+            if len(head) < 32:
+                return size
+            page = int.from_bytes(head[8:12], "big")
+            salts = head[16:24]
+            pos = 32
+            while True:
+                f.seek(pos)
+                frame = f.read(24)
+                if len(frame) < 24 or frame[8:16] != salts:
+                    break
+                db_pages = int.from_bytes(frame[4:8], "big")
+                if db_pages:  # a commit frame: the database's size in pages after it
+                    size = max(size, db_pages * page)
+                pos += 24 + page
+    except OSError:
+        pass
+    return size
+
+
 def remove(path):
     for p in (path, path + "-wal", path + "-shm"):
         if os.path.exists(p):
@@ -253,7 +282,7 @@ class Sampler:
     def _loop(self, path):
         while not self._stop.wait(self.period):
             self.samples.append((round(time.perf_counter() - self.t0, 3), self.tokens,
-                                 round(proc_status("VmRSS"), 1), file_bytes(path)))
+                                 round(proc_status("VmRSS"), 1), logical_bytes(path)))
 
     def stop(self):
         self._stop.set()

@@ -115,7 +115,14 @@ def run_matrix(workers, model, n, setups, args):
         if "error" in r:
             errors[s] = r["error"]
     live = [s for s in live if s not in errors]
+    round_s = None
     for i in range(args.repeats):
+        if i > 0 and args.deadline and time.time() + round_s > args.deadline:
+            args.cut_short.append(f"{model}, {n} tokens: {i} of {args.repeats} rounds "
+                                  "(the next would have passed --deadline)")
+            print(f"  {model} {n} tokens: stopping after {i} rounds (deadline)", file=sys.stderr)
+            break
+        t_round = time.time()
         order = live[i % len(live):] + live[:i % len(live)] if live else []
         for s in order:
             r = workers[s].ask({"op": "run", "model": model, "new_tokens": n})
@@ -123,6 +130,7 @@ def run_matrix(workers, model, n, setups, args):
                 errors[s] = r["error"]
             else:
                 results[s].append(r)
+        round_s = time.time() - t_round
         print(f"  {model} {n} tokens: round {i + 1}/{args.repeats} done", file=sys.stderr)
     return results, errors
 
@@ -308,10 +316,16 @@ def main():
     p.add_argument("--samples-out", default=None, help="append the long run's samples (JSON lines)")
     p.add_argument("--out", default=None, help="write the markdown here too")
     p.add_argument("--quiet-workers", action="store_true", help="discard workers' stderr")
+    p.add_argument("--deadline", type=float, default=0,
+                   help="epoch seconds: no repeat round or table is started that would end "
+                        "after it (the table says what was cut)")
     args = p.parse_args()
+    args.cut_short = []
 
     import torch
     cuda = torch.cuda.is_available() if args.device is None else args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        sys.exit("generate_overhead: --device cuda, but torch sees no CUDA device here")
     args.device = args.device or ("cuda" if cuda else "cpu")
     small = args.small or not cuda
     models = (args.models or ("tiny-gpt2,tiny-llama" if small else "gpt2,llama1b")).split(",")
@@ -335,6 +349,7 @@ def main():
         out += measure(workers, models, counts, setups, args)
     finally:
         close_workers(workers)
+    out += [f"- Cut short to keep to the deadline: {c}." for c in args.cut_short]
     out.append(f"_{time.time() - started:.0f} s in all._")
     text = "\n".join(out) + "\n"
     print(text)
@@ -346,16 +361,22 @@ def main():
 def measure(workers, models, counts, setups, args):
     out, target_lines = [], []
     if not args.long_only:
-        for model in models:
-            for n in counts:
-                results, errors = run_matrix(workers, model, n, setups, args)
-                lines, summary = table(model, n, results, errors, args)
-                out += lines + [""]
-                if model in ("llama1b", "tiny-llama"):
-                    scope = ("" if model == "llama1b" else " — the targets are set for the "
-                             "Llama-1B shape on an H200; here they are informational only")
-                    target_lines += [f"### Targets (issues 3 and 5), {model}, {n} new tokens{scope}",
-                                     ""] + targets(summary, setups) + [""]
+        matrices = [(m, n) for m in models for n in counts]
+        per_token_s = None  # wall seconds per new token of the last matrix, for the estimate
+        for i, (model, n) in enumerate(matrices):
+            if per_token_s and args.deadline and time.time() + per_token_s * n > args.deadline:
+                args.cut_short += [f"{m}, {c} tokens: not run" for m, c in matrices[i:]]
+                break
+            t_matrix = time.time()
+            results, errors = run_matrix(workers, model, n, setups, args)
+            per_token_s = (time.time() - t_matrix) / n
+            lines, summary = table(model, n, results, errors, args)
+            out += lines + [""]
+            if model in ("llama1b", "tiny-llama"):
+                scope = ("" if model == "llama1b" else " — the targets are set for the "
+                         "Llama-1B shape on an H200; here they are informational only")
+                target_lines += [f"### Targets (issues 3 and 5), {model}, {n} new tokens{scope}",
+                                 ""] + targets(summary, setups) + [""]
         out += target_lines
     if args.long or args.long_only:
         out += long_run(workers, args.long_model, args.long_tokens, args) + [""]

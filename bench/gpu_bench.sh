@@ -7,10 +7,13 @@
 #   2b. graph_replay_overhead.py: a Llama-1B-shape decode step captured as a CUDA graph and
 #      replayed GRAPH_TOKENS (256) times: plain / bare CUPTI / tokentrace full and summary;
 #   3. the long run (full, summary, plain) over LONG_TOKENS (default 1024) new tokens.
-# Writes $OUT/bench-gpu.md (copy it to bench/results/<date>-h200.md) and logs next to it.
+# Writes $OUT/bench-gpu.md (copy it to bench/results/<date>-h200.md), $OUT/long-samples.jsonl,
+# and its logs into LOG_DIR (default $OUT).
 #   OUT=/tmp/out bash bench/gpu_bench.sh
 # Env: BUILD_DIR (default build-gpu-bench; reused if built), PYTHON (python3), GEN_MODELS,
-#      GEN_TOKENS (64), GEN_REPEATS (3), LONG_TOKENS (1024; 0 skips), JOBS (16).
+#      GEN_TOKENS (64), GEN_REPEATS (3), LONG_TOKENS (1024; 0 skips), JOBS (16),
+#      STEP_DEADLINE (epoch seconds, set by scripts/gpu-check.sh): each part gets at most what
+#      is left before it, and a part that no longer fits is listed as not run.
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-out}"
@@ -18,27 +21,38 @@ mkdir -p "$out"
 build="${BUILD_DIR:-build-gpu-bench}"
 python="${PYTHON:-python3}"
 md="$out/bench-gpu.md"
+logs="${LOG_DIR:-$out}"
+mkdir -p "$logs"
 tmp="$(mktemp -d /tmp/tt-gpu-bench-XXXXXX)"
 rc=0
 t_start=$(date +%s)
+deadline=${STEP_DEADLINE:-$((t_start + 3600))}
+# part LIMIT NEED: prints the seconds this part may take (LIMIT, or what is left before the
+# deadline less a margin for the table); fails when fewer than NEED seconds are left.
+part() {
+  local left=$((deadline - $(date +%s) - 10))
+  [ "$left" -ge "$2" ] || return 1
+  if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
+}
+skipped() { echo "_$1: not run, out of time ($((deadline - $(date +%s))) s were left)._"; echo; }
 
-nvidia-smi -L > "$out/device.txt" 2>&1
+nvidia-smi -L > "$logs/device.txt" 2>&1
 # A build directory that is already configured (scripts/gpu-check.sh passes the one
 # scripts/setup.sh built, with tests and benchmarks) is used as it is: configuring it again
 # with other options would rebuild everything and drop its tests.
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DTOKENTRACE_BUILD_TESTS=OFF -DTOKENTRACE_BUILD_PYTHON=ON \
-    -DPython_EXECUTABLE="$(command -v "$python")" > "$out/bench-configure.log" 2>&1 \
-    || { tail -20 "$out/bench-configure.log"; exit 2; }
+    -DPython_EXECUTABLE="$(command -v "$python")" > "$logs/bench-configure.log" 2>&1 \
+    || { tail -20 "$logs/bench-configure.log"; exit 2; }
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 ninja -C "$build" -j"${JOBS:-16}" launch_overhead bare_cupti_subscriber tokentrace_shim \
-  tokentrace_cli _native > "$out/bench-build.log" 2>&1 || { tail -40 "$out/bench-build.log"; exit 3; }
+  tokentrace_cli _native > "$logs/bench-build.log" 2>&1 || { tail -40 "$logs/bench-build.log"; exit 3; }
 echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
 
 {
-  echo "# tokentrace overhead, GPU ($(head -1 "$out/device.txt"), $(date +%Y-%m-%d))"
+  echo "# tokentrace overhead, GPU ($(head -1 "$logs/device.txt"), $(date +%Y-%m-%d))"
   echo
   echo "Commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), ${build_type:-unknown} build;" \
        "$("$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1)."
@@ -48,13 +62,14 @@ echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
 # ---- 1. launch overhead -------------------------------------------------------------------
 bare="$build/libbare_cupti_subscriber.so"
 for i in 1 2 3; do
-  env -u CUDA_INJECTION64_PATH timeout 60 "$build/launch_overhead" none >> "$tmp/launch.txt" 2>> "$out/launch.log"
-  CUDA_INJECTION64_PATH="$bare" timeout 60 "$build/launch_overhead" bare-cupti >> "$tmp/launch.txt" 2>> "$out/launch.log"
+  part 30 30 > /dev/null || { echo "launch overhead: round $i not run (deadline)" >> "$logs/launch.log"; break; }
+  env -u CUDA_INJECTION64_PATH timeout 60 "$build/launch_overhead" none >> "$tmp/launch.txt" 2>> "$logs/launch.log"
+  CUDA_INJECTION64_PATH="$bare" timeout 60 "$build/launch_overhead" bare-cupti >> "$tmp/launch.txt" 2>> "$logs/launch.log"
   env -u CUDA_INJECTION64_PATH timeout 120 "$build/tokentrace" run --kernels full \
     --out "$tmp/launch-$i.sqlite" -- "$build/launch_overhead" tokentrace-full \
-    >> "$tmp/launch.txt" 2>> "$out/launch.log"
+    >> "$tmp/launch.txt" 2>> "$logs/launch.log"
 done
-cp "$tmp/launch.txt" "$out/launch.txt"
+cp "$tmp/launch.txt" "$logs/launch.txt"
 "$python" - "$tmp" >> "$md" <<'PY' || rc=1
 import glob, re, sqlite3, statistics, sys
 tmp = sys.argv[1]
@@ -105,30 +120,51 @@ PY
 echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 2. generate overhead -----------------------------------------------------------------
+# The Python parts get what is left before the deadline (less the graph-replay and long-run
+# parts' shares); generate_overhead.py drops repeat rounds that would not fit, and says so.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TOKENTRACE_NATIVE_DIR="$build"
-timeout 420 "$python" bench/generate_overhead.py --device cuda \
-  --models "${GEN_MODELS:-llama1b}" --new-tokens "${GEN_TOKENS:-64}" \
-  --repeats "${GEN_REPEATS:-3}" --bare-cupti "$bare" --cli "$build/tokentrace" \
-  --out "$tmp/generate.md" > "$out/generate.log" 2>&1 || { rc=1; tail -30 "$out/generate.log"; }
-cat "$tmp/generate.md" >> "$md" 2>/dev/null
+if limit=$(part 240 90); then
+  now=$(date +%s)
+  # Its rounds stop ~150 s before the deadline when that leaves it 90 s, so the graph-replay
+  # and long-run parts still run; the timeout stays at the full limit.
+  gen_end=$(( now + limit < deadline - 150 ? now + limit : deadline - 150 ))
+  [ "$gen_end" -lt $(( now + 90 )) ] && gen_end=$(( now + 90 ))
+  timeout -k 5 "$limit" "$python" bench/generate_overhead.py --device cuda \
+    --models "${GEN_MODELS:-llama1b}" --new-tokens "${GEN_TOKENS:-64}" \
+    --repeats "${GEN_REPEATS:-3}" --bare-cupti "$bare" --cli "$build/tokentrace" \
+    --deadline $(( gen_end - 15 )) \
+    --out "$tmp/generate.md" > "$logs/generate.log" 2>&1 || { rc=1; tail -30 "$logs/generate.log"; }
+  cat "$tmp/generate.md" >> "$md" 2>/dev/null
+else
+  skipped "generate overhead" >> "$md"; rc=1
+fi
 echo "gpu_bench: generate done at $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 2b. CUDA-graph replayed decode (issue 6) ------------------------------------------------
-timeout 240 "$python" bench/graph_replay_overhead.py --bare-cupti "$bare" \
-  --tokens "${GRAPH_TOKENS:-256}" --repeats "${GRAPH_REPEATS:-5}" --out "$tmp/graph.md" \
-  > "$out/graph.log" 2>&1 || { rc=1; tail -30 "$out/graph.log"; }
-echo >> "$md"
-cat "$tmp/graph.md" >> "$md" 2>/dev/null
+if limit=$(part 150 60); then
+  timeout -k 5 "$limit" "$python" bench/graph_replay_overhead.py --bare-cupti "$bare" \
+    --tokens "${GRAPH_TOKENS:-256}" --repeats "${GRAPH_REPEATS:-5}" --out "$tmp/graph.md" \
+    --deadline $(( $(date +%s) + limit - 20 )) \
+    > "$logs/graph.log" 2>&1 || { rc=1; tail -30 "$logs/graph.log"; }
+  echo >> "$md"
+  cat "$tmp/graph.md" >> "$md" 2>/dev/null
+else
+  skipped "CUDA-graph replayed decode" >> "$md"; rc=1
+fi
 echo "gpu_bench: graph replay done at $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 3. long run ---------------------------------------------------------------------------
 if [ "${LONG_TOKENS:-1024}" != "0" ]; then
-  timeout 300 "$python" bench/generate_overhead.py --device cuda --long-only \
-    --long-tokens "${LONG_TOKENS:-1024}" --cli "$build/tokentrace" --sample-period 1 \
-    --samples-out "$out/long-samples.jsonl" --out "$tmp/long.md" > "$out/long.log" 2>&1 \
-    || { rc=1; tail -30 "$out/long.log"; }
-  echo >> "$md"
-  cat "$tmp/long.md" >> "$md" 2>/dev/null
+  if limit=$(part 200 45); then
+    timeout -k 5 "$limit" "$python" bench/generate_overhead.py --device cuda --long-only \
+      --long-tokens "${LONG_TOKENS:-1024}" --cli "$build/tokentrace" --sample-period 1 \
+      --samples-out "$out/long-samples.jsonl" --out "$tmp/long.md" > "$logs/long.log" 2>&1 \
+      || { rc=1; tail -30 "$logs/long.log"; }
+    echo >> "$md"
+    cat "$tmp/long.md" >> "$md" 2>/dev/null
+  else
+    skipped "long run" >> "$md"; rc=1
+  fi
 fi
 echo "_gpu_bench.sh: $(( $(date +%s) - t_start )) s in all (build included)._" >> "$md"
 cat "$md"

@@ -133,6 +133,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--bare-cupti", default=os.environ.get("TT_BARE_CUPTI", ""))
     p.add_argument("--out", default=None)
+    p.add_argument("--deadline", type=float, default=0,
+                   help="epoch seconds: no round is started that would end after it")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -159,20 +161,27 @@ def main():
         if not ready.get("ready"):
             results[s].append({"error": ready.get("error", "worker not ready")})
     live = [s for s in setups if not results[s]]
+    rounds, round_s = 0, None
     for r in range(args.repeats):
+        if round_s and args.deadline and time.time() + round_s > args.deadline:
+            break
+        t_round = time.time()
         order = live[r % len(live):] + live[:r % len(live)] if live else []
         for s in order:
             procs[s].stdin.write(f"{args.tokens}\n")
             procs[s].stdin.flush()
             line = procs[s].stdout.readline()
             results[s].append(json.loads(line) if line else {"error": "worker died"})
+        rounds, round_s = rounds + 1, time.time() - t_round
     for proc in procs.values():
         proc.stdin.close()
         proc.wait(timeout=60)
 
     med = {}
     lines = [f"## CUDA-graph replayed decode, {args.model}, {args.tokens} replays per run, "
-             f"{args.repeats} runs per setup (interleaved)", "",
+             f"{rounds} runs per setup (interleaved"
+             + (f"; {args.repeats} were asked for, the rest would have passed --deadline)"
+                if rounds < args.repeats else ")"), "",
              "| setup | median ms/token | min | × plain | × bare CUPTI | replayed kernels attributed | "
              "tokens in trace | losses | bytes/token |", "|---|---|---|---|---|---|---|---|---|"]
     for s in setups:

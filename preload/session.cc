@@ -264,6 +264,7 @@ bool Session::DrainLocked(bool final, std::string* error) {
   if (uint64_t n = cupti_dropped_.exchange(0)) batch.losses["cupti_dropped"] += static_cast<int64_t>(n);
   if (uint64_t n = recorder::TakeUnbalancedPops()) batch.losses["unbalanced_pop"] += static_cast<int64_t>(n);
   if (uint64_t n = recorder::TakeDepthOverflows()) batch.losses["depth_overflow"] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeAfterThreadExit()) batch.losses["after_thread_exit"] += static_cast<int64_t>(n);
   if (uint64_t n = sites::TakeOverflows()) batch.losses["site_overflow"] += static_cast<int64_t>(n);
   return WriteLocked(batch, error);
 }

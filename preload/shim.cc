@@ -202,7 +202,17 @@ std::string KernelsStatus() {
 void StartKernelsFromInjection() {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.session && s.owner == getpid()) s.session->StartKernels();
+  if (!s.session || s.owner != getpid()) return;
+  s.session->StartKernels();
+  // The atexit handler from StartSession was registered before the job touched CUDA, so it
+  // runs after the CUDA runtime's own exit handlers, when the context (and with it the
+  // records still inside CUPTI) may be gone. One registered now, from inside cuInit, runs
+  // before them, as NVIDIA's injection samples do; the later one then finds nothing to stop.
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    atexit(&StopAtExit);
+  }
 }
 
 }  // namespace tokentrace::shim

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # The one prepared script for the GPU machine (one H200; torch preinstalled as python3; no
-# package registry). Builds against the installed torch, runs the `gpu` tests and the short
-# benchmarks, and writes a result table. Designed to fit in ~8 minutes including the build.
+# package registry). Builds against the installed torch, runs the `gpu` tests, the demo and
+# the short benchmarks, and writes a result table.
 #
 #   OUT=<dir> scripts/gpu-check.sh [all|tests|bench]   (default all; $OUT defaults to ./gpu-out)
-# The device runner allows 10 minutes per command: run `tests` (build + gpu tests, ~5 min)
-# and `bench` (reuses the build, ~4 min) as two calls there; `all` does both.
-# Results: $OUT/gpu-check-<phase>.md (summary table; .progress has each step as it ends),
-# $OUT/*.log, $OUT/bench-gpu.md
+#
+# Sized for the device runner: one call of at most 10 minutes, out of 15 minutes of device
+# time per session (machine start included). So the whole script keeps to BUDGET_S seconds
+# (default 510): steps run in order of importance (build, C++ gpu tests, Python gpu tests,
+# demo, then the benchmarks), each gets at most what is left, and a step that no longer fits
+# is recorded as "not run: out of time" instead of being cut off. Rerun a phase alone with
+# `tests` or `bench` (the build is reused when the machine is still warm).
+#
+# The runner brings back at most 8 files from $OUT, so everything lands in these:
+#   $OUT/gpu-check.md     the summary table (rewritten after every step) + the bench tables
+#   $OUT/gpu-check.log    every step's log, one after another (each cut to its last 4000 lines)
+#   $OUT/bench-gpu.md     the benchmark tables (copy to bench/results/<date>-h200.md)
+#   $OUT/long-samples.jsonl, $OUT/demo.png
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -16,60 +25,88 @@ export BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
 export TOKENTRACE_PYTHON=${TOKENTRACE_PYTHON:-$(command -v python3)}
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 export TOKENTRACE_NO_APT=1  # no package registry there: apt-get would only time out
+export PYTHONUNBUFFERED=1
 PHASE=${1:-all}
 case "$PHASE" in all|tests|bench) ;; *) echo "usage: scripts/gpu-check.sh [all|tests|bench]" >&2; exit 2;; esac
-SUMMARY=$OUT/gpu-check-$PHASE.md
 start=$(date +%s)
-: >"$OUT/gpu-check-$PHASE.progress"
+deadline=$((start + ${BUDGET_S:-510}))
+WORK=$(mktemp -d /tmp/tt-gpu-check-XXXXXX)
+SUMMARY=$OUT/gpu-check.md
+LOG=$OUT/gpu-check.log
+: >"$LOG"
 declare -a rows
+failed=0
 
-step() {  # step NAME TIMEOUT CMD...: runs CMD with a time limit, logs it, records a row
-  local name=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+header() {
+  echo "# tokentrace GPU check ($PHASE) — $(date -u +%Y-%m-%d) — $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  echo
+  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown);" \
+       "python: $TOKENTRACE_PYTHON ($("$TOKENTRACE_PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1))"
+  echo
+}
+HEADER=$(header)
+
+write_summary() {  # the table so far; called after every step, so a cut-off call keeps it
+  {
+    echo "$HEADER"
+    echo "| step | verdict | time | last line |"
+    echo "|---|---|---|---|"
+    printf '%s\n' "${rows[@]}"
+    echo
+    echo "total: $(( $(date +%s) - start )) s of a ${BUDGET_S:-510} s budget"
+    [ -f "$OUT/bench-gpu.md" ] && { echo; cat "$OUT/bench-gpu.md"; }
+  } >"$SUMMARY"
+}
+
+# step NAME LIMIT NEED CMD...: runs CMD for at most LIMIT seconds, or what is left of the
+# budget; skipped when less than NEED seconds are left. Logs, records a row, returns CMD's rc.
+step() {
+  local name=$1 limit=$2 need=$3; shift 3
+  local left=$((deadline - $(date +%s)))
+  if [ "$left" -lt "$need" ]; then
+    rows+=("| $name | not run: out of time | 0 s | ${left} s were left, the step needs ~${need} s |")
+    echo "[gpu-check] $name: not run, out of time"; write_summary; failed=1
+    return 125
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local t0=$(date +%s) slog="$WORK/$name.log"
+  STEP_DEADLINE=$((t0 + limit)) timeout -k 5 "$limit" "$@" >"$slog" 2>&1
   local rc=$? t1=$(date +%s)
-  local verdict=pass; [ $rc -eq 0 ] || verdict="FAIL (rc $rc)"; [ $rc -eq 124 ] && verdict="TIMEOUT"
+  local verdict=pass; [ $rc -eq 0 ] || verdict="FAIL (rc $rc)"; [ $rc -eq 124 ] && verdict="TIMEOUT after $limit s"
   # A GPU test that skipped did not check anything: on this machine that is a failure.
-  if [ $rc -eq 0 ] && [[ $name == *gpu* ]] && grep -qE "Skipped|[0-9]+ skipped" "$OUT/$name.log"; then
+  if [ $rc -eq 0 ] && [[ $name == *gpu* ]] && grep -qE "Skipped|[0-9]+ skipped" "$slog"; then
     verdict="SKIPPED TESTS (no GPU seen?)"; rc=3
   fi
+  [ $rc -eq 0 ] || failed=1
   local last
-  last=$(grep -E "tests passed|passed|failed|error" "$OUT/$name.log" | tail -n 1)
-  [ -n "$last" ] || last=$(tail -n 1 "$OUT/$name.log")
-  rows+=("| $name | $verdict | $((t1 - t0)) s | $(echo "$last" | tr '|' '/' | cut -c1-120) |")
-  # Also as it happens: if the device call is cut off, what finished is still on record.
-  echo "${rows[-1]}" >>"$OUT/gpu-check-$PHASE.progress"
+  last=$(grep -E "tests passed|passed|failed|error" "$slog" | tail -n 1)
+  [ -n "$last" ] || last=$(tail -n 1 "$slog")
+  rows+=("| $name | $verdict | $((t1 - t0)) s | $(echo "$last" | tr '|' '/' | cut -c1-140) |")
+  { echo "=================== $name: $verdict ($((t1 - t0)) s) ==================="
+    tail -n 4000 "$slog"; echo; } >>"$LOG"
   echo "[gpu-check] $name: $verdict ($((t1 - t0)) s)"
+  write_summary
   return $rc
 }
 
-{
-  echo "# tokentrace GPU check — $(date -u +%Y-%m-%d) — $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  echo
-  echo "python: $TOKENTRACE_PYTHON ($($TOKENTRACE_PYTHON -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1))"
-  echo
-} >"$SUMMARY"
-
-step build 420 "$ROOT/scripts/setup.sh" || { printf '%s\n' "${rows[@]}" >>"$SUMMARY"; cat "$SUMMARY"; exit 1; }
+write_summary
+step build 300 60 "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }
 # shellcheck disable=SC1091
 source "$BUILD_DIR/env.sh"
 if [ "$PHASE" != bench ]; then
-  step ctest-gpu 120 bash -c "cd '$BUILD_DIR' && ctest -L gpu --no-tests=error --output-on-failure -j4"
-  step pytest-gpu 240 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m gpu \
+  step ctest-gpu 90 20 bash -c "cd '$BUILD_DIR' && ctest -L gpu --no-tests=error --output-on-failure -j4"
+  step pytest-gpu 200 40 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m gpu \
     "$ROOT/tests/python" "$ROOT/tests/torch_op"
-  step demo 60 "$TOKENTRACE_PY" -m tokentrace.demo --out-dir "$OUT/demo"
+  step demo 60 20 "$TOKENTRACE_PY" -m tokentrace.demo --out-dir "$WORK/demo"
+  cp "$WORK/demo/demo.png" "$OUT/demo.png" 2>/dev/null
 fi
 if [ "$PHASE" != tests ]; then
-  step bench 420 env OUT="$OUT" BUILD_DIR="$BUILD_DIR" PYTHON="$TOKENTRACE_PY" LONG_TOKENS=512 \
-    "$ROOT/bench/gpu_bench.sh"
+  # gpu_bench.sh keeps to the step's deadline itself (STEP_DEADLINE), part by part.
+  step bench 420 60 env OUT="$OUT" LOG_DIR="$WORK/bench" BUILD_DIR="$BUILD_DIR" \
+    PYTHON="$TOKENTRACE_PY" LONG_TOKENS=512 "$ROOT/bench/gpu_bench.sh"
+  cat "$WORK"/bench/*.log >>"$LOG" 2>/dev/null
 fi
-
-{
-  echo "| step | verdict | time | last line |"
-  echo "|---|---|---|---|"
-  printf '%s\n' "${rows[@]}"
-  echo
-  echo "total: $(( $(date +%s) - start )) s"
-  for f in "$OUT"/bench-*.md; do [ -f "$f" ] && { echo; cat "$f"; }; done
-} >>"$SUMMARY"
+write_summary
 cat "$SUMMARY"
+rm -rf "$WORK"
+exit $failed

@@ -1,5 +1,8 @@
 #include "core/recorder.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 
@@ -48,6 +51,9 @@ std::atomic<uint32_t> g_ring_capacity{1u << 16};
 std::atomic<uint32_t> g_token{0};
 std::atomic<uint64_t> g_unbalanced_pops{0};
 std::atomic<uint64_t> g_depth_overflows{0};
+// Events from a thread whose thread-local state is already destroyed: its TLS destructors
+// ran (for the main thread: exit() runs them before atexit handlers and static destructors).
+std::atomic<uint64_t> g_after_thread_exit{0};
 // Insert-only set of 32-bit ids (0 = empty slot), lock-free.
 struct IdSet {
   std::atomic<uint32_t> slots[kGraphSlots];
@@ -90,8 +96,13 @@ TT_TLS ThreadState* t_state = nullptr;
 TT_TLS bool t_exiting = false;
 
 // Marks the ring retired when the thread exits, so the background thread frees it.
+// Not for the main thread: there, exit() destroys thread-locals before it runs atexit
+// handlers and static destructors, which may still emit ranges and launch work (and which
+// include our own stop). Its state stays until the process ends; the final drain reads its
+// ring like any other.
 struct ThreadExit {
   ~ThreadExit() {
+    if (static_cast<pid_t>(syscall(SYS_gettid)) == getpid()) return;
     t_exiting = true;
     if (t_state != nullptr) {
       if (t_state->ring != nullptr) t_state->ring->retired.store(true, std::memory_order_release);
@@ -102,7 +113,10 @@ struct ThreadExit {
 };
 
 ThreadState* SlowState() {
-  if (t_exiting) return nullptr;
+  if (t_exiting) {
+    g_after_thread_exit.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
   if (t_state == nullptr) {
     static thread_local ThreadExit exit_hook;  // registers the destructor on first use
     (void)&exit_hook;
@@ -311,6 +325,7 @@ void BeginSession(uint32_t ring_capacity) {
   g_token.store(0, std::memory_order_relaxed);
   g_unbalanced_pops.store(0, std::memory_order_relaxed);
   g_depth_overflows.store(0, std::memory_order_relaxed);
+  g_after_thread_exit.store(0, std::memory_order_relaxed);
   g_token_graphs.Clear();
   g_token_execs.Clear();
   g_generation.fetch_add(1, std::memory_order_release);
@@ -325,6 +340,7 @@ uint8_t Generation() {
 
 uint64_t TakeUnbalancedPops() { return g_unbalanced_pops.exchange(0); }
 uint64_t TakeDepthOverflows() { return g_depth_overflows.exchange(0); }
+uint64_t TakeAfterThreadExit() { return g_after_thread_exit.exchange(0); }
 
 void ResetAfterFork() {
   if (t_state != nullptr) {

@@ -84,6 +84,10 @@ uint8_t Generation();
 // Pops with no open call, ranges deeper than the stack limit (since the last call).
 uint64_t TakeUnbalancedPops();
 uint64_t TakeDepthOverflows();
+// Events dropped because their thread's thread-local state was already destroyed: an NVTX
+// range or a launch from a thread-local object's destructor that runs after ours. (The
+// main thread keeps its state to the end, for atexit handlers and static destructors.)
+uint64_t TakeAfterThreadExit();
 // In a fork child: forget the parent's open calls and rings (only the forking thread exists).
 void ResetAfterFork();
 

@@ -9,6 +9,14 @@
 //   nvtx_generate hang_own_handler the same with its own SIGTERM handler, which calls exit(7)
 //   nvtx_generate quick_exit       1 token, then _exit(3) (like Python's os._exit)
 //   nvtx_generate unbalanced       pops with nothing open, leaves a range open at exit
+//   nvtx_generate injected         like a CUDA job: an exit handler registered before the
+//                                  first CUDA call (the CUDA runtime registers its own then),
+//                                  then cuInit's call of InitializeInjection, 2 tokens, exit;
+//                                  that handler prints whether tokentrace still records;
+//                                  one registered after cuInit emits a third token
+//   nvtx_generate thread_exit      a thread records 1 token; a thread-local object made
+//                                  before that emits another from its destructor, too late
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "nvtx3/nvToolsExt.h"
 
@@ -110,6 +119,28 @@ int main(int argc, char** argv) {
     nvtxRangePop();
     HookToken();
     nvtxRangePushA("left_open");
+  } else if (mode == "injected") {
+    // Registered before "cuInit", like the CUDA runtime's teardown: it runs after handlers
+    // registered later, and says whether tokentrace was still recording when it ran.
+    atexit([] {
+      auto active = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "tokentrace_active"));
+      printf("recording when the earlier exit handler ran: %d\n", active ? active() : -1);
+    });
+    HookToken();
+    auto init = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "InitializeInjection"));
+    if (init == nullptr) return 4;
+    init();  // what the driver does at cuInit with CUDA_INJECTION64_PATH
+    HookToken();
+    atexit([] { HookToken(); });  // registered after cuInit: runs while tokentrace records
+  } else if (mode == "thread_exit") {
+    std::thread([] {
+      struct LateToken {
+        ~LateToken() { HookToken(); }  // destroyed after tokentrace's own thread-local
+      };
+      static thread_local LateToken late;
+      (void)&late;
+      HookToken();
+    }).join();
   } else {
     fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;

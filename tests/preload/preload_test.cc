@@ -209,6 +209,35 @@ TEST(PreloadTest, UnderscoreExitStillFlushes) {
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
 }
 
+// A CUDA job's exit: the CUDA runtime registers its exit handlers at its first call, after
+// our constructor, so they would run before a stop registered there, with the context and
+// the records still inside CUPTI gone. The session is therefore also stopped from a handler
+// registered inside cuInit (InitializeInjection), which runs before anything registered
+// earlier: here a handler standing in for the runtime's finds the session stopped.
+TEST(PreloadTest, StopsAtExitBeforeHandlersRegisteredBeforeCuInit) {
+  std::string out = TempDir() + "/t.sqlite";
+  Result r = Shell(Preloaded(out, "TOKENTRACE_KERNELS=summary") + kProgram + " injected");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("recording when the earlier exit handler ran: 0"), std::string::npos)
+      << r.output;
+  // Two tokens in main and one from an exit handler registered after cuInit: exit() has
+  // destroyed the main thread's thread-locals by then, but its recording state is kept.
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "3");
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM calls WHERE cpu_end_ns IS NULL"), "0");
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM losses"), "0");
+}
+
+// Another thread's ranges after its recording state is gone (from a thread-local object's
+// destructor that runs after ours) cannot be recorded: they are counted, not silently lost.
+TEST(PreloadTest, RangesAfterAThreadsStateIsGoneAreCounted) {
+  std::string out = TempDir() + "/t.sqlite";
+  Result r = Shell(Preloaded(out) + kProgram + " thread_exit");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  // The late token: 7 ranges, a push and a pop each.
+  EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='after_thread_exit'"), "14");
+}
+
 TEST(PreloadTest, UnbalancedPopsAndOpenRangesAreCounted) {
   std::string out = TempDir() + "/t.sqlite";
   Result r = Shell(Preloaded(out) + kProgram + " unbalanced");
