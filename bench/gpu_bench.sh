@@ -12,6 +12,7 @@
 #   OUT=/tmp/out bash bench/gpu_bench.sh
 # Env: BUILD_DIR (default build-gpu-bench; reused if built), PYTHON (python3), GEN_MODELS,
 #      GEN_TOKENS (64), GEN_REPEATS (3), LONG_TOKENS (1024; 0 skips), JOBS (16),
+#      PARTS (launch,generate,graph,long: which parts run), LONG_LIMIT (200 s for the long run),
 #      STEP_DEADLINE (epoch seconds, set by scripts/gpu-check.sh): each part gets at most what
 #      is left before it, and a part that no longer fits is listed as not run.
 set -u
@@ -35,6 +36,7 @@ part() {
   if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
 }
 skipped() { echo "_$1: not run, out of time ($((deadline - $(date +%s))) s were left)._"; echo; }
+wants() { [[ ",${PARTS:-launch,generate,graph,long}," == *",$1,"* ]]; }
 
 nvidia-smi -L > "$logs/device.txt" 2>&1
 # A build directory that is already configured (scripts/gpu-check.sh passes the one
@@ -61,6 +63,7 @@ echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 1. launch overhead -------------------------------------------------------------------
 bare="$build/libbare_cupti_subscriber.so"
+if wants launch; then
 for i in 1 2 3; do
   part 30 30 > /dev/null || { echo "launch overhead: round $i not run (deadline)" >> "$logs/launch.log"; break; }
   env -u CUDA_INJECTION64_PATH timeout 60 "$build/launch_overhead" none >> "$tmp/launch.txt" 2>> "$logs/launch.log"
@@ -118,12 +121,15 @@ for path in sorted(glob.glob(f"{tmp}/launch-*.sqlite")):
 print()
 PY
 echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
+fi
 
 # ---- 2. generate overhead -----------------------------------------------------------------
 # The Python parts get what is left before the deadline (less the graph-replay and long-run
 # parts' shares); generate_overhead.py drops repeat rounds that would not fit, and says so.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TOKENTRACE_NATIVE_DIR="$build"
-if limit=$(part 240 90); then
+if ! wants generate; then
+  :
+elif limit=$(part 240 90); then
   now=$(date +%s)
   # Its rounds stop ~150 s before the deadline when that leaves it 90 s, so the graph-replay
   # and long-run parts still run; the timeout stays at the full limit.
@@ -141,7 +147,9 @@ fi
 echo "gpu_bench: generate done at $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 2b. CUDA-graph replayed decode (issue 6) ------------------------------------------------
-if limit=$(part 150 60); then
+if ! wants graph; then
+  :
+elif limit=$(part 150 60); then
   timeout -k 5 "$limit" "$python" bench/graph_replay_overhead.py --bare-cupti "$bare" \
     --tokens "${GRAPH_TOKENS:-256}" --repeats "${GRAPH_REPEATS:-5}" --out "$tmp/graph.md" \
     --deadline $(( $(date +%s) + limit - 20 )) \
@@ -154,8 +162,8 @@ fi
 echo "gpu_bench: graph replay done at $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 3. long run ---------------------------------------------------------------------------
-if [ "${LONG_TOKENS:-1024}" != "0" ]; then
-  if limit=$(part 200 45); then
+if [ "${LONG_TOKENS:-1024}" != "0" ] && wants long; then
+  if limit=$(part "${LONG_LIMIT:-200}" 45); then
     timeout -k 5 "$limit" "$python" bench/generate_overhead.py --device cuda --long-only \
       --long-tokens "${LONG_TOKENS:-1024}" --cli "$build/tokentrace" --sample-period 1 \
       --samples-out "$out/long-samples.jsonl" --out "$tmp/long.md" > "$logs/long.log" 2>&1 \

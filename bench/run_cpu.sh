@@ -2,7 +2,7 @@
 # CPU part of the overhead suite: builds what it needs (in build-bench unless BUILD_DIR is
 # set), runs the micro benchmarks briefly and the CPU version of generate_overhead.py, and
 # writes bench/results/<date>-cpu-<host>.md.
-#   bash bench/run_cpu.sh                 # ~2-4 minutes on 2 cores
+#   bash bench/run_cpu.sh                 # ~5 minutes on 2 cores (LONG_TOKENS=96: ~3)
 #   MIN_TIME=0.2 bash bench/run_cpu.sh    # steadier micro numbers
 #   PYTHON=/path/to/python SKIP_GENERATE=1 bash bench/run_cpu.sh
 set -u
@@ -84,7 +84,7 @@ if [ -z "${SKIP_GENERATE:-}" ]; then
   echo "== generate_overhead.py --small" >&2
   PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 900 "$python" \
     bench/generate_overhead.py --small --models "${GEN_MODELS:-tiny-llama}" --threads 1 \
-    --long --long-tokens "${LONG_TOKENS:-96}" --sample-period 0.2 --quiet-workers \
+    --long --long-tokens "${LONG_TOKENS:-4096}" --sample-period 1 --quiet-workers \
     --out "$tmp/generate.md" > /dev/null || echo "generate_overhead.py failed (rc $?)" >&2
   cat "$tmp/generate.md" >> "$out" 2>/dev/null
 fi

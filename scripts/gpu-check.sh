@@ -3,14 +3,16 @@
 # package registry). Builds against the installed torch, runs the `gpu` tests, the demo and
 # the short benchmarks, and writes a result table.
 #
-#   OUT=<dir> scripts/gpu-check.sh [all|tests|bench]   (default all; $OUT defaults to ./gpu-out)
+#   OUT=<dir> scripts/gpu-check.sh [all|tests|bench|long]  (default all; $OUT: ./gpu-out)
 #
 # Sized for the device runner: one call of at most 10 minutes, out of 15 minutes of device
 # time per session (machine start included). So the whole script keeps to BUDGET_S seconds
 # (default 510): steps run in order of importance (build, C++ gpu tests, Python gpu tests,
 # demo, then the benchmarks), each gets at most what is left, and a step that no longer fits
 # is recorded as "not run: out of time" instead of being cut off. Rerun a phase alone with
-# `tests` or `bench` (the build is reused when the machine is still warm).
+# `tests` or `bench` (the build is reused when the machine is still warm). `all` runs the
+# long run over 512 tokens; `long` is a second, optional call for the issue's 4096 tokens
+# (about 4 minutes on a warm machine).
 #
 # The runner brings back at most 8 files from $OUT, so everything lands in these:
 #   $OUT/gpu-check.md     the summary table (rewritten after every step) + the bench tables
@@ -27,7 +29,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 export TOKENTRACE_NO_APT=1  # no package registry there: apt-get would only time out
 export PYTHONUNBUFFERED=1
 PHASE=${1:-all}
-case "$PHASE" in all|tests|bench) ;; *) echo "usage: scripts/gpu-check.sh [all|tests|bench]" >&2; exit 2;; esac
+case "$PHASE" in all|tests|bench|long) ;; *) echo "usage: scripts/gpu-check.sh [all|tests|bench|long]" >&2; exit 2;; esac
 start=$(date +%s)
 deadline=$((start + ${BUDGET_S:-510}))
 WORK=$(mktemp -d /tmp/tt-gpu-check-XXXXXX)
@@ -93,17 +95,22 @@ write_summary
 step build 300 60 "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }
 # shellcheck disable=SC1091
 source "$BUILD_DIR/env.sh"
-if [ "$PHASE" != bench ]; then
+if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
   step ctest-gpu 90 20 bash -c "cd '$BUILD_DIR' && ctest -L gpu --no-tests=error --output-on-failure -j4"
   step pytest-gpu 200 40 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m gpu \
     "$ROOT/tests/python" "$ROOT/tests/torch_op"
   step demo 60 20 "$TOKENTRACE_PY" -m tokentrace.demo --out-dir "$WORK/demo"
   cp "$WORK/demo/demo.png" "$OUT/demo.png" 2>/dev/null
 fi
-if [ "$PHASE" != tests ]; then
+if [ "$PHASE" = all ] || [ "$PHASE" = bench ]; then
   # gpu_bench.sh keeps to the step's deadline itself (STEP_DEADLINE), part by part.
   step bench 420 60 env OUT="$OUT" LOG_DIR="$WORK/bench" BUILD_DIR="$BUILD_DIR" \
     PYTHON="$TOKENTRACE_PY" LONG_TOKENS=512 "$ROOT/bench/gpu_bench.sh"
+  cat "$WORK"/bench/*.log >>"$LOG" 2>/dev/null
+fi
+if [ "$PHASE" = long ]; then
+  step long-run 450 120 env OUT="$OUT" LOG_DIR="$WORK/bench" BUILD_DIR="$BUILD_DIR" \
+    PYTHON="$TOKENTRACE_PY" PARTS=long LONG_TOKENS=4096 LONG_LIMIT=440 "$ROOT/bench/gpu_bench.sh"
   cat "$WORK"/bench/*.log >>"$LOG" 2>/dev/null
 fi
 write_summary
