@@ -1,7 +1,9 @@
 """tt.trace, tt.record, tt.load: run a model with the recording hooks and open the result."""
 
+import atexit
 import itertools
 import os
+import shutil
 import tempfile
 import warnings
 
@@ -19,14 +21,24 @@ from ._sink import TensorSink
 from ._trace import Recording, Trace
 
 _counter = itertools.count(1)
-_tmpdir = None
+_tmpdir = None  # (pid, directory) of this process's temporary traces
+
+
+def _remove_tmpdir(pid, path):
+    if os.getpid() == pid:  # not from a forked child: the directory is its parent's
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _default_path(kind):
+    """A file in a temporary directory of this process, removed when the process exits
+    (pass out= to keep a trace): a notebook or a long job tracing many times must not fill
+    the disk with traces nobody asked to keep."""
     global _tmpdir
-    if _tmpdir is None:
-        _tmpdir = tempfile.mkdtemp(prefix="tokentrace-")
-    return os.path.join(_tmpdir, f"{kind}-{os.getpid()}-{next(_counter)}.sqlite")
+    if _tmpdir is None or _tmpdir[0] != os.getpid():
+        path = tempfile.mkdtemp(prefix="tokentrace-")
+        _tmpdir = (os.getpid(), path)
+        atexit.register(_remove_tmpdir, os.getpid(), path)
+    return os.path.join(_tmpdir[1], f"{kind}-{os.getpid()}-{next(_counter)}.sqlite")
 
 
 def _out_path(out, kind):

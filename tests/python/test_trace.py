@@ -1,11 +1,15 @@
 """tt.trace over real tiny models: numbering, shapes, tokens, text prompts, escapes."""
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 
 import tokentrace as tt
+from tt_testutil import PYDIR
 
 
 def _trace(*args, **kwargs):
@@ -192,3 +196,42 @@ def test_out_path_written(tmp_path, gpt2, prompt):
     path = tmp_path / "t.sqlite"
     trace = _trace(gpt2, prompt, out=path)
     assert trace.path == str(path) and path.exists()
+
+
+_TRACE_AND_EXIT = """
+import os, sys, torch, tokentrace as tt
+m = torch.nn.Sequential(torch.nn.Linear(4, 4))
+x = torch.randn(1, 4)
+temp = tt.trace(m, x, kernels="off")
+kept = tt.trace(m, x, kernels="off", out=sys.argv[1])
+if len(sys.argv) > 2:  # a forked child that traces and exits: the parent's files stay
+    pid = os.fork()
+    if pid == 0:
+        tt.trace(m, x, kernels="off")
+        os._exit(0 if os.path.exists(temp.path) else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    print("parent still has", os.path.exists(temp.path))
+print(temp.path)
+"""
+
+
+def _trace_in_subprocess(*args):
+    env = dict(os.environ, PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", _TRACE_AND_EXIT, *args], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+def test_temporary_traces_are_removed_at_exit_and_out_files_kept(tmp_path):
+    kept = tmp_path / "kept.sqlite"
+    temp_path = _trace_in_subprocess(str(kept))[-1]
+    assert not os.path.exists(temp_path)
+    assert not os.path.exists(os.path.dirname(temp_path))
+    assert kept.exists()
+
+
+def test_a_forked_child_leaves_its_parents_temporary_traces(tmp_path):
+    out = _trace_in_subprocess(str(tmp_path / "kept.sqlite"), "fork")
+    assert out[:4] == ["parent", "still", "has", "True"]
+    assert not os.path.exists(out[-1])  # and the parent removed them at its own exit
