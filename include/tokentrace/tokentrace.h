@@ -74,8 +74,10 @@ TOKENTRACE_EXPORT void tokentrace_pop(void);
 /* The innermost open call on the calling thread (all zero when none). */
 TOKENTRACE_EXPORT void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32_t* token);
 /* Records the first output tensor of call `call_id` (from tokentrace_current): where it sat in
- * the output ("" = the output itself, "logits", "[0]"), its dtype name and its shape. Stored in
- * call_outputs; at most 5 dims are kept. */
+ * the output ("" = the output itself, "logits", "[0]"), its dtype name and its shape (`ndim`
+ * entries, of which at most the first 10 are read). Stored in call_outputs: up to 5 dims, or
+ * up to 10 when each is below 65536; a longer shape keeps its first 5 dims and is counted as
+ * the loss "output_dims_truncated". */
 TOKENTRACE_EXPORT void tokentrace_output(uint64_t call_id, const char* path, const char* dtype,
                                          int ndim, const int64_t* shape);
 /* Interns a text (an output path or a dtype name) and returns its id, stable for the life of

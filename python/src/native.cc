@@ -131,9 +131,9 @@ void RecordOutput(PyObject* output) {
   PyObject* dtype = PyObject_GetAttr(tensor, kDtype);
   PyObject* shape = dtype != nullptr ? PyObject_GetAttr(tensor, kShape) : nullptr;
   if (shape != nullptr && PyTuple_Check(shape)) {  // torch.Size is a tuple
-    int64_t dims[8];
+    int64_t dims[10];  // tokentrace_output_current reads at most 10
     const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
-    for (Py_ssize_t i = 0; i < ndim && i < 8; ++i) {
+    for (Py_ssize_t i = 0; i < ndim && i < 10; ++i) {
       dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
     }
     if (!PyErr_Occurred()) {

@@ -150,8 +150,13 @@ def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes
             torch.cuda.synchronize()  # the last kernels' records reach the file before stop
         backend.stop()
         rows = sink.close() if sink is not None else []
+        if sink is not None and sink.failed:
+            warnings.warn(f"tokentrace: {sink.failed} saved outputs could not be written to "
+                          f"{sink.directory} ({sink.errors[0]}); they are counted in the trace's "
+                          f"losses (save_failed)", RuntimeWarning)
         meta = {"python_save_errors": hooks.save_errors, "kernels_status": status}
-        _store.write_python_rows(path, rows, escapes.rows(), meta)
+        _store.write_python_rows(path, rows, escapes.rows(), meta,
+                                 {"save_failed": hooks.save_errors})
     result = (Recording if kind == "record" else Trace)(path)
     _warn_escapes(result, escapes, on_cpu)
     return result

@@ -52,7 +52,9 @@ class HookSet:
 
     @property
     def save_errors(self):
-        return self._save_errors + sum(w.output_errors for _, w, _ in self.wrapped)
+        """Outputs of saved sites that could not be saved (also after remove())."""
+        return (self._save_errors + sum(w.output_errors for _, w, _ in self.wrapped)
+                + (self.sink.failed if self.sink is not None else 0))
 
     def install(self, running_root_args=None):
         """Installs the hooks. running_root_args: the root is being called right now (preload
@@ -69,7 +71,7 @@ class HookSet:
                 kind = KIND_ROOT if name == ROOT else KIND_MODULE
                 sid = self.backend.site(name, kind)
                 self.site_ids[name] = sid
-                saver = self._saver() if name in self.saved and self.sink is not None else None
+                saver = self._saver(name) if name in self.saved and self.sink is not None else None
                 opened = None
                 if not (replicated or mod._forward_hooks or mod._forward_pre_hooks):
                     opened = self._wrap(mod, sid, name, kind, saver)
@@ -117,7 +119,7 @@ class HookSet:
         self.handles.append(mod.register_forward_hook(post, always_call=True))
         return lambda: pre(mod, ())
 
-    def _saver(self):
+    def _saver(self, site):
         current = self.backend.current
         sink = self.sink
 
@@ -129,17 +131,18 @@ class HookSet:
                     if call_id:
                         sink.save(call_id, tensor)
             except Exception as exc:  # never crash the traced job
-                self._save_failed(exc)
+                self._save_failed(site, exc)
         return save
 
-    def _save_failed(self, exc):
+    def _save_failed(self, site, exc):
         with self._lock:
             self._save_errors += 1
             if self._warned:
                 return
             self._warned = True
-        warnings.warn(f"tokentrace: could not save an output ({exc}); saving continues, "
-                      f"failures are counted in the trace's losses", RuntimeWarning)
+        warnings.warn(f"tokentrace: could not save an output of '{site}': {exc}. Saving "
+                      f"continues; failures are counted in the trace's losses (save_failed)",
+                      RuntimeWarning)
 
     def remove(self):
         for handle in self.handles:
@@ -148,6 +151,7 @@ class HookSet:
             except Exception:
                 pass
         self.handles = []
+        self._save_errors += sum(w.output_errors for _, w, _ in self.wrapped)  # kept
         for mod, wrapper, previous in reversed(self.wrapped):
             if mod.__dict__.get("forward") is wrapper:
                 if previous is _MISSING:

@@ -27,10 +27,19 @@ class TensorSink:
         self._bytes = 0
         self._shard = 0
         self.rows = []       # (call_id, file, key), written to saved_outputs at the end
+        self.failed = 0      # tensors queued but not written (a shard could not be written)
+        self.errors = []     # why
         self.peak_pending_bytes = 0
 
     def save(self, call_id, tensor):
+        """Queues `tensor` as call `call_id`'s saved output. Raises ValueError for a tensor
+        safetensors cannot store (the caller counts it as a failed save)."""
         t = tensor.detach()
+        if t.is_nested or t.layout != torch.strided or t.device.type == "meta":
+            kind = ("nested" if t.is_nested else "meta" if t.device.type == "meta"
+                    else str(t.layout).replace("torch.", ""))
+            raise ValueError(f"a {kind} tensor cannot be saved: the tensor files hold dense "
+                             f"tensors with data (its shape and dtype are still recorded)")
         if t.is_cuda:
             host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
             host.copy_(t, non_blocking=True)
@@ -53,16 +62,23 @@ class TensorSink:
 
         for event in self._events:
             event.synchronize()  # once per shard, not per step
-        os.makedirs(self.directory, exist_ok=True)
         name = f"shard-{self._shard:05d}.safetensors"
-        save_file(self._pending, os.path.join(self.directory, name))
-        rel = f"{self._rel}/{name}"
-        self.rows.extend((int(k), rel, k) for k in self._pending)
-        self._shard += 1
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            save_file(self._pending, os.path.join(self.directory, name))
+        except Exception as exc:  # e.g. the disk is full: these tensors are lost, and counted
+            self.failed += len(self._pending)
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        else:
+            rel = f"{self._rel}/{name}"
+            self.rows.extend((int(k), rel, k) for k in self._pending)
+            self._shard += 1
         self._pending = {}
         self._events = []
         self._bytes = 0
 
     def close(self):
+        """Writes what is pending; returns the saved_outputs rows. Never raises: a shard that
+        cannot be written is counted in `failed` (and its reason kept in `errors`)."""
         self.flush()
         return self.rows

@@ -61,13 +61,14 @@ def ensure_python_tables(con):
     con.executescript(_PY_SCHEMA)
 
 
-def write_python_rows(path, saved=(), escape_sites=(), meta=None):
+def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None):
     """Adds the Python layer's rows to a trace file (the shim's or our own). Call outputs
     (shape, dtype, path) are not among them: the hooks stream those through the shim.
 
     saved: (call_id, file, key);
-    escape_sites: (token, location, count). Safe while the shim still writes the file
-    (SQLite locking; we wait up to the busy timeout).
+    escape_sites: (token, location, count); losses: {kind: count}, added to the shim's.
+    Safe while the shim still writes the file (SQLite locking; we wait up to the busy
+    timeout).
     """
     con = connect(path)
     try:
@@ -79,6 +80,10 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None):
             for key, value in (meta or {}).items():
                 con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)",
                             (key, str(value)))
+            for kind, count in (losses or {}).items():
+                if count:
+                    con.execute("INSERT INTO losses(kind, count) VALUES (?,?) ON CONFLICT(kind) "
+                                "DO UPDATE SET count = count + excluded.count", (kind, count))
     finally:
         con.close()
 

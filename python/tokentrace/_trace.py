@@ -24,7 +24,9 @@ class OutputMeta:
     saved = False
 
     def __init__(self, shape, dtype, path):
-        self.shape = torch.Size(shape)
+        # A shape the record could not hold whole ends in None (the trace's losses count it
+        # as output_dims_truncated): then a plain tuple, since torch.Size takes only ints.
+        self.shape = torch.Size(shape) if None not in shape else tuple(shape)
         self.dtype = dtype
         self.path = path  # where the tensor sits in the output: "", "[0]", "logits", ...
 

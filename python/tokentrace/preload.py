@@ -165,6 +165,7 @@ def _finish(backend, hooks, escapes, sink):
         backend.flush()
         meta = {"python_save_errors": hooks.save_errors}
         meta.update(_patch_meta())
-        _store.write_python_rows(path, rows, escapes.rows(), meta)
+        _store.write_python_rows(path, rows, escapes.rows(), meta,
+                                 {"save_failed": hooks.save_errors})
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")

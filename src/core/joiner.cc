@@ -90,8 +90,10 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       break;
     }
     case EventKind::kOutput: {
-      const uint32_t ndim = e.k >> 24;
-      const uint32_t dims[recorder::kMaxOutputDims] = {
+      // Packing: recorder.cc WriteOutput.
+      const uint32_t ndim = (e.k >> 24) & 0x7f;
+      const bool narrow = (e.k & 0x80000000u) != 0;
+      const uint32_t words[recorder::kMaxWideOutputDims] = {
           static_cast<uint32_t>(e.a), static_cast<uint32_t>(e.a >> 32),
           static_cast<uint32_t>(e.b), static_cast<uint32_t>(e.b >> 32), e.token};
       OutputRow row;
@@ -99,10 +101,11 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       row.path = Text(e.site_id);
       row.dtype = Text(e.k & 0xffffff);
       row.shape = "[";
-      const uint32_t kept = ndim < recorder::kMaxOutputDims ? ndim : recorder::kMaxOutputDims;
+      const uint32_t limit = narrow ? recorder::kMaxOutputDims : recorder::kMaxWideOutputDims;
+      const uint32_t kept = ndim < limit ? ndim : limit;
       for (uint32_t i = 0; i < kept; ++i) {
         if (i > 0) row.shape += ", ";
-        row.shape += std::to_string(dims[i]);
+        row.shape += std::to_string(narrow ? (words[i / 2] >> (16 * (i % 2))) & 0xffff : words[i]);
       }
       if (ndim > kept) {
         row.shape += ", null";  // JSON: more dims than the record holds

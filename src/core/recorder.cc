@@ -274,13 +274,23 @@ void GraphCloned(uint32_t original_graph_id, uint32_t clone_graph_id) {
 namespace {
 void WriteOutput(ThreadState* s, uint64_t call_id, uint32_t path_id, uint32_t dtype_id, int ndim,
                  const int64_t* shape) {
-  uint32_t dims[kMaxOutputDims] = {};
-  const int kept = ndim < 0 ? 0 : (ndim > kMaxOutputDims ? kMaxOutputDims : ndim);
-  for (int i = 0; i < kept; ++i) {
-    dims[i] = shape[i] < 0 || shape[i] > 0x7fffffff ? 0x7fffffffu : static_cast<uint32_t>(shape[i]);
+  // ndim (bits 24..30 of k, up to 127: torch allows 64) is stored as given, so the joiner
+  // can count truncated shapes; bit 31 says the dims are 16 bits each.
+  const uint32_t n = ndim < 0 ? 0 : ndim > 127 ? 127 : static_cast<uint32_t>(ndim);
+  uint32_t dims[kMaxWideOutputDims] = {};
+  bool narrow = n > kMaxWideOutputDims && n <= kMaxOutputDims;
+  for (uint32_t i = 0; narrow && i < n; ++i) narrow = shape[i] >= 0 && shape[i] <= 0xffff;
+  if (narrow) {
+    for (uint32_t i = 0; i < n; ++i) {
+      dims[i / 2] |= static_cast<uint32_t>(shape[i]) << (16 * (i % 2));
+    }
+  } else {
+    const uint32_t kept = n > kMaxWideOutputDims ? kMaxWideOutputDims : n;
+    for (uint32_t i = 0; i < kept; ++i) {
+      dims[i] = shape[i] < 0 || shape[i] > 0x7fffffff ? 0x7fffffffu : static_cast<uint32_t>(shape[i]);
+    }
   }
-  // ndim is stored as given (up to 255) so the joiner can count truncated shapes.
-  const uint32_t packed = dtype_id | (static_cast<uint32_t>(ndim < 0 ? 0 : ndim > 255 ? 255 : ndim) << 24);
+  const uint32_t packed = dtype_id | (n << 24) | (narrow ? 0x80000000u : 0u);
   Write(s, EventKind::kOutput, call_id, dims[0] | (static_cast<uint64_t>(dims[1]) << 32),
         dims[2] | (static_cast<uint64_t>(dims[3]) << 32), path_id, packed, dims[4]);
 }

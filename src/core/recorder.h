@@ -50,9 +50,12 @@ void GraphExecCreated(uint32_t graph_id, uint32_t original_graph_id, uint32_t gr
 void GraphCloned(uint32_t original_graph_id, uint32_t clone_graph_id);
 
 // The Python hooks saw `call_id`'s first output tensor: its path in the output, dtype and
-// shape (up to kMaxOutputDims dims are kept; more are counted as "output_dims_truncated").
-// Strings are interned (lock-free once known), so a call costs no allocation.
-constexpr int kMaxOutputDims = 5;
+// shape. The event holds 5 dims of 32 bits, or up to kMaxOutputDims dims when every one is
+// below 65536 (16 bits each); a shape that fits neither keeps its first 5 dims and is
+// counted as "output_dims_truncated". Strings are interned (lock-free once known), so a
+// call costs no allocation.
+constexpr int kMaxWideOutputDims = 5;
+constexpr int kMaxOutputDims = 10;
 void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
             const int64_t* shape);
 // The same for the innermost open call on this thread, with the path and dtype already

@@ -204,20 +204,31 @@ TEST_F(RecorderTest, OutputsStreamAsRowsWithShapeDtypeAndPath) {
   const uint64_t call = recorder::Current().call_id;
   const int64_t shape3[] = {1, 5, 32};
   recorder::Output(call, "logits", "bfloat16", 3, shape3);
-  const int64_t shape7[] = {1, 2, 3, 4, 5, 6, 7};
-  recorder::Output(call, "", "float32", 7, shape7);
+  const int64_t big5[] = {1, 131072, 2048, 0x7fffffff, 65535};
+  recorder::Output(call, "", "float32", 5, big5);
+  // 6 to 10 dims are kept whole when each is below 65536 (a vision model's patch grid).
+  const int64_t patches[] = {8, 3, 14, 16, 14, 16, 0, 65535, 1, 2};
+  recorder::Output(call, "", "float16", 10, patches);
+  // Otherwise the first five, a null, and a counted loss: one dim too large, or 11 dims.
+  const int64_t wide7[] = {1, 2, 3, 4, 5, 65536, 7};
+  recorder::Output(call, "", "float32", 7, wide7);
+  const int64_t eleven[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  recorder::Output(call, "", "float32", 11, eleven);
   recorder::Pop();
   Joiner joiner(Mode(KernelMode::kOff));
   Batch batch;
   DrainInto(joiner, &batch);
-  ASSERT_EQ(batch.outputs.size(), 2u);
+  ASSERT_EQ(batch.outputs.size(), 5u);
   EXPECT_EQ(batch.outputs[0].call_id, call);
   EXPECT_EQ(batch.outputs[0].path, "logits");
   EXPECT_EQ(batch.outputs[0].dtype, "bfloat16");
   EXPECT_EQ(batch.outputs[0].shape, "[1, 5, 32]");
-  // More dims than a record holds: the first five, a null, and a counted loss.
-  EXPECT_EQ(batch.outputs[1].shape, "[1, 2, 3, 4, 5, null]");
-  EXPECT_EQ(batch.losses["output_dims_truncated"], 1);
+  EXPECT_EQ(batch.outputs[1].shape, "[1, 131072, 2048, 2147483647, 65535]");
+  EXPECT_EQ(batch.outputs[2].shape, "[8, 3, 14, 16, 14, 16, 0, 65535, 1, 2]");
+  EXPECT_EQ(batch.outputs[2].dtype, "float16");
+  EXPECT_EQ(batch.outputs[3].shape, "[1, 2, 3, 4, 5, null]");
+  EXPECT_EQ(batch.outputs[4].shape, "[1, 2, 3, 4, 5, null]");
+  EXPECT_EQ(batch.losses["output_dims_truncated"], 2);
   // Output strings are not sites: the file lists only the site that was called.
   EXPECT_EQ(joiner.TakeNewSites(), std::vector<uint32_t>{site});
 }

@@ -235,3 +235,50 @@ def test_a_forked_child_leaves_its_parents_temporary_traces(tmp_path):
     out = _trace_in_subprocess(str(tmp_path / "kept.sqlite"), "fork")
     assert out[:4] == ["parent", "still", "has", "True"]
     assert not os.path.exists(out[-1])  # and the parent removed them at its own exit
+
+
+class _Shapes(torch.nn.Module):
+    """Outputs a recorded shape must survive: high-rank, too high-rank, nested, sparse."""
+
+    def __init__(self):
+        super().__init__()
+        self.patches = torch.nn.Identity()
+        self.deep = torch.nn.Identity()
+        self.nested = torch.nn.Identity()
+        self.sparse = torch.nn.Identity()
+
+    def forward(self, x):
+        self.patches(x.reshape(2, 1, 2, 1, 2, 1, 1, 1))
+        self.deep(x.reshape(2, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1, 1))
+        self.nested(torch.nested.nested_tensor([x[:1], x[:2]]))
+        return self.sparse(x.to_sparse())
+
+
+def test_high_rank_and_odd_layout_outputs_are_recorded_without_errors(tmp_path):
+    x = torch.randn(4, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = tt.trace(_Shapes(), x, kernels="off", out=tmp_path / "s.sqlite",
+                         save=tt.module("nested") | tt.module("sparse") | tt.module("patches"))
+    # 8 small dims are kept whole and saved.
+    assert torch.equal(trace["patches:1"].out, x.reshape(2, 1, 2, 1, 2, 1, 1, 1))
+    # 12 dims: the first five, and a counted loss, never an error reading it back.
+    deep = trace["deep:1"].out
+    assert list(deep.shape) == [2, 1, 2, 1, 2, None] and deep.dtype == torch.float32
+    assert trace.losses["output_dims_truncated"] == 1
+    # Nested and sparse outputs cannot go into the tensor files: counted, warned, and the
+    # trace still opens (the sparse one keeps its shape).
+    assert trace.losses["save_failed"] == 2
+    assert trace["sparse:1"].out.shape == torch.Size([4, 2])
+    said = [str(w.message) for w in caught if "could not save" in str(w.message)]
+    assert len(said) == 1 and "'nested'" in said[0] and "save_failed" in said[0]
+
+
+def test_a_tensor_file_that_cannot_be_written_is_counted_not_raised(tmp_path, gpt2, prompt):
+    out = tmp_path / "t.sqlite"
+    # A file where the tensor folder would go (as a full disk would, the shard write fails).
+    (tmp_path / "t.sqlite.tensors").write_text("in the way")
+    with pytest.warns(RuntimeWarning, match="could not be written"):
+        trace = tt.trace(gpt2, prompt, kernels="off", out=out, save=tt.module("transformer.h.0"))
+    assert trace.losses["save_failed"] == 1
+    assert trace["transformer.h.0:1"].out.shape == torch.Size([1, 5, 32])
