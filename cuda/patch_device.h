@@ -43,7 +43,9 @@ class DevicePatchTable {
   const std::vector<PatchEntry>& host_entries() const { return entries_; }
   // Indices of the entries for `site`, in table order (empty for an unknown site).
   const std::vector<uint32_t>& SiteEntries(uint32_t site) const;
-  void Release();  // cudaFree; errors ignored (teardown may run after the context is gone)
+  // Gives the device memory back: freed at the next upload, not here, since a release may
+  // come during a graph capture (a Python finalizer), which a cudaFree would invalidate.
+  void Release();
 
  private:
   friend bool UploadPatchTable(const std::vector<PatchEntry>&, uint32_t, DevicePatchTable*,

@@ -1,7 +1,9 @@
 // DevicePatchTable: upload, teardown and counter read-back (host code; the kernels are in
-// patch_apply.cu). These are the only synchronous calls of the device path.
+// patch_apply.cu). These are the only synchronous calls of the device path; teardown defers
+// its cudaFree to the next upload (graph captures may be running when a table is released).
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,22 @@ bool OperandIsDeviceAccessible(const void* p) {
          (attr.type == cudaMemoryTypeHost && attr.devicePointer == p);
 }
 
+// Tables released but not yet freed. Release() may run while another thread (or this one)
+// captures a CUDA graph, e.g. from a Python finalizer, and a cudaFree then would invalidate
+// that capture (torch captures in global mode). Uploads allocate, so they already run outside
+// captures: each one frees what was released before it. At most a few KB wait here.
+std::mutex g_released_mutex;
+std::vector<void*>* g_released = new std::vector<void*>();  // never destroyed: used at exit
+
+void FreeReleasedTables() {
+  std::vector<void*> released;
+  {
+    std::lock_guard<std::mutex> lock(g_released_mutex);
+    released.swap(*g_released);
+  }
+  for (void* p : released) cudaFree(p);  // errors ignored, as in Release()
+}
+
 }  // namespace
 
 DevicePatchTable& DevicePatchTable::operator=(DevicePatchTable&& other) noexcept {
@@ -49,7 +67,10 @@ DevicePatchTable& DevicePatchTable::operator=(DevicePatchTable&& other) noexcept
 }
 
 void DevicePatchTable::Release() {
-  if (device_ != nullptr) cudaFree(device_);
+  if (device_ != nullptr) {
+    std::lock_guard<std::mutex> lock(g_released_mutex);
+    g_released->push_back(device_);  // freed by the next upload (see g_released)
+  }
   device_ = nullptr;
   bytes_ = 0;
   entry_count_ = max_sites_ = 0;
@@ -65,6 +86,7 @@ const std::vector<uint32_t>& DevicePatchTable::SiteEntries(uint32_t site) const 
 bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites,
                       DevicePatchTable* out, std::string* error) {
   out->Release();
+  FreeReleasedTables();
   for (size_t i = 0; i < entries.size(); ++i) {
     std::string why;
     if (!ValidateEntryStatic(entries[i], &why)) {
@@ -94,6 +116,9 @@ bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites
     return false;
   }
   e = cudaMemcpy(device, staging.data(), bytes, cudaMemcpyHostToDevice);
+  // From pageable memory, cudaMemcpy may return before the data lands, and kernels on a
+  // non-blocking stream (torch's side streams) are not ordered after it: wait, once per upload.
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
     cudaFree(device);
     return CudaFail(error, "copying the patch table to the device", e);

@@ -102,7 +102,13 @@ TT_HD float LoadAsFloat(const void* base, int64_t offset, uint32_t dtype) {
   return dtype == static_cast<uint32_t>(DType::kF16) ? HalfToFloat(bits) : Bf16ToFloat(bits);
 }
 
+// Every NaN is stored as the one quiet NaN 0x7fc00000 (f16 0x7e00, bf16 0x7fc0): GPUs make
+// 0x7fffffff from an arithmetic NaN while x86 keeps the input's payload (and makes 0xffc00000
+// from inf - inf), so without this the host and device results would differ in NaN bits.
+constexpr uint32_t kCanonicalNanBits = 0x7fc00000u;
+
 TT_HD void StoreFromFloat(void* base, int64_t offset, uint32_t dtype, float v) {
+  if ((FloatBits(v) & 0x7fffffffu) > 0x7f800000u) v = BitsFloat(kCanonicalNanBits);
   if (dtype == static_cast<uint32_t>(DType::kF32)) {
     static_cast<float*>(base)[offset] = v;
     return;
@@ -214,7 +220,7 @@ TT_HD PatchErrorInfo ResolveBoxCore(const IndexBox& box, int ndim, const int64_t
           stop = s.stop < 0 ? s.stop + n : s.stop;
           stop = stop < 0 ? 0 : (stop > n ? n : stop);
         }
-        count = stop > start ? (stop - start + step - 1) / step : 0;
+        count = stop > start ? (stop - start - 1) / step + 1 : 0;  // no overflow for any step
       }
     }
     out->start[d] = start;

@@ -3,6 +3,7 @@
 // checks the device against the host, bit for bit.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -142,9 +143,50 @@ inline std::vector<std::pair<std::string, Scenario>> LargeScenarios() {
   return out;
 }
 
+// Writes raw bits (a NaN with a payload, -0.0, ...) as element i of a contiguous tensor.
+inline void SetBits(Tensor* t, int64_t i, uint32_t f32_bits) {
+  if (t->dtype == DType::kF32) {
+    std::memcpy(t->bytes.data() + 4 * i, &f32_bits, 4);
+  } else {
+    const uint16_t h = t->dtype == DType::kF16 ? static_cast<uint16_t>(
+                                                     (f32_bits >> 16 & 0x8000u) | 0x7e01u)
+                                               : static_cast<uint16_t>(f32_bits >> 16);
+    const bool nan = (f32_bits & 0x7fffffffu) > 0x7f800000u;
+    uint16_t bits = h;
+    if (!nan) bits = t->dtype == DType::kF16 ? FloatToHalf(BitsFloat(f32_bits))
+                                             : FloatToBf16(BitsFloat(f32_bits));
+    std::memcpy(t->bytes.data() + 2 * i, &bits, 2);
+  }
+}
+
+// NaNs with payloads, infinities and -0.0 through add, scale and clamp: inf + -inf, inf * 0
+// and NaN inputs make NaNs, which host and device must store with the same bits.
+constexpr uint32_t kSpecialBits[] = {0x7fc00123u, 0x7f800000u, 0xff800000u, 0x80000000u,
+                                     0x3f800000u, 0xffc00456u, 0x40400000u, 0xc0400000u};
+
+inline std::vector<std::pair<std::string, Scenario>> SpecialValueScenarios() {
+  std::vector<std::pair<std::string, Scenario>> out;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Scenario sc;
+    sc.initial = MakeTensor(dt, {3, 8}, Layout::kContiguous, 31);
+    for (int64_t row = 0; row < 3; ++row)
+      for (int64_t i = 0; i < 8; ++i) SetBits(&sc.initial, row * 8 + i, kSpecialBits[i]);
+    auto operand = std::make_shared<Tensor>(MakeTensor(DType::kF32, {8}));
+    const uint32_t addend[] = {0x3f800000u, 0xff800000u, 0x7f800000u, 0x80000000u,
+                               0x7fc00789u, 0x3f800000u, 0x3f800000u, 0x00000000u};
+    for (int64_t i = 0; i < 8; ++i) SetBits(operand.get(), i, addend[i]);
+    Add(&sc, Entry(0, PatchOp::kAdd, Every(), {I(0)}), operand);
+    Add(&sc, Entry(0, PatchOp::kScale, Every(), {I(1)}, 0.0f));
+    Add(&sc, Entry(0, PatchOp::kClamp, Every(), {I(2)}, 0.0f, -1.0f, 1.0f));
+    sc.calls = 1;
+    out.emplace_back(std::string("special_values_") + DTypeTag(dt), std::move(sc));
+  }
+  return out;
+}
+
 inline std::vector<std::pair<std::string, Scenario>> AllScenarios() {
   auto all = OpScenarios();
-  for (auto* more : {&SelectorScenarios, &CompositionScenarios})
+  for (auto* more : {&SelectorScenarios, &CompositionScenarios, &SpecialValueScenarios})
     for (auto& s : (*more)()) all.push_back(std::move(s));
   return all;
 }

@@ -30,8 +30,10 @@ struct DeviceBuffer {
   void* ptr = nullptr;
   size_t bytes = 0;
   explicit DeviceBuffer(const Tensor& t) : bytes(t.bytes.size()) {
-    if (cudaMalloc(&ptr, bytes) == cudaSuccess)
+    if (cudaMalloc(&ptr, bytes) == cudaSuccess) {
       cudaMemcpy(ptr, t.bytes.data(), bytes, cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();  // landed before any non-blocking stream reads it
+    }
   }
   ~DeviceBuffer() { cudaFree(ptr); }
   DeviceBuffer(const DeviceBuffer&) = delete;

@@ -2,6 +2,8 @@
 // against the reference in patch_test_util.h. Runs on any machine.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -60,6 +62,50 @@ TEST(PatchConversionTest, FloatToBf16RoundsToNearestEven) {
     }
     ASSERT_EQ(FloatBits(Bf16ToFloat(FloatToBf16(f))), FloatBits(RefRound(f, DType::kBF16)))
         << std::hex << u;
+  }
+}
+
+// Every NaN an edit stores has the same bits, whatever its inputs' payloads: what makes the
+// device (which produces 0x7fffffff) and the host (which keeps payloads) agree bit for bit.
+TEST(PatchSpecialValuesTest, NaNsAreStoredWithOneBitPattern) {
+  for (const auto& [name, sc] : SpecialValueScenarios()) {
+    std::string error;
+    const Outcome got = RunHost(sc, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    const Tensor& t = got.outputs.at(0);
+    const uint32_t canonical = t.dtype == DType::kF32   ? kCanonicalNanBits
+                               : t.dtype == DType::kF16 ? 0x7e00u
+                                                        : 0x7fc0u;
+    int nans = 0;
+    for (int64_t i = 0; i < 24; ++i) {
+      if (!std::isnan(t.Get({i / 8, i % 8}))) continue;
+      ++nans;
+      uint32_t bits = 0;
+      std::memcpy(&bits, t.bytes.data() + i * ElemSize(t.dtype), ElemSize(t.dtype));
+      EXPECT_EQ(bits, canonical) << name << " element " << i;
+    }
+    // Row 0: NaN + 1, inf + -inf, -inf + inf, 1 + NaN, NaN + 1; row 1: NaN, inf, -inf, NaN
+    // times 0; row 2: the two NaNs clamped.
+    EXPECT_EQ(nans, 5 + 4 + 2) << name;
+    // -0.0 + -0.0 stays -0.0; -0.0 * 0 is -0.0; clamp keeps -0.0.
+    EXPECT_TRUE(std::signbit(t.Get({0, 3})) && std::signbit(t.Get({1, 3})) &&
+                std::signbit(t.Get({2, 3}))) << name;
+  }
+}
+
+// Python's slice semantics for any step, including ones whose arithmetic would overflow.
+TEST(PatchBoxTest, HugeStepsSelectOneElement) {
+  for (const auto& box : std::vector<std::vector<DimSlice>>{
+           {S({}, {}, INT64_MAX)}, {S(2, {}, INT64_MAX - 1)}, {S(-8, INT64_MAX, INT64_MAX)}}) {
+    Scenario sc;
+    sc.initial = MakeTensor(DType::kF32, {8});
+    Add(&sc, Entry(0, PatchOp::kFill, Every(), box, 9.0f));
+    std::string error;
+    const Outcome got = RunHost(sc, &error);
+    ASSERT_TRUE(error.empty()) << error;
+    int filled = 0;
+    for (int64_t i = 0; i < 8; ++i) filled += got.outputs.at(0).Get({i}) == 9.0f;
+    EXPECT_EQ(filled, 1);
   }
 }
 
