@@ -2,6 +2,8 @@
 # GPU part of the overhead suite, sized for ~4-5 minutes on an H200 (build included):
 #   1. empty-kernel launch cost: no tool / bare CUPTI subscriber / tokentrace full, as separate
 #      processes, interleaved (3 processes each, 5 rounds of 20000 launches per process);
+#   1b. patch_device_bench: the device patch table's host cost per apply, device time per apply
+#      and full-scale bandwidth against a device-to-device copy (issue 4's targets);
 #   2. generate_overhead.py: Llama-1B shape (GEN_MODELS=gpt2,llama1b for both), 64 new tokens,
 #      3 repeats, every setup;
 #   2b. graph_replay_overhead.py: a Llama-1B-shape decode step captured as a CUDA graph and
@@ -12,7 +14,7 @@
 #   OUT=/tmp/out bash bench/gpu_bench.sh
 # Env: BUILD_DIR (default build-gpu-bench; reused if built), PYTHON (python3), GEN_MODELS,
 #      GEN_TOKENS (64), GEN_REPEATS (3), LONG_TOKENS (1024; 0 skips), JOBS (16),
-#      PARTS (launch,generate,graph,long: which parts run), LONG_LIMIT (200 s for the long run),
+#      PARTS (launch,patch,generate,graph,long: which parts run), LONG_LIMIT (200 s for the long run),
 #      STEP_DEADLINE (epoch seconds, set by scripts/gpu-check.sh): each part gets at most what
 #      is left before it, and a part that no longer fits is listed as not run.
 set -u
@@ -36,7 +38,7 @@ part() {
   if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
 }
 skipped() { echo "_$1: not run, out of time ($((deadline - $(date +%s))) s were left)._"; echo; }
-wants() { [[ ",${PARTS:-launch,generate,graph,long}," == *",$1,"* ]]; }
+wants() { [[ ",${PARTS:-launch,patch,generate,graph,long}," == *",$1,"* ]]; }
 
 nvidia-smi -L > "$logs/device.txt" 2>&1
 # A build directory that is already configured (scripts/gpu-check.sh passes the one
@@ -50,7 +52,8 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 ninja -C "$build" -j"${JOBS:-16}" launch_overhead bare_cupti_subscriber tokentrace_shim \
-  tokentrace_cli _native > "$logs/bench-build.log" 2>&1 || { tail -40 "$logs/bench-build.log"; exit 3; }
+  tokentrace_cli _native patch_device_bench > "$logs/bench-build.log" 2>&1 \
+  || { tail -40 "$logs/bench-build.log"; exit 3; }
 echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
 
 {
@@ -121,6 +124,15 @@ for path in sorted(glob.glob(f"{tmp}/launch-*.sqlite")):
 print()
 PY
 echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
+fi
+
+# ---- 1b. the device patch table (issue 4: host cost per apply, device time, bandwidth) -------
+if wants patch; then
+  if limit=$(part 60 20); then
+    timeout -k 5 "$limit" "$build/patch_device_bench" >> "$md" 2> "$logs/patch.log" || rc=1
+  else
+    skipped "device patch table" >> "$md"; rc=1
+  fi
 fi
 
 # ---- 2. generate overhead -----------------------------------------------------------------
