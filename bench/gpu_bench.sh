@@ -2,6 +2,7 @@
 # GPU part of the overhead suite, sized for ~4-5 minutes on an H200 (build included):
 #   1. empty-kernel launch cost: no tool / bare CUPTI subscriber / tokentrace full, as separate
 #      processes, interleaved (3 processes each, 5 rounds of 20000 launches per process);
+#   1a. nvtx_pair: our NVTX push+pop on this host, no tool vs tokentrace (issue 2's target);
 #   1b. patch_device_bench: the device patch table's host cost per apply, device time per apply
 #      and full-scale bandwidth against a device-to-device copy (issue 4's targets);
 #   2. generate_overhead.py: Llama-1B shape (GEN_MODELS=gpt2,llama1b for both), 64 new tokens,
@@ -14,7 +15,7 @@
 #   OUT=/tmp/out bash bench/gpu_bench.sh
 # Env: BUILD_DIR (default build-gpu-bench; reused if built), PYTHON (python3), GEN_MODELS,
 #      GEN_TOKENS (64), GEN_REPEATS (3), LONG_TOKENS (1024; 0 skips), JOBS (16),
-#      PARTS (launch,patch,generate,graph,long: which parts run), LONG_LIMIT (200 s for the long run),
+#      PARTS (launch,nvtx,patch,generate,graph,long: which parts run), LONG_LIMIT (200 s for the long run),
 #      STEP_DEADLINE (epoch seconds, set by scripts/gpu-check.sh): each part gets at most what
 #      is left before it, and a part that no longer fits is listed as not run.
 set -u
@@ -38,7 +39,7 @@ part() {
   if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
 }
 skipped() { echo "_$1: not run, out of time ($((deadline - $(date +%s))) s were left)._"; echo; }
-wants() { [[ ",${PARTS:-launch,patch,generate,graph,long}," == *",$1,"* ]]; }
+wants() { [[ ",${PARTS:-launch,nvtx,patch,generate,graph,long}," == *",$1,"* ]]; }
 
 nvidia-smi -L > "$logs/device.txt" 2>&1
 # A build directory that is already configured (scripts/gpu-check.sh passes the one
@@ -52,7 +53,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 ninja -C "$build" -j"${JOBS:-16}" launch_overhead bare_cupti_subscriber tokentrace_shim \
-  tokentrace_cli _native patch_device_bench > "$logs/bench-build.log" 2>&1 \
+  tokentrace_cli _native patch_device_bench nvtx_pair > "$logs/bench-build.log" 2>&1 \
   || { tail -40 "$logs/bench-build.log"; exit 3; }
 echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
 
@@ -124,6 +125,46 @@ for path in sorted(glob.glob(f"{tmp}/launch-*.sqlite")):
 print()
 PY
 echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
+fi
+
+# ---- 1a. NVTX push+pop on this host's CPU (issue 2: ≤ 25 ns; no Google Benchmark here) ------
+if wants nvtx; then
+  if part 40 20 > /dev/null; then
+    for i in 1 2 3; do
+      env -u NVTX_INJECTION64_PATH -u CUDA_INJECTION64_PATH "$build/nvtx_pair" none \
+        >> "$tmp/nvtx.txt" 2>> "$logs/nvtx.log"
+      env -u NVTX_INJECTION64_PATH -u CUDA_INJECTION64_PATH timeout 60 "$build/tokentrace" run \
+        --kernels off --out "$tmp/nvtx-$i.sqlite" -- "$build/nvtx_pair" tokentrace \
+        >> "$tmp/nvtx.txt" 2>> "$logs/nvtx.log"
+    done
+    "$python" - "$tmp" >> "$md" <<'PY' || rc=1
+import glob, re, sqlite3, statistics, sys
+tmp = sys.argv[1]
+runs = {}
+for line in open(f"{tmp}/nvtx.txt"):
+    m = re.search(r"setup=(\S+) .*median_ns=([\d.]+) min_ns=([\d.]+)", line)
+    if m:
+        runs.setdefault(m.group(1), []).append((float(m.group(2)), float(m.group(3))))
+losses = sum(sqlite3.connect(p).execute("SELECT coalesce(sum(count),0) FROM losses").fetchone()[0]
+             for p in glob.glob(f"{tmp}/nvtx-*.sqlite"))
+print("## NVTX push+pop on this host (ns per pair)\n")
+print("Our hooks' pair (domain `tokentrace`, registered string), 200 rounds of 4096 pairs per "
+      "process, rings drained between rounds; three processes per setup, interleaved.\n")
+print("| setup | median of process medians | min | target | |")
+print("|---|---|---|---|---|")
+for s in ("none", "tokentrace"):
+    v = runs.get(s, [])
+    if not v:
+        print(f"| {s} | failed (see nvtx.log) | | | |")
+        continue
+    med = statistics.median(x[0] for x in v)
+    verdict = ("met" if med <= 25 else "MISSED") if s == "tokentrace" else ""
+    print(f"| {s} | {med:.1f} | {min(x[1] for x in v):.1f} | {'≤ 25 ns' if s == 'tokentrace' else ''} | {verdict} |")
+print(f"\n- losses in the tokentrace runs: {losses}\n")
+PY
+  else
+    skipped "NVTX push+pop" >> "$md"; rc=1
+  fi
 fi
 
 # ---- 1b. the device patch table (issue 4: host cost per apply, device time, bandwidth) -------
