@@ -80,53 +80,7 @@ for i in 1 2 3; do
     >> "$tmp/launch.txt" 2>> "$logs/launch.log"
 done
 cp "$tmp/launch.txt" "$logs/launch.txt"
-"$python" - "$tmp" >> "$md" <<'PY' || rc=1
-import glob, re, sqlite3, statistics, sys
-tmp = sys.argv[1]
-runs = {}
-for line in open(f"{tmp}/launch.txt"):
-    m = re.search(r"setup=(\S+) .*median_ns=([\d.]+) min_ns=([\d.]+)", line)
-    if m:
-        runs.setdefault(m.group(1), []).append((float(m.group(2)), float(m.group(3))))
-print("## Empty-kernel launch cost (ns per launch)\n")
-print("Each process: 5 rounds of 20000 launches inside one NVTX range, median round; three "
-      "processes per setup, interleaved.\n")
-print("| setup | median of process medians | min | processes |")
-print("|---|---|---|---|")
-med = {}
-for s in ("none", "bare-cupti", "tokentrace-full"):
-    v = runs.get(s, [])
-    if not v:
-        print(f"| {s} | failed (see launch.log) | | 0 |")
-        continue
-    med[s] = statistics.median(x[0] for x in v)
-    print(f"| {s} | {med[s]:.0f} | {min(x[1] for x in v):.0f} | {len(v)} |")
-print()
-if all(k in med for k in ("none", "bare-cupti", "tokentrace-full")):
-    n, b, t = med["none"], med["bare-cupti"], med["tokentrace-full"]
-    ratio = t / b
-    added = (t - b) / (b - n) if b > n else float("nan")
-    print(f"- tokentrace full / bare subscriber: **{ratio:.3f}** (target ≤ 1.10: "
-          f"{'met' if ratio <= 1.10 else 'MISSED'}); tokentrace's own addition is "
-          f"{t - b:.0f} ns per launch = {added:.0%} of what the bare subscriber adds over no tool "
-          f"({b - n:.0f} ns).")
-rows = kernels = 0
-for path in sorted(glob.glob(f"{tmp}/launch-*.sqlite")):
-    con = sqlite3.connect(path)
-    k = con.execute("SELECT count(*) FROM kernels").fetchone()[0]
-    try:
-        kb = con.execute("SELECT sum(pgsize) FROM dbstat WHERE name='kernels'").fetchone()[0]
-    except sqlite3.Error:
-        kb = None
-    losses = con.execute("SELECT coalesce(sum(count),0) FROM losses").fetchone()[0]
-    import os
-    size = os.path.getsize(path)
-    print(f"- {os.path.basename(path)}: {k} kernel rows, file {size / max(k, 1):.1f} B per kernel"
-          + (f", kernels table {kb / max(k, 1):.1f} B per row" if kb else "")
-          + f" (target ≤ 64 B), losses {losses}")
-    con.close()
-print()
-PY
+"$python" bench/process_tables.py launch "$tmp" >> "$md" || rc=1
 echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
 fi
 
@@ -140,31 +94,7 @@ if wants nvtx; then
         --kernels off --out "$tmp/nvtx-$i.sqlite" -- "$build/nvtx_pair" tokentrace \
         >> "$tmp/nvtx.txt" 2>> "$logs/nvtx.log"
     done
-    "$python" - "$tmp" >> "$md" <<'PY' || rc=1
-import glob, re, sqlite3, statistics, sys
-tmp = sys.argv[1]
-runs = {}
-for line in open(f"{tmp}/nvtx.txt"):
-    m = re.search(r"setup=(\S+) .*median_ns=([\d.]+) min_ns=([\d.]+)", line)
-    if m:
-        runs.setdefault(m.group(1), []).append((float(m.group(2)), float(m.group(3))))
-losses = sum(sqlite3.connect(p).execute("SELECT coalesce(sum(count),0) FROM losses").fetchone()[0]
-             for p in glob.glob(f"{tmp}/nvtx-*.sqlite"))
-print("## NVTX push+pop on this host (ns per pair)\n")
-print("Our hooks' pair (domain `tokentrace`, registered string), 200 rounds of 4096 pairs per "
-      "process, rings drained between rounds; three processes per setup, interleaved.\n")
-print("| setup | median of process medians | min | target | |")
-print("|---|---|---|---|---|")
-for s in ("none", "tokentrace"):
-    v = runs.get(s, [])
-    if not v:
-        print(f"| {s} | failed (see nvtx.log) | | | |")
-        continue
-    med = statistics.median(x[0] for x in v)
-    verdict = ("met" if med <= 25 else "MISSED") if s == "tokentrace" else ""
-    print(f"| {s} | {med:.1f} | {min(x[1] for x in v):.1f} | {'≤ 25 ns' if s == 'tokentrace' else ''} | {verdict} |")
-print(f"\n- losses in the tokentrace runs: {losses}\n")
-PY
+    "$python" bench/process_tables.py nvtx "$tmp" >> "$md" || rc=1
   else
     skipped "NVTX push+pop" >> "$md"; rc=1
   fi
