@@ -85,6 +85,17 @@ std::string CallsOf(const std::string& path, const std::string& site) {
                    "WHERE s.name='" + site + "'");
 }
 
+// Runs nvtx_generate ARGS under the preload with EXTRA environment and expects it to succeed;
+// returns the file it left (its output in *result, when asked).
+std::string RunPreloaded(const std::string& args, const std::string& extra = "",
+                         Result* result = nullptr) {
+  const std::string out = TempDir() + "/t.sqlite";
+  const Result r = Shell(Preloaded(out, extra) + kProgram + " " + args);
+  EXPECT_EQ(r.status, 0) << r.output;
+  if (result != nullptr) *result = r;
+  return out;
+}
+
 TEST(PreloadTest, HooksShapedRunGivesSitesCallsAndTokens) {
   std::string out = TempDir() + "/t.sqlite";
   Result r = Shell(Preloaded(out) + kProgram + " hooks 3");
@@ -215,9 +226,8 @@ TEST(PreloadTest, UnderscoreExitStillFlushes) {
 // registered inside cuInit (InitializeInjection), which runs before anything registered
 // earlier: here a handler standing in for the runtime's finds the session stopped.
 TEST(PreloadTest, StopsAtExitBeforeHandlersRegisteredBeforeCuInit) {
-  std::string out = TempDir() + "/t.sqlite";
-  Result r = Shell(Preloaded(out, "TOKENTRACE_KERNELS=summary") + kProgram + " injected");
-  ASSERT_EQ(r.status, 0) << r.output;
+  Result r;
+  const std::string out = RunPreloaded("injected", "TOKENTRACE_KERNELS=summary", &r);
   EXPECT_NE(r.output.find("recording when the earlier exit handler ran: 0"), std::string::npos)
       << r.output;
   // Two tokens in main and one from an exit handler registered after cuInit: exit() has
@@ -230,18 +240,14 @@ TEST(PreloadTest, StopsAtExitBeforeHandlersRegisteredBeforeCuInit) {
 // Another thread's ranges after its recording state is gone (from a thread-local object's
 // destructor that runs after ours) cannot be recorded: they are counted, not silently lost.
 TEST(PreloadTest, RangesAfterAThreadsStateIsGoneAreCounted) {
-  std::string out = TempDir() + "/t.sqlite";
-  Result r = Shell(Preloaded(out) + kProgram + " thread_exit");
-  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string out = RunPreloaded("thread_exit");
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
   // The late token: 7 ranges, a push and a pop each.
   EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='after_thread_exit'"), "14");
 }
 
 TEST(PreloadTest, UnbalancedPopsAndOpenRangesAreCounted) {
-  std::string out = TempDir() + "/t.sqlite";
-  Result r = Shell(Preloaded(out) + kProgram + " unbalanced");
-  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string out = RunPreloaded("unbalanced");
   EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='unbalanced_pop'"), "2");
   EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='unclosed_range'"), "1");
   EXPECT_EQ(One(out,
