@@ -1,9 +1,11 @@
 #include "preload/session.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +16,7 @@
 #include "core/recorder.h"
 #include "core/site_registry.h"
 #include "cupti/subscriber.h"
+#include "store/reader.h"
 
 #ifndef TOKENTRACE_VERSION
 #define TOKENTRACE_VERSION "0.1.0"
@@ -103,7 +106,52 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
 }
 
 Session::Session(const Config& config, bool preload, std::string out_path)
-    : config_(config), preload_(preload), out_path_(std::move(out_path)), joiner_(config.kernels, &clock::TicksToNs) {}
+    : config_(config),
+      preload_(preload),
+      out_path_(std::move(out_path)),
+      run_id_(preload && getenv(kRunIdVariable) != nullptr ? getenv(kRunIdVariable) : ""),
+      joiner_(config.kernels, &clock::TicksToNs) {}
+
+std::string Session::out_path() const {
+  std::lock_guard<std::mutex> lock(path_mutex_);
+  return out_path_;
+}
+
+// Preload mode: the first process of a run (TOKENTRACE_RUN_ID, see shim.cc) to create the
+// file keeps its name. Another process of the same run that resolves to the same path (the
+// job started more processes than the name tells apart, e.g. --out without %p) writes
+// "<path>.<pid>" instead and says so, rather than replacing a file being written or already
+// written in this run. A file from an earlier run is replaced, as before. The decision and
+// the file's creation happen under a lock on its directory, so concurrent processes agree.
+bool Session::OpenStoreLocked(std::string* error) {
+  std::string path = out_path();
+  if (run_id_.empty()) {
+    store_ = Store::Open(path, error);
+    return store_ != nullptr;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) flock(dir_fd, LOCK_EX);
+  if (ReadMetaValue(path, "run_id") == run_id_) {
+    const std::string mine = path + "." + std::to_string(getpid());
+    fprintf(stderr,
+            "tokentrace: '%s' belongs to another process of this run; this one (pid %d) "
+            "writes '%s' (put %%p in --out/TOKENTRACE_OUT for one file per process)\n",
+            path.c_str(), static_cast<int>(getpid()), mine.c_str());
+    path = mine;
+    std::lock_guard<std::mutex> lock(path_mutex_);
+    out_path_ = path;
+  }
+  store_ = Store::Open(path, error);
+  if (store_) {
+    Batch claim;  // written before the lock is released: the next process sees the claim
+    claim.meta = {{"run_id", run_id_}};
+    if (!store_->Write(claim, error)) store_.reset();
+  }
+  if (dir_fd >= 0) close(dir_fd);  // releases the lock
+  return store_ != nullptr;
+}
 
 Session::~Session() {
   std::string ignored;
@@ -124,7 +172,8 @@ std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
           {"cupti", cupti::Describe()},
           {"token_range", config_.token_range},
           {"mode", preload_ ? "preload" : "in-process"},
-          {"out_path", out_path_}};
+          {"out_path", out_path()},
+          {"run_id", run_id_}};
 }
 
 std::string Session::kernels_status() const {
@@ -275,8 +324,7 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
                         !batch.call_gpu.empty() || !batch.losses.empty();
   if (!store_) {
     if (!has_work) return true;
-    store_ = Store::Open(out_path_, error);
-    if (!store_) return false;
+    if (!OpenStoreLocked(error)) return false;
     meta_written_ = false;
   }
   if (!meta_written_) {

@@ -45,7 +45,9 @@ class Session : public cupti::ActivitySink {
   // In a fork child, before its own session starts: the wake-up channel is the parent's.
   static void AfterForkInChild();
 
-  const std::string& out_path() const { return out_path_; }
+  // The file this session writes. In preload mode it is settled when the file is created
+  // (the first write), where another process of the same run may already own the path.
+  std::string out_path() const;
   std::string kernels_status() const;
 
   void OnActivity(const GpuActivity& activity) override;
@@ -65,7 +67,11 @@ class Session : public cupti::ActivitySink {
 
   const Config config_;
   const bool preload_;
-  const std::string out_path_;
+  bool OpenStoreLocked(std::string* error);  // requires drain_mutex_
+
+  mutable std::mutex path_mutex_;  // out_path_ may change once, at the first write (preload)
+  std::string out_path_;
+  const std::string run_id_;       // TOKENTRACE_RUN_ID ("" when not preloaded)
   std::unique_ptr<Store> store_;
   Joiner joiner_;
   bool stopped_ = false;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/config.h"
 #include "core/recorder.h"
 #include "preload/session.h"
 
@@ -119,6 +120,9 @@ __attribute__((constructor)) void OnLoad() {
   if (!self.empty()) setenv("NVTX_INJECTION64_PATH", self.c_str(), 0);
   if (!PreloadedIntoThisProcess(self)) return;  // loaded by the Python extension
   if (getenv("TOKENTRACE_DISABLE") != nullptr) return;
+  // The first preloaded process of a job names the run; the processes it starts inherit it.
+  // (`tokentrace run` sets it, since a shell passes on only the variables it knows of.)
+  if (getenv(kRunIdVariable) == nullptr) setenv(kRunIdVariable, NewRunId().c_str(), 0);
   std::string error;
   auto config = ConfigFromEnvironment(&error);
   if (!config) {
@@ -170,7 +174,10 @@ bool StopSession(std::string* error) {
     if (!s.session || s.owner != getpid()) return true;
     session = std::move(s.session);
   }
-  return session->Stop(error);
+  const bool ok = session->Stop(error);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.last_out_path = session->out_path();  // the file it wrote (settled at its first write)
+  return ok;
 }
 
 bool FlushSession(std::string* error) {
@@ -189,7 +196,7 @@ bool SessionActive() {
 std::string OutPath() {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return s.last_out_path;
+  return s.session ? s.session->out_path() : s.last_out_path;  // settled at the first write
 }
 
 std::string KernelsStatus() {

@@ -18,9 +18,10 @@ import torch
 
 class TensorSink:
     def __init__(self, sqlite_path, shard_bytes=64 << 20):
-        self.directory = os.path.abspath(sqlite_path) + ".tensors"
-        self._rel = os.path.basename(self.directory)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """sqlite_path: the trace file, or a callable giving it when the first shard is
+        written (preload mode: the file's name is settled only once the shim creates it)."""
+        self._path = sqlite_path
+        self.directory = None if callable(sqlite_path) else self._directory_for(sqlite_path)
         self._shard_bytes = max(int(shard_bytes), 1)
         self._pending = {}   # key -> host tensor
         self._events = []
@@ -30,6 +31,11 @@ class TensorSink:
         self.failed = 0      # tensors queued but not written (a shard could not be written)
         self.errors = []     # why
         self.peak_pending_bytes = 0
+
+    def _directory_for(self, sqlite_path):
+        directory = os.path.abspath(sqlite_path) + ".tensors"
+        shutil.rmtree(directory, ignore_errors=True)  # a previous run's
+        return directory
 
     def save(self, call_id, tensor):
         """Queues `tensor` as call `call_id`'s saved output. Raises ValueError for a tensor
@@ -64,13 +70,15 @@ class TensorSink:
             event.synchronize()  # once per shard, not per step
         name = f"shard-{self._shard:05d}.safetensors"
         try:
+            if self.directory is None:
+                self.directory = self._directory_for(self._path())
             os.makedirs(self.directory, exist_ok=True)
             save_file(self._pending, os.path.join(self.directory, name))
         except Exception as exc:  # e.g. the disk is full: these tensors are lost, and counted
             self.failed += len(self._pending)
             self.errors.append(f"{type(exc).__name__}: {exc}")
         else:
-            rel = f"{self._rel}/{name}"
+            rel = f"{os.path.basename(self.directory)}/{name}"
             self.rows.extend((int(k), rel, k) for k in self._pending)
             self._shard += 1
         self._pending = {}

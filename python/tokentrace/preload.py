@@ -126,8 +126,7 @@ def _attach_recording(model, args):
     saved = _select("TOKENTRACE_SAVE", names, False)
     chosen = set(hooked) | set(saved) | {ROOT}
     hooked = [n for n in names if n in chosen]
-    path = backend.out_path()
-    sink = TensorSink(path) if saved else None
+    sink = TensorSink(lambda: _settled_path(backend)) if saved else None
     on_cpu = not any(p.is_cuda for p in model.parameters())
     escapes = EscapeCounter(lambda: backend.current()[2], backend.escape if on_cpu else None)
     hooks = HookSet(backend, model, hooked, saved, sink)
@@ -135,6 +134,13 @@ def _attach_recording(model, args):
     escapes.install()
     atexit.register(_finish, backend, hooks, escapes, sink)
     return True
+
+
+def _settled_path(backend):
+    """The trace file's name, once the shim has created the file (a flush does, as soon as
+    calls were recorded): another process of the same run may own the requested name."""
+    backend.flush()
+    return backend.out_path()
 
 
 def _patch_meta():
@@ -155,14 +161,13 @@ def _say_fires(edits):
 def _finish(backend, hooks, escapes, sink):
     try:
         escapes.remove()
-        path = backend.out_path()
-        rows = sink.close() if sink is not None else []
         # Python's atexit runs before CUDA's own teardown: wait for the device here, so this
         # flush hands over every GPU record while CUDA is still up (the shim's final stop,
         # from the C atexit list, may come after the runtime has torn the context down).
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
-        backend.flush()
+        path = _settled_path(backend)
+        rows = sink.close() if sink is not None else []
         meta = {"python_save_errors": hooks.save_errors}
         meta.update(_patch_meta())
         _store.write_python_rows(path, rows, escapes.rows(), meta,

@@ -235,6 +235,7 @@ int RunCommand(const std::vector<std::string>& args) {
   for (const Option& o : opts) {
     if (o.given) setenv(o.env, o.value.c_str(), 1);
   }
+  setenv(kRunIdVariable, NewRunId().c_str(), 1);  // one run: every process the command starts
   Prepend("LD_PRELOAD", shim, ':');
   std::string boot = BootDir();
   if (!boot.empty()) Prepend("PYTHONPATH", boot, ':');

@@ -1,5 +1,8 @@
 #include "core/config.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <regex>
 
@@ -70,6 +73,12 @@ bool ValidateTokenRange(const std::string& re, const std::string& what, std::str
     return false;
   }
   return true;
+}
+
+std::string NewRunId() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return std::to_string(getpid()) + "-" +
+         std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(now).count());
 }
 
 std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank) {

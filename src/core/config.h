@@ -28,6 +28,12 @@ struct KernelMode {
 std::optional<KernelMode> ParseKernelMode(const std::string& text, const std::string& what,
                                           std::string* error);
 
+// Identifies one traced job: the first preloaded process sets it (shim.cc) and every process
+// it starts inherits it, so processes of one run can tell their files apart (session.cc).
+constexpr char kRunIdVariable[] = "TOKENTRACE_RUN_ID";
+// A new run id: "<pid>-<microseconds since the epoch>".
+std::string NewRunId();
+
 struct Config {
   std::string out_path = "tokentrace-%p.sqlite";  // %p = pid, %r = rank
   KernelMode kernels;

@@ -260,4 +260,15 @@ bool Reader::ForEachKernel(uint32_t first, uint32_t last,
   return rc == SQLITE_DONE;
 }
 
+std::string ReadMetaValue(const std::string& path, const std::string& key) {
+  std::string error;
+  auto reader = Reader::Open(path, &error);
+  std::vector<std::pair<std::string, std::string>> meta;
+  if (!reader || !reader->Meta(&meta, &error)) return "";
+  for (const auto& [k, v] : meta) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
 }  // namespace tokentrace

@@ -98,4 +98,8 @@ class Reader {
   sqlite3* db_ = nullptr;
 };
 
+// The value of `key` in the meta table of the trace file at `path`; "" when the file is
+// missing, not a tokentrace file, or has no such key.
+std::string ReadMetaValue(const std::string& path, const std::string& key);
+
 }  // namespace tokentrace

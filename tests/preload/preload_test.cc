@@ -1,5 +1,6 @@
 // End to end without a GPU: nvtx_generate runs under LD_PRELOAD=libtokentrace.so (directly,
 // and through `tokentrace run`), and the SQLite file it leaves is checked.
+#include <glob.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -244,6 +246,56 @@ TEST(PreloadTest, RangesAfterAThreadsStateIsGoneAreCounted) {
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
   // The late token: 7 ranges, a push and a pop each.
   EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='after_thread_exit'"), "14");
+}
+
+// Trace files (not -wal/-shm) in `dir` whose names start with `prefix`, sorted.
+std::vector<std::string> TraceFiles(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> files;
+  glob_t g{};
+  if (glob((dir + "/" + prefix + "*").c_str(), 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) {
+      const std::string f = g.gl_pathv[i];
+      if (f.size() > 4 && (f.compare(f.size() - 4, 4, "-wal") == 0 ||
+                           f.compare(f.size() - 4, 4, "-shm") == 0))
+        continue;
+      files.push_back(f);
+    }
+  }
+  globfree(&g);
+  return files;
+}
+
+// --out without %p, and a job of several processes (two at once, then one more): each keeps
+// its own file. The first keeps the name; the others write "<name>.<pid>" and say so. A later
+// run replaces the first file, as a rerun should.
+TEST(PreloadTest, ProcessesOfOneRunNeverShareAFile) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite";
+  const std::string p = kProgram + " hooks ";
+  Result r = Shell("env -u CUDA_INJECTION64_PATH " + kCli + " run --out " + out + " -- sh -c '" +
+                   p + "2 & " + p + "3; wait; " + p + "4'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<std::string> files = TraceFiles(dir, "t.sqlite");
+  ASSERT_EQ(files.size(), 3u) << r.output;
+  std::multiset<std::string> tokens, run_ids;
+  for (const std::string& f : files) {
+    tokens.insert(One(f, "SELECT COUNT(*) FROM tokens"));
+    run_ids.insert(One(f, "SELECT value FROM meta WHERE key='run_id'"));
+    EXPECT_EQ(One(f, "SELECT value FROM meta WHERE key='out_path'"), f);
+  }
+  EXPECT_EQ(tokens, (std::multiset<std::string>{"2", "3", "4"}));
+  EXPECT_EQ(run_ids.count(*run_ids.begin()), 3u);  // one run
+  size_t notes = 0;
+  for (size_t at = 0; (at = r.output.find("belongs to another process of this run", at)) !=
+                      std::string::npos;
+       ++at)
+    ++notes;
+  EXPECT_EQ(notes, 2u) << r.output;
+
+  r = Shell("env -u CUDA_INJECTION64_PATH " + kCli + " run --out " + out + " -- " + p + "1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(TraceFiles(dir, "t.sqlite").size(), 3u);
+  EXPECT_EQ(r.output.find("belongs to another process"), std::string::npos) << r.output;
 }
 
 TEST(PreloadTest, UnbalancedPopsAndOpenRangesAreCounted) {

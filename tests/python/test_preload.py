@@ -96,6 +96,30 @@ def test_cli_run_unmodified_script(tmp_path):
     assert "patch_fires" not in trace.meta
 
 
+def test_two_jobs_of_one_run_keep_their_own_files_and_tensors(tmp_path):
+    """--out without %p and a command that runs the job twice: the second process writes
+    '<out>.<pid>', with its own saved tensors, instead of replacing the first's file."""
+    job, own = _write_job(tmp_path)
+    native = _native_dir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PYDIR, str(own)]),
+               TOKENTRACE_NATIVE_DIR=native, TOKENTRACE_SITES="transformer.h.*.mlp",
+               TOKENTRACE_SAVE="transformer.h.1.mlp")
+    twice = f"{sys.executable} {job} && {sys.executable} {job}"
+    res = subprocess.run([os.path.join(native, "tokentrace"), "run", "--out",
+                          str(tmp_path / "t.sqlite"), "--", "sh", "-c", twice], env=env,
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("JOB-DONE") == 2
+    files = sorted(f for f in glob.glob(str(tmp_path / "t.sqlite*"))
+                   if not f.endswith(("-wal", "-shm", ".tensors")))
+    assert len(files) == 2 and files[0] == str(tmp_path / "t.sqlite"), (files, res.stderr)
+    assert "belongs to another process of this run" in res.stderr
+    for f in files:
+        trace = _check(f, saved=True)
+        assert trace.meta["out_path"] == f
+        assert os.path.isdir(f + ".tensors")
+
+
 def test_boot_without_the_shim_records_nothing(tmp_path):
     """The boot dir alone (no `tokentrace run`, so no shim): the job runs, one line says why."""
     job, own = _write_job(tmp_path)
