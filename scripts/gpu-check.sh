@@ -97,7 +97,7 @@ step build 300 60 "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; 
 source "$BUILD_DIR/env.sh"
 if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
   step ctest-gpu 90 20 bash -c "cd '$BUILD_DIR' && ctest -L gpu --no-tests=error --output-on-failure -j4"
-  step pytest-gpu 200 40 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m gpu \
+  step pytest-gpu 200 40 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider -m gpu \
     "$ROOT/tests/python" "$ROOT/tests/torch_op"
   step demo 60 20 "$TOKENTRACE_PY" -m tokentrace.demo --out-dir "$WORK/demo"
   cp "$WORK/demo/demo.png" "$OUT/demo.png" 2>/dev/null
