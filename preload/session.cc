@@ -36,6 +36,9 @@ std::string RankFromEnvironment() {
 // Wake-ups of the background thread (Stop, and the signal handler, which can only write to a
 // file descriptor): one eventfd per process, made before the first session's thread starts.
 std::atomic<int> g_wake_fd{-1};
+// Held while a file is claimed under a directory lock, and by fork() (shim.cc's atfork
+// handlers), so no child is made mid-claim.
+std::mutex g_claim_mutex;
 std::atomic<int> g_stop_signal{0};      // set by RequestStopFromSignal
 std::atomic<bool> g_loop_running{false};
 std::atomic<bool> g_signal_stop_done{false};
@@ -122,23 +125,37 @@ std::string Session::out_path() const {
 // job started more processes than the name tells apart, e.g. --out without %p) writes
 // "<path>.<pid>" instead and says so, rather than replacing a file being written or already
 // written in this run. A file from an earlier run is replaced, as before. The decision and
-// the file's creation happen under a lock on its directory, so concurrent processes agree.
+// the file's creation happen under a lock on its directory, so concurrent processes agree;
+// when the lock or the existing file's meta cannot be had, the existing file is left alone.
 bool Session::OpenStoreLocked(std::string* error) {
   std::string path = out_path();
   if (run_id_.empty()) {
     store_ = Store::Open(path, error);
     return store_ != nullptr;
   }
+  // No fork while the directory lock is held: a flock belongs to the open file, which a
+  // child would share, and the child's copy would keep the lock after we release it.
+  std::lock_guard<std::mutex> no_fork(g_claim_mutex);
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) flock(dir_fd, LOCK_EX);
-  if (ReadMetaValue(path, "run_id") == run_id_) {
+  int locked = -1;
+  if (dir_fd >= 0) {
+    while ((locked = flock(dir_fd, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+  }
+  std::string owner;
+  const bool known = ReadMetaValue(path, "run_id", &owner);
+  const bool exists = access(path.c_str(), F_OK) == 0;
+  if (exists && (owner == run_id_ || !known || locked != 0)) {
     const std::string mine = path + "." + std::to_string(getpid());
     fprintf(stderr,
-            "tokentrace: '%s' belongs to another process of this run; this one (pid %d) "
-            "writes '%s' (put %%p in --out/TOKENTRACE_OUT for one file per process)\n",
-            path.c_str(), static_cast<int>(getpid()), mine.c_str());
+            "tokentrace: '%s' %s; this one (pid %d) writes '%s' (put %%p in --out/"
+            "TOKENTRACE_OUT for one file per process)\n",
+            path.c_str(),
+            owner == run_id_ ? "belongs to another process of this run"
+                             : "could not be checked for another writer, so it is kept",
+            static_cast<int>(getpid()), mine.c_str());
     path = mine;
     std::lock_guard<std::mutex> lock(path_mutex_);
     out_path_ = path;
@@ -152,6 +169,9 @@ bool Session::OpenStoreLocked(std::string* error) {
   if (dir_fd >= 0) close(dir_fd);  // releases the lock
   return store_ != nullptr;
 }
+
+void Session::BeforeFork() { g_claim_mutex.lock(); }
+void Session::AfterForkInParent() { g_claim_mutex.unlock(); }
 
 Session::~Session() {
   std::string ignored;
@@ -172,8 +192,7 @@ std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
           {"cupti", cupti::Describe()},
           {"token_range", config_.token_range},
           {"mode", preload_ ? "preload" : "in-process"},
-          {"out_path", out_path()},
-          {"run_id", run_id_}};
+          {"out_path", out_path()}};
 }
 
 std::string Session::kernels_status() const {
@@ -273,6 +292,7 @@ bool Session::RequestStopFromSignal(int sig) {
 bool Session::StopFromSignalDone() { return g_signal_stop_done.load(); }
 
 void Session::AfterForkInChild() {
+  new (&g_claim_mutex) std::mutex();  // held by the forking thread (BeforeFork)
   const int fd = g_wake_fd.exchange(-1);
   if (fd >= 0) close(fd);
   g_loop_running.store(false);

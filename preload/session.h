@@ -44,6 +44,9 @@ class Session : public cupti::ActivitySink {
   static bool StopFromSignalDone();
   // In a fork child, before its own session starts: the wake-up channel is the parent's.
   static void AfterForkInChild();
+  // Around fork() in the parent (pthread_atfork): no fork while a file is being claimed.
+  static void BeforeFork();
+  static void AfterForkInParent();
 
   // The file this session writes. In preload mode it is settled when the file is created
   // (the first write), where another process of the same run may already own the path.

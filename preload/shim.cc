@@ -154,7 +154,7 @@ bool StartSession(const Config& config, bool preload, std::string* error) {
   static bool hooks_installed = false;
   if (!hooks_installed) {
     hooks_installed = true;
-    pthread_atfork(nullptr, nullptr, &ForkChild);
+    pthread_atfork(&Session::BeforeFork, &Session::AfterForkInParent, &ForkChild);
     atexit(&StopAtExit);
     InstallSignalHandlers();
   }
@@ -173,6 +173,7 @@ bool StopSession(std::string* error) {
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!s.session || s.owner != getpid()) return true;
     session = std::move(s.session);
+    s.last_out_path = session->out_path();
   }
   const bool ok = session->Stop(error);
   std::lock_guard<std::mutex> lock(s.mutex);

@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS call_gpu(call_id INTEGER PRIMARY KEY, kernels INTEGER
     gpu_busy_ns INTEGER, gpu_first_begin_ns INTEGER, gpu_last_end_ns INTEGER);
 CREATE TABLE IF NOT EXISTS escapes(call_id INTEGER, token INTEGER, thread INTEGER,
     ts_ns INTEGER, kind TEXT);
-CREATE TABLE IF NOT EXISTS losses(kind TEXT, count INTEGER);
+CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);
 CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGER,
     gpu_busy_ns INTEGER, escapes INTEGER);
 CREATE INDEX IF NOT EXISTS calls_site_k ON calls(site_id, k);

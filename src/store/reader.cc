@@ -40,6 +40,8 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   }
   std::unique_ptr<Reader> reader(new Reader(path, db));
   sqlite3_busy_timeout(db, 5000);
+  // A reader leaves the file as it found it: no checkpoint of a killed writer's WAL on close.
+  sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   Statement version;
   std::string msg;
   if (!version.Prepare(db, "SELECT value FROM meta WHERE key = 'schema_version'", &msg)) {
@@ -260,15 +262,18 @@ bool Reader::ForEachKernel(uint32_t first, uint32_t last,
   return rc == SQLITE_DONE;
 }
 
-std::string ReadMetaValue(const std::string& path, const std::string& key) {
+bool ReadMetaValue(const std::string& path, const std::string& key, std::string* value) {
+  value->clear();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 && errno == ENOENT) return true;
   std::string error;
   auto reader = Reader::Open(path, &error);
   std::vector<std::pair<std::string, std::string>> meta;
-  if (!reader || !reader->Meta(&meta, &error)) return "";
+  if (!reader || !reader->Meta(&meta, &error)) return false;
   for (const auto& [k, v] : meta) {
-    if (k == key) return v;
+    if (k == key) *value = v;
   }
-  return "";
+  return true;
 }
 
 }  // namespace tokentrace

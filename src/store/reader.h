@@ -98,8 +98,9 @@ class Reader {
   sqlite3* db_ = nullptr;
 };
 
-// The value of `key` in the meta table of the trace file at `path`; "" when the file is
-// missing, not a tokentrace file, or has no such key.
-std::string ReadMetaValue(const std::string& path, const std::string& key);
+// The value of `key` in the meta table of the trace file at `path` ("" when there is no such
+// file, or no such key). False when a file is there but its meta could not be read (not a
+// tokentrace file, or locked past the busy timeout).
+bool ReadMetaValue(const std::string& path, const std::string& key, std::string* value);
 
 }  // namespace tokentrace

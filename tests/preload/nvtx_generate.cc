@@ -14,6 +14,8 @@
 //                                  then cuInit's call of InitializeInjection, 2 tokens, exit;
 //                                  that handler prints whether tokentrace still records;
 //                                  one registered after cuInit emits a third token
+//   nvtx_generate fork_late        1 token, then forks half a second later (while the first
+//                                  write may still be creating the file); the child records 1
 //   nvtx_generate thread_exit      a thread records 1 token; a thread-local object made
 //                                  before that emits another from its destructor, too late
 #include <dlfcn.h>
@@ -132,6 +134,18 @@ int main(int argc, char** argv) {
     init();  // what the driver does at cuInit with CUDA_INJECTION64_PATH
     HookToken();
     atexit([] { HookToken(); });  // registered after cuInit: runs while tokentrace records
+  } else if (mode == "fork_late") {
+    HookToken();
+    usleep(500 * 1000);  // the first write (creating the file) has begun by now
+    pid_t child = fork();
+    if (child == 0) {
+      HookToken();
+      return 0;
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("child=%d\n", static_cast<int>(child));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   } else if (mode == "thread_exit") {
     std::thread([] {
       struct LateToken {

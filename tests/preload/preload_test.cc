@@ -88,10 +88,10 @@ std::string CallsOf(const std::string& path, const std::string& site) {
 }
 
 // Runs nvtx_generate ARGS under the preload with EXTRA environment and expects it to succeed;
-// returns the file it left (its output in *result, when asked).
+// returns the file it was told to write, OUT or a fresh one (its output in *result, if asked).
 std::string RunPreloaded(const std::string& args, const std::string& extra = "",
-                         Result* result = nullptr) {
-  const std::string out = TempDir() + "/t.sqlite";
+                         Result* result = nullptr, std::string out = "") {
+  if (out.empty()) out = TempDir() + "/t.sqlite";
   const Result r = Shell(Preloaded(out, extra) + kProgram + " " + args);
   EXPECT_EQ(r.status, 0) << r.output;
   if (result != nullptr) *result = r;
@@ -296,6 +296,55 @@ TEST(PreloadTest, ProcessesOfOneRunNeverShareAFile) {
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
   EXPECT_EQ(TraceFiles(dir, "t.sqlite").size(), 3u);
   EXPECT_EQ(r.output.find("belongs to another process"), std::string::npos) << r.output;
+}
+
+// A file at the --out path that is not a trace (so nothing says which run wrote it) is kept;
+// the job writes next to it and says so.
+TEST(PreloadTest, AFileThatIsNotATraceIsNotReplaced) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite";
+  std::ofstream(out) << "someone's notes\n";
+  Result r;
+  RunPreloaded("hooks 2", "", &r, out);
+  std::ifstream kept(out);
+  std::string line;
+  std::getline(kept, line);
+  EXPECT_EQ(line, "someone's notes");
+  const std::vector<std::string> files = TraceFiles(dir, "t.sqlite");
+  ASSERT_EQ(files.size(), 2u) << r.output;
+  EXPECT_EQ(One(files[1], "SELECT COUNT(*) FROM tokens"), "2");
+  EXPECT_NE(r.output.find("could not be checked for another writer, so it is kept"),
+            std::string::npos) << r.output;
+}
+
+// A fork while the first write is creating the file (here held up by another program's lock
+// on an old file of that name) must not leave the child holding the directory lock that the
+// creation takes: the child would block on it forever, and its parent in waitpid.
+TEST(PreloadTest, ForkWhileTheFileIsCreatedDoesNotHang) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite";
+  sqlite3* old = nullptr;
+  ASSERT_EQ(sqlite3_open(out.c_str(), &old), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(old,
+                         "PRAGMA journal_mode=DELETE; CREATE TABLE meta(key TEXT PRIMARY KEY, "
+                         "value TEXT); INSERT INTO meta VALUES('schema_version','1'),"
+                         "('run_id','an earlier run'); BEGIN EXCLUSIVE; "
+                         "UPDATE meta SET value='x' WHERE key='schema_version';",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  FILE* job = popen(("timeout 30 " + Preloaded(out) + kProgram + " fork_late 2>&1").c_str(), "r");
+  ASSERT_NE(job, nullptr);
+  sleep(2);  // the parent's first write waits on the lock meanwhile; the fork happens
+  sqlite3_exec(old, "ROLLBACK;", nullptr, nullptr, nullptr);
+  sqlite3_close(old);
+  std::string output;
+  char buf[512];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, job)) > 0) output.append(buf, n);
+  const int st = pclose(job);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st << ": " << output;
+  const std::vector<std::string> files = TraceFiles(dir, "t.sqlite");
+  ASSERT_EQ(files.size(), 2u) << output;  // the parent's (the old file replaced), the child's
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(One(files[1], "SELECT COUNT(*) FROM tokens"), "1");
 }
 
 TEST(PreloadTest, UnbalancedPopsAndOpenRangesAreCounted) {

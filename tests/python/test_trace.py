@@ -204,11 +204,12 @@ m = torch.nn.Sequential(torch.nn.Linear(4, 4))
 x = torch.randn(1, 4)
 temp = tt.trace(m, x, kernels="off")
 kept = tt.trace(m, x, kernels="off", out=sys.argv[1])
-if len(sys.argv) > 2:  # a forked child that traces and exits: the parent's files stay
-    pid = os.fork()
+if len(sys.argv) > 2:  # a forked child that traces and exits normally (its exit handlers,
+    pid = os.fork()   # inherited from the parent, run): the parent's files stay
     if pid == 0:
-        tt.trace(m, x, kernels="off")
-        os._exit(0 if os.path.exists(temp.path) else 1)
+        child = tt.trace(m, x, kernels="off")
+        print("child wrote", child.path, flush=True)
+        sys.exit(0)
     assert os.waitpid(pid, 0)[1] == 0
     print("parent still has", os.path.exists(temp.path))
 print(temp.path)
@@ -233,8 +234,9 @@ def test_temporary_traces_are_removed_at_exit_and_out_files_kept(tmp_path):
 
 def test_a_forked_child_leaves_its_parents_temporary_traces(tmp_path):
     out = _trace_in_subprocess(str(tmp_path / "kept.sqlite"), "fork")
-    assert out[:4] == ["parent", "still", "has", "True"]
-    assert not os.path.exists(out[-1])  # and the parent removed them at its own exit
+    assert out[:2] == ["child", "wrote"] and out[3:7] == ["parent", "still", "has", "True"]
+    assert not os.path.exists(out[2])  # the child removed its own at its exit
+    assert not os.path.exists(out[-1])  # and the parent removed its own at its exit
 
 
 class _Shapes(torch.nn.Module):
