@@ -81,7 +81,7 @@ step() {
   fi
   [ $rc -eq 0 ] || failed=1
   local last
-  last=$(grep -E "tests passed|passed|failed|error" "$slog" | tail -n 1)
+  last=$(grep -E "tests passed|[0-9]+ (passed|failed|skipped|errors?)\b" "$slog" | tail -n 1)
   [ -n "$last" ] || last=$(tail -n 1 "$slog")
   rows+=("| $name | $verdict | $((t1 - t0)) s | $(echo "$last" | tr '|' '/' | cut -c1-140) |")
   { echo "=================== $name: $verdict ($((t1 - t0)) s) ==================="
