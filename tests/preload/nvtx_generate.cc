@@ -80,6 +80,19 @@ void ForeignToken() {
   nvtxRangePop();
 }
 
+// Forks a child that records one token and exits; prints its pid and returns its status.
+int ForkOneTokenChild() {
+  pid_t child = fork();
+  if (child == 0) {
+    HookToken();
+    exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  printf("child=%d\n", static_cast<int>(child));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,15 +106,7 @@ int main(int argc, char** argv) {
   } else if (mode == "fork") {
     HookToken();
     HookToken();
-    pid_t child = fork();
-    if (child == 0) {
-      HookToken();
-      return 0;
-    }
-    int status = 0;
-    waitpid(child, &status, 0);
-    printf("child=%d\n", static_cast<int>(child));
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    return ForkOneTokenChild();
   } else if (mode == "hang") {
     HookToken();
     printf("ready\n");
@@ -137,15 +142,7 @@ int main(int argc, char** argv) {
   } else if (mode == "fork_late") {
     HookToken();
     usleep(500 * 1000);  // the first write (creating the file) has begun by now
-    pid_t child = fork();
-    if (child == 0) {
-      HookToken();
-      return 0;
-    }
-    int status = 0;
-    waitpid(child, &status, 0);
-    printf("child=%d\n", static_cast<int>(child));
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    return ForkOneTokenChild();
   } else if (mode == "thread_exit") {
     std::thread([] {
       struct LateToken {
