@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "nvtx3/nvToolsExt.h"
+#include "nvtx_hook_pair.h"
 
 #ifdef TT_BENCH_WITH_TOOL
 #include <sqlite3.h>
@@ -40,21 +41,6 @@
 namespace {
 
 constexpr int kBatch = 4096;  // pairs between drains (8192 events, well under the ring's 65536)
-
-nvtxDomainHandle_t Domain() {
-  static nvtxDomainHandle_t d = nvtxDomainCreateA("tokentrace");
-  return d;
-}
-
-nvtxEventAttributes_t RegisteredAttr(const char* name) {
-  nvtxEventAttributes_t attr = {};
-  attr.version = NVTX_VERSION;
-  attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-  attr.category = 1;  // TOKENTRACE_NVTX_CATEGORY_MODULE
-  attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-  attr.message.registered = nvtxDomainRegisterStringA(Domain(), name);
-  return attr;
-}
 
 // A recording session for one benchmark run (kernels off, file in /tmp); the disabled runs
 // construct it with enabled = false and only get the shim loaded with no session.
@@ -136,8 +122,8 @@ void Finish(benchmark::State& state) {
 }
 
 void BM_NvtxRegisteredPushPop(benchmark::State& state) {
-  const nvtxDomainHandle_t domain = Domain();
-  const nvtxEventAttributes_t attr = RegisteredAttr("model.layers.3.mlp");
+  const nvtxDomainHandle_t domain = HookDomain();
+  const nvtxEventAttributes_t attr = HookAttr("model.layers.3.mlp");
   {
     Session session(state, state.range(0) != 0);
     for (auto _ : state) {
@@ -167,7 +153,8 @@ void BM_NvtxAsciiPushPop(benchmark::State& state) {
 
 // A naive NVTX handler for scale (called directly, no NVTX): a global mutex, a string map
 // from name to id and a vector as the event log, as the reference machine's "~50 ns" point.
-void BM_NaiveHandlerPushPop(benchmark::State& state) {
+// Registered only in bench_nvtx (the tool build).
+[[maybe_unused]] void BM_NaiveHandlerPushPop(benchmark::State& state) {
   static std::mutex mutex;
   static std::unordered_map<std::string, int> ids;
   static std::vector<std::pair<int, int>> log;

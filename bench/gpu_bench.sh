@@ -38,7 +38,11 @@ part() {
   [ "$left" -ge "$2" ] || return 1
   if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
 }
-skipped() { echo "_$1: not run, out of time ($((deadline - $(date +%s))) s were left)._"; echo; }
+# skipped WHAT: says in the table that a part did not fit, and fails the run.
+skipped() {
+  printf '_%s: not run, out of time (%s s were left)._\n\n' "$1" "$((deadline - $(date +%s)))" >> "$md"
+  rc=1
+}
 wants() { [[ ",${PARTS:-launch,nvtx,patch,generate,graph,long}," == *",$1,"* ]]; }
 
 nvidia-smi -L > "$logs/device.txt" 2>&1
@@ -71,17 +75,19 @@ echo "gpu_bench: built in $(( $(date +%s) - t_start )) s" >&2
 # ---- 1. launch overhead -------------------------------------------------------------------
 bare="$build/libbare_cupti_subscriber.so"
 if wants launch; then
-for i in 1 2 3; do
-  part 30 30 > /dev/null || { echo "launch overhead: round $i not run (deadline)" >> "$logs/launch.log"; break; }
-  env -u CUDA_INJECTION64_PATH timeout 60 "$build/launch_overhead" none >> "$tmp/launch.txt" 2>> "$logs/launch.log"
-  CUDA_INJECTION64_PATH="$bare" timeout 60 "$build/launch_overhead" bare-cupti >> "$tmp/launch.txt" 2>> "$logs/launch.log"
-  env -u CUDA_INJECTION64_PATH timeout 120 "$build/tokentrace" run --kernels full \
-    --out "$tmp/launch-$i.sqlite" -- "$build/launch_overhead" tokentrace-full \
-    >> "$tmp/launch.txt" 2>> "$logs/launch.log"
-done
-cp "$tmp/launch.txt" "$logs/launch.txt"
-"$python" bench/process_tables.py launch "$tmp" >> "$md" || rc=1
-echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
+  for i in 1 2 3; do
+    part 30 30 > /dev/null || { echo "round $i not run (deadline)" >> "$logs/launch.log"; break; }
+    env -u CUDA_INJECTION64_PATH timeout 60 "$build/launch_overhead" none \
+      >> "$tmp/launch.txt" 2>> "$logs/launch.log"
+    CUDA_INJECTION64_PATH="$bare" timeout 60 "$build/launch_overhead" bare-cupti \
+      >> "$tmp/launch.txt" 2>> "$logs/launch.log"
+    env -u CUDA_INJECTION64_PATH timeout 120 "$build/tokentrace" run --kernels full \
+      --out "$tmp/launch-$i.sqlite" -- "$build/launch_overhead" tokentrace-full \
+      >> "$tmp/launch.txt" 2>> "$logs/launch.log"
+  done
+  cp "$tmp/launch.txt" "$logs/launch.txt"
+  "$python" bench/process_tables.py launch "$tmp" >> "$md" || rc=1
+  echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
 fi
 
 # ---- 1a. NVTX push+pop on this host's CPU (issue 2: ≤ 25 ns; no Google Benchmark here) ------
@@ -96,7 +102,7 @@ if wants nvtx; then
     done
     "$python" bench/process_tables.py nvtx "$tmp" >> "$md" || rc=1
   else
-    skipped "NVTX push+pop" >> "$md"; rc=1
+    skipped "NVTX push+pop"
   fi
 fi
 
@@ -107,7 +113,7 @@ elif wants patch; then
   if limit=$(part 60 20); then
     timeout -k 5 "$limit" "$build/patch_device_bench" >> "$md" 2> "$logs/patch.log" || rc=1
   else
-    skipped "device patch table" >> "$md"; rc=1
+    skipped "device patch table"
   fi
 fi
 
@@ -115,37 +121,37 @@ fi
 # The Python parts get what is left before the deadline (less the graph-replay and long-run
 # parts' shares); generate_overhead.py drops repeat rounds that would not fit, and says so.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TOKENTRACE_NATIVE_DIR="$build"
-if ! wants generate; then
-  :
-elif limit=$(part 240 90); then
-  now=$(date +%s)
-  # Its rounds stop ~150 s before the deadline when that leaves it 90 s, so the graph-replay
-  # and long-run parts still run; the timeout stays at the full limit.
-  gen_end=$(( now + limit < deadline - 150 ? now + limit : deadline - 150 ))
-  [ "$gen_end" -lt $(( now + 90 )) ] && gen_end=$(( now + 90 ))
-  timeout -k 5 "$limit" "$python" bench/generate_overhead.py --device cuda \
-    --models "${GEN_MODELS:-llama1b}" --new-tokens "${GEN_TOKENS:-64}" \
-    --repeats "${GEN_REPEATS:-3}" --bare-cupti "$bare" --cli "$build/tokentrace" \
-    --deadline $(( gen_end - 15 )) \
-    --out "$tmp/generate.md" > "$logs/generate.log" 2>&1 || { rc=1; tail -30 "$logs/generate.log"; }
-  cat "$tmp/generate.md" >> "$md" 2>/dev/null
-else
-  skipped "generate overhead" >> "$md"; rc=1
+if wants generate; then
+  if limit=$(part 240 90); then
+    now=$(date +%s)
+    # Its rounds stop ~150 s before the deadline when that leaves it 90 s, so the graph-replay
+    # and long-run parts still run; the timeout stays at the full limit.
+    gen_end=$(( now + limit < deadline - 150 ? now + limit : deadline - 150 ))
+    [ "$gen_end" -lt $(( now + 90 )) ] && gen_end=$(( now + 90 ))
+    timeout -k 5 "$limit" "$python" bench/generate_overhead.py --device cuda \
+      --models "${GEN_MODELS:-llama1b}" --new-tokens "${GEN_TOKENS:-64}" \
+      --repeats "${GEN_REPEATS:-3}" --bare-cupti "$bare" --cli "$build/tokentrace" \
+      --deadline $(( gen_end - 15 )) \
+      --out "$tmp/generate.md" > "$logs/generate.log" 2>&1 || { rc=1; tail -30 "$logs/generate.log"; }
+    cat "$tmp/generate.md" >> "$md" 2>/dev/null
+  else
+    skipped "generate overhead"
+  fi
 fi
 echo "gpu_bench: generate done at $(( $(date +%s) - t_start )) s" >&2
 
 # ---- 2b. CUDA-graph replayed decode (issue 6) ------------------------------------------------
-if ! wants graph; then
-  :
-elif limit=$(part 150 60); then
-  timeout -k 5 "$limit" "$python" bench/graph_replay_overhead.py --bare-cupti "$bare" \
-    --tokens "${GRAPH_TOKENS:-256}" --repeats "${GRAPH_REPEATS:-5}" --out "$tmp/graph.md" \
-    --deadline $(( $(date +%s) + limit - 20 )) \
-    > "$logs/graph.log" 2>&1 || { rc=1; tail -30 "$logs/graph.log"; }
-  echo >> "$md"
-  cat "$tmp/graph.md" >> "$md" 2>/dev/null
-else
-  skipped "CUDA-graph replayed decode" >> "$md"; rc=1
+if wants graph; then
+  if limit=$(part 150 60); then
+    timeout -k 5 "$limit" "$python" bench/graph_replay_overhead.py --bare-cupti "$bare" \
+      --tokens "${GRAPH_TOKENS:-256}" --repeats "${GRAPH_REPEATS:-5}" --out "$tmp/graph.md" \
+      --deadline $(( $(date +%s) + limit - 20 )) \
+      > "$logs/graph.log" 2>&1 || { rc=1; tail -30 "$logs/graph.log"; }
+    echo >> "$md"
+    cat "$tmp/graph.md" >> "$md" 2>/dev/null
+  else
+    skipped "CUDA-graph replayed decode"
+  fi
 fi
 echo "gpu_bench: graph replay done at $(( $(date +%s) - t_start )) s" >&2
 
@@ -159,7 +165,7 @@ if [ "${LONG_TOKENS:-1024}" != "0" ] && wants long; then
     echo >> "$md"
     cat "$tmp/long.md" >> "$md" 2>/dev/null
   else
-    skipped "long run" >> "$md"; rc=1
+    skipped "long run"
   fi
 fi
 echo "_gpu_bench.sh: $(( $(date +%s) - t_start )) s in all (build included)._" >> "$md"

@@ -17,19 +17,15 @@
 #include <vector>
 
 #include "nvtx3/nvToolsExt.h"
+#include "nvtx_hook_pair.h"
 
 int main(int argc, char** argv) {
   const char* setup = argc > 1 ? argv[1] : "unnamed";
   constexpr int kBatch = 4096;  // pairs per round: 8192 events, well under a ring's 65536
   constexpr int kRounds = 200;
   auto flush = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "tokentrace_flush"));
-  nvtxDomainHandle_t domain = nvtxDomainCreateA("tokentrace");
-  nvtxEventAttributes_t attr = {};
-  attr.version = NVTX_VERSION;
-  attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-  attr.category = 1;  // TOKENTRACE_NVTX_CATEGORY_MODULE
-  attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-  attr.message.registered = nvtxDomainRegisterStringA(domain, "model.layers.0.mlp");
+  const nvtxDomainHandle_t domain = HookDomain();
+  const nvtxEventAttributes_t attr = HookAttr("model.layers.0.mlp");
   std::vector<double> ns;
   for (int r = 0; r <= kRounds; ++r) {
     const auto t0 = std::chrono::steady_clock::now();

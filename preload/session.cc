@@ -60,11 +60,22 @@ void Wake() {
   (void)ignored;
 }
 
+// The directory a file path names ("." for a bare name).
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// TOKENTRACE_RUN_ID ("" when unset).
+std::string RunIdFromEnvironment() {
+  const char* v = getenv(kRunIdVariable);
+  return v != nullptr ? v : "";
+}
+
 // The output directory must exist and be writable; checked before the job starts work.
 bool CheckWritable(const std::string& path, std::string* error) {
-  std::string dir = ".";
-  size_t slash = path.rfind('/');
-  if (slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = DirOf(path);
   if (access(dir.c_str(), W_OK) != 0) {
     *error = "tokentrace: cannot write '" + path + "': directory '" + dir +
              "' does not exist or is not writable (set TOKENTRACE_OUT or --out to a writable path)";
@@ -112,7 +123,7 @@ Session::Session(const Config& config, bool preload, std::string out_path)
     : config_(config),
       preload_(preload),
       out_path_(std::move(out_path)),
-      run_id_(preload && getenv(kRunIdVariable) != nullptr ? getenv(kRunIdVariable) : ""),
+      run_id_(preload ? RunIdFromEnvironment() : ""),
       joiner_(config.kernels, &clock::TicksToNs) {}
 
 std::string Session::out_path() const {
@@ -136,9 +147,7 @@ bool Session::OpenStoreLocked(std::string* error) {
   // No fork while the directory lock is held: a flock belongs to the open file, which a
   // child would share, and the child's copy would keep the lock after we release it.
   std::lock_guard<std::mutex> no_fork(g_claim_mutex);
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir_fd = open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int locked = -1;
   if (dir_fd >= 0) {
     while ((locked = flock(dir_fd, LOCK_EX)) != 0 && errno == EINTR) {

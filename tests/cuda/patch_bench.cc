@@ -13,19 +13,9 @@
 namespace tokentrace::patch::testing {
 namespace {
 
-const std::vector<int64_t> kOneShape = {1, 512, 2048};    // a projection output at prefill
-const std::vector<int64_t> kFullShape = {1, 4096, 4096};  // 32 MiB of bf16
-
-// enabled: the entry is on the applied site 0; disabled: on site 1, site 0 has none.
-std::vector<PatchEntry> Entries(bool one_position, bool enabled) {
-  const uint32_t site = enabled ? 0 : 1;
-  if (one_position) return {Entry(site, PatchOp::kZero, Every(), {S(), I(1)})};
-  return {Entry(site, PatchOp::kScale, Every(), {}, 0.5f)};
-}
-
 void BM_Host(benchmark::State& state, bool one_position, bool enabled) {
-  auto table = HostPatchTable::Create(Entries(one_position, enabled), 2, nullptr);
-  Tensor t = MakeTensor(DType::kBF16, one_position ? kOneShape : kFullShape);
+  auto table = HostPatchTable::Create(BenchEntries(one_position, enabled), 2, nullptr);
+  Tensor t = MakeTensor(DType::kBF16, one_position ? kBenchOneShape : kBenchFullShape);
   for (auto _ : state) {
     ApplyStatus st = ApplyPatchesHost(table->table(), 0, t.data(), t.dtype, t.ndim(),
                                       t.shape.data(), t.strides.data());

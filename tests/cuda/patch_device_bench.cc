@@ -25,19 +25,10 @@ namespace tokentrace::patch::testing {
 namespace {
 
 constexpr int kBatch = 100;
-const std::vector<int64_t> kOneShape = {1, 512, 2048};    // a projection output at prefill
-const std::vector<int64_t> kFullShape = {1, 4096, 4096};  // 32 MiB of bf16
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// enabled: the entry is on the applied site 0; disabled: on site 1, site 0 has none.
-std::vector<PatchEntry> Entries(bool one_position, bool enabled) {
-  const uint32_t site = enabled ? 0 : 1;
-  if (one_position) return {Entry(site, PatchOp::kZero, Every(), {S(), I(1)})};
-  return {Entry(site, PatchOp::kScale, Every(), {}, 0.5f)};
 }
 
 struct Setup {
@@ -50,7 +41,7 @@ struct Setup {
   std::string error;
 
   Setup(bool one_position, bool enabled) {
-    shape = one_position ? kOneShape : kFullShape;
+    shape = one_position ? kBenchOneShape : kBenchFullShape;
     strides = {shape[1] * shape[2], shape[2], 1};
     bytes = static_cast<size_t>(shape[0] * shape[1] * shape[2]) * 2;
     if (cudaMalloc(&buf, bytes) != cudaSuccess || cudaMalloc(&scratch, bytes) != cudaSuccess ||
@@ -59,7 +50,7 @@ struct Setup {
       error = cudaGetErrorString(cudaGetLastError());
       return;
     }
-    UploadPatchTable(Entries(one_position, enabled), 2, &table, &error);  // waits for the memset
+    UploadPatchTable(BenchEntries(one_position, enabled), 2, &table, &error);  // waits for the memset
   }
   ~Setup() {
     if (stream != nullptr) cudaStreamDestroy(stream);

@@ -234,6 +234,19 @@ inline void RefApply(const PatchEntry& e, Tensor* out, const Tensor* operand) {
   }
 }
 
+// ---- What the benchmarks apply (patch_bench on the host, patch_device_bench on the device) ----
+
+inline const std::vector<int64_t> kBenchOneShape = {1, 512, 2048};    // a projection at prefill
+inline const std::vector<int64_t> kBenchFullShape = {1, 4096, 4096};  // 32 MiB of bf16
+
+// one_position: tt.zero of column 1; else a scale of the whole output. enabled: the entry is on
+// the applied site 0; disabled: on site 1, so site 0 has none and only its counter advances.
+inline std::vector<PatchEntry> BenchEntries(bool one_position, bool enabled) {
+  const uint32_t site = enabled ? 0 : 1;
+  if (one_position) return {Entry(site, PatchOp::kZero, Every(), {S(), I(1)})};
+  return {Entry(site, PatchOp::kScale, Every(), {}, 0.5f)};
+}
+
 // ---- Scenarios ------------------------------------------------------------------------------
 
 // A sequence of calls at one site; each call edits a fresh copy of `initial` (as each forward
