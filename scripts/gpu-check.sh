@@ -21,6 +21,8 @@
 #   $OUT/long-samples.jsonl, $OUT/demo.png
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/gpu-check-verdict.sh
+source "$ROOT/scripts/gpu-check-verdict.sh"
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
 export BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
@@ -73,17 +75,13 @@ step() {
   [ "$limit" -gt "$left" ] && limit=$left
   local t0=$(date +%s) slog="$WORK/$name.log"
   STEP_DEADLINE=$((t0 + limit)) timeout -k 5 "$limit" "$@" >"$slog" 2>&1
-  local rc=$? t1=$(date +%s)
-  local verdict=pass; [ $rc -eq 0 ] || verdict="FAIL (rc $rc)"; [ $rc -eq 124 ] && verdict="TIMEOUT after $limit s"
-  # A GPU test that skipped did not check anything: on this machine that is a failure.
-  if [ $rc -eq 0 ] && [[ $name == *gpu* ]] && grep -qE "Skipped|[0-9]+ skipped" "$slog"; then
-    verdict="SKIPPED TESTS (no GPU seen?)"; rc=3
-  fi
+  local rc=$? t1=$(date +%s) verdict
+  verdict=$(step_verdict "$name" "$rc" "$limit" "$slog")
+  rc=$?
   [ $rc -eq 0 ] || failed=1
   local last
-  last=$(grep -E "tests passed|[0-9]+ (passed|failed|skipped|errors?)\b" "$slog" | tail -n 1)
-  [ -n "$last" ] || last=$(tail -n 1 "$slog")
-  rows+=("| $name | $verdict | $((t1 - t0)) s | $(echo "$last" | tr '|' '/' | cut -c1-140) |")
+  last=$(step_summary_line "$slog")
+  rows+=("| $name | $verdict | $((t1 - t0)) s | $last |")
   { echo "=================== $name: $verdict ($((t1 - t0)) s) ==================="
     tail -n 4000 "$slog"; echo; } >>"$LOG"
   echo "[gpu-check] $name: $verdict ($((t1 - t0)) s)"

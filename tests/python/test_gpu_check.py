@@ -1,0 +1,107 @@
+"""scripts/gpu-check.sh's verdicts, from fake ctest/pytest logs (no GPU needed).
+
+The GPU machine is lent for one call: a wrong verdict there costs the whole check, so the
+verdict logic (scripts/gpu-check-verdict.sh) is tested here, in CI.
+"""
+
+import os
+import subprocess
+
+import pytest
+
+from tt_testutil import ROOT
+
+VERDICT = os.path.join(ROOT, "scripts", "gpu-check-verdict.sh")
+
+CTEST_PASSED = """\
+Test project /x/build-gpu
+    Start 1: cupti_gpu_test
+    Start 2: patch_device_test
+1/2 Test #2: patch_device_test ................   Passed    3.12 sec
+2/2 Test #1: cupti_gpu_test ...................   Passed    1.02 sec
+
+100% tests passed, 0 tests failed out of 2
+
+Label Time Summary:
+gpu    =   4.14 sec*proc (2 tests)
+"""
+
+# What ctest printed when every patch test was its own ctest test: a passing test whose
+# name holds "Skipped".
+CTEST_PASSED_NAME_SAYS_SKIPPED = """\
+Test project /x/build-gpu
+ 64/165 Test  #64: PatchDeviceTest.SkippedEntryIsCountedWithItsError ......   Passed    0.41 sec
+165/165 Test #165: PatchDeviceTest.ZeroFill ...............................   Passed    0.40 sec
+
+100% tests passed, 0 tests failed out of 165
+"""
+
+CTEST_SKIPPED = """\
+Test project /x/build-gpu
+1/2 Test #2: patch_device_test ................***Skipped   0.02 sec
+2/2 Test #1: cupti_gpu_test ...................   Passed    1.02 sec
+
+100% tests passed, 0 tests failed out of 2
+
+The following tests did not run:
+\t  2 - patch_device_test (Skipped)
+"""
+
+CTEST_FAILED = """\
+1/1 Test #1: cupti_gpu_test ...................***Failed    1.02 sec
+
+0% tests passed, 1 tests failed out of 1
+"""
+
+PYTEST_PASSED = """\
+tests/python/test_gpu.py::test_kernels_recorded_per_call PASSED          [ 50%]
+tests/python/test_gpu.py::test_skipped_entry_reported PASSED             [100%]
+
+============================== 2 passed in 9.71s ===============================
+"""
+
+PYTEST_SKIPPED = """\
+tests/python/test_gpu.py::test_kernels_recorded_per_call PASSED          [ 50%]
+tests/python/test_gpu.py::test_graph_replay SKIPPED (needs a CUDA device) [100%]
+
+========================= 1 passed, 1 skipped in 9.71s =========================
+"""
+
+
+def verdict(tmp_path, name, rc, log, limit=90):
+    path = tmp_path / "step.log"
+    path.write_text(log)
+    r = subprocess.run(["bash", str(VERDICT), name, str(rc), str(limit), str(path)],
+                       capture_output=True, text=True, timeout=30)
+    return r.stdout.strip(), r.returncode
+
+
+@pytest.mark.parametrize("name, log", [
+    ("ctest-gpu", CTEST_PASSED),
+    ("ctest-gpu", CTEST_PASSED_NAME_SAYS_SKIPPED),
+    ("pytest-gpu", PYTEST_PASSED),
+    ("demo", PYTEST_SKIPPED),  # not a gpu step: a skip there is not a verdict
+])
+def test_passing_steps_pass(tmp_path, name, log):
+    assert verdict(tmp_path, name, 0, log) == ("pass", 0)
+
+
+@pytest.mark.parametrize("log", [CTEST_SKIPPED, PYTEST_SKIPPED])
+def test_a_skipped_gpu_test_fails_the_step(tmp_path, log):
+    assert verdict(tmp_path, "gpu-tests", 0, log) == ("SKIPPED TESTS (no GPU seen?)", 3)
+
+
+def test_failures_and_timeouts_keep_their_status(tmp_path):
+    assert verdict(tmp_path, "ctest-gpu", 8, CTEST_FAILED) == ("FAIL (rc 8)", 8)
+    assert verdict(tmp_path, "ctest-gpu", 124, CTEST_PASSED, limit=45) == (
+        "TIMEOUT after 45 s", 124)
+
+
+def test_summary_line_is_the_count_not_a_test_name(tmp_path):
+    path = tmp_path / "step.log"
+    for log, want in [(CTEST_PASSED_NAME_SAYS_SKIPPED, "100% tests passed, 0 tests failed out of 165"),
+                      (PYTEST_SKIPPED, "1 passed, 1 skipped in 9.71s")]:
+        path.write_text(log)
+        r = subprocess.run(["bash", "-c", f'source "{VERDICT}"; step_summary_line "{path}"'],
+                           capture_output=True, text=True, timeout=30)
+        assert want in r.stdout, r.stdout
