@@ -4,7 +4,7 @@
 // It enables exactly the CUPTI features tokentrace enables (src/cupti/subscriber.cc): the
 // same runtime/driver callback ids (the table kTracedCallbacks is compiled in from
 // src/cupti/callback_classify.cc), the graph-node resource callbacks, and CONCURRENT_KERNEL +
-// MEMCPY + MEMSET activity with 8 MiB buffers. The callback does nothing and completed
+// MEMCPY + MEMSET activity with buffers of BufferPool's size. The callback does nothing and completed
 // buffers are handed back without being read: what remains is CUPTI's own cost. Comparing
 // tokentrace with this isolates tokentrace's bookkeeping.
 //
@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cupti/activity_buffers.h"
 #include "cupti/callback_classify.h"
 
 namespace {
@@ -35,7 +36,7 @@ Api g_api;
 std::atomic<uint64_t> g_buffers{0};
 std::atomic<uint64_t> g_dropped{0};
 
-constexpr size_t kBufferBytes = 8u << 20;  // as tokentrace's BufferPool
+constexpr size_t kBufferBytes = tokentrace::cupti::BufferPool::kBufferBytes;
 
 void* OpenCupti() {
   if (const char* p = getenv("BARE_CUPTI_PATH")) return dlopen(p, RTLD_NOW | RTLD_LOCAL);

@@ -340,6 +340,7 @@ bool Session::DrainLocked(bool final, std::string* error) {
   }
   if (dropped) batch.losses["buffer_full"] += static_cast<int64_t>(dropped);
   if (uint64_t n = cupti_dropped_.exchange(0)) batch.losses["cupti_dropped"] += static_cast<int64_t>(n);
+  if (uint64_t n = cupti::TakeDeviceWaitTimeouts()) batch.losses["gpu_wait_timeout"] += static_cast<int64_t>(n);
   if (uint64_t n = recorder::TakeUnbalancedPops()) batch.losses["unbalanced_pop"] += static_cast<int64_t>(n);
   if (uint64_t n = recorder::TakeDepthOverflows()) batch.losses["depth_overflow"] += static_cast<int64_t>(n);
   if (uint64_t n = recorder::TakeAfterThreadExit()) batch.losses["after_thread_exit"] += static_cast<int64_t>(n);
@@ -397,7 +398,7 @@ bool Session::Stop(std::string* error) {
   }
   recorder::EndSession();
   if (kernels_started_) {
-    cupti::WaitForDevice();  // kernels still running would otherwise miss the final flush
+    cupti::WaitForDevice();  // kernels still running would otherwise miss the final flush (bounded)
     cupti::Flush(true);
   } else if (preload_ && config_.kernels.kind != KernelMode::kOff) {
     SetKernelsStatus("the job never initialised CUDA (no GPU work to record)");

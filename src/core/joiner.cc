@@ -71,12 +71,12 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
     }
     case EventKind::kLaunch:
       if (mode_.kind != KernelMode::kOff) {
-        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, false};
+        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, delivered_, false};
       }
       break;
     case EventKind::kGraphLaunch:
       if (mode_.kind != KernelMode::kOff) {
-        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, true};
+        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, delivered_, true};
       }
       break;
     case EventKind::kEscape: {
@@ -115,12 +115,20 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       out->outputs.push_back(std::move(row));
       break;
     }
-    case EventKind::kGraphNodeCreated:
-      node_calls_[e.a] = NodeOwner{e.call_id, e.token};
+    case EventKind::kGraphNodeCreated: {
+      // Instantiation may report its nodes as created too (the dispatcher filters what it
+      // can see): the clone event, which names the captured original, wins.
+      auto [it, inserted] = node_calls_.try_emplace(e.a, NodeOwner{e.call_id, e.token, false});
+      if (!inserted && !it->second.cloned) it->second = NodeOwner{e.call_id, e.token, false};
       break;
+    }
     case EventKind::kGraphNodeCloned: {
       auto it = node_calls_.find(e.a);
-      if (it != node_calls_.end()) node_calls_[e.b] = it->second;
+      if (it != node_calls_.end()) {
+        NodeOwner owner = it->second;
+        owner.cloned = true;
+        node_calls_[e.b] = owner;
+      }
       break;
     }
   }
@@ -197,6 +205,7 @@ bool Joiner::TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out) {
 
 void Joiner::OnActivity(const GpuActivity& a, Batch* out) {
   if (mode_.kind == KernelMode::kOff) return;
+  ++delivered_;
   if (!a.timed) {  // its zero times would corrupt the call's GPU span and busy time
     out->losses["gpu_time_missing"] += 1;
     return;
@@ -227,11 +236,14 @@ void Joiner::EndDrain(Batch* out) {
   }
   pending_.swap(still);
   EmitSummaries(out);
-  // Launch entries whose records never came (failed launches, or kernel mode switched)
-  // and graph launches long finished: bounded memory however long the run.
+  // Launch entries whose records never came (failed launches) and graph launches long
+  // finished: bounded memory however long the run. Aged by what CUPTI delivered since, so a
+  // slow job whose records wait in a buffer for minutes keeps its entries.
   if (epoch_ % 16 == 0) {
-    std::erase_if(correlations_, [this](const auto& kv) {
-      return epoch_ - kv.second.epoch >= kCorrelationDrains;
+    const bool crowded = correlations_.size() > kMaxCorrelations;
+    std::erase_if(correlations_, [this, crowded](const auto& kv) {
+      return delivered_ - kv.second.delivered >= kCorrelationRecords ||
+             (crowded && epoch_ - kv.second.epoch >= kCorrelationDrains);
     });
   }
   ++epoch_;

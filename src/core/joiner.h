@@ -10,9 +10,13 @@
 //    a site called from one thread; across threads, in drain order.
 //  - a launch event maps its correlation id to (call, token). A GPU record with that id is
 //    attributed to that call. Records may arrive before their launch event (kept pending
-//    for a few drains) or long after it (kept until swept); records whose id never shows
-//    up are stored unattributed and counted as "unknown_correlation".
-//  - graph nodes created inside a call belong to it; instantiation clones inherit; a kernel
+//    for a few drains) or long after it: CUPTI hands over a buffer only when it is full, so
+//    a launch entry is given up only after kCorrelationRecords more GPU records were
+//    delivered, however long that takes (not after a number of drains, which is wall time).
+//    Records whose id never shows up are stored unattributed and counted as
+//    "unknown_correlation".
+//  - graph nodes created inside a call belong to it; instantiation clones inherit, and a
+//    clone's owner is never overwritten by a later creation event for the same node; a kernel
 //    replayed from a graph is attributed to its node's call, and to the graph launch's token.
 //  - the kernel mode decides per record: a full row, and/or a per-call summary delta.
 #pragma once
@@ -50,20 +54,30 @@ class Joiner {
   size_t pending_records() const { return pending_.size(); }
   size_t graph_nodes() const { return node_calls_.size(); }
 
-  // Drains after which unmatched state is given up.
+  // Drains after which a record with no launch event is given up.
   static constexpr uint32_t kPendingDrains = 5;
+  // GPU records delivered after a launch before its entry is given up: many times what the
+  // pool of CUPTI buffers holds (cupti/activity_buffers.h), so a record CUPTI still has
+  // cannot be behind it.
+  static constexpr uint64_t kCorrelationRecords = uint64_t{1} << 22;
+  // A backstop for launches that never produce a record (failed launches) while nothing
+  // else is delivered: past this many entries, those older than kCorrelationDrains drains
+  // go too.
+  static constexpr size_t kMaxCorrelations = size_t{1} << 20;
   static constexpr uint32_t kCorrelationDrains = 100;
 
  private:
   struct Correlation {
     uint64_t call_id;
     uint32_t token;
-    uint32_t epoch;  // drain number of the launch
-    bool graph;      // graph launches keep their entry: one launch, many records
+    uint32_t epoch;      // drain number of the launch
+    uint64_t delivered;  // GPU records delivered before the launch was seen
+    bool graph;          // graph launches keep their entry: one launch, many records
   };
   struct NodeOwner {
     uint64_t call_id;
     uint32_t token;
+    bool cloned;  // set by an instantiation clone: a creation event does not replace it
   };
   struct Pending {
     GpuActivity activity;
@@ -84,6 +98,7 @@ class Joiner {
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);
   uint32_t epoch_ = 0;
+  uint64_t delivered_ = 0;  // GPU records seen by OnActivity
   std::unordered_map<uint32_t, std::vector<CallRow>> stacks_;  // per thread
   std::unordered_map<uint64_t, Correlation> correlations_;
   std::unordered_map<uint64_t, NodeOwner> node_calls_;  // graph node id -> owning call

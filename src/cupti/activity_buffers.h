@@ -4,9 +4,14 @@
 // completed on its own worker thread (or on the thread that calls cuptiActivityFlushAll).
 // Neither happens on the launch hot path, so the pool may lock and allocate.
 //
-//   pool: [free list of 8 MB buffers] --Take()--> CUPTI --completed--> DeliverRecords --Give()
+//   pool: [free list of 1 MB buffers] --Take()--> CUPTI --completed--> DeliverRecords --Give()
 //   At most kMaxBuffers exist; past that Take() returns null and CUPTI drops records, which
 //   it counts (reported through ActivitySink::OnDropped).
+//
+// The buffer size bounds how late a record reaches the trace: a periodic (unforced) flush
+// hands over only full buffers, so a record waits until ~kBufferBytes of later records were
+// written (about 4,800 kernel records of 216 bytes), or the session ends. 8 MB held ~38,800:
+// minutes for a job under a few hundred kernels a second.
 #pragma once
 
 #include <cupti.h>
@@ -22,9 +27,9 @@ namespace tokentrace::cupti {
 
 class BufferPool {
  public:
-  static constexpr size_t kBufferBytes = 8u << 20;
+  static constexpr size_t kBufferBytes = 1u << 20;
   static constexpr size_t kAlignment = 64;  // CUPTI needs 8 (ACTIVITY_RECORD_ALIGNMENT)
-  static constexpr size_t kMaxBuffers = 16;
+  static constexpr size_t kMaxBuffers = 128;  // 128 MB at most, as 16 buffers of 8 MB were
 
   BufferPool() = default;
   BufferPool(const BufferPool&) = delete;

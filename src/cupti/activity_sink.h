@@ -17,7 +17,8 @@ struct ActivitySink {
   virtual ~ActivitySink() = default;
   virtual void OnActivity(const GpuActivity& activity) = 0;
   // Records CUPTI could not store (no free buffer, or device-side overflow) since the last
-  // report for the same context/stream. Called after every buffer, also with 0.
+  // report for the same context/stream. Called after every buffer, also with 0, and for
+  // every queue after the final forced flush (cupti::Flush(true), cupti::Stop()).
   virtual void OnDropped(uint64_t records) = 0;
 };
 

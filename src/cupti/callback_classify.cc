@@ -390,10 +390,49 @@ const TracedCallback kTracedCallbacks[] = {
     TT_DRV(cuCtxSynchronize),
     TT_DRV(cuCtxSynchronize_v2),
     TT_DRV(cuEventSynchronize),
+    // No action of their own: the dispatcher tracks them (IsGraphInstantiate).
+    TT_RT(cudaGraphInstantiate_v10000),
+    TT_RT(cudaGraphInstantiate_v12000),
+    TT_RT(cudaGraphInstantiateWithFlags_v11040),
+    TT_RT(cudaGraphInstantiateWithParams_v12000),
+    TT_RT(cudaGraphInstantiateWithParams_ptsz_v12000),
+    TT_DRV(cuGraphInstantiate),
+    TT_DRV(cuGraphInstantiate_v2),
+    TT_DRV(cuGraphInstantiateWithFlags),
+    TT_DRV(cuGraphInstantiateWithParams),
+    TT_DRV(cuGraphInstantiateWithParams_ptsz),
 };
 #undef TT_RT
 #undef TT_DRV
 const size_t kNumTracedCallbacks = sizeof(kTracedCallbacks) / sizeof(kTracedCallbacks[0]);
+
+bool IsGraphInstantiate(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithFlags_v11040:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_v12000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiateWithParams_ptsz_v12000:
+        return true;
+      default:
+        return false;
+    }
+  }
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate:
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags:
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams:
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz:
+        return true;
+      default:
+        return false;
+    }
+  }
+  return false;
+}
 
 const CUpti_CallbackId kResourceCallbacks[] = {
     CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,

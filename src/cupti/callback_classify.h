@@ -27,6 +27,9 @@
 //  driver   cuStreamSynchronize                                                         Escape kStreamSync
 //  driver   cuCtxSynchronize                                                            Escape kDeviceSync
 //  driver   cuEventSynchronize                                                          Escape kEventSync
+//  runtime  cudaGraphInstantiate* (and driver cuGraphInstantiate*)                      none; tracked by the
+//             - nodes CUPTI reports as created inside one are instantiation's own, not    dispatcher
+//               the capture's: their clone events carry the owner (IsGraphInstantiate)
 //  any      anything else                                                               none
 //
 // Driver callbacks made from inside a traced runtime call are ignored by the subscriber
@@ -62,6 +65,9 @@ struct TracedCallback {
 // Every runtime/driver callback the subscriber enables (the table above).
 extern const TracedCallback kTracedCallbacks[];
 extern const size_t kNumTracedCallbacks;
+// True for the graph-instantiate API calls (runtime and driver), whose enter/exit the
+// dispatcher tracks per thread.
+bool IsGraphInstantiate(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
 // The CUDA-graph resource callbacks it enables (handled in callback_dispatch.cc): node
 // created, node cloned into an exec, exec created, graph cloned.
 extern const CUpti_CallbackId kResourceCallbacks[];

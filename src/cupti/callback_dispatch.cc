@@ -16,6 +16,12 @@ thread_local bool t_in_callback = false;
 // (driver-API launchers such as Triton). Kept even while not recording, so a
 // recording toggle mid-call cannot leave it stale.
 thread_local int t_runtime_depth = 0;
+// Depth of graph instantiations open on this thread (runtime and driver calls both count).
+// CUPTI also reports the nodes an instantiation creates as GRAPHNODE_CREATED: they are the
+// instantiation's own, not the capture's, and would otherwise take the call open now
+// (usually none) over the one their CLONED event names. As NVIDIA's cuda_graphs_trace
+// sample does, they are not recorded.
+thread_local int t_instantiate_depth = 0;
 
 struct Guard {
   Guard() { t_in_callback = true; }
@@ -58,6 +64,7 @@ void HandleResource(const CuptiApi* api, CUpti_CallbackId cbid, const void* cbda
   uint64_t node_id = 0;
   if (TT_CUPTI_CALL(api->GetGraphNodeId(g->node, &node_id)) != CUPTI_SUCCESS) return;
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+    if (t_instantiate_depth > 0) return;
     uint32_t graph_id = 0;
     if (TT_CUPTI_CALL(api->GetGraphId(g->graph, &graph_id)) != CUPTI_SUCCESS) return;
     recorder::GraphNodeCreated(graph_id, node_id);
@@ -89,6 +96,13 @@ void CUPTIAPI DispatchCallback(void* userdata, CUpti_CallbackDomain domain, CUpt
     return;
   }
   const auto* data = static_cast<const CUpti_CallbackData*>(cbdata);
+  if (IsGraphInstantiate(domain, cbid)) {  // tracked even while not recording, like the depth
+    if (data->callbackSite == CUPTI_API_ENTER) {
+      ++t_instantiate_depth;
+    } else if (t_instantiate_depth > 0) {
+      --t_instantiate_depth;
+    }
+  }
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
     if (data->callbackSite == CUPTI_API_EXIT) {
       if (t_runtime_depth > 0) --t_runtime_depth;

@@ -3,9 +3,16 @@
 #include <cupti.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/clock.h"
 #include "cupti/activity_buffers.h"
@@ -13,6 +20,7 @@
 #include "cupti/callback_classify.h"
 #include "cupti/callback_dispatch.h"
 #include "cupti/cupti_api.h"
+#include "cupti/device_wait.h"
 
 namespace tokentrace::cupti {
 namespace {
@@ -28,6 +36,14 @@ BufferPool g_pool;
 // the buffer-completed callback and in Stop(), never on the launch path.
 std::mutex g_sink_mutex;
 ActivitySink* g_sink = nullptr;
+// The (context, stream) queues buffers were completed for (under g_sink_mutex): their
+// dropped counts are read once more after the final forced flush, since records dropped
+// after a queue's last completed buffer are otherwise never read. Null context: CUPTI's
+// global queue, always read.
+std::vector<std::pair<CUcontext, uint32_t>> g_queues;
+constexpr size_t kMaxQueues = 256;
+// Contexts WaitForDevice could not confirm finished, until the session takes the count.
+std::atomic<uint64_t> g_wait_timeouts{0};
 
 constexpr CUpti_ActivityKind kActivityKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -51,6 +67,15 @@ void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_reco
   *max_records = 0;  // as many as fit
 }
 
+// Caller holds g_sink_mutex, with g_sink and g_api set.
+void ReportDroppedLocked(CUcontext context, uint32_t stream_id) {
+  size_t dropped = 0;
+  if (TT_CUPTI_CALL(g_api->ActivityGetNumDroppedRecords(context, stream_id, &dropped)) ==
+      CUPTI_SUCCESS) {
+    g_sink->OnDropped(dropped);
+  }
+}
+
 void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
                                 size_t size, size_t valid_bytes) {
   if (t_in_buffer_callback) {  // never expected; keep the buffer rather than recurse
@@ -63,14 +88,24 @@ void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* 
     if (g_sink != nullptr && g_api != nullptr) {
       DeliverRecords(buffer, valid_bytes, g_api->ActivityGetNextRecord,
                      g_clock_offset_ns.load(std::memory_order_relaxed), g_sink);
-      size_t dropped = 0;
-      if (TT_CUPTI_CALL(g_api->ActivityGetNumDroppedRecords(context, stream_id, &dropped)) ==
-          CUPTI_SUCCESS) {
-        g_sink->OnDropped(dropped);
+      ReportDroppedLocked(context, stream_id);
+      const std::pair<CUcontext, uint32_t> queue{context, stream_id};
+      if (context != nullptr && g_queues.size() < kMaxQueues &&
+          std::find(g_queues.begin(), g_queues.end(), queue) == g_queues.end()) {
+        g_queues.push_back(queue);
       }
     }
   }
   g_pool.Give(buffer);
+}
+
+// After a forced flush: what every queue dropped since its last completed buffer (CUPTI
+// resets a count when it is read, so nothing is counted twice).
+void ReportAllDropped() {
+  std::lock_guard<std::mutex> lock(g_sink_mutex);
+  if (g_sink == nullptr || g_api == nullptr) return;
+  ReportDroppedLocked(nullptr, 0);
+  for (const auto& [context, stream] : g_queues) ReportDroppedLocked(context, stream);
 }
 
 std::string SubscribeFailure(CUptiResult r, const char* other_subscriber) {
@@ -229,23 +264,31 @@ bool Start(const Config& config, ActivitySink* sink, std::string* why_off) {
 void Flush(bool forced) {
   if (!g_started) return;
   TT_CUPTI_CALL(g_api->ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0));
+  if (forced) ReportAllDropped();
 }
 
-void WaitForDevice() {
-  if (!g_started) return;
+int WaitForDevice(int timeout_ms) {
+  if (!g_started) return 0;
   void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (driver == nullptr) return;
-  using GetCurrent = int (*)(void**);
-  using Synchronize = int (*)();
-  auto get_current = reinterpret_cast<GetCurrent>(dlsym(driver, "cuCtxGetCurrent"));
-  auto synchronize = reinterpret_cast<Synchronize>(dlsym(driver, "cuCtxSynchronize"));
-  void* context = nullptr;
-  if (get_current != nullptr && synchronize != nullptr && get_current(&context) == 0 &&
-      context != nullptr) {
-    synchronize();  // an error here (e.g. a sticky fault) leaves nothing better to do
+  if (driver == nullptr) return 0;
+  DeviceWaiter::Driver d;
+  if (!DeviceWaiter::Resolve(driver, &d)) {
+    dlclose(driver);
+    return 0;
   }
-  dlclose(driver);
+  // The waiting thread keeps the state (and the driver handle) alive: after a timeout it is
+  // left behind, still inside the driver, and the job's exit goes on without it.
+  CUcontext current = nullptr;
+  if (d.get_current(&current) != CUDA_SUCCESS) current = nullptr;
+  auto waiter = std::make_shared<DeviceWaiter>(d, current);
+  std::thread([waiter] { waiter->Run(); }).detach();
+  const int left = waiter->WaitFor(timeout_ms);
+  if (left == 0) dlclose(driver);  // else the thread may still call into it
+  g_wait_timeouts.fetch_add(static_cast<uint64_t>(left), std::memory_order_relaxed);
+  return left;
 }
+
+uint64_t TakeDeviceWaitTimeouts() { return g_wait_timeouts.exchange(0); }
 
 std::string Describe() {
   if (!g_started || g_api == nullptr) return "";
@@ -256,10 +299,12 @@ void Stop() {
   if (!g_started) return;
   // Flush outside g_sink_mutex: the completion callback may run on this thread and takes it.
   TT_CUPTI_CALL(g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  ReportAllDropped();
   Teardown();
   {
     std::lock_guard<std::mutex> lock(g_sink_mutex);
     g_sink = nullptr;
+    g_queues.clear();
   }
   g_started = false;
 }

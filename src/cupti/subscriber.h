@@ -20,14 +20,21 @@ bool Start(const Config& config, ActivitySink* sink, std::string* why_off);
 // Delivers buffered records now. Not forced (the periodic flush while the job runs): only
 // buffers whose records are all complete; a forced flush would hand over records whose
 // timestamps are not filled in yet, and CUPTI cannot complete them later. Forced: every
-// buffer, for the end of a session, after WaitForDevice().
+// buffer, for the end of a session, after WaitForDevice(); then also reports what CUPTI
+// dropped since the last completed buffer of each queue (ActivitySink::OnDropped).
 void Flush(bool forced);
 // Flushes, disables activity, unsubscribes. After it returns the sink is not called again.
 void Stop();
-// Waits for the GPU work of the calling thread's current CUDA context (if any), so that a final
-// Flush() sees the records of kernels still running. Uses the already loaded driver; never
-// loads one, never initialises CUDA.
-void WaitForDevice();
+// Waits for the GPU work of every device the job used (each active primary context, and the
+// calling thread's current context), so that a final Flush() sees the records of kernels
+// still running. At most `timeout_ms`: a hung GPU must not hang the job's exit. Returns the
+// number of contexts not known to be finished then (their records may be missing: the
+// caller counts them). Uses the already loaded driver; never loads one, never initialises
+// CUDA.
+constexpr int kDeviceWaitMs = 10000;
+int WaitForDevice(int timeout_ms = kDeviceWaitMs);
+// What WaitForDevice could not confirm since the last call (the "gpu_wait_timeout" loss).
+uint64_t TakeDeviceWaitTimeouts();
 // "libcupti <path>, API version <n>" once Start() succeeded ("" before): for the trace's meta,
 // so a run says which CUPTI recorded it.
 std::string Describe();

@@ -85,6 +85,14 @@ TEST(DeliverRecords, EmptyOrMissingPiecesDeliverNothing) {
   EXPECT_TRUE(sink.got.empty());
 }
 
+// A periodic flush hands over only full buffers: a record reaches the trace once about a
+// buffer's worth of later records were written. 8 MB held ~38,800 kernel records, minutes of
+// a slow job; the README states the bound this checks.
+TEST(BufferPool, ABufferHoldsAtMostAboutFiveThousandKernelRecords) {
+  EXPECT_LE(BufferPool::kBufferBytes / sizeof(CUpti_ActivityKernel10), 5000u);
+  EXPECT_GE(BufferPool::kMaxBuffers * BufferPool::kBufferBytes, size_t{64} << 20);
+}
+
 TEST(BufferPool, ReusesAndCaps) {
   BufferPool pool;
   uint8_t* a = pool.Take();

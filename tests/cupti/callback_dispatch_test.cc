@@ -164,6 +164,49 @@ TEST_F(DispatchTest, GraphNodeCreatedAndCloned) {
   EXPECT_EQ(calls[2].b, 4u);
 }
 
+// Instantiation reports new nodes too (CREATED inside cudaGraphInstantiate), before or after
+// cloning the captured ones. Only the clones are recorded: a CREATED there would give the node
+// to whatever call is open at instantiation.
+TEST_F(DispatchTest, NodesCreatedDuringInstantiationAreNotRecorded) {
+  CUpti_GraphData g = {};
+  g.graph = reinterpret_cast<CUgraph>(uintptr_t{3});
+  g.node = reinterpret_cast<CUgraphNode>(uintptr_t{100});
+  Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g);  // captured: recorded
+  fake::TakeCalls();
+
+  CUpti_GraphData inst = {};
+  inst.graph = reinterpret_cast<CUgraph>(uintptr_t{4});
+  inst.node = reinterpret_cast<CUgraphNode>(uintptr_t{200});
+  inst.originalNode = g.node;
+  inst.graphExec = nullptr;  // not relied upon: CUPTI may leave it unset here
+  for (const auto& [domain, enter] :
+       {std::pair{CUPTI_CB_DOMAIN_RUNTIME_API, CUpti_CallbackId{
+                                                   CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000}},
+        std::pair{CUPTI_CB_DOMAIN_DRIVER_API,
+                  CUpti_CallbackId{CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags}}}) {
+    Api(domain, enter, CUPTI_API_ENTER, 7);
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {  // the runtime's own driver call nests
+      Driver(CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams, CUPTI_API_ENTER, 8);
+      Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, inst);
+      Driver(CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams, CUPTI_API_EXIT, 8);
+    }
+    Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, inst);
+    Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, inst);
+    Api(domain, enter, CUPTI_API_EXIT, 7);
+    const auto calls = fake::TakeCalls();
+    ASSERT_EQ(calls.size(), 1u) << "domain " << domain;
+    EXPECT_EQ(calls[0].what, RecorderCall::kNodeCloned);
+    EXPECT_EQ(calls[0].a, 100u);
+    EXPECT_EQ(calls[0].b, 4u);  // no exec in the callback: the exec graph's id
+    EXPECT_EQ(calls[0].c, 200u);
+  }
+  // After instantiation, a node created (explicit construction) is recorded again.
+  Resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g);
+  const auto after = fake::TakeCalls();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].what, RecorderCall::kNodeCreated);
+}
+
 TEST_F(DispatchTest, GraphExecCreatedAndGraphClonedCarryBothGraphs) {
   CUpti_GraphData g = {};
   g.graph = reinterpret_cast<CUgraph>(uintptr_t{22});
