@@ -170,6 +170,7 @@ cudaError_t Launch(PatchTable* table, uint32_t site, void* data, const OutputDes
   // 4+ elements per thread for big boxes; at most 8 blocks per SM, the rest is grid-stride.
   const int64_t want = (max_box + kThreads * 4 - 1) / (kThreads * 4);
   const int blocks = static_cast<int>(std::clamp<int64_t>(want, 1, int64_t{SmCount()} * 8));
+  NoteCapturedUse(table, stream);
   ApplyPatchesKernel<<<blocks, kThreads, 0, stream>>>(table, site, data, out);
   return cudaGetLastError();
 }
@@ -203,16 +204,19 @@ cudaError_t ApplyPatchesDevice(const DevicePatchTable& table, uint32_t site_id, 
 }
 
 cudaError_t AdvanceTokenDevice(PatchTable* device_table, cudaStream_t stream) {
+  NoteCapturedUse(device_table, stream);
   AdvanceTokenKernel<<<1, 1, 0, stream>>>(device_table);
   return cudaGetLastError();
 }
 
 cudaError_t SetTokenDevice(PatchTable* device_table, uint32_t token, cudaStream_t stream) {
+  NoteCapturedUse(device_table, stream);
   SetTokenKernel<<<1, 1, 0, stream>>>(device_table, token);
   return cudaGetLastError();
 }
 
 cudaError_t ResetCountersDevice(PatchTable* device_table, cudaStream_t stream) {
+  NoteCapturedUse(device_table, stream);
   ResetCountersKernel<<<1, kThreads, 0, stream>>>(device_table);
   return cudaGetLastError();
 }

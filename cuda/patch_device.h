@@ -44,7 +44,8 @@ class DevicePatchTable {
   // Indices of the entries for `site`, in table order (empty for an unknown site).
   const std::vector<uint32_t>& SiteEntries(uint32_t site) const;
   // Gives the device memory back: freed at the next upload, not here, since a release may
-  // come during a graph capture (a Python finalizer), which a cudaFree would invalidate.
+  // come during a graph capture (a Python finalizer), which a cudaFree would invalidate;
+  // never freed if a captured graph may read it (cuda/released_tables.h).
   void Release();
 
  private:
@@ -80,6 +81,12 @@ cudaError_t ApplyPatchesDevice(const DevicePatchTable& table, uint32_t site_id, 
 cudaError_t AdvanceTokenDevice(PatchTable* device_table, cudaStream_t stream);
 cudaError_t SetTokenDevice(PatchTable* device_table, uint32_t token, cudaStream_t stream);
 cudaError_t ResetCountersDevice(PatchTable* device_table, cudaStream_t stream);
+
+// Called by every launch that reads `table`: when `stream` is capturing, the table is kept
+// alive for the graph (one cudaStreamIsCapturing query otherwise).
+void NoteCapturedUse(const PatchTable* table, cudaStream_t stream);
+// Released tables kept because a captured graph may read them (for reports and tests).
+size_t PatchTablesKeptForGraphs();
 
 // Copies counters back after synchronizing `stream` (a report; not for the hot path).
 bool ReadCountersDevice(const DevicePatchTable& table, cudaStream_t stream, PatchCounters* out,

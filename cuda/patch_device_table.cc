@@ -1,13 +1,14 @@
 // DevicePatchTable: upload, teardown and counter read-back (host code; the kernels are in
 // patch_apply.cu). These are the only synchronous calls of the device path; teardown defers
-// its cudaFree to the next upload (graph captures may be running when a table is released).
+// its cudaFree to the next upload, and never frees a table a captured graph may read
+// (cuda/released_tables.h).
 #include <cuda_runtime_api.h>
 
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "cuda/patch_device.h"
+#include "cuda/released_tables.h"
 
 namespace tokentrace::patch {
 namespace {
@@ -32,20 +33,12 @@ bool OperandIsDeviceAccessible(const void* p) {
          (attr.type == cudaMemoryTypeHost && attr.devicePointer == p);
 }
 
-// Tables released but not yet freed. Release() may run while another thread (or this one)
-// captures a CUDA graph, e.g. from a Python finalizer, and a cudaFree then would invalidate
-// that capture (torch captures in global mode). Uploads allocate, so they already run outside
-// captures: each one frees what was released before it. At most a few KB wait here.
-std::mutex g_released_mutex;
-std::vector<void*>* g_released = new std::vector<void*>();  // never destroyed: used at exit
+// Uploads allocate, so they already run outside captures: each one frees what was released
+// before it (and may be freed). Never destroyed: used at exit.
+ReleasedTables* g_released = new ReleasedTables();
 
 void FreeReleasedTables() {
-  std::vector<void*> released;
-  {
-    std::lock_guard<std::mutex> lock(g_released_mutex);
-    released.swap(*g_released);
-  }
-  for (void* p : released) cudaFree(p);  // errors ignored, as in Release()
+  for (void* p : g_released->TakeFreeable()) cudaFree(p);  // errors ignored, as in Release()
 }
 
 }  // namespace
@@ -67,10 +60,7 @@ DevicePatchTable& DevicePatchTable::operator=(DevicePatchTable&& other) noexcept
 }
 
 void DevicePatchTable::Release() {
-  if (device_ != nullptr) {
-    std::lock_guard<std::mutex> lock(g_released_mutex);
-    g_released->push_back(device_);  // freed by the next upload (see g_released)
-  }
+  g_released->Release(device_, bytes_);  // freed by the next upload, or kept for graphs
   device_ = nullptr;
   bytes_ = 0;
   entry_count_ = max_sites_ = 0;
@@ -132,6 +122,14 @@ bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites
   for (uint32_t i = 0; i < count; ++i) out->site_entries_[entries[i].site_id].push_back(i);
   return true;
 }
+
+void NoteCapturedUse(const PatchTable* table, cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (table == nullptr || cudaStreamIsCapturing(stream, &status) != cudaSuccess) return;
+  if (status != cudaStreamCaptureStatusNone) g_released->NoteCaptured(table);
+}
+
+size_t PatchTablesKeptForGraphs() { return g_released->kept(); }
 
 bool ReadCountersDevice(const DevicePatchTable& table, cudaStream_t stream, PatchCounters* out,
                         std::string* error) {

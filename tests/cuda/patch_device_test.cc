@@ -207,6 +207,37 @@ void GraphFiresOnlyAtReplay3(const CallSelector& sel) {
 TEST_F(PatchDeviceTest, GraphReplayFiresAtToken3Only) { GraphFiresOnlyAtReplay3(Token(3)); }
 TEST_F(PatchDeviceTest, GraphReplayFiresAtCall3Only) { GraphFiresOnlyAtReplay3(Call(3)); }
 
+// edits.py re-uploads when the model changes device: the old table is released while a
+// graph captured with it lives on. It is kept, so replays read valid memory.
+TEST_F(PatchDeviceTest, ATableACapturedGraphReadsOutlivesItsRelease) {
+  const Tensor init = MakeTensor(DType::kF32, {1, 4, 8}, Layout::kContiguous, 7);
+  DevicePatchTable table;
+  std::string error;
+  ASSERT_TRUE(UploadPatchTable({Entry(0, PatchOp::kZero, Every(), {})}, 1, &table, &error))
+      << error;
+  DeviceBuffer buf(init);
+  cudaStream_t stream;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  const size_t kept_before = PatchTablesKeptForGraphs();
+  ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ApplyPatchesDevice(table, 0, buf.ptr, init.dtype, init.ndim(), init.shape.data(),
+                     init.strides.data(), stream);
+  ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  DevicePatchTable other;  // the next upload frees the released tables no graph reads
+  table.Release();
+  ASSERT_TRUE(UploadPatchTable({Entry(0, PatchOp::kZero, Every(), {})}, 1, &other, &error))
+      << error;
+  EXPECT_EQ(PatchTablesKeptForGraphs(), kept_before + 1);
+  ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+  ASSERT_CUDA(cudaStreamSynchronize(stream));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 TEST_F(PatchDeviceTest, ResetClearsCountersOnTheStream) {
   DevicePatchTable table;
   std::string error;

@@ -105,3 +105,18 @@ def test_summary_line_is_the_count_not_a_test_name(tmp_path):
         r = subprocess.run(["bash", "-c", f'source "{VERDICT}"; step_summary_line "{path}"'],
                            capture_output=True, text=True, timeout=30)
         assert want in r.stdout, r.stdout
+
+
+def test_gpu_ctest_step_is_a_few_processes():
+    """Each `gpu` ctest test is a whole binary: one process and one CUDA context each, so the
+    step fits the check's time (165 patch tests in their own processes did not)."""
+    build = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
+    if not os.path.exists(os.path.join(build, "CTestTestfile.cmake")):
+        pytest.skip(f"no configured build in {build}")
+    r = subprocess.run(["ctest", "-N", "-L", "gpu"], cwd=build, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    names = [line.split(":", 1)[1].strip() for line in r.stdout.splitlines()
+             if line.strip().startswith("Test") and "#" in line]
+    assert names, r.stdout
+    assert len(names) <= 4, names
