@@ -16,6 +16,7 @@
 #include "core/recorder.h"
 #include "core/site_registry.h"
 #include "cupti/subscriber.h"
+#include "preload/injection.h"
 #include "store/reader.h"
 
 #ifndef TOKENTRACE_VERSION
@@ -401,7 +402,7 @@ bool Session::Stop(std::string* error) {
     cupti::WaitForDevice();  // kernels still running would otherwise miss the final flush (bounded)
     cupti::Flush(true);
   } else if (preload_ && config_.kernels.kind != KernelMode::kOff) {
-    SetKernelsStatus("the job never initialised CUDA (no GPU work to record)");
+    SetKernelsStatus(shim::KernelsNeverStarted());  // or which tool held the injection
   }
   loop_stop_.store(true);
   Wake();

@@ -18,6 +18,7 @@
 
 #include "core/config.h"
 #include "core/recorder.h"
+#include "preload/injection.h"
 #include "preload/session.h"
 
 namespace tokentrace::shim {
@@ -115,6 +116,7 @@ void ForkChild() {
 
 __attribute__((constructor)) void OnLoad() {
   const std::string self = SelfPath();
+  NoteInjectionVariables(self);  // before we set them: who held them is the job's setting
   // NVTX instances initialise lazily on their first call, which comes after this: pointing
   // NVTX at us here is early enough for every producer, torch included.
   if (!self.empty()) setenv("NVTX_INJECTION64_PATH", self.c_str(), 0);

@@ -375,6 +375,20 @@ TEST(PreloadTest, ProcessesThatRecordNothingLeaveNoFile) {
   EXPECT_EQ(Shell("ls " + dir).output, "");
 }
 
+// Another tool (Nsight Systems) owns CUDA_INJECTION64_PATH: CUDA never loads us, and the
+// trace says which variable held which library instead of "never initialised CUDA".
+TEST(PreloadTest, AnotherToolsCudaInjectionIsNamed) {
+  std::string out = TempDir() + "/other.sqlite";
+  const std::string other = "/opt/nvidia/nsight-systems/libToolsInjection64.so";
+  Result r = Shell("env CUDA_INJECTION64_PATH=" + other + " LD_PRELOAD=" + kShim +
+                   " TOKENTRACE_OUT=" + out + " " + kProgram + " hooks 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string status = One(out, "SELECT value FROM meta WHERE key = 'kernels_status'");
+  EXPECT_NE(status.find("CUDA_INJECTION64_PATH held " + other), std::string::npos) << status;
+  EXPECT_NE(status.find("libtokentrace"), std::string::npos) << status;
+  EXPECT_EQ(status.find("never initialised CUDA"), std::string::npos) << status;
+}
+
 TEST(PreloadTest, CliRunTracesAndPropagatesExitStatus) {
   if (access(kCli.c_str(), X_OK) != 0) GTEST_SKIP() << "tokentrace program not built";
   std::string out = TempDir() + "/cli.sqlite";
