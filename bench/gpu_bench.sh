@@ -14,7 +14,7 @@
 # and its logs into LOG_DIR (default $OUT).
 #   OUT=/tmp/out bash bench/gpu_bench.sh
 # Env: BUILD_DIR (default build-gpu-bench; reused if built), PYTHON (python3), GEN_MODELS,
-#      GEN_TOKENS (64), GEN_REPEATS (3), LONG_TOKENS (1024; 0 skips), JOBS (16),
+#      GEN_TOKENS (64), GEN_REPEATS (3), GEN_SETUPS (all), GEN_LIMIT (240 s), LONG_TOKENS (1024; 0 skips), JOBS (16),
 #      PARTS (launch,nvtx,patch,generate,graph,long: which parts run), LONG_LIMIT (200 s for the long run),
 #      STEP_DEADLINE (epoch seconds, set by scripts/gpu-check.sh): each part gets at most what
 #      is left before it, and a part that no longer fits is listed as not run.
@@ -56,9 +56,12 @@ if [ ! -f "$build/build.ninja" ]; then
     || { tail -20 "$logs/bench-configure.log"; exit 2; }
 fi
 build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
-targets="launch_overhead bare_cupti_subscriber tokentrace_shim tokentrace_cli _native nvtx_pair"
+# Only what the chosen parts run (a cold machine builds it inside the check's time).
+targets="bare_cupti_subscriber tokentrace_shim tokentrace_cli _native"
+wants launch && targets="$targets launch_overhead"
+wants nvtx && targets="$targets nvtx_pair"
 # Built with the tests (tests/cuda): present in scripts/setup.sh's build, not in one made above.
-ninja -C "$build" -t targets all 2>/dev/null | grep -q "^patch_device_bench:" \
+wants patch && ninja -C "$build" -t targets all 2>/dev/null | grep -q "^patch_device_bench:" \
   && targets="$targets patch_device_bench"
 ninja -C "$build" -j"${JOBS:-16}" $targets > "$logs/bench-build.log" 2>&1 \
   || { tail -40 "$logs/bench-build.log"; exit 3; }
@@ -122,15 +125,18 @@ fi
 # parts' shares); generate_overhead.py drops repeat rounds that would not fit, and says so.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" TOKENTRACE_NATIVE_DIR="$build"
 if wants generate; then
-  if limit=$(part 240 90); then
+  if limit=$(part "${GEN_LIMIT:-240}" 90); then
     now=$(date +%s)
     # Its rounds stop ~150 s before the deadline when that leaves it 90 s, so the graph-replay
     # and long-run parts still run; the timeout stays at the full limit.
-    gen_end=$(( now + limit < deadline - 150 ? now + limit : deadline - 150 ))
+    reserve=0
+    { wants graph || { wants long && [ "${LONG_TOKENS:-1024}" != "0" ]; }; } && reserve=150
+    gen_end=$(( now + limit < deadline - reserve ? now + limit : deadline - reserve ))
     [ "$gen_end" -lt $(( now + 90 )) ] && gen_end=$(( now + 90 ))
     timeout -k 5 "$limit" "$python" bench/generate_overhead.py --device cuda \
       --models "${GEN_MODELS:-llama1b}" --new-tokens "${GEN_TOKENS:-64}" \
-      --repeats "${GEN_REPEATS:-3}" --bare-cupti "$bare" --cli "$build/tokentrace" \
+      --repeats "${GEN_REPEATS:-3}" ${GEN_SETUPS:+--setups "$GEN_SETUPS"} \
+      --bare-cupti "$bare" --cli "$build/tokentrace" \
       --deadline $(( gen_end - 15 )) \
       --out "$tmp/generate.md" > "$logs/generate.log" 2>&1 || { rc=1; tail -30 "$logs/generate.log"; }
     cat "$tmp/generate.md" >> "$md" 2>/dev/null

@@ -40,6 +40,19 @@ step_summary_line() {
   echo "$last" | tr '|' '/' | cut -c1-140
 }
 
+# test_answer LOG TEST: the answer a pytest -v log gives for TEST ("file.py::test_name"; all
+# its parametrizations): "yes" when every one passed, "NO (failed)", "NO (skipped)", or
+# "not run" when the log has no line for it.
+test_answer() {
+  local lines
+  lines=$(grep -E "(^|/)${2}(\[[^ ]*\])? (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)" "$1")
+  if [ -z "$lines" ]; then echo "not run"
+  elif grep -qE " (FAILED|ERROR|XFAIL|XPASS)" <<<"$lines"; then echo "NO (failed)"
+  elif grep -q " SKIPPED" <<<"$lines"; then echo "NO (skipped)"
+  else echo yes
+  fi
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   if [ $# -ne 4 ]; then
     echo "usage: scripts/gpu-check-verdict.sh NAME RC LIMIT LOG" >&2

@@ -9,6 +9,8 @@
 #   BUILD_DIR          build directory (default <repo>/build)
 #   TOKENTRACE_NO_APT  set: never call apt-get (a machine with no package registry, where
 #                      apt-get would only spend its timeouts); build with what is installed
+#   TOKENTRACE_TARGETS ninja targets to build (default: all); scripts/gpu-check.sh builds
+#                      only what it runs
 # Writes $BUILD_DIR/env.sh, which test.sh and demo.sh source.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -79,7 +81,8 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     -DTOKENTRACE_CUDA_ROOT="$CUDA_ROOT" >/dev/null
 fi
 log "building (ninja; log in $BUILD_DIR/build.log)"
-if ! PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" >"$BUILD_DIR/build.log" 2>&1; then
+# shellcheck disable=SC2086  # a list of targets
+if ! PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" ${TOKENTRACE_TARGETS:-} >"$BUILD_DIR/build.log" 2>&1; then
   grep -E -A5 "error|FAILED" "$BUILD_DIR/build.log" | head -60 >&2
   echo "tokentrace: the build failed; the whole log is $BUILD_DIR/build.log" >&2
   exit 1

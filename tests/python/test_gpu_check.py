@@ -107,6 +107,30 @@ def test_summary_line_is_the_count_not_a_test_name(tmp_path):
         assert want in r.stdout, r.stdout
 
 
+PYTEST_ANSWERS = """\
+tests/python/test_gpu.py::test_seed_example_on_cuda_with_kernels PASSED  [ 10%]
+tests/python/test_gpu.py::test_declarative_edit_on_cuda_matches_hook[dtype0] PASSED [ 20%]
+tests/python/test_gpu.py::test_declarative_edit_on_cuda_matches_hook[dtype1] FAILED [ 30%]
+tests/python/test_gpu_graphs.py::test_replayed_kernels_keep_their_modules_and_count_as_tokens SKIPPED (x) [ 40%]
+tests/python/test_gpu_graphs.py::test_seed_example_on_cuda_with_kernels_too PASSED [ 50%]
+"""
+
+
+@pytest.mark.parametrize("test, answer", [
+    ("test_gpu.py::test_seed_example_on_cuda_with_kernels", "yes"),
+    ("test_gpu.py::test_declarative_edit_on_cuda_matches_hook", "NO (failed)"),  # one of two
+    ("test_gpu_graphs.py::test_replayed_kernels_keep_their_modules_and_count_as_tokens",
+     "NO (skipped)"),
+    ("test_gpu_graphs.py::test_generate_with_static_cache_traces_every_token", "not run"),
+])
+def test_answers_come_from_the_named_test_only(tmp_path, test, answer):
+    path = tmp_path / "pytest.log"
+    path.write_text(PYTEST_ANSWERS)
+    r = subprocess.run(["bash", "-c", f'source "{VERDICT}"; test_answer "{path}" "{test}"'],
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == answer
+
+
 def test_gpu_ctest_step_is_a_few_processes():
     """Each `gpu` ctest test is a whole binary: one process and one CUDA context each, so the
     step fits the check's time (165 patch tests in their own processes did not)."""
