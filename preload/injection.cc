@@ -32,23 +32,22 @@ std::string InjectionConflict(const char* cuda_injection, const char* nvtx_injec
           ") and kernels were not traced; run without that tool to trace kernels";
   }
   if (HeldByOther(nvtx_injection, self)) {
-    out += std::string(out.empty() ? "" : "; ") + "NVTX_INJECTION64_PATH held " +
-           nvtx_injection + ", so NVTX ranges went there, not to tokentrace (" + self + ")";
+    out += std::string(out.empty() ? "" : "; ") + "NVTX_INJECTION64_PATH held " + nvtx_injection +
+           ", so NVTX ranges went there, not to tokentrace (" + self + ")";
   }
   return out;
 }
 
 void NoteInjectionVariables(const std::string& self) {
-  std::string conflict = InjectionConflict(getenv("CUDA_INJECTION64_PATH"),
-                                           getenv("NVTX_INJECTION64_PATH"), self);
+  std::string conflict =
+      InjectionConflict(getenv("CUDA_INJECTION64_PATH"), getenv("NVTX_INJECTION64_PATH"), self);
   std::lock_guard<std::mutex> lock(Mutex());
   Conflict() = std::move(conflict);
 }
 
 std::string KernelsNeverStarted() {
   std::lock_guard<std::mutex> lock(Mutex());
-  return Conflict().empty() ? "the job never initialised CUDA (no GPU work to record)"
-                            : Conflict();
+  return Conflict().empty() ? "the job never initialised CUDA (no GPU work to record)" : Conflict();
 }
 
 }  // namespace tokentrace::shim

@@ -255,7 +255,7 @@ void Session::Loop() {
       break;
     }
     if (loop_stop_.load()) break;
-    // CUPTI hands over an activity buffer only when it is full (8 MB) or flushed: flush about
+    // CUPTI hands over an activity buffer only when it is full (1 MB) or flushed: flush about
     // once a second, so records reach the file soon after their buffer's last record
     // completed (a buffer still being written to waits until it is full or the session ends).
     if (kernels_started_ && ++loops_since_cupti_flush_ * config_.flush_ms >= 1000) {

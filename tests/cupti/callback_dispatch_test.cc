@@ -180,8 +180,8 @@ TEST_F(DispatchTest, NodesCreatedDuringInstantiationAreNotRecorded) {
   inst.originalNode = g.node;
   inst.graphExec = nullptr;  // not relied upon: CUPTI may leave it unset here
   for (const auto& [domain, enter] :
-       {std::pair{CUPTI_CB_DOMAIN_RUNTIME_API, CUpti_CallbackId{
-                                                   CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000}},
+       {std::pair{CUPTI_CB_DOMAIN_RUNTIME_API,
+                  CUpti_CallbackId{CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000}},
         std::pair{CUPTI_CB_DOMAIN_DRIVER_API,
                   CUpti_CallbackId{CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags}}}) {
     Api(domain, enter, CUPTI_API_ENTER, 7);

@@ -13,7 +13,7 @@ std::mutex g_mutex;
 CUpti_BuffersCallbackRequestFunc g_requested = nullptr;
 CUpti_BuffersCallbackCompleteFunc g_completed = nullptr;
 std::map<std::pair<CUcontext, uint32_t>, size_t> g_dropped;  // per queue, reset on read
-int g_flushes[2] = {0, 0};                                    // unforced, forced
+int g_flushes[2] = {0, 0};                                   // unforced, forced
 }  // namespace
 
 extern "C" {
@@ -26,8 +26,7 @@ CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult, const char** str) {
   *str = "FAKE_CUPTI_ERROR";
   return CUPTI_SUCCESS;
 }
-CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc,
-                                    void*) {
+CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc, void*) {
   *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(uintptr_t{1});
   return CUPTI_SUCCESS;
 }
