@@ -51,7 +51,7 @@ WORK=$(mktemp -d /tmp/tt-gpu-check-XXXXXX)
 SUMMARY=$OUT/gpu-check.md
 LOG=$OUT/gpu-check.log
 : >"$LOG"
-declare -a rows answers
+declare -a rows=() answers=()
 failed=0
 
 # The tests that answer questions 2-4 (file::test, all parametrizations), and the gpu test
