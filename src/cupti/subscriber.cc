@@ -5,11 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -281,7 +280,11 @@ int WaitForDevice(int timeout_ms) {
   CUcontext current = nullptr;
   if (d.get_current(&current) != CUDA_SUCCESS) current = nullptr;
   auto waiter = std::make_shared<DeviceWaiter>(d, current);
-  std::thread([waiter] { waiter->Run(); }).detach();
+  try {
+    std::thread([waiter] { waiter->Run(); }).detach();
+  } catch (const std::system_error&) {  // no thread to spare: wait here, unbounded
+    waiter->Run();
+  }
   const int left = waiter->WaitFor(timeout_ms);
   if (left == 0) dlclose(driver);  // else the thread may still call into it
   g_wait_timeouts.fetch_add(static_cast<uint64_t>(left), std::memory_order_relaxed);
