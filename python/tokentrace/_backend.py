@@ -79,8 +79,8 @@ class NativeBackend:
     def escape(self, kind=4):
         self._n.escape(kind)
 
-    def wrap_forward(self, site_id, name, kind, forward, on_output=None):
-        return self._n.wrap_forward(site_id, name, kind, forward, True, on_output)
+    def wrap_forward(self, site_id, name, kind, forward, on_output=None, on_input=None):
+        return self._n.wrap_forward(site_id, name, kind, forward, True, on_output, on_input)
 
     def pre_hook(self, site_id, name, kind):
         return self._n.PreHook(site_id, name, kind)

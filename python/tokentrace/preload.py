@@ -9,7 +9,7 @@ by hand, so token 1 is that first call.
 
 The shim (LD_PRELOAD) owns the session and the file: it was started in its constructor from
 the TOKENTRACE_* environment, and it writes the file until the process exits. At Python exit
-we add our rows (output shapes, saved tensors, escape locations) to that file. Without the
+we add our rows (saved tensors, escape locations, the root's inputs) to that file. Without the
 native extension nothing is recorded (one line on stderr says why and how to build it).
 
 TOKENTRACE_PATCHES (`tokentrace run --patches spec.json`) names a JSON edit spec
@@ -30,6 +30,7 @@ from . import _store
 from ._backend import get_backend
 from ._errors import TokentraceError
 from ._escapes import EscapeCounter
+from ._inputs import InputRecorder
 from ._naming import ROOT, site_names
 from ._selectors import module as select_module
 from ._selectors import parse_env_list
@@ -129,10 +130,13 @@ def _attach_recording(model, args):
     sink = TensorSink(lambda: _settled_path(backend)) if saved else None
     on_cpu = not any(p.is_cuda for p in model.parameters())
     escapes = EscapeCounter(lambda: backend.current()[2], backend.escape if on_cpu else None)
-    hooks = HookSet(backend, model, hooked, saved, sink)
+    # The root's inputs, as tt.trace records them (the first call's positional ones only: it
+    # was already running when the hooks went on).
+    recorder = InputRecorder(backend.current, sink)
+    hooks = HookSet(backend, model, hooked, saved, sink, {ROOT}, recorder)
     hooks.install(running_root_args=args)
     escapes.install()
-    atexit.register(_finish, backend, hooks, escapes, sink)
+    atexit.register(_finish, backend, hooks, escapes, sink, recorder)
     return True
 
 
@@ -158,7 +162,7 @@ def _say_fires(edits):
          f"them in)")
 
 
-def _finish(backend, hooks, escapes, sink):
+def _finish(backend, hooks, escapes, sink, recorder):
     try:
         escapes.remove()
         # Python's atexit runs before CUDA's own teardown: wait for the device here, so this
@@ -168,9 +172,11 @@ def _finish(backend, hooks, escapes, sink):
             torch.cuda.synchronize()
         path = _settled_path(backend)
         rows = sink.close() if sink is not None else []
-        meta = {"python_save_errors": hooks.save_errors}
+        meta = {"python_save_errors": hooks.save_errors, "inputs_of": json.dumps([ROOT])}
         meta.update(_patch_meta())
         _store.write_python_rows(path, rows, escapes.rows(), meta,
-                                 {"save_failed": hooks.save_errors})
+                                 {"save_failed": hooks.save_errors,
+                                  "inputs_failed": hooks.input_errors},
+                                 recorder.table_rows(sink.files if sink is not None else {}))
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")
