@@ -133,7 +133,7 @@ def _run(kind, fn, model, args, kwargs, hooked, saved, inputs, kernels, out, sha
     backend = get_backend()
     bound_edits = intervene.hooks_for(model) if intervene is not None else None
     sink = TensorSink(path, shard_bytes) if saved else None
-    recorder = InputRecorder(backend.current, sink)
+    recorder = InputRecorder(backend.current, sink, backend.settled_path)
     on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
     report = backend.escape if on_cpu else None
     escapes = EscapeCounter(lambda: backend.current()[2], report)

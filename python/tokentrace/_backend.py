@@ -64,6 +64,12 @@ class NativeBackend:
     def flush(self):
         self._n.flush()
 
+    def settled_path(self):
+        """The trace file's name, once the shim has created the file (a flush does, as soon
+        as calls were recorded): another process of the same run may own the requested name."""
+        self._n.flush()
+        return self._n.out_path()
+
     def site(self, name, kind):
         return self._n.site(name, kind)
 

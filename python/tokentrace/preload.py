@@ -127,24 +127,17 @@ def _attach_recording(model, args):
     saved = _select("TOKENTRACE_SAVE", names, False)
     chosen = set(hooked) | set(saved) | {ROOT}
     hooked = [n for n in names if n in chosen]
-    sink = TensorSink(lambda: _settled_path(backend)) if saved else None
+    sink = TensorSink(backend.settled_path) if saved else None
     on_cpu = not any(p.is_cuda for p in model.parameters())
     escapes = EscapeCounter(lambda: backend.current()[2], backend.escape if on_cpu else None)
     # The root's inputs, as tt.trace records them (the first call's positional ones only: it
     # was already running when the hooks went on).
-    recorder = InputRecorder(backend.current, sink)
+    recorder = InputRecorder(backend.current, sink, backend.settled_path)
     hooks = HookSet(backend, model, hooked, saved, sink, {ROOT}, recorder)
     hooks.install(running_root_args=args)
     escapes.install()
     atexit.register(_finish, backend, hooks, escapes, sink, recorder)
     return True
-
-
-def _settled_path(backend):
-    """The trace file's name, once the shim has created the file (a flush does, as soon as
-    calls were recorded): another process of the same run may own the requested name."""
-    backend.flush()
-    return backend.out_path()
 
 
 def _patch_meta():
@@ -170,7 +163,7 @@ def _finish(backend, hooks, escapes, sink, recorder):
         # from the C atexit list, may come after the runtime has torn the context down).
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
-        path = _settled_path(backend)
+        path = backend.settled_path()
         rows = sink.close() if sink is not None else []
         meta = {"python_save_errors": hooks.save_errors, "inputs_of": json.dumps([ROOT])}
         meta.update(_patch_meta())

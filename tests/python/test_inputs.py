@@ -152,3 +152,55 @@ def test_previous_schema_version_opens(llama, prompt, tmp_path):
     with pytest.raises(tt.TokentraceError, match="reads versions 1 to 2"):
         tt.load(old)
     assert os.path.exists(old)
+
+
+class SeesItsFile(nn.Module):
+    """Counts, inside each call, the input rows already in the trace file."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.seen = []
+
+    def forward(self, x):
+        with sqlite3.connect(self.path) as con:
+            self.seen.append(con.execute("SELECT count(*) FROM call_inputs").fetchone()[0])
+        return x
+
+
+def test_rows_go_to_the_file_during_the_run(tmp_path, monkeypatch):
+    from tokentrace import _inputs
+    monkeypatch.setattr(_inputs, "_FLUSH_ROWS", 1)
+    path = str(tmp_path / "t.sqlite")
+    model = SeesItsFile(path)
+
+    def three_steps(x):
+        for _ in range(3):
+            model(x)
+
+    trace = _trace(three_steps, torch.zeros(2), model=model, kernels="off", out=path)
+    assert model.seen == [1, 2, 3]  # each call's row was written before its forward ran
+    assert [list(c.inputs["x"].shape) for c in trace["self"]] == [[2]] * 3  # once each
+
+
+def test_saved_rows_wait_for_their_shard(llama, prompt, monkeypatch):
+    from tokentrace import _inputs
+    monkeypatch.setattr(_inputs, "_FLUSH_ROWS", 3)
+    cache = _prefill_cache(llama, prompt)
+    before = cache.layers[1].keys.clone()
+    trace = _decode_step(llama, cache, save=tt.module("self"))
+    saved = trace["self:1"].inputs["past_key_values.layers[1].keys"]
+    assert torch.equal(saved, before)
+    with sqlite3.connect(trace.path) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT path) FROM call_inputs").fetchone() \
+            == (len(trace["self:1"].inputs),) * 2
+
+
+def test_inputs_that_cannot_be_saved_are_counted():
+    meta = torch.empty(3, device="meta")
+    trace = _trace(Takes(), (torch.zeros(1), Pair(meta, "m")), save=tt.module("self"),
+                   kernels="off")
+    entry = trace["self:1"].inputs["pair.left"]  # not saved: its metadata is still there
+    assert entry.kind == "tensor" and entry.device == "meta" and list(entry.shape) == [3]
+    assert isinstance(trace["self:1"].inputs["x"], torch.Tensor)
+    assert trace.losses["inputs_failed"] == 1

@@ -94,6 +94,11 @@ def test_cli_run_unmodified_script(tmp_path):
     assert len(files) == 1, (os.listdir(tmp_path), res.stderr)
     trace = _check(files[0], saved=True)
     assert "patch_fires" not in trace.meta
+    # The root's inputs are recorded in preload mode too: step 2 read the prefill's 5 cached
+    # positions per layer (GPT-2: 2 heads of 16).
+    step2 = trace["self:2"].inputs
+    assert list(step2["input_ids"].shape) == [1, 1]
+    assert list(step2["past_key_values.layers[1].values"].shape) == [1, 2, 5, 16]
 
 
 def test_two_jobs_of_one_run_keep_their_own_files_and_tensors(tmp_path):
