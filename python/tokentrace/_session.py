@@ -15,7 +15,8 @@ as well.
 
 Sites in `inputs` (an InputRecorder records them) also record what each call was given: the
 wrapper hands the arguments to the recorder inside the call, before forward runs; with the
-hook pair, a forward pre-hook right after ours does. Sites not in `inputs` pay nothing for it.
+hook pair, a forward pre-hook after all others does (so both record what forward receives,
+after any input edits). Sites not in `inputs` pay nothing for it.
 
 remove() restores each module's forward as it was. If someone else replaced forward over ours
 in the meantime, ours stays in their chain as a pass-through. Models holding an
@@ -134,9 +135,8 @@ class HookSet:
                 saver(output)
                 return inner(module, args, output)
         record_inputs = self.recorder.safe(on_input) if on_input is not None else None
-        if record_inputs is not None:  # runs right after `pre` (prepended next), in the call
-            self.handles.append(mod.register_forward_pre_hook(record_inputs, prepend=True,
-                                                              with_kwargs=True))
+        if record_inputs is not None:  # after every other pre-hook: what forward receives
+            self.handles.append(mod.register_forward_pre_hook(record_inputs, with_kwargs=True))
         self.handles.append(mod.register_forward_pre_hook(pre, prepend=True))
         self.handles.append(mod.register_forward_hook(post, always_call=True))
 

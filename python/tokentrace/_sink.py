@@ -3,8 +3,8 @@
 Layout: for a trace file `run.sqlite`, shards are `run.sqlite.tensors/shard-00000.safetensors`,
 each holding tensors keyed by call id ("1234") for outputs and by "call id:path" for inputs
 ("1234:past_key_values.layers[0].keys"); the saved_outputs table maps call ids to (shard file,
-key), call_inputs rows name their own. Memory is bounded by `shard_bytes`: pending tensors are written out and
-released whenever that many bytes are waiting.
+key), call_inputs rows name their own. Memory is bounded by `shard_bytes`: pending tensors are
+written out and released whenever that many bytes are waiting.
 
 CUDA: a saved output is copied into pinned host memory with non_blocking=True on the current
 stream and an event is recorded; nothing waits per step. The events are waited on only when a
