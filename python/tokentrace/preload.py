@@ -76,8 +76,9 @@ def _select(env, names, default_all):
     try:
         return select_module(*parse_env_list(text)).resolve(names, env)
     except TokentraceError as exc:
-        _say(f"{exc}; hooking the root `self` only" if env == "TOKENTRACE_SITES"
-             else f"{exc}; saving nothing")
+        _say({"TOKENTRACE_SITES": f"{exc}; hooking the root `self` only",
+              "TOKENTRACE_INPUTS": f"{exc}; recording the root's inputs only"}.get(
+                  env, f"{exc}; saving nothing"))
         return []
 
 
@@ -125,18 +126,19 @@ def _attach_recording(model, args):
     names = list(site_names(model))
     hooked = _select("TOKENTRACE_SITES", names, True)
     saved = _select("TOKENTRACE_SAVE", names, False)
-    chosen = set(hooked) | set(saved) | {ROOT}
+    inputs = set(_select("TOKENTRACE_INPUTS", names, False)) | {ROOT}
+    chosen = set(hooked) | set(saved) | inputs
     hooked = [n for n in names if n in chosen]
     sink = TensorSink(backend.settled_path) if saved else None
     on_cpu = not any(p.is_cuda for p in model.parameters())
     escapes = EscapeCounter(lambda: backend.current()[2], backend.escape if on_cpu else None)
-    # The root's inputs, as tt.trace records them (the first call's positional ones only: it
-    # was already running when the hooks went on).
+    # The root's inputs, and TOKENTRACE_INPUTS sites', as tt.trace records them (of the first
+    # root call, its positional arguments only: it was already running when the hooks went on).
     recorder = InputRecorder(backend.current, sink, backend.settled_path)
-    hooks = HookSet(backend, model, hooked, saved, sink, {ROOT}, recorder)
+    hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
     hooks.install(running_root_args=args)
     escapes.install()
-    atexit.register(_finish, backend, hooks, escapes, sink, recorder)
+    atexit.register(_finish, backend, hooks, escapes, sink, recorder, sorted(inputs))
     return True
 
 
@@ -155,7 +157,7 @@ def _say_fires(edits):
          f"them in)")
 
 
-def _finish(backend, hooks, escapes, sink, recorder):
+def _finish(backend, hooks, escapes, sink, recorder, inputs):
     try:
         escapes.remove()
         # Python's atexit runs before CUDA's own teardown: wait for the device here, so this
@@ -165,7 +167,7 @@ def _finish(backend, hooks, escapes, sink, recorder):
             torch.cuda.synchronize()
         path = backend.settled_path()
         rows = sink.close() if sink is not None else []
-        meta = {"python_save_errors": hooks.save_errors, "inputs_of": json.dumps([ROOT])}
+        meta = {"python_save_errors": hooks.save_errors, "inputs_of": json.dumps(inputs)}
         meta.update(_patch_meta())
         _store.write_python_rows(path, rows, escapes.rows(), meta,
                                  {"save_failed": hooks.save_errors,
