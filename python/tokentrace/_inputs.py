@@ -6,7 +6,8 @@ named ones. Containers are looked into: tuples and lists ("[i]"), dicts and Mode
 (".key"), dataclasses (".field"), and transformers' caches (DynamicCache, StaticCache,
 EncoderDecoderCache and the others: whatever of their attributes hold tensors, layers or
 other caches, so a DynamicCache shows "layers[i].keys" and "layers[i].values" per layer).
-Anything else is one entry of kind "object" with its type name: never dropped silently.
+Anything else is one entry of kind "object" with its type name: never dropped silently (so is
+a sequence or dict of more than 256 items, with its length).
 Values that are not tensors are entries of kind "value" with their type, and the value itself
 for small scalars (bool, int, float, None, short strings).
 
@@ -22,6 +23,7 @@ from ._outputs import dtype_name
 
 _MAX_DEPTH = 8     # deeper than this, a container is one "object" entry
 _MAX_STR = 64      # longer strings are recorded by type and length only
+_MAX_ITEMS = 256   # a longer sequence or dict is one "object" entry (a call's rows stay few)
 _SCALARS = (bool, int, float, type(None))
 _FLUSH_ROWS = 20000  # rows kept in memory before they go to the trace file
 
@@ -110,7 +112,8 @@ def _join(path, key):
 
 def _walk(value, path, depth, out):
     kind = _kind_of(type(value))
-    if kind == _LEAF or kind == _OBJECT or depth >= _MAX_DEPTH:
+    if kind == _LEAF or kind == _OBJECT or depth >= _MAX_DEPTH or (
+            kind in (_SEQ, _DICT) and len(value) > _MAX_ITEMS):
         out.append((path, value))
     elif kind == _SEQ:
         for i, item in enumerate(value):
@@ -151,8 +154,9 @@ def describe(path, value):
     if isinstance(value, str):
         shown = repr(value) if len(value) <= _MAX_STR else f"<{len(value)} characters>"
         return (path, "value", type_name, None, None, None, shown)
+    size = f"<{len(value)} items>" if isinstance(value, (tuple, list, dict)) else None
     return (path, "object", f"{type(value).__module__}.{type(value).__qualname__}",
-            None, None, None, None)
+            None, None, None, size)
 
 
 class InputRecorder:

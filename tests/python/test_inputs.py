@@ -107,6 +107,15 @@ def test_containers_values_and_objects():
     assert inputs["note"].value == "<100 characters>"  # long strings: type and length only
 
 
+def test_long_sequences_are_one_entry():
+    trace = _trace(Takes(), (torch.zeros(1), list(range(1000)), [torch.zeros(2)] * 3),
+                   kernels="off")
+    inputs = trace["self:1"].inputs
+    assert list(inputs) == ["x", "pair", "extra[0]", "extra[1]", "extra[2]"]
+    assert (inputs["pair"].kind, inputs["pair"].type, inputs["pair"].value) == (
+        "object", "builtins.list", "<1000 items>")
+
+
 def test_hook_pair_sites_record_inputs_too(llama, prompt):
     site = llama.model.layers[0].mlp
     handle = site.register_forward_pre_hook(lambda m, a: None)  # the hook pair, not a wrapper
