@@ -114,3 +114,20 @@ def test_a_box_that_does_not_fit_the_input_is_skipped_and_counted(llama):
     report = bound.last_report
     assert (report.num_fires, report.num_skips) == (0, 1)
     assert "index 40 is out of range" in report.last_skip_reason
+
+
+@pytest.mark.parametrize("calls,fires", [(tt.token(2), 1), (tt.call(3), 1), (None, 4)])
+def test_table_counters_select_the_same_calls_as_python(llama, prompt, calls, fires):
+    """The declarative input edit's site in the patch table counts its own calls and tokens,
+    and picks the calls a Python callable picks."""
+    def generate(action):
+        bound = tt.when(tt.module(V_PROJ), action, calls=calls, input="input").bind(llama)
+        with torch.no_grad():
+            out = bound.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                                 output_logits=True, return_dict_in_generate=True)
+        return out.logits, bound.last_report.num_fires
+
+    table, table_fires = generate(tt.scale(2.0))
+    python, python_fires = generate(lambda values, *, ctx: values * 2)
+    assert table_fires == python_fires == fires
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(table, python))
