@@ -166,7 +166,7 @@ class InputRecorder:
     The tensors of sites whose inputs are saved stream to the TensorSink as outputs do. The
     rows (metadata) go into the trace file whenever _FLUSH_ROWS are pending, so memory stays
     flat over a long run (a decoding step of a 32-layer model gives 65 rows); rows of saved
-    tensors wait until their shard is written, since they name it.
+    tensors (and those after them) wait until their shard is written, since they name it.
     """
 
     def __init__(self, current, sink=None, trace_path=None):
@@ -205,15 +205,17 @@ class InputRecorder:
         return on_input
 
     def flush(self):
-        """Writes the rows that are ready (all but those of saved tensors still in memory)."""
+        """Writes the rows that are ready, up to the first of a saved tensor still in memory
+        (the file keeps the rows in call and argument order)."""
         from ._store import write_python_rows
         files = self._sink.files if self._sink is not None else {}
-        ready = [r for r in self.rows if r[-1] is None or r[-1] in files]
+        ready = next((i for i, r in enumerate(self.rows)
+                      if r[-1] is not None and r[-1] not in files), len(self.rows))
         if not ready:
             return
-        write_python_rows(self._trace_path(), inputs=self.table_rows(files, ready))
-        self.rows[:] = [r for r in self.rows if not (r[-1] is None or r[-1] in files)]
-        self.flushed += len(ready)
+        write_python_rows(self._trace_path(), inputs=self.table_rows(files, self.rows[:ready]))
+        del self.rows[:ready]
+        self.flushed += ready
 
     def safe(self, on_input):
         """on_input for a forward pre-hook (with_kwargs=True): never raises into the job."""

@@ -198,8 +198,10 @@ def test_saved_rows_wait_for_their_shard(llama, prompt, monkeypatch):
     cache = _prefill_cache(llama, prompt)
     before = cache.layers[1].keys.clone()
     trace = _decode_step(llama, cache, save=tt.module("self"))
-    saved = trace["self:1"].inputs["past_key_values.layers[1].keys"]
-    assert torch.equal(saved, before)
+    inputs = trace["self:1"].inputs
+    assert torch.equal(inputs["past_key_values.layers[1].keys"], before)
+    assert list(inputs)[:2] == ["input_ids", "past_key_values.layers[0].keys"]  # call order
+    assert list(inputs)[-1] == "use_cache"  # a value, written before the tensors' shard
     with sqlite3.connect(trace.path) as con:
         assert con.execute("SELECT count(*), count(DISTINCT path) FROM call_inputs").fetchone() \
             == (len(trace["self:1"].inputs),) * 2
