@@ -122,10 +122,12 @@ def _walk(value, path, depth, out):
         for key, item in value.items():
             _walk(item, _join(path, key) if isinstance(key, str) else f"{path}[{key!r}]",
                   depth + 1, out)
-    elif kind == _CACHE:
+    elif kind == _CACHE:  # per layer: keys, values and a few flags; the tensors go straight in
         for key, item in vars(value).items():
-            if _holds_state(item):
-                _walk(item, _join(path, key), depth + 1, out)
+            if isinstance(item, torch.Tensor):
+                out.append((f"{path}.{key}", item))
+            elif _holds_state(item):
+                _walk(item, f"{path}.{key}", depth + 1, out)
     else:  # a dataclass
         for field in dataclasses.fields(value):
             _walk(getattr(value, field.name, None), _join(path, field.name), depth + 1, out)
