@@ -66,6 +66,11 @@ PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 300 "$python" bench/hoo
   2>/dev/null >> "$out" || echo "hook_overhead.py failed (rc $?)" >&2
 echo >> "$out"
 
+echo "== input_overhead.py" >&2
+PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 300 "$python" bench/input_overhead.py \
+  2>/dev/null >> "$out" || echo "input_overhead.py failed (rc $?)" >&2
+echo >> "$out"
+
 if [ -z "${SKIP_GENERATE:-}" ]; then
   # The `patch` setup needs the patch-table operators built against this torch: the ones
   # scripts/setup.sh built, else built here.

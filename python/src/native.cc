@@ -217,10 +217,12 @@ struct ForwardWrapper {
   vectorcallfunc vectorcall;
   PyObject* forward;    // the original (bound) forward; owned
   PyObject* on_output;  // callable(output) for saved sites, or nullptr; owned
+  PyObject* on_input;   // callable(*args, **kwargs) for sites whose inputs are recorded; owned
   uint32_t site;
   int record;
   int enabled;          // 0: a plain pass-through (removed while someone wrapped over us)
   uint64_t output_errors;
+  uint64_t input_errors;
 };
 
 PyObject* WrapperVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
@@ -228,6 +230,16 @@ PyObject* WrapperVectorcall(PyObject* self, PyObject* const* args, size_t nargsf
   auto* w = reinterpret_cast<ForwardWrapper*>(self);
   if (!w->enabled) return PyObject_Vectorcall(w->forward, args, nargsf, kwnames);
   OpenCall(w->site);
+  if (w->on_input != nullptr) {
+    // Inside the call (the recorder reads its id), before forward runs and changes anything
+    // (a cache appends). The arguments are passed on as they came: no tuple or dict built.
+    PyObject* r = PyObject_Vectorcall(w->on_input, args, nargsf, kwnames);
+    if (r == nullptr) {  // never break the traced job over a record of its inputs
+      PyErr_Clear();
+      ++w->input_errors;
+    }
+    Py_XDECREF(r);
+  }
   PyObject* out = PyObject_Vectorcall(w->forward, args, nargsf, kwnames);
   if (out != nullptr && w->on_output != nullptr) {
     PyObject* r = PyObject_CallOneArg(w->on_output, out);
@@ -254,6 +266,7 @@ int WrapperTraverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   Py_VISIT(w->forward);
   Py_VISIT(w->on_output);
+  Py_VISIT(w->on_input);
   return 0;
 }
 
@@ -261,6 +274,7 @@ int WrapperClear(PyObject* self) {
   auto* w = reinterpret_cast<ForwardWrapper*>(self);
   Py_CLEAR(w->forward);
   Py_CLEAR(w->on_output);
+  Py_CLEAR(w->on_input);
   return 0;
 }
 
@@ -325,6 +339,8 @@ PyMemberDef g_wrapper_members[] = {
     {"enabled", T_INT, offsetof(ForwardWrapper, enabled), 0, "0: pass calls straight through"},
     {"output_errors", T_ULONGLONG, offsetof(ForwardWrapper, output_errors), READONLY,
      "outputs on_output failed on"},
+    {"input_errors", T_ULONGLONG, offsetof(ForwardWrapper, input_errors), READONLY,
+     "calls on_input failed on"},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(ForwardWrapper, vectorcall), READONLY, nullptr},
     {nullptr, 0, 0, 0, nullptr}};
 
@@ -346,7 +362,7 @@ PyType_Spec g_wrapper_spec = {
 PyTypeObject* g_wrapper_type = nullptr;  // made from g_wrapper_spec at import
 
 nb::object MakeWrapper(uint32_t site, const std::string& name, int kind, nb::handle forward,
-                       bool record, nb::handle on_output) {
+                       bool record, nb::handle on_output, nb::handle on_input) {
   if (!PyCallable_Check(forward.ptr())) throw nb::type_error("forward must be callable");
   RegisterSite(site, name, kind);
   auto* w = PyObject_GC_New(ForwardWrapper, g_wrapper_type);
@@ -354,10 +370,12 @@ nb::object MakeWrapper(uint32_t site, const std::string& name, int kind, nb::han
   w->vectorcall = WrapperVectorcall;
   w->forward = Py_NewRef(forward.ptr());
   w->on_output = on_output.is_none() ? nullptr : Py_NewRef(on_output.ptr());
+  w->on_input = on_input.is_none() ? nullptr : Py_NewRef(on_input.ptr());
   w->site = site;
   w->record = record ? 1 : 0;
   w->enabled = 1;
   w->output_errors = 0;
+  w->input_errors = 0;
   PyObject_GC_Track(w);
   return nb::steal(reinterpret_cast<PyObject*>(w));
 }
@@ -425,7 +443,8 @@ NB_MODULE(_native, m) {
   g_wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_wrapper_spec));
   if (g_wrapper_type == nullptr) throw nb::python_error();
   m.def("wrap_forward", &MakeWrapper, nb::arg("site"), nb::arg("name"), nb::arg("kind"),
-        nb::arg("forward"), nb::arg("record"), nb::arg("on_output").none());
+        nb::arg("forward"), nb::arg("record"), nb::arg("on_output").none(),
+        nb::arg("on_input").none() = nb::none());
   nb::class_<PreHook>(m, "PreHook")
       .def(nb::init<uint32_t, const std::string&, int>())
       .def("__call__", &PreHook::Call, nb::arg("module"), nb::arg("args").none());

@@ -2,6 +2,7 @@
 
 import atexit
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -13,6 +14,7 @@ from . import _store
 from ._backend import check_kernel_mode, get_backend
 from ._errors import fail
 from ._escapes import EscapeCounter, warn_once
+from ._inputs import InputRecorder
 from ._naming import ROOT, site_names
 from ._prompt import is_text, tokenize
 from ._selectors import as_selector
@@ -110,28 +112,33 @@ def _call_args(model, inputs, input_kwargs, tokenizer):
     return (inputs,), kwargs
 
 
-def _resolve(model, sites, save, default_all):
+def _resolve(model, sites, save, default_all, inputs_of=None):
+    """(hooked sites, saved sites, sites whose inputs are recorded: the root's always)."""
     names = list(site_names(model))
     saved = as_selector(save, "save=").resolve(names, "save=") if save is not None else []
     if sites is None:
         hooked = names if default_all else [ROOT]
     else:
         hooked = as_selector(sites, "sites=").resolve(names, "sites=")
-    chosen = set(hooked) | set(saved) | {ROOT}
-    return [n for n in names if n in chosen], saved
+    inputs = set(as_selector(inputs_of, "inputs_of=").resolve(names, "inputs_of=")
+                 if inputs_of is not None else []) | {ROOT}
+    chosen = set(hooked) | set(saved) | inputs
+    return [n for n in names if n in chosen], saved, inputs
 
 
-def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes, intervene):
+def _run(kind, fn, model, args, kwargs, hooked, saved, inputs, kernels, out, shard_bytes,
+         intervene):
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
     bound_edits = intervene.hooks_for(model) if intervene is not None else None
     sink = TensorSink(path, shard_bytes) if saved else None
+    recorder = InputRecorder(backend.current, sink, backend.settled_path)
     on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
     report = backend.escape if on_cpu else None
     escapes = EscapeCounter(lambda: backend.current()[2], report)
     path = backend.start(path, kernels)
-    hooks = HookSet(backend, model, hooked, saved, sink)
+    hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
     try:
         if bound_edits is not None:
             bound_edits.install()
@@ -154,9 +161,12 @@ def _run(kind, fn, model, args, kwargs, hooked, saved, kernels, out, shard_bytes
             warnings.warn(f"tokentrace: {sink.failed} saved outputs could not be written to "
                           f"{sink.directory} ({sink.errors[0]}); they are counted in the trace's "
                           f"losses (save_failed)", RuntimeWarning)
-        meta = {"python_save_errors": hooks.save_errors, "kernels_status": status}
+        meta = {"python_save_errors": hooks.save_errors, "kernels_status": status,
+                "inputs_of": json.dumps(sorted(inputs))}
         _store.write_python_rows(path, rows, escapes.rows(), meta,
-                                 {"save_failed": hooks.save_errors})
+                                 {"save_failed": hooks.save_errors,
+                                  "inputs_failed": hooks.input_errors},
+                                 recorder.table_rows(sink.files if sink is not None else {}))
     result = (Recording if kind == "record" else Trace)(path)
     _warn_escapes(result, escapes, on_cpu)
     return result
@@ -175,13 +185,16 @@ def _warn_escapes(result, escapes, python_counts):
 
 
 def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels="summary",
-          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64):
+          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64, inputs_of=None):
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
     fn: a model, or a bound method of one (model.generate). inputs: a tensor, a tuple of
     positional arguments, a dict of keyword arguments, or text (tokenized with `tokenizer=`
     or the tokenizer saved next to the model). save=: sites whose output tensors are kept
-    (trace["site:k"].out is then the tensor). kernels: 'off' | 'summary' | 'full' | 'sample:N'.
+    (trace["site:k"].out is then the tensor; for sites whose inputs are recorded,
+    .inputs holds tensors too). inputs_of=: sites whose inputs (every tensor and value each call
+    was given, by path) are recorded besides the root's, which always are.
+    kernels: 'off' | 'summary' | 'full' | 'sample:N'.
     out: the SQLite file (default: a temporary file; see trace.path).
     """
     if not callable(fn):
@@ -189,20 +202,22 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
              f"got {type(fn).__name__}")
     model = _model_of(fn, model)
     _warn_if_compiled(fn, model)
-    hooked, saved = _resolve(model, sites, save, default_all=True)
+    hooked, saved, recorded = _resolve(model, sites, save, True, inputs_of)
     _check_intervene(intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
-    return _run("trace", fn, model, args, kwargs, hooked, saved, kernels, out,
+    return _run("trace", fn, model, args, kwargs, hooked, saved, recorded, kernels, out,
                 int(shard_mb * (1 << 20)), intervene)
 
 
 def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
-           kernels="summary", out=None, tokenizer=None, intervene=None, shard_mb=64):
+           kernels="summary", out=None, tokenizer=None, intervene=None, shard_mb=64,
+           inputs_of=None):
     """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
     Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
-    bounded by `shard_mb` however many steps run.
+    bounded by `shard_mb` however many steps run. inputs_of=: as for trace (the inputs of
+    saved sites stream to the shards too).
     """
     if isinstance(model, torch.nn.Module):
         fn = getattr(model, "generate", None)
@@ -218,13 +233,13 @@ def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
     if save is None:
         fail("record() needs save=: the sites to keep, e.g. save=tt.module('model.layers.*.mlp')")
     _warn_if_compiled(fn, model)
-    hooked, saved = _resolve(model, sites if sites is not None else save, save,
-                             default_all=False)
+    hooked, saved, recorded = _resolve(model, sites if sites is not None else save, save,
+                                       False, inputs_of)
     _check_intervene(intervene)
     if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
-    return _run("record", fn, model, args, kwargs, hooked, saved, kernels, out,
+    return _run("record", fn, model, args, kwargs, hooked, saved, recorded, kernels, out,
                 int(shard_mb * (1 << 20)), intervene)
 
 

@@ -64,6 +64,12 @@ class NativeBackend:
     def flush(self):
         self._n.flush()
 
+    def settled_path(self):
+        """The trace file's name, once the shim has created the file (a flush does, as soon
+        as calls were recorded): another process of the same run may own the requested name."""
+        self._n.flush()
+        return self._n.out_path()
+
     def site(self, name, kind):
         return self._n.site(name, kind)
 
@@ -79,8 +85,8 @@ class NativeBackend:
     def escape(self, kind=4):
         self._n.escape(kind)
 
-    def wrap_forward(self, site_id, name, kind, forward, on_output=None):
-        return self._n.wrap_forward(site_id, name, kind, forward, True, on_output)
+    def wrap_forward(self, site_id, name, kind, forward, on_output=None, on_input=None):
+        return self._n.wrap_forward(site_id, name, kind, forward, True, on_output, on_input)
 
     def pre_hook(self, site_id, name, kind):
         return self._n.PreHook(site_id, name, kind)

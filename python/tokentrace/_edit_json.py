@@ -6,7 +6,8 @@ A spec file is a JSON list of rules; each rule is an object:
      "op": "scale",                         # zero | fill | add | scale | clamp | replace
      "factor": 0.5,                         # the op's numbers (see _OP_KEYS)
      "index": [null, [1, null, 2], -1],     # optional box, one entry per dimension
-     "calls": {"token": 3}}                 # optional; default every call
+     "calls": {"token": 3},                 # optional; default every call
+     "input": "hidden_states"}              # optional: edit this input (a path), not the output
 
 index: null or absent is the whole output; a list holds one entry per dimension: an int
 (negative allowed), null (the whole dimension), [start, stop] or [start, stop, step] (ints or
@@ -29,7 +30,7 @@ from ._patch_ops import Op, add, clamp, fill, replace, scale, zero
 
 OPS = {"zero": zero, "fill": fill, "add": add, "scale": scale, "clamp": clamp,
        "replace": replace}
-_COMMON = ("site", "op", "index", "calls")
+_COMMON = ("site", "op", "index", "calls", "input")
 _OP_KEYS = {"zero": (), "fill": ("value",), "add": ("value", "operand", "operand_key"),
             "scale": ("factor",), "clamp": ("lo", "hi"),
             "replace": ("value", "operand", "operand_key")}
@@ -116,7 +117,7 @@ def _rule(item, where, base, device):
         action = _op(op, item, index, bad, base, device)
         calls = _calls(item.get("calls"), bad)
         from ._selectors import module
-        return when(module(*patterns), action, calls=calls)
+        return when(module(*patterns), action, calls=calls, input=item.get("input"))
     except TokentraceError as exc:
         message = str(exc)
         if message.startswith(f"tokentrace: {where}"):
@@ -297,6 +298,8 @@ def _rule_json(i, rule, operand_dir):
     calls = _calls_json(rule.calls)
     if calls != "every":
         out["calls"] = calls
+    if rule.input is not None:
+        out["input"] = rule.input
     return out
 
 

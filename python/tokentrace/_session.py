@@ -13,6 +13,11 @@ towards it, and the recorded and saved output is the one after the edits. torch 
 modules through its slow path anyway. A module whose forward cannot be replaced gets the pair
 as well.
 
+Sites in `inputs` (an InputRecorder records them) also record what each call was given: the
+wrapper hands the arguments to the recorder inside the call, before forward runs; with the
+hook pair, a forward pre-hook after all others does (so both record what forward receives,
+after any input edits). Sites not in `inputs` pay nothing for it.
+
 remove() restores each module's forward as it was. If someone else replaced forward over ours
 in the meantime, ours stays in their chain as a pass-through. Models holding an
 nn.DataParallel get the hook pairs everywhere: its replicas are shallow copies of each
@@ -37,12 +42,14 @@ def original_forward(forward):
 
 
 class HookSet:
-    def __init__(self, backend, model, hooked, saved=(), sink=None):
+    def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None):
         self.backend = backend
         self.model = model
         self.hooked = list(hooked)
         self.saved = set(saved)
         self.sink = sink
+        self.inputs = set(inputs) if recorder is not None else set()
+        self.recorder = recorder
         self.handles = []
         self.wrapped = []   # (module, wrapper, the instance `forward` it replaced or _MISSING)
         self.site_ids = {}
@@ -58,8 +65,9 @@ class HookSet:
 
     def install(self, running_root_args=None):
         """Installs the hooks. running_root_args: the root is being called right now (preload
-        installs from inside the first root call): that call is opened here and closed by a
-        one-shot forward hook when it returns."""
+        installs from inside the first root call): that call is opened here (its positional
+        arguments are its recorded inputs) and closed by a one-shot forward hook when it
+        returns."""
         names = site_names(self.model)
         # nn.DataParallel copies each module's __dict__ into its replicas: a wrapped forward
         # would run the original module there. Such models get the hook pairs throughout.
@@ -72,31 +80,42 @@ class HookSet:
                 sid = self.backend.site(name, kind)
                 self.site_ids[name] = sid
                 saver = self._saver(name) if name in self.saved and self.sink is not None else None
+                on_input = (self.recorder.hook(mod.forward, name in self.saved)
+                            if name in self.inputs else None)
                 opened = None
                 if not (replicated or mod._forward_hooks or mod._forward_pre_hooks):
-                    opened = self._wrap(mod, sid, name, kind, saver)
+                    opened = self._wrap(mod, sid, name, kind, saver, on_input)
                 if opened is None:
-                    opened = self._hook(mod, sid, name, kind, saver)
+                    opened = self._hook(mod, sid, name, kind, saver, on_input)
                 if name == ROOT:
                     root_open = opened
         except BaseException:
             self.remove()
             raise
         if running_root_args is not None and root_open is not None:
-            root_open()
+            root_open(running_root_args)
 
-    def _wrap(self, mod, sid, name, kind, saver):
+    @property
+    def input_errors(self):
+        """Calls whose inputs could not be recorded (also after remove())."""
+        if self.recorder is None:
+            return 0
+        return self.recorder.failed + sum(w.input_errors for _, w, _ in self.wrapped)
+
+    def _wrap(self, mod, sid, name, kind, saver, on_input):
         previous = mod.__dict__.get("forward", _MISSING)
         forward = mod.forward
-        wrapper = self.backend.wrap_forward(sid, name, kind, forward, saver)
+        wrapper = self.backend.wrap_forward(sid, name, kind, forward, saver, on_input)
         try:
             object.__setattr__(mod, "forward", wrapper)
         except Exception:
             return None
         self.wrapped.append((mod, wrapper, previous))
 
-        def open_in_progress():
+        def open_in_progress(args):
             wrapper.open()
+            if on_input is not None:
+                self.recorder.safe(on_input)(mod, args, {})
             holder = []
 
             def close(module, args, output):
@@ -106,7 +125,7 @@ class HookSet:
             self.handles.append(holder[0])
         return open_in_progress
 
-    def _hook(self, mod, sid, name, kind, saver):
+    def _hook(self, mod, sid, name, kind, saver, on_input):
         pre = self.backend.pre_hook(sid, name, kind)
         post = self.backend.post_hook(sid, True)
         if saver is not None:
@@ -115,9 +134,17 @@ class HookSet:
             def post(module, args, output):
                 saver(output)
                 return inner(module, args, output)
+        record_inputs = self.recorder.safe(on_input) if on_input is not None else None
+        if record_inputs is not None:  # after every other pre-hook: what forward receives
+            self.handles.append(mod.register_forward_pre_hook(record_inputs, with_kwargs=True))
         self.handles.append(mod.register_forward_pre_hook(pre, prepend=True))
         self.handles.append(mod.register_forward_hook(post, always_call=True))
-        return lambda: pre(mod, ())
+
+        def open_in_progress(args):
+            pre(mod, ())
+            if record_inputs is not None:
+                record_inputs(mod, args, {})
+        return open_in_progress
 
     def _saver(self, site):
         current = self.backend.current
@@ -152,6 +179,8 @@ class HookSet:
                 pass
         self.handles = []
         self._save_errors += sum(w.output_errors for _, w, _ in self.wrapped)  # kept
+        if self.recorder is not None:
+            self.recorder.failed += sum(w.input_errors for _, w, _ in self.wrapped)  # kept
         for mod, wrapper, previous in reversed(self.wrapped):
             if mod.__dict__.get("forward") is wrapper:
                 if previous is _MISSING:

@@ -1,9 +1,10 @@
 """Saved outputs: tensors streamed to safetensors shards next to the SQLite file.
 
 Layout: for a trace file `run.sqlite`, shards are `run.sqlite.tensors/shard-00000.safetensors`,
-each holding tensors keyed by call id ("1234"); the saved_outputs table maps call ids to
-(shard file, key). Memory is bounded by `shard_bytes`: pending tensors are written out and
-released whenever that many bytes are waiting.
+each holding tensors keyed by call id ("1234") for outputs and by "call id:path" for inputs
+("1234:past_key_values.layers[0].keys"); the saved_outputs table maps call ids to (shard file,
+key), call_inputs rows name their own. Memory is bounded by `shard_bytes`: pending tensors are
+written out and released whenever that many bytes are waiting.
 
 CUDA: a saved output is copied into pinned host memory with non_blocking=True on the current
 stream and an event is recorded; nothing waits per step. The events are waited on only when a
@@ -24,10 +25,12 @@ class TensorSink:
         self.directory = None if callable(sqlite_path) else self._directory_for(sqlite_path)
         self._shard_bytes = max(int(shard_bytes), 1)
         self._pending = {}   # key -> host tensor
+        self._outputs = set()  # the keys in _pending that are outputs
         self._events = []
         self._bytes = 0
         self._shard = 0
-        self.rows = []       # (call_id, file, key), written to saved_outputs at the end
+        self.rows = []       # (call_id, file, key) of outputs, written to saved_outputs
+        self.files = {}      # key -> shard file, of every tensor written (inputs' too)
         self.failed = 0      # tensors queued but not written (a shard could not be written)
         self.errors = []     # why
         self.peak_pending_bytes = 0
@@ -37,9 +40,10 @@ class TensorSink:
         shutil.rmtree(directory, ignore_errors=True)  # a previous run's
         return directory
 
-    def save(self, call_id, tensor):
-        """Queues `tensor` as call `call_id`'s saved output. Raises ValueError for a tensor
-        safetensors cannot store (the caller counts it as a failed save)."""
+    def save(self, call_id, tensor, key=None):
+        """Queues `tensor` as call `call_id`'s saved output, or under `key` (an input). Raises
+        ValueError for a tensor safetensors cannot store (the caller counts it as a failed
+        save)."""
         t = tensor.detach()
         if t.is_nested or t.layout != torch.strided or t.device.type == "meta":
             kind = ("nested" if t.is_nested else "meta" if t.device.type == "meta"
@@ -54,7 +58,9 @@ class TensorSink:
             self._events.append(event)
         else:
             host = t.clone(memory_format=torch.contiguous_format)
-        key = str(int(call_id))
+        if key is None:
+            key = str(int(call_id))
+            self._outputs.add(key)
         self._pending[key] = host
         self._bytes += host.numel() * host.element_size()
         self.peak_pending_bytes = max(self.peak_pending_bytes, self._bytes)
@@ -79,9 +85,11 @@ class TensorSink:
             self.errors.append(f"{type(exc).__name__}: {exc}")
         else:
             rel = f"{os.path.basename(self.directory)}/{name}"
-            self.rows.extend((int(k), rel, k) for k in self._pending)
+            self.rows.extend((int(k), rel, k) for k in self._pending if k in self._outputs)
+            self.files.update((k, rel) for k in self._pending)
             self._shard += 1
         self._pending = {}
+        self._outputs = set()
         self._events = []
         self._bytes = 0
 

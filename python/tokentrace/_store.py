@@ -6,13 +6,17 @@ token_stats and the tokens view, and creates call_outputs empty. The Python laye
   saved_outputs(call_id, file, key)              tensors saved with save= (safetensors shards,
                                                  `file` relative to the SQLite file's directory)
   escape_sites(token, location, count)           host reads of tensors seen from Python
-write_schema() creates the whole schema (tests use it to write files by hand).
+call_inputs (what each call was given, by path) is the shim's table since schema version 2
+(src/store/schema.cc); the Python layer fills it. write_schema() creates the whole schema of
+version 1 (tests use it to write files by hand).
 """
 
 import os
 import sqlite3
 
-SCHEMA_VERSION = "1"
+# The newest version this package reads: src/store/schema.h's kSchemaVersion (a test checks
+# that a file the shim writes carries it). Versions 1 onwards open.
+SCHEMA_VERSION = "2"
 
 _CORE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -61,12 +65,13 @@ def ensure_python_tables(con):
     con.executescript(_PY_SCHEMA)
 
 
-def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None):
+def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, inputs=()):
     """Adds the Python layer's rows to a trace file (the shim's or our own). Call outputs
     (shape, dtype, path) are not among them: the hooks stream those through the shim.
 
     saved: (call_id, file, key);
-    escape_sites: (token, location, count); losses: {kind: count}, added to the shim's.
+    escape_sites: (token, location, count); losses: {kind: count}, added to the shim's;
+    inputs: call_inputs rows (InputRecorder.table_rows).
     Safe while the shim still writes the file (SQLite locking; we wait up to the busy
     timeout).
     """
@@ -77,6 +82,9 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None):
             con.executemany("INSERT INTO saved_outputs(call_id, file, key) VALUES (?,?,?)", saved)
             con.executemany("INSERT INTO escape_sites(token, location, count) VALUES (?,?,?)",
                             escape_sites)
+            if inputs:
+                con.executemany("INSERT INTO call_inputs(call_id, path, kind, type, shape, dtype, "
+                                "device, value, file, key) VALUES (?,?,?,?,?,?,?,?,?,?)", inputs)
             for key, value in (meta or {}).items():
                 con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)",
                             (key, str(value)))

@@ -1,4 +1,5 @@
-"""Trace and Recording: read-only views over a schema-v1 SQLite trace file.
+"""Trace and Recording: read-only views over a SQLite trace file (schema versions 1 and 2;
+version 1 files have no call_inputs).
 
 Reads are lazy: sites are loaded on open, each site's calls on first access, and GPU totals
 (inclusive of child calls) in one pass when first asked for. The file may still be growing
@@ -13,6 +14,7 @@ from collections import namedtuple
 import torch
 
 from ._errors import fail
+from ._store import SCHEMA_VERSION
 from ._outputs import parse_dtype
 
 TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill")
@@ -52,6 +54,11 @@ class CallView:
     def out(self):
         """The output tensor when saved (save=), else OutputMeta(shape, dtype, path), or None."""
         return self._trace._output(self.id)
+
+    @property
+    def inputs(self):
+        """{path: InputEntry or tensor} of what this call was given (see CallInputs)."""
+        return self._trace._inputs(self)
 
     @property
     def gpu_ms(self):
@@ -149,9 +156,10 @@ class Trace:
             fail(f"{self.path} is not a tokentrace trace (no sites/calls tables)")
         self.meta = dict(self._q("SELECT key, value FROM meta")) if "meta" in self._tables else {}
         version = self.meta.get("schema_version", "1")
-        if version != "1":
+        if not version.isdigit() or not 1 <= int(version) <= int(SCHEMA_VERSION):
             fail(f"{self.path} has trace schema version {version}; this tokentrace reads "
-                 f"version 1")
+                 f"versions 1 to {SCHEMA_VERSION}")
+        self.schema_version = int(version)  # the version that wrote the file
         cols = [r[1] for r in self._q("PRAGMA table_info(sites)")]
         is_token = "is_token" if "is_token" in cols else "kind = 'root'"
         self._sites = {}
@@ -166,6 +174,7 @@ class Trace:
                 self._site_order.append(name)
         self._views = {}
         self._outputs = None
+        self._input_rows = None
         self._saved = None
         self._gpu = False
         self._shards = {}
@@ -298,6 +307,21 @@ class Trace:
             return None
         path, shape, dtype = row
         return OutputMeta(json.loads(shape), parse_dtype(dtype), path)
+
+    def _inputs(self, call):
+        from ._input_view import CallInputs
+        if self.schema_version < 2 or "call_inputs" not in self._tables:
+            fail(f"the inputs of {call.name} were not recorded: schema version "
+                 f"{self.schema_version} files record no inputs")
+        if call.site not in json.loads(self.meta.get("inputs_of", "[]")):
+            fail(f"the inputs of {call.name} were not recorded: record them with "
+                 f"inputs_of=tt.module({call.site!r}); the root's are always recorded")
+        if self._input_rows is None:
+            self._input_rows = {}
+            for row in self._q("SELECT call_id, path, kind, type, shape, dtype, device, value, "
+                               "file, key FROM call_inputs ORDER BY rowid"):
+                self._input_rows.setdefault(row[0], []).append(row[1:])
+        return CallInputs(call.name, self._input_rows.get(call.id, ()), self._tensor)
 
     def _tensor(self, file, key):
         from safetensors import safe_open

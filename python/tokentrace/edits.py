@@ -154,15 +154,17 @@ class EditContext:
 
 
 class Rule:
-    def __init__(self, selector, action, calls):
+    def __init__(self, selector, action, calls, input=None):
         self.selector = selector
         self.action = action
         self.calls = calls
+        self.input = input  # a path into the call's inputs, or None: the output
 
     def describe(self):
         act = self.action.describe() if isinstance(self.action, Op) else getattr(
             self.action, "__name__", "callable")
-        return f"{self.selector!r} -> {act} on {self.calls!r}"
+        where = f" input {self.input!r}" if self.input is not None else ""
+        return f"{self.selector!r}{where} -> {act} on {self.calls!r}"
 
 
 class EditSpec:
@@ -197,17 +199,22 @@ class EditSpec:
         return "EditSpec(" + "; ".join(r.describe() for r in self.rules) + ")"
 
 
-def when(selector, action, calls=None):
+def when(selector, action, calls=None, *, input=None):
     """A rule: at the sites `selector` selects, on the calls `calls` selects, run `action`.
 
     action: tt.zero/fill/add/scale/clamp/replace(...), or fn(values, *, ctx) returning the new
-    values (or None after editing them in place).
+    values (or None after editing them in place). input: edit the call's input at this path
+    (as trace["site:k"].inputs names it: "hidden_states", "past_key_values.layers[0].values")
+    before forward runs, instead of its output.
     """
     selector = as_selector(selector, "tt.when selector")
     if not (isinstance(action, Op) or callable(action)):
         fail(f"tt.when action must be a patch op (tt.zero(), tt.scale(f), ...) or a callable "
              f"fn(values, *, ctx); got {type(action).__name__}")
-    return EditSpec([Rule(selector, action, as_calls(calls))])
+    if input is not None and (not isinstance(input, str) or not input):
+        fail(f"tt.when input= takes a path into the call's inputs, such as 'hidden_states' or "
+             f"'past_key_values.layers[0].values'; got {input!r}")
+    return EditSpec([Rule(selector, action, as_calls(calls), input)])
 
 
 def load_spec(path, device=None):
@@ -378,18 +385,21 @@ class EditHooks:
         self.spec = spec
         self.modules = site_names(model)
         names = list(self.modules)
-        targets = {}  # site -> [rule index], rule order
+        targets = {}  # (site, input path or None for the output) -> [rule index], rule order
         for i, rule in enumerate(spec.rules):
             for site in rule.selector.resolve(names, "tt.when selector"):
-                targets.setdefault(site, []).append(i)
-        self.targets = {site: targets[site] for site in names if site in targets}
+                targets.setdefault((site, rule.input), []).append(i)
+        by_site = {}
+        for target in targets:
+            by_site.setdefault(target[0], []).append(target)
+        self.targets = {t: targets[t] for site in names for t in by_site.get(site, ())}
         self.has_callables = any(not isinstance(r.action, Op) for r in spec.rules)
         self.table = None
         self.handle = None
         self.device = None
         self.entry_rule = []  # table entry -> rule index
         self._entries = []    # (site id, op, box, table selector) per entry
-        self.plans = {}       # site -> [_Segment]
+        self.plans = {}       # (site, input path or None) -> [_Segment]
         self._plan()
         if self.entry_rule:
             self._build_table()
@@ -405,7 +415,7 @@ class EditHooks:
 
     def _plan(self):
         site_id = 0
-        for site, rule_ids in self.targets.items():
+        for target, rule_ids in self.targets.items():
             segments = []
             for i in rule_ids:
                 action = self.spec.rules[i].action
@@ -418,23 +428,22 @@ class EditHooks:
                     continue
                 segments.append(_Segment([(i, box)], site_id=site_id, key=key))
                 site_id += 1
-            self.plans[site] = segments
+            self.plans[target] = segments
         self.num_sites = site_id
         if not site_id:
             return
         from . import _torch_ops
         _torch_ops.load_library()  # a clear error (how to build it) before anything else
-        first_site = next(s for s, segs in self.plans.items() if any(g.fn is None for g in segs))
-        self.device = self._device_of(first_site)
+        self.device = self.current_device()
         model_dtype = _float_dtype(self.model)
-        for site, segments in self.plans.items():
+        for (site, path), segments in self.plans.items():
             module = self.modules[site]
             dtype = _float_dtype(module) or model_dtype
             for seg in segments:
                 if seg.fn is not None:
                     continue
                 for i, box in seg.rules:
-                    self._validate(i, site, module, dtype, seg.key, box)
+                    self._validate(i, site, module, dtype, seg.key, box, path is None)
                     self._add_entries(i, seg.site_id, box)
 
     def _device_of(self, site):
@@ -445,7 +454,7 @@ class EditHooks:
                 return t.device
         return torch.device("cpu")
 
-    def _validate(self, i, site, module, dtype, key, box):
+    def _validate(self, i, site, module, dtype, key, box, output):
         op = self.spec.rules[i].action
         if dtype is not None and dtype not in _TABLE_DTYPES:
             self._rule_error(i, f"{site} computes in {str(dtype).replace('torch.', '')}; the "
@@ -470,7 +479,7 @@ class EditHooks:
                                     f"{after} box dimension(s) after the ... (they are applied "
                                     f"to every position the ... covers); its shape is "
                                     f"{list(t.shape)}")
-        size, what = _last_dim(module)
+        size, what = _last_dim(module) if output else (None, None)  # inputs: known at the call
         if size is None:
             return
         last_box = None  # the box's size along the output's last dim, when known
@@ -534,7 +543,7 @@ class EditHooks:
         self._local = threading.local()
 
     def current_device(self):
-        return self._device_of(next(s for s, segs in self.plans.items()
+        return self._device_of(next(s for (s, _), segs in self.plans.items()
                                     if any(g.fn is None for g in segs)))
 
     def begin_run(self):
@@ -603,9 +612,14 @@ class EditHooks:
             if self.has_callables:
                 self.handles.append(root.register_forward_hook(self._root_post,
                                                                always_call=True))
-            for site, segments in self.plans.items():
+            for (site, path), segments in self.plans.items():
                 mod = self.modules[site]
-                if any(seg.fn is not None for seg in segments):
+                if path is not None:  # before forward, ahead of the recording's input hook
+                    from ._input_edit import input_hook
+                    hook = input_hook(mod, site, path, self._input_edit(site, path, segments))
+                    self.handles.append(mod.register_forward_pre_hook(hook, prepend=True,
+                                                                      with_kwargs=True))
+                elif any(seg.fn is not None for seg in segments):
                     self.handles.append(mod.register_forward_pre_hook(self._pre(site),
                                                                       prepend=True))
                     hook = self._post(site, segments)
@@ -671,9 +685,35 @@ class EditHooks:
             return _replace_first(output, values, path) if copied else None
         return post
 
-    def _post(self, site, segments):
+    def _run_rules(self, values, segments, site, k):
+        """Applies one target's segments to `values`; the (possibly new) tensor."""
         rules = self.spec.rules
+        ctx = EditContext(site, k, self.token)
+        for seg in segments:
+            if seg.fn is None:
+                self._apply_ops(values, seg)
+                continue
+            i = seg.rules[0]
+            if not rules[i].calls.matches(k, self.token):
+                continue
+            new = seg.fn(values, ctx=ctx)
+            if new is not None and not isinstance(new, torch.Tensor):
+                fail(f"the edit {rules[i].describe()} returned {type(new).__name__}; "
+                     f"return a tensor (or None after editing in place)")
+            if new is not None:
+                values = new
+            self.fires[i] += 1
+        return values
 
+    def _input_edit(self, site, path, segments):
+        """What the input pre-hook runs on a copy of the input at `path`."""
+        def edit(values):
+            k = self.counts.get((site, path), 0) + 1
+            self.counts[(site, path)] = k
+            return self._run_rules(values, segments, site, k)
+        return edit
+
+    def _post(self, site, segments):
         def post(module, args, output):
             stack = self._stack(site)
             if not stack:
@@ -687,21 +727,7 @@ class EditHooks:
             original = values
             if any(values is a for a in args):
                 values = values.clone()
-            ctx = EditContext(site, k, self.token)
-            for seg in segments:
-                if seg.fn is None:
-                    self._apply_ops(values, seg)
-                    continue
-                i = seg.rules[0]
-                if not rules[i].calls.matches(k, self.token):
-                    continue
-                new = seg.fn(values, ctx=ctx)
-                if new is not None and not isinstance(new, torch.Tensor):
-                    fail(f"the edit {rules[i].describe()} returned {type(new).__name__}; "
-                         f"return a tensor (or None after editing in place)")
-                if new is not None:
-                    values = new
-                self.fires[i] += 1
+            values = self._run_rules(values, segments, site, k)
             return _replace_first(output, values, path) if values is not original else None
         return post
 

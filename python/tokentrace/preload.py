@@ -9,7 +9,7 @@ by hand, so token 1 is that first call.
 
 The shim (LD_PRELOAD) owns the session and the file: it was started in its constructor from
 the TOKENTRACE_* environment, and it writes the file until the process exits. At Python exit
-we add our rows (output shapes, saved tensors, escape locations) to that file. Without the
+we add our rows (saved tensors, escape locations, the root's inputs) to that file. Without the
 native extension nothing is recorded (one line on stderr says why and how to build it).
 
 TOKENTRACE_PATCHES (`tokentrace run --patches spec.json`) names a JSON edit spec
@@ -30,6 +30,7 @@ from . import _store
 from ._backend import get_backend
 from ._errors import TokentraceError
 from ._escapes import EscapeCounter
+from ._inputs import InputRecorder
 from ._naming import ROOT, site_names
 from ._selectors import module as select_module
 from ._selectors import parse_env_list
@@ -75,8 +76,9 @@ def _select(env, names, default_all):
     try:
         return select_module(*parse_env_list(text)).resolve(names, env)
     except TokentraceError as exc:
-        _say(f"{exc}; hooking the root `self` only" if env == "TOKENTRACE_SITES"
-             else f"{exc}; saving nothing")
+        _say({"TOKENTRACE_SITES": f"{exc}; hooking the root `self` only",
+              "TOKENTRACE_INPUTS": f"{exc}; recording the root's inputs only"}.get(
+                  env, f"{exc}; saving nothing"))
         return []
 
 
@@ -124,23 +126,20 @@ def _attach_recording(model, args):
     names = list(site_names(model))
     hooked = _select("TOKENTRACE_SITES", names, True)
     saved = _select("TOKENTRACE_SAVE", names, False)
-    chosen = set(hooked) | set(saved) | {ROOT}
+    inputs = set(_select("TOKENTRACE_INPUTS", names, False)) | {ROOT}
+    chosen = set(hooked) | set(saved) | inputs
     hooked = [n for n in names if n in chosen]
-    sink = TensorSink(lambda: _settled_path(backend)) if saved else None
+    sink = TensorSink(backend.settled_path) if saved else None
     on_cpu = not any(p.is_cuda for p in model.parameters())
     escapes = EscapeCounter(lambda: backend.current()[2], backend.escape if on_cpu else None)
-    hooks = HookSet(backend, model, hooked, saved, sink)
+    # The root's inputs, and TOKENTRACE_INPUTS sites', as tt.trace records them (of the first
+    # root call, its positional arguments only: it was already running when the hooks went on).
+    recorder = InputRecorder(backend.current, sink, backend.settled_path)
+    hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
     hooks.install(running_root_args=args)
     escapes.install()
-    atexit.register(_finish, backend, hooks, escapes, sink)
+    atexit.register(_finish, backend, hooks, escapes, sink, recorder, sorted(inputs))
     return True
-
-
-def _settled_path(backend):
-    """The trace file's name, once the shim has created the file (a flush does, as soon as
-    calls were recorded): another process of the same run may own the requested name."""
-    backend.flush()
-    return backend.out_path()
 
 
 def _patch_meta():
@@ -158,7 +157,7 @@ def _say_fires(edits):
          f"them in)")
 
 
-def _finish(backend, hooks, escapes, sink):
+def _finish(backend, hooks, escapes, sink, recorder, inputs):
     try:
         escapes.remove()
         # Python's atexit runs before CUDA's own teardown: wait for the device here, so this
@@ -166,11 +165,13 @@ def _finish(backend, hooks, escapes, sink):
         # from the C atexit list, may come after the runtime has torn the context down).
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
-        path = _settled_path(backend)
+        path = backend.settled_path()
         rows = sink.close() if sink is not None else []
-        meta = {"python_save_errors": hooks.save_errors}
+        meta = {"python_save_errors": hooks.save_errors, "inputs_of": json.dumps(inputs)}
         meta.update(_patch_meta())
         _store.write_python_rows(path, rows, escapes.rows(), meta,
-                                 {"save_failed": hooks.save_errors})
+                                 {"save_failed": hooks.save_errors,
+                                  "inputs_failed": hooks.input_errors},
+                                 recorder.table_rows(sink.files if sink is not None else {}))
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")

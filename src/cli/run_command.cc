@@ -28,6 +28,7 @@ const char kRunUsage[] =
     "  --kernels MODE    off | summary | full | sample:N [TOKENTRACE_KERNELS] (default summary)\n"
     "  --sites GLOBS     comma-separated globs of module sites to hook [TOKENTRACE_SITES]\n"
     "  --save GLOBS      sites whose outputs are saved [TOKENTRACE_SAVE]\n"
+    "  --inputs GLOBS    sites whose inputs are recorded besides the root's [TOKENTRACE_INPUTS]\n"
     "  --patches FILE    JSON patch file [TOKENTRACE_PATCHES]\n"
     "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
     "\n"
@@ -161,7 +162,8 @@ int RunCommand(const std::vector<std::string>& args) {
                    {"--sites", "TOKENTRACE_SITES", "", false},
                    {"--save", "TOKENTRACE_SAVE", "", false},
                    {"--patches", "TOKENTRACE_PATCHES", "", false},
-                   {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false}};
+                   {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false},
+                   {"--inputs", "TOKENTRACE_INPUTS", "", false}};
   Option& out = opts[0];
   Option& kernels = opts[1];
   Option& patches = opts[4];

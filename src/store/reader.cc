@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "store/schema.h"
@@ -65,11 +66,16 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     return nullptr;
   }
   std::string v = version.Text(0);
-  if (v != kSchemaVersion) {
+  // Every version from kOldestReadableSchema up to ours opens: later versions only add tables
+  // (a file of an older version lacks them, and reads as having no such rows).
+  const int number = std::atoi(v.c_str());
+  if (std::to_string(number) != v || number < kOldestReadableSchema ||
+      number > std::atoi(kSchemaVersion)) {
     *error = "tokentrace: '" + path + "' has schema version " + v + "; this tokentrace reads " +
-             "version " + kSchemaVersion;
+             "versions " + std::to_string(kOldestReadableSchema) + " to " + kSchemaVersion;
     return nullptr;
   }
+  reader->schema_version_ = number;
   return reader;
 }
 

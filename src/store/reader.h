@@ -65,7 +65,8 @@ struct KernelEvent {
 
 class Reader {
  public:
-  // Errors (one line): missing file, not a SQLite file, not a tokentrace file, newer schema.
+  // Errors (one line): missing file, not a SQLite file, not a tokentrace file, a schema
+  // version outside kOldestReadableSchema..kSchemaVersion.
   static std::unique_ptr<Reader> Open(const std::string& path, std::string* error);
   ~Reader();
   Reader(const Reader&) = delete;
@@ -89,6 +90,8 @@ class Reader {
                      const std::function<void(const KernelEvent&)>& fn, std::string* error);
 
   const std::string& path() const { return path_; }
+  // The schema version that wrote the file (meta.schema_version): 1 has no call_inputs.
+  int schema_version() const { return schema_version_; }
 
  private:
   Reader(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
@@ -96,6 +99,7 @@ class Reader {
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  int schema_version_ = 0;
 };
 
 // The value of `key` in the meta table of the trace file at `path` ("" when there is no such

@@ -32,6 +32,13 @@ CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);
 CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGER,
                                        gpu_busy_ns INTEGER, escapes INTEGER);
 CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
+-- Since version 2. One row per leaf of a call's arguments, written by the Python layer: kind
+-- 'tensor' (shape as JSON, dtype, device), 'value' (a non-tensor: its type, and `value` as a
+-- Python literal for small scalars) or 'object' (a container not looked into: its type).
+-- A saved input tensor is `key` in the safetensors shard `file` (relative to this file).
+CREATE TABLE IF NOT EXISTS call_inputs(call_id INTEGER, path TEXT, kind TEXT, type TEXT,
+                                       shape TEXT, dtype TEXT, device TEXT, value TEXT,
+                                       file TEXT, key TEXT);
 CREATE VIEW IF NOT EXISTS tokens AS
   SELECT r.token AS token, MIN(r.b) AS cpu_begin_ns, MAX(r.e) AS cpu_end_ns,
          COALESCE(t.kernels, 0) AS kernels, COALESCE(t.gpu_busy_ns, 0) AS gpu_busy_ns,

@@ -1,7 +1,9 @@
-// Schema v1 of a tokentrace file (the DDL lives in schema.cc).
+// Schema of a tokentrace file, version 2 (the DDL lives in schema.cc). Version 2 adds
+// call_inputs; readers open version 1 files too (they have no inputs).
 //
 // Invariants the writer keeps and readers rely on:
-//  * meta.schema_version is "1"; a SQLite file without it is not a tokentrace file.
+//  * meta.schema_version is the version that wrote the file ("1" or "2"); a SQLite file
+//    without it is not a tokentrace file.
 //  * call_gpu holds per-call sums of CallGpuDelta. Call id 0 ("kernels launched outside any
 //    call") keeps ONE row summed over all tokens, so the report can show how much GPU time
 //    escaped attribution; per-token numbers for it live only in token_stats.
@@ -11,7 +13,9 @@
 
 namespace tokentrace {
 
-inline constexpr const char* kSchemaVersion = "1";
+inline constexpr const char* kSchemaVersion = "2";
+// The oldest version readers still open (a file's version is meta.schema_version).
+inline constexpr int kOldestReadableSchema = 1;
 
 // DDL applied to a fresh file: tables, indices, the tokens view. One SQL script.
 const char* SchemaSql();

@@ -29,10 +29,10 @@ TEST(RunTest, SetsTheEnvironmentAndKeepsThePid) {
   std::ofstream(patches) << "[]";
   auto r = RunCli({"run", "--out=" + dir + "/t-%p.sqlite", "--sites", "model.*", "--save",
                    "model.layers.0.*", "--patches", patches, "--token-range", "step_[0-9]+",
-                   "--", "/bin/sh", "-c",
+                   "--inputs", "model.layers.1.*", "--", "/bin/sh", "-c",
                    "echo $$; echo $TOKENTRACE_OUT; echo $TOKENTRACE_SITES; echo $TOKENTRACE_SAVE;"
                    " echo $TOKENTRACE_PATCHES; echo $TOKENTRACE_TOKEN_RANGE; echo $LD_PRELOAD;"
-                   " echo $PYTHONPATH"},
+                   " echo $PYTHONPATH; echo $TOKENTRACE_INPUTS"},
                   {kShimEnv, "LD_PRELOAD=libold.so", "PYTHONPATH=/old/py",
                    "TOKENTRACE_BOOT_DIR=/boot/dir"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -40,7 +40,7 @@ TEST(RunTest, SetsTheEnvironmentAndKeepsThePid) {
   ASSERT_NE(realpath(TEST_SHIM, shim), nullptr);
   EXPECT_EQ(r.out, std::to_string(r.pid) + "\n" + dir + "/t-%p.sqlite\nmodel.*\n" +
                        "model.layers.0.*\n" + patches + "\nstep_[0-9]+\n" + shim +
-                       ":libold.so\n/boot/dir:/old/py\n");
+                       ":libold.so\n/boot/dir:/old/py\nmodel.layers.1.*\n");
 }
 
 TEST(RunTest, BadKernelModeNamesTheOptionAndTheAcceptedValues) {

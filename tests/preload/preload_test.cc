@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "store/schema.h"
+
 namespace {
 
 const std::string kShim = TT_SHIM_PATH;
@@ -102,7 +104,8 @@ TEST(PreloadTest, HooksShapedRunGivesSitesCallsAndTokens) {
   std::string out = TempDir() + "/t.sqlite";
   Result r = Shell(Preloaded(out) + kProgram + " hooks 3");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='schema_version'"), "1");
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='schema_version'"),
+            tokentrace::kSchemaVersion);
   EXPECT_EQ(One(out, "SELECT kind FROM sites WHERE name='self'"), "root");
   EXPECT_EQ(One(out, "SELECT kind FROM sites WHERE name='transformer.h.1.mlp'"), "module");
   EXPECT_EQ(One(out, "SELECT kind FROM sites WHERE name='aten::addmm'"), "range");

@@ -86,7 +86,7 @@ def test_cli_run_unmodified_script(tmp_path):
     job, own = _write_job(tmp_path)
     res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "run-%p-r%r.sqlite"),
                    RANK="3", TOKENTRACE_SITES="transformer.h.*.mlp",
-                   TOKENTRACE_SAVE="transformer.h.1.mlp")
+                   TOKENTRACE_SAVE="transformer.h.1.mlp", TOKENTRACE_INPUTS="transformer.h.*.mlp")
     assert res.returncode == 0, res.stderr
     assert "JOB-DONE [1, 9]" in res.stdout
     assert "OWN-SITECUSTOMIZE" in res.stdout  # the job's own sitecustomize still ran
@@ -94,6 +94,15 @@ def test_cli_run_unmodified_script(tmp_path):
     assert len(files) == 1, (os.listdir(tmp_path), res.stderr)
     trace = _check(files[0], saved=True)
     assert "patch_fires" not in trace.meta
+    # The root's inputs are recorded in preload mode too: step 2 read the prefill's 5 cached
+    # positions per layer (GPT-2: 2 heads of 16).
+    step2 = trace["self:2"].inputs
+    assert list(step2["input_ids"].shape) == [1, 1]
+    assert list(step2["past_key_values.layers[1].values"].shape) == [1, 2, 5, 16]
+    # TOKENTRACE_INPUTS sites' too; tensors where the site is saved.
+    assert list(trace["transformer.h.0.mlp:2"].inputs["hidden_states"].shape) == [1, 1, 32]
+    saved = trace["transformer.h.1.mlp:2"].inputs["hidden_states"]
+    assert isinstance(saved, torch.Tensor) and list(saved.shape) == [1, 1, 32]
 
 
 def test_two_jobs_of_one_run_keep_their_own_files_and_tensors(tmp_path):

@@ -163,15 +163,34 @@ TEST(ReaderTest, SqliteFileWithoutMetaIsRejected) {
   EXPECT_NE(error.find("not a tokentrace trace"), std::string::npos) << error;
 }
 
-TEST(ReaderTest, NewerSchemaIsRejected) {
-  std::string path = MakeTrace(), error;
+void SetSchemaVersion(const std::string& path, const char* version) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_exec(db, "UPDATE meta SET value='2' WHERE key='schema_version'", nullptr, nullptr,
-               nullptr);
+  const std::string sql =
+      std::string("UPDATE meta SET value='") + version + "' WHERE key='schema_version'";
+  sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
   sqlite3_close(db);
+}
+
+TEST(ReaderTest, NewerSchemaIsRejected) {
+  std::string path = MakeTrace(), error;
+  SetSchemaVersion(path, "3");
   EXPECT_EQ(Reader::Open(path, &error), nullptr);
-  EXPECT_NE(error.find("schema version 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("schema version 3; this tokentrace reads versions 1 to 2"),
+            std::string::npos)
+      << error;
+  SetSchemaVersion(path, "2x");
+  EXPECT_EQ(Reader::Open(path, &error), nullptr);
+}
+
+// Version 2 added call_inputs; a file written by version 1 still opens, and says so.
+TEST(ReaderTest, PreviousSchemaOpensAndSaysWhichVersionWroteIt) {
+  std::string path = MakeTrace(), error;
+  EXPECT_EQ(Reader::Open(path, &error)->schema_version(), 2) << error;
+  SetSchemaVersion(path, "1");
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  EXPECT_EQ(reader->schema_version(), 1);
 }
 
 }  // namespace

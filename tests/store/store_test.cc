@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "store/schema.h"
 #include "test_db.h"
 
 namespace tokentrace {
@@ -51,7 +52,7 @@ TEST(StoreTest, WritesRowsWithNullsForAbsentValues) {
   ASSERT_TRUE(store->Write(b, &error)) << error;
   store->Close();
 
-  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='schema_version'"), "1");
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='schema_version'"), kSchemaVersion);
   EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernel_mode'"), "full");
   EXPECT_EQ(QueryText(path, "SELECT kind FROM sites WHERE id=2"), "module");
   EXPECT_EQ(QueryInt(path, "SELECT is_token FROM sites WHERE id=1"), 1);
@@ -151,6 +152,7 @@ TEST(StoreTest, OpenTruncatesAPreviousFile) {
   ASSERT_NE(store, nullptr) << error;
   store->Close();
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM calls"), 0);
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM call_inputs"), 0);  // since version 2
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM call_outputs"), 0);
 }
 
@@ -160,7 +162,7 @@ TEST(StoreTest, OpenReplacesANonDatabaseFile) {
   auto store = Store::Open(path, &error);
   ASSERT_NE(store, nullptr) << error;
   store->Close();
-  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='schema_version'"), "1");
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='schema_version'"), kSchemaVersion);
 }
 
 TEST(StoreTest, WriteAfterCloseFails) {

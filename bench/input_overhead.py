@@ -1,0 +1,63 @@
+"""What recording a call's inputs adds per call (the root's always; other sites' with inputs_of=).
+
+Times the recorder itself (tokentrace._inputs.InputRecorder, as the native forward wrapper
+calls it: inside the call, with the call's arguments) on three argument sets: one tensor (a
+module's `x`), and a Llama decoding step's root call (input_ids, a DynamicCache of L layers
+holding 128 positions, use_cache) for L = 2 and 32. Sites not recorded pay nothing: the
+wrapper skips a null callback (see hook_overhead.py for that path). Prints a markdown table:
+median ns per recorded call, and per tensor recorded.
+
+    python bench/input_overhead.py [--calls 2000] [--repeats 7]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from tokentrace._inputs import InputRecorder
+
+
+def _cache(layers):
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    for i in range(layers):
+        cache.update(torch.zeros(1, 8, 128, 64), torch.zeros(1, 8, 128, 64), i)
+    return cache
+
+
+def _forward(input_ids=None, past_key_values=None, use_cache=None, x=None):
+    return None
+
+
+def _time(on_input, args, kwargs, calls, repeats):
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            on_input(*args, **kwargs)
+        runs.append((time.perf_counter_ns() - t0) / calls)
+    return statistics.median(runs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=7)
+    a = ap.parse_args()
+    cases = [("one tensor (x)", (), {"x": torch.zeros(1, 1, 4096)}, 1)]
+    for layers in (2, 32):
+        cases.append((f"Llama step root: DynamicCache of {layers} layers", (torch.zeros(1, 1),),
+                      {"past_key_values": _cache(layers), "use_cache": True}, 2 * layers + 1))
+    print(f"## Input recording per call (median of {a.repeats} x {a.calls} calls)\n")
+    print("| arguments | tensors | ns per call | ns per tensor |")
+    print("|---|---|---|---|")
+    for name, args, kwargs, tensors in cases:
+        recorder = InputRecorder(lambda: (1, 1, 1))
+        ns = _time(recorder.hook(_forward, False), args, kwargs, a.calls, a.repeats)
+        print(f"| {name} | {tensors} | {ns:.0f} | {ns / tensors:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

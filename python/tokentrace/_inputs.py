@@ -1,0 +1,243 @@
+"""The inputs of a call: every tensor (and every other value) a forward was given, by path.
+
+A path reads like Python access from the forward's own parameter names: "input_ids",
+"past_key_values.layers[0].keys", "attention_mask", "[2]" for a positional argument past the
+named ones. Containers are looked into: tuples and lists ("[i]"), dicts and ModelOutput
+(".key"), dataclasses (".field"), and transformers' caches (DynamicCache, StaticCache,
+EncoderDecoderCache and the others: whatever of their attributes hold tensors, layers or
+other caches, so a DynamicCache shows "layers[i].keys" and "layers[i].values" per layer).
+Anything else is one entry of kind "object" with its type name: never dropped silently (so is
+a sequence or dict of more than 256 items, with its length).
+Values that are not tensors are entries of kind "value" with their type, and the value itself
+for small scalars (bool, int, float, None, short strings).
+
+An entry is a row (path, kind, type, shape, dtype, device, value); shape is a list of ints.
+"""
+
+import dataclasses
+import inspect
+
+import torch
+
+from ._outputs import dtype_name
+
+_MAX_DEPTH = 8     # deeper than this, a container is one "object" entry
+_MAX_STR = 64      # longer strings are recorded by type and length only
+_MAX_ITEMS = 256   # a longer sequence or dict is one "object" entry (a call's rows stay few)
+_SCALARS = (bool, int, float, type(None))
+_FLUSH_ROWS = 20000  # rows kept in memory before they go to the trace file
+
+
+class InputEntry:
+    """What a call was given at one path: a tensor's shape, dtype and device, or a value."""
+
+    saved = False
+    __slots__ = ("path", "kind", "type", "shape", "dtype", "device", "value")
+
+    def __init__(self, path, kind, type_name, shape=None, dtype=None, device=None, value=None):
+        self.path, self.kind, self.type = path, kind, type_name
+        self.shape = torch.Size(shape) if shape is not None else None
+        self.dtype, self.device, self.value = dtype, device, value
+
+    def __repr__(self):
+        if self.kind == "tensor":
+            return (f"InputEntry({self.path!r}: shape={list(self.shape)}, dtype={self.dtype}, "
+                    f"device={self.device})")
+        if self.kind == "value" and self.value is not None:
+            return f"InputEntry({self.path!r}: {self.type} {self.value})"
+        return f"InputEntry({self.path!r}: {self.kind} {self.type})"
+
+
+def parameter_names(forward):
+    """Names of forward's positional parameters, in order, up to a *args (which has none)."""
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    names = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        names.append(p.name)
+    return tuple(names)
+
+
+def walk_call(names, args, kwargs):
+    """[(path, value)] of the leaves of one call's arguments: tensors, scalars and objects."""
+    out = []
+    for i, arg in enumerate(args):
+        _walk(arg, names[i] if i < len(names) else f"[{i}]", 0, out)
+    for key, arg in kwargs.items():
+        _walk(arg, key, 0, out)
+    return out
+
+
+_LEAF, _SEQ, _DICT, _CACHE, _DATACLASS, _OBJECT = range(6)
+_KINDS = {}  # type -> how to walk it (types are few; the walk runs at every recorded call)
+
+
+def _kind_of(cls):
+    kind = _KINDS.get(cls)
+    if kind is None:
+        if issubclass(cls, (torch.Tensor, str) + _SCALARS):
+            kind = _LEAF
+        elif issubclass(cls, (tuple, list)):
+            kind = _SEQ
+        elif issubclass(cls, dict):  # ModelOutput is an OrderedDict
+            kind = _DICT
+        elif any(c.__module__ == "transformers.cache_utils" and c.__name__ in (
+                "Cache", "CacheLayerMixin") for c in cls.__mro__):
+            # transformers' caches and their per-layer objects, recognised without importing
+            # transformers (a job that never imported it has none)
+            kind = _CACHE
+        elif dataclasses.is_dataclass(cls):
+            kind = _DATACLASS
+        else:
+            kind = _OBJECT
+        _KINDS[cls] = kind
+    return kind
+
+
+def _holds_state(value):
+    """Whether a cache attribute is worth a path: tensors, layers, caches, lists of those."""
+    kind = _kind_of(type(value))
+    if kind == _SEQ:
+        return any(_kind_of(type(x)) == _CACHE or isinstance(x, torch.Tensor) for x in value)
+    return kind == _CACHE or isinstance(value, torch.Tensor)
+
+
+def _join(path, key):
+    return f"{path}.{key}" if path else str(key)
+
+
+def _walk(value, path, depth, out):
+    kind = _kind_of(type(value))
+    if kind == _LEAF or kind == _OBJECT or depth >= _MAX_DEPTH or (
+            kind in (_SEQ, _DICT) and len(value) > _MAX_ITEMS):
+        out.append((path, value))
+    elif kind == _SEQ:
+        for i, item in enumerate(value):
+            _walk(item, f"{path}[{i}]", depth + 1, out)
+    elif kind == _DICT:
+        for key, item in value.items():
+            _walk(item, _join(path, key) if isinstance(key, str) else f"{path}[{key!r}]",
+                  depth + 1, out)
+    elif kind == _CACHE:  # per layer: keys, values and a few flags; the tensors go straight in
+        for key, item in vars(value).items():
+            if isinstance(item, torch.Tensor):
+                out.append((f"{path}.{key}", item))
+            elif _holds_state(item):
+                _walk(item, f"{path}.{key}", depth + 1, out)
+    else:  # a dataclass
+        for field in dataclasses.fields(value):
+            _walk(getattr(value, field.name, None), _join(path, field.name), depth + 1, out)
+
+
+_TEXT = {}  # dtypes and devices -> their text (few; str() of a device costs more than a walk)
+
+
+def _text(obj):
+    text = _TEXT.get(obj)
+    if text is None:
+        text = _TEXT[obj] = dtype_name(obj) if isinstance(obj, torch.dtype) else str(obj)
+    return text
+
+
+def describe(path, value):
+    """The row of one leaf: (path, kind, type, shape, dtype, device, value). Rows hold only
+    ints and strings: the garbage collector stops tracking them, so a long run's rows do not
+    make every collection slower."""
+    if isinstance(value, torch.Tensor):
+        return (path, "tensor", type(value).__name__, tuple(value.shape), _text(value.dtype),
+                _text(value.device), None)
+    type_name = type(value).__name__
+    if isinstance(value, _SCALARS):
+        return (path, "value", type_name, None, None, None, repr(value))
+    if isinstance(value, str):
+        shown = repr(value) if len(value) <= _MAX_STR else f"<{len(value)} characters>"
+        return (path, "value", type_name, None, None, None, shown)
+    size = f"<{len(value)} items>" if isinstance(value, (tuple, list, dict)) else None
+    return (path, "object", f"{type(value).__module__}.{type(value).__qualname__}",
+            None, None, None, size)
+
+
+class InputRecorder:
+    """Records the inputs of the calls of chosen sites, from inside each call (before forward
+    runs: a cache's entries are seen as the call received them, not after it appended).
+
+    The tensors of sites whose inputs are saved stream to the TensorSink as outputs do. The
+    rows (metadata) go into the trace file whenever _FLUSH_ROWS are pending, so memory stays
+    flat over a long run (a decoding step of a 32-layer model gives 65 rows); rows of saved
+    tensors (and those after them) wait until their shard is written, since they name it.
+    """
+
+    def __init__(self, current, sink=None, trace_path=None):
+        self._current = current
+        self._sink = sink
+        self._trace_path = trace_path  # callable: the trace file, once the shim settled it
+        self.rows = []   # (call_id, path, kind, type, shape, dtype, device, value, key)
+        self.failed = 0  # calls whose inputs could not be recorded (counted as a loss)
+        self.flushed = 0  # rows already in the trace file
+
+    def hook(self, forward, save):
+        """The callable(*args, **kwargs) that records one call's inputs: the native forward
+        wrapper calls it with the arguments as they came, inside the call."""
+        names = parameter_names(forward)
+        current = self._current
+        rows = self.rows
+        sink = self._sink if save else None
+
+        def on_input(*args, **kwargs):
+            call_id = current()[0]
+            if not call_id:
+                return
+            for path, value in walk_call(names, args, kwargs):
+                row = describe(path, value)
+                key = None
+                if sink is not None and row[1] == "tensor":
+                    key = f"{call_id}:{path}"
+                    try:
+                        sink.save(call_id, value, key=key)
+                    except Exception:  # e.g. a meta tensor: its metadata is still kept
+                        self.failed += 1
+                        key = None
+                rows.append((call_id,) + row + (key,))
+            if len(rows) >= _FLUSH_ROWS and self._trace_path is not None:
+                self.flush()
+        return on_input
+
+    def flush(self):
+        """Writes the rows that are ready, up to the first of a saved tensor still in memory
+        (the file keeps the rows in call and argument order)."""
+        from ._store import write_python_rows
+        files = self._sink.files if self._sink is not None else {}
+        ready = next((i for i, r in enumerate(self.rows)
+                      if r[-1] is not None and r[-1] not in files), len(self.rows))
+        if not ready:
+            return
+        write_python_rows(self._trace_path(), inputs=self.table_rows(files, self.rows[:ready]))
+        del self.rows[:ready]
+        self.flushed += ready
+
+    def safe(self, on_input):
+        """on_input for a forward pre-hook (with_kwargs=True): never raises into the job."""
+        def pre_hook(module, args, kwargs):
+            try:
+                on_input(*args, **kwargs)
+            except Exception:
+                self.failed += 1
+        return pre_hook
+
+    def table_rows(self, files, rows=None):
+        """call_inputs rows of `rows` (default: those not written yet); `files` maps a saved
+        tensor's key to its shard (TensorSink.files): a tensor whose shard could not be
+        written keeps its metadata and loses its key."""
+        import json
+        out = []
+        for call_id, path, kind, type_name, shape, dtype, device, value, key in (
+                self.rows if rows is None else rows):
+            file = files.get(key) if key is not None else None
+            out.append((call_id, path, kind, type_name,
+                        json.dumps(list(shape)) if shape is not None else None, dtype, device,
+                        value, file, key if file is not None else None))
+        return out

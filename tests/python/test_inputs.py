@@ -1,0 +1,217 @@
+"""The inputs of calls: recorded by path (caches included), read, saved, and bad paths."""
+
+import dataclasses
+import os
+import shutil
+import sqlite3
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tokentrace as tt
+from tokentrace import _store
+
+
+def _trace(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tt.trace(*args, **kwargs)
+
+
+def _prefill_cache(llama, prompt):
+    with torch.no_grad():
+        return llama(prompt, use_cache=True).past_key_values
+
+
+def _decode_step(llama, cache, **kwargs):
+    return _trace(llama, torch.tensor([[7]]), {"past_key_values": cache, "use_cache": True},
+                  kernels="off", **kwargs)
+
+
+def test_root_inputs_by_path_with_the_cache_per_layer(llama, prompt):
+    trace = _decode_step(llama, _prefill_cache(llama, prompt))
+    inputs = trace["self:1"].inputs
+    assert list(inputs.entry("input_ids").shape) == [1, 1]  # positional, named by forward
+    for layer in (0, 1):
+        for part in ("keys", "values"):
+            entry = inputs[f"past_key_values.layers[{layer}].{part}"]
+            assert entry.kind == "tensor" and not entry.saved
+            # What the step was given: the prefill's 5 positions (it appends the 6th).
+            assert list(entry.shape) == [1, 2, 5, 8]
+            assert entry.dtype == torch.float32 and entry.device == "cpu"
+    assert inputs["use_cache"].kind == "value" and inputs["use_cache"].value is True
+    assert trace.schema_version == int(_store.SCHEMA_VERSION)
+
+
+def test_other_sites_on_request_only(llama, prompt):
+    site = "model.layers.0.self_attn"
+    trace = _decode_step(llama, _prefill_cache(llama, prompt), inputs_of=tt.module(site))
+    attn = trace[f"{site}:1"].inputs
+    assert list(attn["hidden_states"].shape) == [1, 1, 32]
+    assert list(attn["past_key_values.layers[0].keys"].shape) == [1, 2, 5, 8]
+    with pytest.raises(tt.TokentraceError, match="inputs_of=tt.module"):
+        trace["model.layers.1.self_attn:1"].inputs
+
+
+def test_saved_inputs_are_the_tensors_the_call_was_given(llama, prompt):
+    cache = _prefill_cache(llama, prompt)
+    before = cache.layers[0].values.clone()
+    trace = _decode_step(llama, cache, save=tt.module("self"))
+    saved = trace["self:1"].inputs["past_key_values.layers[0].values"]
+    assert isinstance(saved, torch.Tensor) and torch.equal(saved, before)
+    assert cache.layers[0].values.shape[2] == 6  # the step appended after it was recorded
+    assert trace["self:1"].inputs.entry("past_key_values.layers[0].values").kind == "tensor"
+
+
+def test_an_unknown_path_names_the_nearest(llama, prompt):
+    trace = _decode_step(llama, _prefill_cache(llama, prompt))
+    with pytest.raises(tt.TokentraceError) as err:
+        trace["self:1"].inputs["past_key_values.layer[0].keys"]
+    message = str(err.value)
+    assert "self:1 has no input at 'past_key_values.layer[0].keys'" in message
+    assert "'past_key_values.layers[0].keys'" in message
+
+
+@dataclasses.dataclass
+class Pair:
+    left: torch.Tensor
+    label: str
+
+
+class Opaque:
+    pass
+
+
+class Takes(nn.Module):
+    def forward(self, x, pair, extra=None, *rest, flag=False, scale=1.0, **more):
+        return x
+
+
+def test_containers_values_and_objects():
+    model = Takes()
+    big = "x" * 100
+    trace = _trace(model, (torch.zeros(2, 3), Pair(torch.ones(4), "hi"),
+                           {"a": [torch.zeros(1), 3]}, Opaque()),
+                   {"flag": True, "scale": 0.5, "note": big}, kernels="off")
+    inputs = trace["self:1"].inputs
+    assert list(inputs) == ["x", "pair.left", "pair.label", "extra.a[0]", "extra.a[1]", "[3]",
+                            "flag", "scale", "note"]
+    assert list(inputs["pair.left"].shape) == [4]
+    assert (inputs["pair.label"].type, inputs["pair.label"].value) == ("str", "hi")
+    assert (inputs["extra.a[1]"].type, inputs["extra.a[1]"].value) == ("int", 3)
+    opaque = inputs["[3]"]
+    assert opaque.kind == "object" and opaque.type.endswith("test_inputs.Opaque")
+    assert inputs["scale"].value == 0.5
+    assert inputs["note"].value == "<100 characters>"  # long strings: type and length only
+
+
+def test_long_sequences_are_one_entry():
+    trace = _trace(Takes(), (torch.zeros(1), list(range(1000)), [torch.zeros(2)] * 3),
+                   kernels="off")
+    inputs = trace["self:1"].inputs
+    assert list(inputs) == ["x", "pair", "extra[0]", "extra[1]", "extra[2]"]
+    assert (inputs["pair"].kind, inputs["pair"].type, inputs["pair"].value) == (
+        "object", "builtins.list", "<1000 items>")
+
+
+def test_hook_pair_sites_record_inputs_too(llama, prompt):
+    site = llama.model.layers[0].mlp
+    handle = site.register_forward_pre_hook(lambda m, a: None)  # the hook pair, not a wrapper
+    try:
+        trace = _decode_step(llama, _prefill_cache(llama, prompt),
+                             inputs_of=tt.module("model.layers.0.mlp"))
+    finally:
+        handle.remove()
+    assert list(trace["model.layers.0.mlp:1"].inputs["x"].shape) == [1, 1, 32]
+
+
+def test_record_streams_saved_inputs(llama, prompt):
+    site = "model.layers.0.self_attn"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec = tt.record(llama, prompt, save=tt.module(site), inputs_of=tt.module(site),
+                        generate_kwargs={"max_new_tokens": 3, "do_sample": False},
+                        shard_mb=0.001)
+    assert rec[site].num_calls == 3
+    step2 = rec[f"{site}:2"].inputs
+    assert isinstance(step2["hidden_states"], torch.Tensor)
+    assert list(step2["hidden_states"].shape) == [1, 1, 32]
+    assert list(step2["past_key_values.layers[0].keys"].shape) == [1, 2, 5, 8]
+    with sqlite3.connect(rec.path) as con:
+        files = {r[0] for r in con.execute("SELECT file FROM call_inputs WHERE file IS NOT NULL")}
+    assert len(files) > 1  # streamed over several shards, not held until the end
+
+
+def test_previous_schema_version_opens(llama, prompt, tmp_path):
+    trace = _decode_step(llama, _prefill_cache(llama, prompt))
+    assert trace.meta["schema_version"] == _store.SCHEMA_VERSION  # the shim's kSchemaVersion
+    old = str(tmp_path / "v1.sqlite")
+    shutil.copy(trace.path, old)
+    with sqlite3.connect(old) as con:
+        con.execute("DROP TABLE call_inputs")
+        con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    v1 = tt.load(old)
+    assert v1.schema_version == 1 and v1["self"].num_calls == 1
+    with pytest.raises(tt.TokentraceError, match="schema version 1 files record no inputs"):
+        v1["self:1"].inputs
+    with sqlite3.connect(old) as con:
+        con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    with pytest.raises(tt.TokentraceError, match="reads versions 1 to 2"):
+        tt.load(old)
+    assert os.path.exists(old)
+
+
+class SeesItsFile(nn.Module):
+    """Counts, inside each call, the input rows already in the trace file."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.seen = []
+
+    def forward(self, x):
+        with sqlite3.connect(self.path) as con:
+            self.seen.append(con.execute("SELECT count(*) FROM call_inputs").fetchone()[0])
+        return x
+
+
+def test_rows_go_to_the_file_during_the_run(tmp_path, monkeypatch):
+    from tokentrace import _inputs
+    monkeypatch.setattr(_inputs, "_FLUSH_ROWS", 1)
+    path = str(tmp_path / "t.sqlite")
+    model = SeesItsFile(path)
+
+    def three_steps(x):
+        for _ in range(3):
+            model(x)
+
+    trace = _trace(three_steps, torch.zeros(2), model=model, kernels="off", out=path)
+    assert model.seen == [1, 2, 3]  # each call's row was written before its forward ran
+    assert [list(c.inputs["x"].shape) for c in trace["self"]] == [[2]] * 3  # once each
+
+
+def test_saved_rows_wait_for_their_shard(llama, prompt, monkeypatch):
+    from tokentrace import _inputs
+    monkeypatch.setattr(_inputs, "_FLUSH_ROWS", 3)
+    cache = _prefill_cache(llama, prompt)
+    before = cache.layers[1].keys.clone()
+    trace = _decode_step(llama, cache, save=tt.module("self"))
+    inputs = trace["self:1"].inputs
+    assert torch.equal(inputs["past_key_values.layers[1].keys"], before)
+    assert list(inputs)[:2] == ["input_ids", "past_key_values.layers[0].keys"]  # call order
+    assert list(inputs)[-1] == "use_cache"  # a value, written before the tensors' shard
+    with sqlite3.connect(trace.path) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT path) FROM call_inputs").fetchone() \
+            == (len(trace["self:1"].inputs),) * 2
+
+
+def test_inputs_that_cannot_be_saved_are_counted():
+    meta = torch.empty(3, device="meta")
+    trace = _trace(Takes(), (torch.zeros(1), Pair(meta, "m")), save=tt.module("self"),
+                   kernels="off")
+    entry = trace["self:1"].inputs["pair.left"]  # not saved: its metadata is still there
+    assert entry.kind == "tensor" and entry.device == "meta" and list(entry.shape) == [3]
+    assert isinstance(trace["self:1"].inputs["x"], torch.Tensor)
+    assert trace.losses["inputs_failed"] == 1
