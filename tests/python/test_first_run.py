@@ -88,3 +88,40 @@ for name in ("a.sqlite", "b.sqlite"):
     info = subprocess.run([_loader.find_program(), "info", str(tmp_path / "a.sqlite")],
                           capture_output=True, text=True, timeout=60)
     assert "libcuda.so.1" in info.stdout and "no NVIDIA GPU here" in info.stdout, info.stdout
+
+
+def test_a_finished_trace_is_one_file(tmp_path):
+    """No -wal / -shm beside a trace after a clean exit, also after reading it (a Trace object
+    still open at exit, trace.report(), `tokentrace report`), in-process and preloaded."""
+    job = tmp_path / "job.py"
+    job.write_text("""
+import sys, warnings
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+warnings.simplefilter("ignore")
+torch.manual_seed(0)
+cfg = GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, bos_token_id=None,
+                 eos_token_id=None)
+lm = GPT2LMHeadModel(cfg).eval()
+prompt = torch.tensor([[1, 2, 3]])
+if sys.argv[1:] == ["in-process"]:
+    import tokentrace as tt
+    trace = tt.trace(lm.generate, prompt, out="in.sqlite", input_kwargs={"max_new_tokens": 2})
+    trace.report()
+    trace["transformer.h.0.mlp:1"]
+else:
+    lm.generate(prompt, max_new_tokens=2)
+""")
+    from tokentrace import _loader
+    program = _loader.find_program()
+    res = subprocess.run([sys.executable, str(job), "in-process"], cwd=tmp_path, env=_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([program, "run", "--out", "run.sqlite", "--", sys.executable, str(job)],
+                         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    for name in ("in.sqlite", "run.sqlite"):
+        res = subprocess.run([program, "report", name], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.sqlite", "job.py", "run.sqlite"]
