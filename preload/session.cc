@@ -18,9 +18,7 @@
 #include "cupti/subscriber.h"
 #include "store/reader.h"
 
-#ifndef TOKENTRACE_VERSION
-#define TOKENTRACE_VERSION "0.1.0"
-#endif
+// TOKENTRACE_VERSION: the CMake project version (preload/CMakeLists.txt), the one source.
 
 namespace tokentrace {
 namespace {

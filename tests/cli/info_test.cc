@@ -85,6 +85,11 @@ TEST(HelpTest, EveryCommandHasUsage) {
     EXPECT_EQ(r.status, 0) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: tokentrace ") + cmd), std::string::npos) << r.out;
   }
+  r = RunCli({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "tokentrace " TOKENTRACE_VERSION "\n");
+  r = RunCli({"--help"});
+  EXPECT_NE(r.out.find("\ntokentrace " TOKENTRACE_VERSION "\n"), std::string::npos) << r.out;
   r = RunCli({"frobnicate"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);

@@ -19,7 +19,8 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   auto r = RunCli({"report", path});
   ASSERT_EQ(r.status, 0) << r.err;
   std::string out = Squeeze(r.out);
-  EXPECT_NE(out.find("kernel mode full, pid 4242, tokentrace 0.1.0\nGPU kernels: recorded\n"),
+  EXPECT_NE(out.find("kernel mode full, pid 4242, written by tokentrace " TOKENTRACE_VERSION
+                     "\nGPU kernels: recorded\n"),
             std::string::npos) << r.out;
   EXPECT_NE(out.find("tokens: 3\n"), std::string::npos) << r.out;
   // token, cpu ms, gpu busy ms, kernels, escapes
@@ -38,6 +39,15 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   EXPECT_LT(mlp, attn);
   EXPECT_NE(out.find("losses: none"), std::string::npos) << r.out;
   EXPECT_EQ(r.err, "");
+}
+
+TEST(ReportTest, SaysWhichVersionWroteAFileOfAnotherVersion) {
+  std::string path = testing::TempDir() + "/old.sqlite";
+  testing::WriteSmallTrace(path, false, {{"tool_version", "0.0.9"}});
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("written by tokentrace 0.0.9 (this is " TOKENTRACE_VERSION ")\n"),
+            std::string::npos) << r.out;
 }
 
 TEST(ReportTest, LossesAndTopAreShown) {
