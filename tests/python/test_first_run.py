@@ -125,3 +125,27 @@ else:
                              text=True, timeout=60)
         assert res.returncode == 0, res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.sqlite", "job.py", "run.sqlite"]
+
+
+def test_python_rows_are_added_in_one_transaction(tmp_path):
+    """Each commit of a finished trace costs syncs of the file (a good part of what one
+    tt.trace costs); the Python layer's tables and rows once took four commits."""
+    from tokentrace import _store
+    path = str(tmp_path / "t.sqlite")
+    con = sqlite3.connect(path)
+    con.executescript(_store._CORE_SCHEMA)  # what the shim writes: no Python tables yet
+    con.close()
+
+    def change_counter():  # bytes 24..27 of the header: +1 per committed write transaction
+        with open(path, "rb") as f:
+            return int.from_bytes(f.read(28)[24:28], "big")
+
+    before = change_counter()
+    _store.write_python_rows(path, saved=[(1, "s.safetensors", "k")],
+                             escape_sites=[(1, "x.py:3", 2)], meta={"python_save_errors": 0},
+                             losses={"save_failed": 1})
+    assert change_counter() - before == 1
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT count(*) FROM escape_sites").fetchone() == (1,)
+    assert con.execute("SELECT count FROM losses WHERE kind='save_failed'").fetchone() == (1,)
+    con.close()
