@@ -149,3 +149,22 @@ def test_python_rows_are_added_in_one_transaction(tmp_path):
     assert con.execute("SELECT count(*) FROM escape_sites").fetchone() == (1,)
     assert con.execute("SELECT count FROM losses WHERE kind='save_failed'").fetchone() == (1,)
     con.close()
+
+
+def test_the_first_trace_of_a_process_does_not_import_torchdynamo(tmp_path):
+    """Asking whether a model is compiled once imported torch._dynamo: 1-2 s on the first
+    tt.trace of every process, for a model that was never compiled."""
+    code = """
+import sys, warnings
+import torch
+import tokentrace as tt
+warnings.simplefilter("ignore")
+class Identity(torch.nn.Module):
+    def forward(self, x):
+        return x
+tt.trace(Identity(), torch.zeros(1), out="t.sqlite", kernels="off")
+print("torch._dynamo" in sys.modules)
+"""
+    res = _python(code, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False"]
