@@ -151,6 +151,9 @@ int ReportCommand(const std::vector<std::string>& args) {
     kernels_line = "recorded";
   } else if (status == "unknown") {
     kernels_line = "unknown (the file does not say)";
+  } else if (const std::string off = MetaValue(meta, "kernels_off"); !off.empty() &&
+             off != "unknown") {
+    kernels_line = "not recorded: " + off + " (`tokentrace info` has the detail)";
   } else {
     std::string why = status.rfind("tokentrace: ", 0) == 0 ? status.substr(12) : status;
     kernels_line = "not recorded: " + why;

@@ -50,6 +50,21 @@ TEST(ReportTest, SaysWhichVersionWroteAFileOfAnotherVersion) {
             std::string::npos) << r.out;
 }
 
+// Why kernels are missing, in the words of meta kernels_off; the long detail is info's.
+TEST(ReportTest, SaysInAFewWordsWhyKernelsWereNotRecorded) {
+  std::string path = testing::TempDir() + "/nogpu.sqlite";
+  testing::WriteSmallTrace(path, false,
+                           {{"kernels_status", "tokentrace: kernels are off: no NVIDIA driver "
+                                               "(libcuda.so.1: cannot open shared object file)"},
+                            {"kernels_off", "no NVIDIA GPU here"}});
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\n  GPU kernels: not recorded: no NVIDIA GPU here (`tokentrace info` has "
+                       "the detail)\n"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("libcuda"), std::string::npos) << r.out;
+}
+
 TEST(ReportTest, LossesAndTopAreShown) {
   std::string path = testing::TempDir() + "/t.sqlite";
   testing::WriteSmallTrace(path, /*with_losses=*/true);
