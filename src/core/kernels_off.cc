@@ -11,7 +11,7 @@ const char* KernelsOffPhrase(KernelsOff reason) {
     case KernelsOff::kNoCupti: return "no CUPTI library found";
     case KernelsOff::kNotAllowed: return "not allowed to profile the GPU here";
     case KernelsOff::kFailed: return "CUPTI failed";
-    case KernelsOff::kNoCudaWork: return "the job did no CUDA work";
+    case KernelsOff::kNoCudaWork: return "the job never initialised CUDA";
   }
   return "CUPTI failed";
 }
