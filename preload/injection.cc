@@ -45,8 +45,9 @@ void NoteInjectionVariables(const std::string& self) {
   Conflict() = std::move(conflict);
 }
 
-std::string KernelsNeverStarted() {
+std::string KernelsNeverStarted(KernelsOff* reason) {
   std::lock_guard<std::mutex> lock(Mutex());
+  *reason = Conflict().empty() ? KernelsOff::kNoCudaWork : KernelsOff::kOtherProfiler;
   return Conflict().empty() ? "the job never initialised CUDA (no GPU work to record)" : Conflict();
 }
 

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "core/kernels_off.h"
+
 namespace tokentrace::shim {
 
 // Notes the variables as the process had them, before tokentrace sets its own. `self` is
@@ -15,8 +17,8 @@ void NoteInjectionVariables(const std::string& self);
 // or tokentrace itself).
 std::string InjectionConflict(const char* cuda_injection, const char* nvtx_injection,
                               const std::string& self);
-// What a preloaded job whose kernels never started is told: the conflict noted at load,
-// else that the job never initialised CUDA.
-std::string KernelsNeverStarted();
+// What a preloaded job whose kernels never started is told, and its category: the conflict
+// noted at load (kOtherProfiler), else that the job never initialised CUDA (kNoCudaWork).
+std::string KernelsNeverStarted(KernelsOff* reason);
 
 }  // namespace tokentrace::shim

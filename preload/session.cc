@@ -19,9 +19,7 @@
 #include "preload/injection.h"
 #include "store/reader.h"
 
-#ifndef TOKENTRACE_VERSION
-#define TOKENTRACE_VERSION "0.1.0"
-#endif
+// TOKENTRACE_VERSION: the CMake project version (preload/CMakeLists.txt), the one source.
 
 namespace tokentrace {
 namespace {
@@ -99,11 +97,11 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   clock::Calibrate();
   recorder::BeginSession(config.buffer_events);
   if (config.kernels.kind == KernelMode::kOff) {
-    s->SetKernelsStatus("kernel mode is off");
+    s->SetKernelsStatus("kernel mode is off", KernelsOff::kByConfig);
   } else if (!preload) {
     s->StartKernels();
   } else {
-    s->SetKernelsStatus("waiting for CUDA initialisation");
+    s->SetKernelsStatus("waiting for CUDA initialisation", KernelsOff::kNoCudaWork);
   }
   WakeFd();
   // The background thread never takes the job's termination signals (their handler waits for
@@ -188,9 +186,10 @@ Session::~Session() {
   Stop(&ignored);
 }
 
-void Session::SetKernelsStatus(const std::string& status) {
+void Session::SetKernelsStatus(const std::string& status, KernelsOff kind) {
   std::lock_guard<std::mutex> lock(status_mutex_);
   kernels_status_ = status;
+  kernels_off_ = kind;
 }
 
 std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
@@ -199,6 +198,7 @@ std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
           {"rank", RankFromEnvironment()},
           {"kernel_mode", config_.kernels.ToString()},
           {"kernels_status", kernels_status()},
+          {"kernels_off", KernelsOffPhrase(kernels_off())},
           {"cupti", cupti::Describe()},
           {"token_range", config_.token_range},
           {"mode", preload_ ? "preload" : "in-process"},
@@ -210,20 +210,24 @@ std::string Session::kernels_status() const {
   return kernels_status_;
 }
 
+KernelsOff Session::kernels_off() const {
+  std::lock_guard<std::mutex> lock(status_mutex_);
+  return kernels_off_;
+}
+
 void Session::StartKernels() {
   if (kernels_started_ || config_.kernels.kind == KernelMode::kOff) return;
   kernels_started_ = true;
   std::string why;
-  if (cupti::Start(config_, this, &why)) {
-    SetKernelsStatus("");
+  KernelsOff kind = KernelsOff::kFailed;
+  if (cupti::Start(config_, this, &why, &kind)) {
+    SetKernelsStatus("", KernelsOff::kNo);
   } else {
-    SetKernelsStatus(why);
-    // Said once per process, clearly; calls and tokens are still recorded.
+    SetKernelsStatus(why, kind);
+    // Said once per process, in a few words; the detail is in the meta (`tokentrace info`).
     static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      const char* prefix = why.rfind("tokentrace:", 0) == 0 ? "" : "tokentrace: ";
-      fprintf(stderr, "%s%s (calls and tokens are still recorded)\n", prefix, why.c_str());
-    }
+    const std::string notice = KernelsOffNotice(kind, why);
+    if (!notice.empty() && !said.exchange(true)) fprintf(stderr, "%s\n", notice.c_str());
   }
 }
 
@@ -402,7 +406,9 @@ bool Session::Stop(std::string* error) {
     cupti::WaitForDevice();  // kernels still running would otherwise miss the final flush (bounded)
     cupti::Flush(true);
   } else if (preload_ && config_.kernels.kind != KernelMode::kOff) {
-    SetKernelsStatus(shim::KernelsNeverStarted());  // or which tool held the injection
+    KernelsOff reason = KernelsOff::kNoCudaWork;
+    const std::string why = shim::KernelsNeverStarted(&reason);  // or which tool held it
+    SetKernelsStatus(why, reason);
   }
   loop_stop_.store(true);
   Wake();

@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/joiner.h"
+#include "core/kernels_off.h"
 #include "cupti/activity_sink.h"
 #include "store/store.h"
 
@@ -52,6 +53,7 @@ class Session : public cupti::ActivitySink {
   // (the first write), where another process of the same run may already own the path.
   std::string out_path() const;
   std::string kernels_status() const;
+  KernelsOff kernels_off() const;
 
   void OnActivity(const GpuActivity& activity) override;
   void OnDropped(uint64_t records) override;
@@ -65,7 +67,7 @@ class Session : public cupti::ActivitySink {
   bool WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
                         std::string* error);
   bool WriteLocked(Batch& batch, std::string* error);
-  void SetKernelsStatus(const std::string& status);
+  void SetKernelsStatus(const std::string& status, KernelsOff kind);
   std::vector<std::pair<std::string, std::string>> MetaRows() const;
 
   const Config config_;
@@ -86,7 +88,8 @@ class Session : public cupti::ActivitySink {
   std::mutex drain_mutex_;  // one drain at a time (background thread, Flush, Stop)
 
   mutable std::mutex status_mutex_;
-  std::string kernels_status_;
+  std::string kernels_status_;              // the detail (meta kernels_status)
+  KernelsOff kernels_off_ = KernelsOff::kNo;  // its category (meta kernels_off)
 
   std::mutex activity_mutex_;  // CUPTI thread -> background thread
   std::vector<GpuActivity> activities_;

@@ -103,7 +103,7 @@ fi
 cat > "$BUILD_DIR/env.sh" <<ENV
 # Written by scripts/setup.sh: the environment of the tests, the demo and the benchmarks.
 export TOKENTRACE_PY="$PY"
-export TOKENTRACE_PYTHON="$PY"  # the interpreter `tokentrace plot` runs
+export TOKENTRACE_PYTHON="$PY"  # the interpreter \`tokentrace plot\` runs
 export TOKENTRACE_NATIVE_DIR="$BUILD_DIR"
 export TOKENTRACE_TORCH_OPS_LIB="$TORCH_OPS_DIR/libtokentrace_torch_ops.so"
 export PYTHONPATH="$ROOT/python\${PYTHONPATH:+:\$PYTHONPATH}"

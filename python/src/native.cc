@@ -414,6 +414,7 @@ void Stop() {
 NB_MODULE(_native, m) {
   m.doc() = "tokentrace native hooks over libtokentrace.so (see python/src/native.cc)";
   m.attr("API_VERSION") = TOKENTRACE_API_VERSION;
+  m.attr("__version__") = TOKENTRACE_VERSION;  // pyproject.toml's, through CMake
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
         nb::arg("token_range").none());
   m.def("stop", &Stop);

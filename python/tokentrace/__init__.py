@@ -10,16 +10,27 @@
     tt.load("trace.sqlite")
 
 See docs/python.md.
+
+The names below are imported on first use: `import tokentrace` itself imports neither torch nor
+the native extension, so the `tokentrace` console script (tokentrace/__main__.py) starts in
+milliseconds.
 """
 
-from ._api import load, record, trace
-from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
-from ._patch_ops import add, clamp, fill, replace, scale, zero
-from ._selectors import Selector, module
-from ._trace import CallView, OutputMeta, Recording, SiteView, Trace, TokenRow
-from .edits import BoundModel, EditSpec, call, every_call, load_spec, prefill, token, when
+import importlib
 
-__version__ = "0.1.0"
+# name -> the submodule that defines it
+_EXPORTS = {
+    "load": "._api", "record": "._api", "trace": "._api",
+    "EditSkipWarning": "._errors", "ScalarEscapeWarning": "._errors",
+    "TokentraceError": "._errors",
+    "add": "._patch_ops", "clamp": "._patch_ops", "fill": "._patch_ops",
+    "replace": "._patch_ops", "scale": "._patch_ops", "zero": "._patch_ops",
+    "Selector": "._selectors", "module": "._selectors",
+    "CallView": "._trace", "OutputMeta": "._trace", "Recording": "._trace",
+    "SiteView": "._trace", "Trace": "._trace", "TokenRow": "._trace",
+    "BoundModel": ".edits", "EditSpec": ".edits", "call": ".edits", "every_call": ".edits",
+    "load_spec": ".edits", "prefill": ".edits", "token": ".edits", "when": ".edits",
+}
 
 __all__ = [
     "trace", "record", "load", "module", "Selector", "when", "prefill", "call", "token",
@@ -27,6 +38,34 @@ __all__ = [
     "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
     "ScalarEscapeWarning", "EditSkipWarning", "TokentraceError", "native_available", "load_spec",
 ]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        globals()[name] = value  # once: later lookups are plain attribute reads
+        return value
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module 'tokentrace' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | {"__version__"})
+
+
+def _version():
+    """The version compiled into the native extension (pyproject.toml's, through CMake); the
+    installed distribution's when the extension is not built."""
+    from . import _loader
+    native = _loader.load()
+    if native is not None and hasattr(native, "__version__"):
+        return native.__version__
+    from importlib import metadata
+    try:
+        return metadata.version("tokentrace")
+    except metadata.PackageNotFoundError:
+        return "unknown (the native extension is not built)"
 
 
 def native_available():

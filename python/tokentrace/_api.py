@@ -5,6 +5,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 
@@ -72,9 +73,11 @@ def _model_of(fn, model):
 
 def _is_compiled(fn, model):
     """True for torch.compile'd models and functions (what TorchDynamo would run)."""
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except Exception:  # a torch without dynamo
+    # Compiling imports TorchDynamo, so without it in sys.modules nothing here is compiled.
+    # Importing it just to ask would cost the first tt.trace of a process 1-2 s.
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    OptimizedModule = getattr(eval_frame, "OptimizedModule", None)
+    if OptimizedModule is None:
         return False
     owners = (fn, getattr(fn, "__self__", None), model)
     return (any(isinstance(o, OptimizedModule) for o in owners)

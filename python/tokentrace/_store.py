@@ -62,7 +62,11 @@ def write_schema(con):
 
 
 def ensure_python_tables(con):
-    con.executescript(_PY_SCHEMA)
+    """Creates the Python layer's tables inside the caller's transaction (executescript would
+    commit each CREATE on its own: a sync of the file per table)."""
+    for statement in _PY_SCHEMA.split(";"):
+        if statement.strip():
+            con.execute(statement)
 
 
 def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, inputs=()):
@@ -76,8 +80,10 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
     timeout).
     """
     con = connect(path)
+    con.isolation_level = None  # explicit BEGIN/COMMIT: the tables and rows in one transaction
     try:
-        with con:
+        con.execute("BEGIN IMMEDIATE")
+        try:
             ensure_python_tables(con)
             con.executemany("INSERT INTO saved_outputs(call_id, file, key) VALUES (?,?,?)", saved)
             con.executemany("INSERT INTO escape_sites(token, location, count) VALUES (?,?,?)",
@@ -92,6 +98,10 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
                 if count:
                     con.execute("INSERT INTO losses(kind, count) VALUES (?,?) ON CONFLICT(kind) "
                                 "DO UPDATE SET count = count + excluded.count", (kind, count))
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
     finally:
         con.close()
 

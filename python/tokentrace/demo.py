@@ -24,7 +24,11 @@ def main(argv=None):
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
-    lm = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_embd=64, n_layer=4, n_head=4)).eval()
+    # GPT2Config's default bos/eos token is 50256, outside this vocabulary (transformers warns
+    # about it); a random model has no end-of-text token anyway.
+    config = GPT2Config(vocab_size=512, n_embd=64, n_layer=4, n_head=4, bos_token_id=None,
+                        eos_token_id=None)
+    lm = GPT2LMHeadModel(config).eval()
     lm.to(device)
     prompt = torch.tensor([[3, 17, 42, 8, 99, 7, 12, 64]], device=device)
     os.makedirs(args.out_dir, exist_ok=True)

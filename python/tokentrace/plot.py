@@ -38,6 +38,14 @@ def _layer_of(name):
     return int(m.group(2)) if m else None
 
 
+def _why_no_gpu_time(trace):
+    """A few words for the second panel's title: the meta's `kernels_off` category (the full
+    detail is `tokentrace info`'s), or for older files a hint at where the detail is."""
+    if trace.kernel_mode == "off":
+        return "kernel mode off"
+    return trace.meta.get("kernels_off") or "see `tokentrace info`"
+
+
 def plot(path, out, top=6):
     try:
         import matplotlib
@@ -50,10 +58,16 @@ def plot(path, out, top=6):
 
     from ._api import load
 
-    trace = load(path)
+    fig = _figure(load(path), top, plt)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _figure(trace, top, plt):
     tokens = trace.tokens
     if not tokens:
-        raise SystemExit(f"tokentrace: {path} has no tokens (no root call was recorded); "
+        raise SystemExit(f"tokentrace: {trace.path} has no tokens (no root call was recorded); "
                          f"nothing to plot")
     per_token = _token_self_times(trace)
     totals = defaultdict(int)
@@ -94,16 +108,14 @@ def plot(path, out, top=6):
             layer = _layer_of(name)
             if layer is not None:
                 layers[layer] += ns / 1e6
-        ax2.set_title("CPU self time per layer (GPU time not recorded: "
-                      f"{trace.kernels_status or 'kernels off'})"[:110])
+        ax2.set_title(f"CPU self time per layer (GPU time not recorded: "
+                      f"{_why_no_gpu_time(trace)})")
         ax2.set_ylabel("CPU self (ms, all tokens)")
     keys = sorted(layers)
     ax2.bar([str(k) for k in keys], [layers[k] for k in keys])
     ax2.set_xlabel("layer")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return fig
 
 
 def main(argv=None):

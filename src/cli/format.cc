@@ -55,6 +55,40 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
   return out;
 }
 
+std::string FormatKeyValues(const std::vector<std::pair<std::string, std::string>>& rows,
+                            size_t width, const std::string& indent) {
+  size_t key_width = 0;
+  for (const auto& row : rows) key_width = std::max(key_width, row.first.size());
+  const size_t column = indent.size() + key_width + 2;
+  const size_t room = width > column + 20 ? width - column : 20;  // never a sliver of a column
+  std::string out;
+  for (const auto& [key, value] : rows) {
+    std::string line = indent + key;
+    size_t used = 0;  // characters of value on the current line
+    size_t pos = 0;
+    while (pos < value.size()) {
+      size_t end = value.find(' ', pos);
+      if (end == std::string::npos) end = value.size();
+      const std::string word = value.substr(pos, end - pos);
+      if (used == 0) {
+        line += std::string(column - line.size(), ' ');
+      } else if (used + 1 + word.size() > room) {
+        out += line + "\n";
+        line = std::string(column, ' ');
+        used = 0;
+      } else {
+        line += ' ';
+        ++used;
+      }
+      line += word;
+      used += word.size();
+      pos = end + 1;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tokentrace::cli {
@@ -22,6 +23,12 @@ double Median(const std::vector<double>& sorted);
 // right-aligned (they hold numbers). Every line starts with `indent`.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
                         const std::string& indent = "  ");
+
+// `key  value` lines, keys padded to the longest key and values left-aligned after them. A
+// value that would pass column `width` is wrapped at spaces onto continuation lines indented
+// to the value column (a single word longer than that, such as a path, stays whole).
+std::string FormatKeyValues(const std::vector<std::pair<std::string, std::string>>& rows,
+                            size_t width = 100, const std::string& indent = "  ");
 
 // `s` as a JSON string literal, quotes included (control characters as \u00XX; bytes >= 0x80
 // are passed through, so valid UTF-8 stays valid).

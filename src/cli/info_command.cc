@@ -52,9 +52,8 @@ int InfoCommand(const std::vector<std::string>& args) {
   }
   std::string out = "file " + file + " (" + Fixed(static_cast<double>(bytes) / 1048576.0, 2) +
                     " MiB)\n\nmeta:\n";
+  out += FormatKeyValues(meta);  // left-aligned: one long value must not push the others
   std::vector<std::vector<std::string>> rows;
-  for (const auto& [k, v] : meta) rows.push_back({k, v});
-  out += FormatTable(rows);
   out += "\ncounts:\n";
   out += FormatTable({{"sites", std::to_string(counts.sites)},
                       {"calls", std::to_string(counts.calls)},

@@ -12,6 +12,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: tokentrace <command> [options]\n"
     "\n"
+    "tokentrace " TOKENTRACE_VERSION "\n"
     "Per-token traces of a PyTorch job: module calls (NVTX ranges) joined with the GPU\n"
     "kernels they launched, stored in one SQLite file.\n"
     "\n"
@@ -22,7 +23,8 @@ constexpr char kUsage[] =
     "  info    what a trace file holds\n"
     "  plot    per-token latency and GPU time per layer as a PNG (matplotlib)\n"
     "\n"
-    "`tokentrace <command> --help` describes a command's options.\n";
+    "`tokentrace <command> --help` describes a command's options; `tokentrace --version`\n"
+    "prints the version.\n";
 
 }  // namespace
 

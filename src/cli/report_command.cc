@@ -77,6 +77,17 @@ std::string MetaValue(const std::vector<std::pair<std::string, std::string>>& me
   return "unknown";
 }
 
+// Which tokentrace wrote the file; when that is not this one, both, so that a difference in
+// what the report shows can be traced to the version that recorded it.
+std::string WrittenBy(const std::string& version) {
+  if (version == TOKENTRACE_VERSION) return "written by tokentrace " + version;
+  if (version == "unknown") {
+    return "written by a tokentrace that did not record its version (this is " +
+           std::string(TOKENTRACE_VERSION) + ")";
+  }
+  return "written by tokentrace " + version + " (this is " + TOKENTRACE_VERSION + ")";
+}
+
 }  // namespace
 
 int ReportCommand(const std::vector<std::string>& args) {
@@ -132,7 +143,7 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::string out = "trace " + file + "\n";
   const std::string status = MetaValue(meta, "kernels_status");
   out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", pid " + MetaValue(meta, "pid") +
-         ", tokentrace " + MetaValue(meta, "tool_version") + ", schema " +
+         ", " + WrittenBy(MetaValue(meta, "tool_version")) + ", schema " +
          std::to_string(reader->schema_version()) + "\n";
   std::string kernels_line;
   if (MetaValue(meta, "kernel_mode") == "off") {
@@ -141,6 +152,9 @@ int ReportCommand(const std::vector<std::string>& args) {
     kernels_line = "recorded";
   } else if (status == "unknown") {
     kernels_line = "unknown (the file does not say)";
+  } else if (const std::string off = MetaValue(meta, "kernels_off"); !off.empty() &&
+             off != "unknown") {
+    kernels_line = "not recorded: " + off + " (`tokentrace info` has the detail)";
   } else {
     std::string why = status.rfind("tokentrace: ", 0) == 0 ? status.substr(12) : status;
     kernels_line = "not recorded: " + why;

@@ -131,6 +131,21 @@ std::string SubscribeFailure(CUptiResult r, const char* other_subscriber) {
   }
 }
 
+KernelsOff SubscribeFailureKind(CUptiResult r) {
+  switch (r) {
+    case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+      return KernelsOff::kOtherProfiler;
+    case CUPTI_ERROR_NOT_INITIALIZED:
+    case CUPTI_ERROR_INVALID_DEVICE:
+      return KernelsOff::kNoGpu;
+    case CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
+    case CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES:
+      return KernelsOff::kNotAllowed;
+    default:
+      return KernelsOff::kFailed;
+  }
+}
+
 // True when libcuda.so.1 is (or can be) loaded; only asked after a failure.
 bool DriverLoadable(std::string* why) {
   void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
@@ -144,7 +159,7 @@ bool DriverLoadable(std::string* why) {
   return false;
 }
 
-bool Subscribe(std::string* why) {
+bool Subscribe(std::string* why, KernelsOff* reason) {
   CUptiResult r;
   char other[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 64] = {};
   if (g_api->SubscribeV2 != nullptr) {
@@ -162,10 +177,12 @@ bool Subscribe(std::string* why) {
   g_subscriber = nullptr;
   other[sizeof(other) - 1] = '\0';
   *why = SubscribeFailure(r, other);
+  *reason = SubscribeFailureKind(r);
   // Without a driver CUPTI 13 answers CUPTI_ERROR_UNKNOWN; say what is really missing.
   std::string no_driver;
   if (r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && !DriverLoadable(&no_driver)) {
     *why = "no NVIDIA driver (" + no_driver + "); " + *why;
+    *reason = KernelsOff::kNoGpu;
   }
   return false;
 }
@@ -233,18 +250,30 @@ void Teardown() {
 
 }  // namespace
 
-bool Start(const Config& config, ActivitySink* sink, std::string* why_off) {
+bool Start(const Config& config, ActivitySink* sink, std::string* why_off, KernelsOff* kind) {
   std::string why;
+  KernelsOff off = KernelsOff::kFailed;
   auto fail = [&](const std::string& reason) {
     if (why_off != nullptr) *why_off = "tokentrace: kernels are off: " + reason;
+    if (kind != nullptr) *kind = off;
     return false;
   };
+  if (kind != nullptr) *kind = KernelsOff::kNo;
   if (g_started) return true;
-  if (config.kernels.kind == KernelMode::kOff) return fail("TOKENTRACE_KERNELS=off");
+  if (config.kernels.kind == KernelMode::kOff) {
+    off = KernelsOff::kByConfig;
+    return fail("TOKENTRACE_KERNELS=off");
+  }
   if (sink == nullptr) return fail("no activity sink (internal error)");
   g_api = LoadCuptiApi(config.cupti_path, &why);
-  if (g_api == nullptr) return fail(why);
-  if (!Subscribe(&why)) return fail(why);
+  if (g_api == nullptr) {
+    // No libcupti on a machine without a driver (a CPU-only torch) is "no GPU", not a
+    // CUPTI problem to fix.
+    std::string no_driver;
+    off = DriverLoadable(&no_driver) ? KernelsOff::kNoCupti : KernelsOff::kNoGpu;
+    return fail(why);
+  }
+  if (!Subscribe(&why, &off)) return fail(why);
   SetUpClock();
   {
     std::lock_guard<std::mutex> lock(g_sink_mutex);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/kernels_off.h"
 #include "cupti/activity_sink.h"
 
 namespace tokentrace::cupti {
@@ -16,7 +17,9 @@ namespace tokentrace::cupti {
 // Loads libcupti, subscribes, puts CUPTI timestamps on clock::HostNowNs(), enables the
 // callbacks (callback_classify.h) and CONCURRENT_KERNEL / MEMCPY / MEMSET activity.
 // `sink` must outlive Stop(). Not thread-safe against Stop(); call from one thread.
-bool Start(const Config& config, ActivitySink* sink, std::string* why_off);
+// On failure `why_off` gets the detail and `kind` (when given) the category of core/kernels_off.h.
+bool Start(const Config& config, ActivitySink* sink, std::string* why_off,
+           KernelsOff* kind = nullptr);
 // Delivers buffered records now. Not forced (the periodic flush while the job runs): only
 // buffers whose records are all complete; a forced flush would hand over records whose
 // timestamps are not filled in yet, and CUPTI cannot complete them later. Forced: every

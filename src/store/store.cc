@@ -326,6 +326,11 @@ void Store::Close() {
   if (db_ == nullptr) return;
   st_.reset();  // statements must be finalized before close
   sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+  // A finished trace is one file, to copy or mail as it is: leaving WAL mode removes the -wal
+  // and -shm files, and readers of a rollback-journal file create neither. Only possible when
+  // no other connection is open (a reader of the live file); then the file stays in WAL mode,
+  // as valid, with its -wal and -shm until that reader's writer-side close.
+  sqlite3_exec(db_, "PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr);
   sqlite3_close(db_);
   db_ = nullptr;
 }

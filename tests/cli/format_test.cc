@@ -29,6 +29,21 @@ TEST(FormatTest, TableAlignsNumbersRight) {
             "long.name  12.25\n");
 }
 
+TEST(FormatTest, KeyValuesAreLeftAlignedAndLongValuesWrap) {
+  EXPECT_EQ(FormatKeyValues({{"pid", "42"}, {"kernel_mode", "summary"}, {"cupti", ""}}, 100, ""),
+            "pid          42\n"
+            "kernel_mode  summary\n"
+            "cupti\n");
+  // Width 30, value column 5: 25 columns of value per line; a longer word stays whole.
+  EXPECT_EQ(FormatKeyValues({{"why", "no NVIDIA driver (libcuda.so.1: cannot open shared "
+                                     "object file) /a/very/long/path/to/libcupti.so.13"}},
+                            30, ""),
+            "why  no NVIDIA driver\n"
+            "     (libcuda.so.1: cannot\n"
+            "     open shared object file)\n"
+            "     /a/very/long/path/to/libcupti.so.13\n");
+}
+
 TEST(FormatTest, ParseU32RejectsJunkAndOverflow) {
   uint32_t v = 0;
   EXPECT_TRUE(ParseU32("4294967295", &v));

@@ -24,6 +24,29 @@ TEST(InfoTest, ShowsMetaCountsLossesAndSize) {
   EXPECT_NE(out.find("\nring_overflow 12\n"), std::string::npos) << r.out;
 }
 
+// A long value (the kernel status on a machine without a GPU) neither pushes the short ones
+// to the right nor runs past 100 columns.
+TEST(InfoTest, MetaValuesAreLeftAlignedAndWrapped) {
+  std::string path = testing::TempDir() + "/long_meta.sqlite";
+  const std::string status =
+      "tokentrace: kernels are off: no NVIDIA driver (libcuda.so.1: cannot open shared object "
+      "file: No such file or directory); cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN";
+  testing::WriteSmallTrace(path, false, {{"kernels_status", status}});
+  auto r = RunCli({"info", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\n  pid             4242\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  kernels_status  tokentrace: kernels are off: no NVIDIA driver"),
+            std::string::npos) << r.out;
+  size_t start = 0;
+  while (start < r.out.size()) {
+    size_t end = r.out.find('\n', start);
+    if (end == std::string::npos) end = r.out.size();
+    EXPECT_LE(end - start, 100u) << r.out.substr(start, end - start);
+    start = end + 1;
+  }
+  EXPECT_NE(r.out.find("\n                  CUPTI_ERROR_UNKNOWN\n"), std::string::npos) << r.out;
+}
+
 // Each bad input, for each reading command: exit 1 and exactly one "tokentrace: " line.
 TEST(FileErrorTest, MissingNonSqliteAndForeignSqliteFiles) {
   std::string dir = testing::TempDir();
@@ -62,6 +85,11 @@ TEST(HelpTest, EveryCommandHasUsage) {
     EXPECT_EQ(r.status, 0) << cmd;
     EXPECT_NE(r.out.find(std::string("usage: tokentrace ") + cmd), std::string::npos) << r.out;
   }
+  r = RunCli({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, "tokentrace " TOKENTRACE_VERSION "\n");
+  r = RunCli({"--help"});
+  EXPECT_NE(r.out.find("\ntokentrace " TOKENTRACE_VERSION "\n"), std::string::npos) << r.out;
   r = RunCli({"frobnicate"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);

@@ -19,7 +19,8 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   auto r = RunCli({"report", path});
   ASSERT_EQ(r.status, 0) << r.err;
   std::string out = Squeeze(r.out);
-  EXPECT_NE(out.find("kernel mode full, pid 4242, tokentrace 0.1.0, schema 2\nGPU kernels: recorded\n"),
+  EXPECT_NE(out.find("kernel mode full, pid 4242, written by tokentrace " TOKENTRACE_VERSION
+                     ", schema 2\nGPU kernels: recorded\n"),
             std::string::npos) << r.out;
   EXPECT_NE(out.find("tokens: 3\n"), std::string::npos) << r.out;
   // token, cpu ms, gpu busy ms, kernels, escapes
@@ -38,6 +39,30 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   EXPECT_LT(mlp, attn);
   EXPECT_NE(out.find("losses: none"), std::string::npos) << r.out;
   EXPECT_EQ(r.err, "");
+}
+
+TEST(ReportTest, SaysWhichVersionWroteAFileOfAnotherVersion) {
+  std::string path = testing::TempDir() + "/old.sqlite";
+  testing::WriteSmallTrace(path, false, {{"tool_version", "0.0.9"}});
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("written by tokentrace 0.0.9 (this is " TOKENTRACE_VERSION ")\n"),
+            std::string::npos) << r.out;
+}
+
+// Why kernels are missing, in the words of meta kernels_off; the long detail is info's.
+TEST(ReportTest, SaysInAFewWordsWhyKernelsWereNotRecorded) {
+  std::string path = testing::TempDir() + "/nogpu.sqlite";
+  testing::WriteSmallTrace(path, false,
+                           {{"kernels_status", "tokentrace: kernels are off: no NVIDIA driver "
+                                               "(libcuda.so.1: cannot open shared object file)"},
+                            {"kernels_off", "no NVIDIA GPU here"}});
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\n  GPU kernels: not recorded: no NVIDIA GPU here (`tokentrace info` has "
+                       "the detail)\n"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("libcuda"), std::string::npos) << r.out;
 }
 
 TEST(ReportTest, LossesAndTopAreShown) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "store/store.h"
 
@@ -14,13 +16,16 @@ namespace tokentrace::testing {
 //            attn call 10t+1: one 0.1 ms "flash_fwd" kernel, stream 7
 //            mlp call 10t+2 (thread 1): two "gemm" kernels of 0.1 ms each, stream 7
 //   token 3 also has one escape. Kernel mode full, pid 4242.
-inline void WriteSmallTrace(const std::string& path, bool with_losses) {
+//   Meta: written by this build's version; `extra_meta` adds rows or replaces them.
+inline void WriteSmallTrace(const std::string& path, bool with_losses,
+                            const std::vector<std::pair<std::string, std::string>>& extra_meta = {}) {
   std::string error;
   auto store = Store::Open(path, &error);
   ASSERT_NE(store, nullptr) << error;
   Batch b;
-  b.meta = {{"kernel_mode", "full"}, {"pid", "4242"}, {"tool_version", "0.1.0"},
+  b.meta = {{"kernel_mode", "full"}, {"pid", "4242"}, {"tool_version", TOKENTRACE_VERSION},
             {"kernels_status", ""}};
+  b.meta.insert(b.meta.end(), extra_meta.begin(), extra_meta.end());
   b.sites = {{1, "self", SiteKind::kRoot, true},
              {2, "h.0.attn", SiteKind::kModule, false},
              {3, "h.0.mlp", SiteKind::kModule, false}};

@@ -43,9 +43,11 @@ TEST(Start, WithoutDriverFailsCleanly) {
   Config config;
   NullSink sink;
   std::string why;
-  EXPECT_FALSE(Start(config, &sink, &why));
+  KernelsOff kind = KernelsOff::kNo;
+  EXPECT_FALSE(Start(config, &sink, &why, &kind));
   EXPECT_EQ(why.rfind("tokentrace:", 0), 0u) << why;
   EXPECT_GT(why.size(), std::string("tokentrace: kernels are off: ").size()) << why;
+  EXPECT_EQ(kind, KernelsOff::kNoGpu) << why;  // "no NVIDIA GPU here" to the user
   std::printf("why_off here: %s\n", why.c_str());
   Stop();
 }

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
+#include "store/reader.h"
 #include "store/schema.h"
 #include "test_db.h"
 
@@ -182,6 +184,28 @@ TEST(StoreTest, AnotherConnectionReadsWhileTheWriterIsOpen) {
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM kernels"), 2);
   ASSERT_TRUE(store->Write(TwoTokens(), &error));  // the reader did not lock the writer out
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM kernels"), 4);
+}
+
+// A finished trace is one file: no -wal or -shm beside it after the writer closes, nor after
+// a reader (`tokentrace report`) opened and closed it.
+TEST(StoreTest, AClosedTraceIsOneFileAlsoAfterAReader) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  ASSERT_TRUE(store->Write(TwoTokens(), &error));
+  store->Close();
+  auto exists = [](const std::string& p) { return access(p.c_str(), F_OK) == 0; };
+  EXPECT_FALSE(exists(path + "-wal"));
+  EXPECT_FALSE(exists(path + "-shm"));
+  {
+    auto reader = Reader::Open(path, &error);
+    ASSERT_NE(reader, nullptr) << error;
+    std::vector<std::pair<std::string, std::string>> meta;
+    ASSERT_TRUE(reader->Meta(&meta, &error)) << error;
+  }
+  EXPECT_FALSE(exists(path + "-wal"));
+  EXPECT_FALSE(exists(path + "-shm"));
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM kernels"), 2);
 }
 
 }  // namespace

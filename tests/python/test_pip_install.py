@@ -1,0 +1,103 @@
+"""`pip install .` gives what a pip user needs: the `tokentrace` command on PATH, `python -m
+tokentrace`, the version, and a working `tokentrace run` from the installed files alone
+(issue 17, items 2 and 8).
+
+No network: --no-build-isolation --no-index against this environment's scikit-build-core,
+nanobind and torch, --no-deps, into a throwaway prefix. The torch ops library is left out
+(it has its own tests); the wheel's build directory is kept under the build tree, so only the
+first run compiles (about a minute on 2 cores) and later runs take seconds.
+"""
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from tt_testutil import ROOT
+
+JOB = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+cfg = GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, bos_token_id=None,
+                 eos_token_id=None)
+GPT2LMHeadModel(cfg).eval().generate(torch.tensor([[1, 2, 3]]), max_new_tokens=2)
+"""
+
+
+def _pyproject_version():
+    text = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
+    return re.search(r'^version = "([0-9.]+)"$', text, re.M).group(1)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    pytest.importorskip("scikit_build_core")
+    pytest.importorskip("nanobind")
+    prefix = tmp_path_factory.mktemp("prefix")
+    build_root = os.environ.get("TOKENTRACE_NATIVE_DIR") or str(tmp_path_factory.mktemp("bw"))
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+           "--no-index", "--disable-pip-version-check", "--prefix", str(prefix),
+           "-C", f"build-dir={os.path.join(build_root, 'pip-wheel')}",
+           "-C", "cmake.define.TOKENTRACE_BUILD_TORCH_OPS=OFF", ROOT]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stdout + res.stderr
+    site = sysconfig.get_path("platlib", "posix_prefix",
+                              vars={"base": str(prefix), "platbase": str(prefix)})
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TOKENTRACE_") and k != "PYTHONPATH"}
+    # PATH without the development build (build/env.sh puts its `tokentrace` there).
+    path = [os.path.join(prefix, "bin")] + [
+        d for d in env.get("PATH", "").split(os.pathsep)
+        if d and not os.path.exists(os.path.join(d, "tokentrace"))]
+    env.update(PATH=os.pathsep.join(path), PYTHONPATH=site)
+    return prefix, site, env, res
+
+
+def _run(cmd, env, cwd, timeout=600):
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_install_puts_the_command_on_path_with_the_version(installed, tmp_path):
+    prefix, site, env, _ = installed
+    script = os.path.join(prefix, "bin", "tokentrace")
+    assert os.access(script, os.X_OK), os.listdir(os.path.join(prefix, "bin"))
+    version = _pyproject_version()
+    res = _run(["tokentrace", "--version"], env, tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"tokentrace {version}\n", "")
+    res = _run([sys.executable, "-m", "tokentrace", "--help"], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert f"\ntokentrace {version}\n" in res.stdout and "usage: tokentrace" in res.stdout
+    res = _run([sys.executable, "-c", "import tokentrace; print(tokentrace.__file__, "
+                "tokentrace.__version__)"], env, tmp_path)
+    assert res.stdout.split() == [os.path.join(site, "tokentrace", "__init__.py"), version]
+
+
+def test_installed_run_records_a_job_and_reports_it(installed, tmp_path):
+    _, site, env, _ = installed
+    (tmp_path / "job.py").write_text(JOB)
+    res = _run(["tokentrace", "run", "--out", "t.sqlite", "--", sys.executable, "job.py"], env,
+               tmp_path)
+    assert res.returncode == 0, res.stderr
+    res = _run(["tokentrace", "report", "t.sqlite"], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "tokens: 2" in res.stdout
+    con = sqlite3.connect(tmp_path / "t.sqlite")
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    con.close()
+    assert meta["tool_version"] == _pyproject_version()
+
+
+def test_pip_says_nothing_alarming(installed):
+    _, _, _, res = installed
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    # --prefix is not on PATH by design; pip says so about the script it installed.
+    allowed = ("WARNING: The script tokentrace is installed in", "NOTE: The current PATH")
+    odd = [line for line in lines if not line.lstrip().startswith(allowed)
+           and "Consider adding this directory to PATH" not in line
+           and "Running pip as the 'root' user" not in line]
+    assert odd == [], res.stderr
