@@ -143,8 +143,8 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::string out = "trace " + file + "\n";
   const std::string status = MetaValue(meta, "kernels_status");
   out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", pid " + MetaValue(meta, "pid") +
-         ", " + WrittenBy(MetaValue(meta, "tool_version")) + ", schema " +
-         std::to_string(reader->schema_version()) + "\n";
+         ", schema " + std::to_string(reader->schema_version()) + ", " +
+         WrittenBy(MetaValue(meta, "tool_version")) + "\n";
   std::string kernels_line;
   if (MetaValue(meta, "kernel_mode") == "off") {
     kernels_line = "not recorded (kernel mode off)";

@@ -19,8 +19,8 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   auto r = RunCli({"report", path});
   ASSERT_EQ(r.status, 0) << r.err;
   std::string out = Squeeze(r.out);
-  EXPECT_NE(out.find("kernel mode full, pid 4242, written by tokentrace " TOKENTRACE_VERSION
-                     ", schema 2\nGPU kernels: recorded\n"),
+  EXPECT_NE(out.find("kernel mode full, pid 4242, schema 2, written by tokentrace " TOKENTRACE_VERSION
+                     "\nGPU kernels: recorded\n"),
             std::string::npos) << r.out;
   EXPECT_NE(out.find("tokens: 3\n"), std::string::npos) << r.out;
   // token, cpu ms, gpu busy ms, kernels, escapes
