@@ -18,6 +18,8 @@
 //                                  write may still be creating the file); the child records 1
 //   nvtx_generate thread_exit      a thread records 1 token; a thread-local object made
 //                                  before that emits another from its destructor, too late
+//   nvtx_generate short_threads N  64 waves of 4 threads that record N foreign tokens (5 calls
+//                                  each) and exit, and one that records 10 N
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -152,6 +154,20 @@ int main(int argc, char** argv) {
       (void)&late;
       HookToken();
     }).join();
+  } else if (mode == "short_threads") {
+    // Waves of short-lived threads, each records `tokens` foreign tokens and exits at once:
+    // its last events are written just before its exit, often during a drain. A busier
+    // thread started after them (its ring is drained after theirs) keeps each drain long.
+    for (int wave = 0; wave < 64; ++wave) {
+      std::thread workers[5];
+      for (int i = 0; i < 5; ++i) {
+        const int n = i < 4 ? tokens : 10 * tokens;
+        workers[i] = std::thread([n] {
+          for (int t = 0; t < n; ++t) ForeignToken();
+        });
+      }
+      for (auto& w : workers) w.join();
+    }
   } else {
     fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
