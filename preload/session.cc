@@ -353,7 +353,10 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
                         !batch.call_gpu.empty() || !batch.losses.empty();
   if (!store_) {
     if (!has_work) return true;
-    if (!OpenStoreLocked(error)) return false;
+    if (!OpenStoreLocked(error)) {
+      unwritten_.Add(std::move(batch));
+      return false;
+    }
     meta_written_ = false;
   }
   if (!meta_written_) {
@@ -361,8 +364,14 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
     meta_written_ = true;
   }
   for (uint32_t id : joiner_.TakeNewSites()) batch.sites.push_back(sites::Row(id));
+  unwritten_.MoveInto(&batch);
   if (batch.empty()) return true;
-  return store_->Write(batch, error);
+  if (store_->Write(batch, error)) return true;
+  // A full disk (or another write error): the rows are counted and the counts retried with
+  // the next write. The background loop says it once.
+  *error += "; what cannot be written is counted in the file's losses (write_failed_*)";
+  unwritten_.Add(std::move(batch));
+  return false;
 }
 
 bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
@@ -371,7 +380,26 @@ bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::str
   Batch meta;
   meta.meta = MetaRows();  // the final kernels status
   meta.meta.insert(meta.meta.end(), extra_meta.begin(), extra_meta.end());
-  if (store_) ok = store_->Write(meta, error) && ok;
+  std::string meta_error;
+  if (store_ && !WriteLocked(meta, &meta_error)) {
+    if (ok) *error = meta_error;
+    ok = false;
+  }
+  if (!unwritten_.empty() && store_) {
+    // Still no room for the rows: the smallest write, the counts alone, into the space the
+    // store set aside for it if need be.
+    Batch losses = unwritten_.LossesOnly();
+    std::string ignored;
+    if (store_->Write(losses, &ignored) ||
+        (store_->ReleaseReserve() && store_->Write(losses, &ignored))) {
+      unwritten_ = Unwritten();
+    } else {
+      *error = "tokentrace: '" + out_path() + "' misses " + std::to_string(unwritten_.calls()) +
+               " calls that could not be written, and the disk has no room to say so in it (" +
+               ignored + ")";
+    }
+  }
+  if (!ok && unwritten_.empty() && *error == last_error_) error->clear();  // said once already
   return ok;
 }
 

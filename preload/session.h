@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/joiner.h"
+#include "core/unwritten.h"
 #include "cupti/activity_sink.h"
 #include "store/store.h"
 
@@ -77,6 +78,7 @@ class Session : public cupti::ActivitySink {
   const std::string run_id_;       // TOKENTRACE_RUN_ID ("" when not preloaded)
   std::unique_ptr<Store> store_;
   Joiner joiner_;
+  Unwritten unwritten_;  // what failed writes could not store (drain_mutex_)
   bool stopped_ = false;
   bool meta_written_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop

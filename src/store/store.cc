@@ -1,5 +1,6 @@
 #include "store/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -187,6 +188,11 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
     *error = CannotWrite(path, reason);
     return nullptr;
   }
+  // Best effort: without O_TMPFILE or the space, the file simply has no reserve.
+  store->reserve_fd_ = open(parent.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (store->reserve_fd_ >= 0 && posix_fallocate(store->reserve_fd_, 0, kReserveBytes) != 0) {
+    store->ReleaseReserve();
+  }
   return store;
 }
 
@@ -322,7 +328,15 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
   return true;
 }
 
+bool Store::ReleaseReserve() {
+  if (reserve_fd_ < 0) return false;
+  close(reserve_fd_);
+  reserve_fd_ = -1;
+  return true;
+}
+
 void Store::Close() {
+  ReleaseReserve();
   if (db_ == nullptr) return;
   st_.reset();  // statements must be finalized before close
   sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);

@@ -7,6 +7,8 @@
 // while it is being written.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 
@@ -33,6 +35,12 @@ class Store {
   // On failure rolls the batch back and returns false with a one-line message.
   bool Write(const Batch& batch, std::string* error);
 
+  // A full disk must still take the loss counts at the end. Open sets aside kReserveBytes of
+  // disk (an anonymous file in the trace's directory, gone with the process); this gives
+  // them back, for the last, smallest write. False when there was no reserve.
+  static constexpr off_t kReserveBytes = 256 << 10;  // a few 16 KiB WAL frames, with margin
+  bool ReleaseReserve();
+
   // Final checkpoint (the WAL is folded into the main file and truncated) and close.
   // Idempotent; the destructor calls it.
   void Close();
@@ -48,6 +56,7 @@ class Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> st_;
+  int reserve_fd_ = -1;
 };
 
 }  // namespace tokentrace

@@ -7,6 +7,10 @@
 
 namespace {
 
+const std::string kDiskFull = TT_DISK_FULL_PATH;
+// Bytes the files may grow by before the disk is full: the schema and a few batches.
+constexpr int64_t kFullAfter = 900000;
+
 // A thread's last events, written just before it exits (sometimes while a drain is running),
 // are read before its ring is freed: every call of 320 short-lived threads is in the file.
 // (The race itself is pinned down by BufferRegistryTest; this is the end-to-end check.)
@@ -17,5 +21,37 @@ TEST(FaultTest, ShortLivedThreadsLoseNothing) {
     EXPECT_EQ(One(out, "SELECT COALESCE(SUM(count),0) FROM losses"), "0");
   }
 }
+
+
+// Runs `paced 300` (2100 calls) with the disk full after kFullAfter bytes of growth (space
+// returns after REFUSALS refused writes; 0: never). Every call must be in the file or counted
+// there as write_failed_calls, and stderr must say it once, naming the losses.
+void ExpectEveryCallKeptOrCounted(int refusals) {
+  const std::string out = TempDir() + "/t.sqlite";
+  std::string env = "LD_PRELOAD=" + kShim + ":" + kDiskFull +
+                    " TT_DISK_FULL_AFTER=" + std::to_string(kFullAfter) + " TOKENTRACE_FLUSH_MS=5";
+  if (refusals > 0) env += " TT_DISK_FULL_REFUSALS=" + std::to_string(refusals);
+  const Result r = Shell(Preloaded(out, env) + kProgram + " paced 300");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const int64_t written = std::stoll(One(out, "SELECT COUNT(*) FROM calls"));
+  const std::string failed = One(out, "SELECT count FROM losses WHERE kind='write_failed_calls'");
+  ASSERT_NE(failed, "") << r.output;
+  EXPECT_GT(std::stoll(failed), 0);
+  EXPECT_EQ(written + std::stoll(failed), 300 * 7);
+  int said = 0;
+  for (size_t at = r.output.find("cannot write"); at != std::string::npos;
+       at = r.output.find("cannot write", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, 1) << r.output;
+  EXPECT_NE(r.output.find("write_failed"), std::string::npos) << r.output;
+}
+
+// The disk fills for a while, then space returns: the counts reach the file with later rows.
+TEST(FaultTest, FullDiskThatFreesUpCountsWhatWasNotWritten) { ExpectEveryCallKeptOrCounted(20); }
+
+// The disk stays full to the end: the counts still reach the file, in the smallest write, into
+// the space the store set aside for it.
+TEST(FaultTest, FullDiskToTheEndStillCountsInTheFile) { ExpectEveryCallKeptOrCounted(0); }
 
 }  // namespace

@@ -18,6 +18,7 @@
 //                                  write may still be creating the file); the child records 1
 //   nvtx_generate thread_exit      a thread records 1 token; a thread-local object made
 //                                  before that emits another from its destructor, too late
+//   nvtx_generate paced N          N hooks tokens, one a millisecond
 //   nvtx_generate short_threads N  64 waves of 4 threads that record N foreign tokens (5 calls
 //                                  each) and exit, and one that records 10 N
 #include <dlfcn.h>
@@ -154,6 +155,11 @@ int main(int argc, char** argv) {
       (void)&late;
       HookToken();
     }).join();
+  } else if (mode == "paced") {
+    for (int t = 0; t < tokens; ++t) {  // one token a millisecond: many drains, many writes
+      HookToken();
+      usleep(1000);
+    }
   } else if (mode == "short_threads") {
     // Waves of short-lived threads, each records `tokens` foreign tokens and exits at once:
     // its last events are written just before its exit, often during a drain. A busier
