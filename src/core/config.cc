@@ -4,7 +4,8 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <regex>
+
+#include "core/token_pattern.h"
 
 namespace tokentrace {
 
@@ -64,15 +65,11 @@ std::optional<KernelMode> ParseKernelMode(const std::string& text, const std::st
 }
 
 bool ValidateTokenRange(const std::string& re, const std::string& what, std::string* error) {
-  try {
-    std::regex compiled(re, std::regex::ECMAScript);
-    (void)compiled;
-  } catch (const std::regex_error& e) {
-    *error = what + "='" + re + "' is not a valid regular expression (" + e.what() +
-             "); accepted: an ECMAScript regex matched against the whole range name";
-    return false;
-  }
-  return true;
+  std::string why;
+  if (TokenPattern::Compile(re, &why)) return true;
+  *error = what + "='" + re + "' is not accepted (" + why + "); accepted: " +
+           TokenPattern::kAccepted;
+  return false;
 }
 
 std::string NewRunId() {

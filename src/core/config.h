@@ -37,7 +37,7 @@ std::string NewRunId();
 struct Config {
   std::string out_path = "tokentrace-%p.sqlite";  // %p = pid, %r = rank
   KernelMode kernels;
-  std::string token_range;  // ECMAScript regex; empty = only our root site marks tokens
+  std::string token_range;  // RE2 regex (core/token_pattern.h); empty = only our root site marks tokens
   std::string sites;        // glob list for the Python hooks (the shim only passes it on)
   std::string save;         // glob list of saved sites (Python layer)
   std::string patches;      // JSON patch file (Python layer)

@@ -41,6 +41,15 @@ TEST(KernelModeTest, SampleSelectsEveryNthTokenStartingWithPrefill) {
   EXPECT_TRUE(m.FullRowsFor(0));
 }
 
+// Backreferences cannot be matched in linear time: refused up front, saying what is accepted.
+TEST(ConfigTest, TokenRangeRefusesWhatCannotMatchInLinearTime) {
+  std::string error;
+  EXPECT_FALSE(ValidateTokenRange("(a)\\1", "--token-range", &error));
+  EXPECT_NE(error.find("--token-range='(a)\\1' is not accepted"), std::string::npos) << error;
+  EXPECT_NE(error.find("no backreferences"), std::string::npos) << error;
+  EXPECT_TRUE(ValidateTokenRange("decode_step_[0-9]+", "--token-range", &error));
+}
+
 TEST(ConfigTest, ExpandsPidAndRank) {
   EXPECT_EQ(ExpandOutPath("/t/run-%p-%r.sqlite", 42, "3"), "/t/run-42-3.sqlite");
   EXPECT_EQ(ExpandOutPath("100%%-%p", 7, "0"), "100%-7");
