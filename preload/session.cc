@@ -97,6 +97,8 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   sites::SetTokenRange(config.token_range);
   clock::Calibrate();
   recorder::BeginSession(config.buffer_events);
+  Policy().wake.store(&Wake);
+  Policy().wait_when_full.store(config.wait_when_full);
   if (config.kernels.kind == KernelMode::kOff) {
     s->SetKernelsStatus("kernel mode is off");
   } else if (!preload) {
@@ -114,6 +116,7 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   // Running from here on for the signal handler, even before the thread is first scheduled
   // (a signal that early still finds someone to do the stop).
   g_loop_running.store(true);
+  Policy().drain_running.store(true);
   s->thread_ = std::thread([raw = s.get()] { raw->Loop(); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return s;
@@ -201,7 +204,9 @@ std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
           {"cupti", cupti::Describe()},
           {"token_range", config_.token_range},
           {"mode", preload_ ? "preload" : "in-process"},
-          {"out_path", out_path()}};
+          {"out_path", out_path()},
+          // Events the job's threads produced (recorded or dropped): the base of loss shares.
+          {"events", std::to_string(events_drained_ + events_dropped_)}};
 }
 
 std::string Session::kernels_status() const {
@@ -250,6 +255,7 @@ void Session::Loop() {
       (void)ignored;
     }
     if (const int sig = g_stop_signal.load()) {
+      Policy().drain_running.store(false);
       StopFromSignal(sig);
       break;
     }
@@ -270,6 +276,7 @@ void Session::Loop() {
       }
     }
   }
+  Policy().drain_running.store(false);  // a thread waiting for room gives up (and counts)
   g_loop_running.store(false);
 }
 
@@ -324,11 +331,12 @@ bool Session::DrainLocked(bool final, std::string* error) {
   const uint8_t generation = recorder::Generation();
   uint64_t dropped = 0;
   buffers::ForEach([&](ThreadBuffer& ring) {
-    ring.Drain([&](const Event& e) {
+    events_drained_ += ring.Drain([&](const Event& e) {
       if (e.generation == generation) joiner_.OnEvent(ring.thread_index(), e, &batch);
     });
     dropped += ring.TakeDropped();
   });
+  events_dropped_ += dropped;
   for (size_t i = 0; i < activities.size(); ++i) {
     if (!names[i].empty()) activities[i].name = names[i].c_str();
     joiner_.OnActivity(activities[i], &batch);
@@ -398,6 +406,15 @@ bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::str
                " calls that could not be written, and the disk has no room to say so in it (" +
                ignored + ")";
     }
+  }
+  if (events_dropped_ > 0) {  // the share lost, once, at the end
+    const uint64_t all = events_drained_ + events_dropped_;
+    fprintf(stderr,
+            "tokentrace: %.1f%% of the job's events were lost to full buffers (%llu of %llu, "
+            "counted as buffer_full)%s\n",
+            100.0 * static_cast<double>(events_dropped_) / static_cast<double>(all),
+            static_cast<unsigned long long>(events_dropped_), static_cast<unsigned long long>(all),
+            config_.wait_when_full ? "" : "; --on-full wait keeps every event");
   }
   if (!ok && unwritten_.empty() && *error == last_error_) error->clear();  // said once already
   return ok;

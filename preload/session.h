@@ -79,6 +79,8 @@ class Session : public cupti::ActivitySink {
   std::unique_ptr<Store> store_;
   Joiner joiner_;
   Unwritten unwritten_;  // what failed writes could not store (drain_mutex_)
+  uint64_t events_drained_ = 0;  // events read from the rings (drain_mutex_)
+  uint64_t events_dropped_ = 0;  // events dropped on full rings (drain_mutex_)
   bool stopped_ = false;
   bool meta_written_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop

@@ -5,6 +5,7 @@
 // seconds. Long traces (> kFullListMax tokens) are summarised instead of listed.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -209,8 +210,18 @@ int ReportCommand(const std::vector<std::string>& args) {
     out += " none\n";
   } else {
     out += "\n";
+    // The share lost, where the file has its base: events the job's threads produced.
+    const long long events = std::atoll(MetaValue(meta, "events").c_str());
     for (const auto& [kind, count] : losses) {
-      if (count != 0) out += "  " + kind + ": " + std::to_string(count) + "\n";
+      if (count == 0) continue;
+      out += "  " + kind + ": " + std::to_string(count);
+      if (kind == "buffer_full" && events >= count) {
+        char share[64];
+        std::snprintf(share, sizeof share, " (%.1f%% of %lld events)",
+                      100.0 * static_cast<double>(count) / static_cast<double>(events), events);
+        out += share;
+      }
+      out += "\n";
     }
   }
   std::fputs(out.c_str(), stdout);

@@ -30,6 +30,9 @@ const char kRunUsage[] =
     "  --save GLOBS      sites whose outputs are saved [TOKENTRACE_SAVE]\n"
     "  --patches FILE    JSON patch file [TOKENTRACE_PATCHES]\n"
     "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
+    "  --on-full P       drop | wait: when a thread's buffer is full, drop and count its events\n"
+    "                    (the job never slows down) or wait for the writer (complete traces)\n"
+    "                    [TOKENTRACE_ON_FULL] (default drop)\n"
     "\n"
     "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n";
 
@@ -161,11 +164,13 @@ int RunCommand(const std::vector<std::string>& args) {
                    {"--sites", "TOKENTRACE_SITES", "", false},
                    {"--save", "TOKENTRACE_SAVE", "", false},
                    {"--patches", "TOKENTRACE_PATCHES", "", false},
-                   {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false}};
+                   {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false},
+                   {"--on-full", "TOKENTRACE_ON_FULL", "", false}};
   Option& out = opts[0];
   Option& kernels = opts[1];
   Option& patches = opts[4];
   Option& token_range = opts[5];
+  Option& on_full = opts[6];
 
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -196,7 +201,7 @@ int RunCommand(const std::vector<std::string>& args) {
     if (!known) {
       return UsageError("tokentrace: unknown option '" + a +
                         "' for run (accepted: --out, --kernels, --sites, --save, --patches, "
-                        "--token-range, --help)");
+                        "--token-range, --on-full, --help)");
     }
   }
   std::vector<std::string> command(args.begin() + static_cast<long>(i), args.end());
@@ -217,6 +222,10 @@ int RunCommand(const std::vector<std::string>& args) {
   }
   if (!token_range.value.empty() &&
       !ValidateTokenRange(token_range.value, what(token_range), &error)) {
+    return UsageError("tokentrace: " + error);
+  }
+  bool wait = false;
+  if (!on_full.value.empty() && !ParseOnFull(on_full.value, what(on_full), &wait, &error)) {
     return UsageError("tokentrace: " + error);
   }
   if (!CheckOutDir(out.value.empty() ? Config().out_path : out.value, what(out), &error)) {

@@ -69,6 +69,17 @@ TEST(RunTest, BadRegexIsRejectedBeforeTheJobStarts) {
   EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);  // the command never ran
 }
 
+TEST(RunTest, BadOnFullIsRejectedBeforeTheJobStarts) {
+  std::string dir = testing::TempDir();
+  auto r = RunCli({"run", "--on-full", "stall", "--", "/bin/sh", "-c", "touch " + dir + "/ran"},
+                  {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("--on-full='stall' is not accepted (accepted: drop"), std::string::npos)
+      << r.err;
+  EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);
+}
+
 TEST(RunTest, MissingOutDirectoryIsRejected) {
   auto r = RunCli({"run", "--out", "/tmp/tt_no_such_dir_xyz/t.sqlite", "--", "/bin/true"},
                   {kShimEnv});

@@ -54,4 +54,25 @@ TEST(FaultTest, FullDiskThatFreesUpCountsWhatWasNotWritten) { ExpectEveryCallKep
 // the space the store set aside for it.
 TEST(FaultTest, FullDiskToTheEndStillCountsInTheFile) { ExpectEveryCallKeptOrCounted(0); }
 
+// A burst far faster than the writer (50,000 tokens in a tight loop, 700,000 events through a
+// 65,536-event ring): with --on-full wait every token is kept; with the default (drop) the
+// losses are counted, and stderr and the report say what share was lost.
+TEST(FaultTest, BurstIsCompleteWithWaitAndItsShareLostIsSaidWithDrop) {
+  const std::string kept = RunPreloaded("hooks 50000", "TOKENTRACE_FLUSH_MS=200 TOKENTRACE_ON_FULL=wait");
+  EXPECT_EQ(One(kept, "SELECT COUNT(*) FROM tokens"), "50000");
+  EXPECT_EQ(One(kept, "SELECT COUNT(*) FROM calls"), "350000");
+  EXPECT_EQ(One(kept, "SELECT COALESCE(SUM(count),0) FROM losses"), "0");
+
+  Result r;
+  const std::string dropped = RunPreloaded("hooks 50000", "TOKENTRACE_FLUSH_MS=200", &r);
+  const std::string lost = One(dropped, "SELECT count FROM losses WHERE kind='buffer_full'");
+  ASSERT_NE(lost, "") << "the ring no longer fills in this burst; make it longer";
+  EXPECT_EQ(One(dropped, "SELECT value FROM meta WHERE key='events'"), "700000");
+  EXPECT_NE(r.output.find("of the job's events were lost to full buffers (" + lost + " of 700000"),
+            std::string::npos) << r.output;
+  const Result report = Shell(kCli + " report " + dropped);
+  EXPECT_NE(report.output.find("buffer_full: " + lost + " ("), std::string::npos) << report.output;
+  EXPECT_NE(report.output.find("% of 700000 events)"), std::string::npos) << report.output;
+}
+
 }  // namespace
