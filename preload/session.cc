@@ -274,6 +274,12 @@ void Session::Loop() {
         fprintf(stderr, "%s\n", error.c_str());
         last_error_ = error;
       }
+      // The data reaches the main file about once a second, not only when the WAL is 16 MiB:
+      // a killed job's .sqlite copied alone still holds it.
+      if (store_ && ++loops_since_checkpoint_ * config_.flush_ms >= 1000) {
+        loops_since_checkpoint_ = 0;
+        store_->Checkpoint();
+      }
     }
   }
   Policy().drain_running.store(false);  // a thread waiting for room gives up (and counts)

@@ -85,6 +85,7 @@ class Session : public cupti::ActivitySink {
   bool meta_written_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop
   int loops_since_cupti_flush_ = 0;           // background thread only
+  int loops_since_checkpoint_ = 0;            // background thread only
   std::string last_error_;
 
   std::mutex drain_mutex_;  // one drain at a time (background thread, Flush, Stop)

@@ -134,19 +134,41 @@ class SiteView:
         return f"<site {self.name} ({self.kind}) num_calls={self.num_calls}>"
 
 
+def _wal_missing(path):
+    """A WAL-mode (or empty) file with no -wal next to it: a killed writer's data may be there."""
+    if os.path.exists(path + "-wal"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return not header or (len(header) == 20 and header[:16] == b"SQLite format 3\0"
+                          and header[18] == 2 and header[19] == 2)
+
+
+def _fail_not_a_trace(path, why, wal_missing):
+    if wal_missing:
+        fail(f"{path} has no trace data of its own and its write-ahead log {path}-wal is "
+             f"missing (a writer that was killed keeps its last data there until its next "
+             f"checkpoint: copy both files)")
+    fail(f"{path} is not a tokentrace {why}")
+
+
 class Trace:
     """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
 
     def __init__(self, path):
         self.path = os.path.abspath(os.fspath(path))
+        wal_missing = _wal_missing(self.path)  # before SQLite opens it and makes an empty -wal
         try:
             self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
             self._tables = {r[0] for r in self._con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         except sqlite3.DatabaseError as exc:
-            fail(f"{self.path} is not a tokentrace SQLite file ({exc})")
+            _fail_not_a_trace(self.path, f"SQLite file ({exc})", wal_missing)
         if "sites" not in self._tables or "calls" not in self._tables:
-            fail(f"{self.path} is not a tokentrace trace (no sites/calls tables)")
+            _fail_not_a_trace(self.path, "trace (no sites/calls tables)", wal_missing)
         self.meta = dict(self._q("SELECT key, value FROM meta")) if "meta" in self._tables else {}
         version = self.meta.get("schema_version", "1")
         if version != "1":

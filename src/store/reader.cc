@@ -2,10 +2,12 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "store/schema.h"
 #include "store/statement.h"
@@ -18,6 +20,18 @@ std::string Reader::Fail(const std::string& what) const {
   return "tokentrace: cannot read '" + path_ + "': " + what;
 }
 
+namespace {
+// True for an empty file, or a SQLite file whose header says WAL mode (bytes 18 and 19 = 2).
+bool IsWalModeOrEmpty(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char header[20] = {};
+  in.read(header, sizeof header);
+  if (in.gcount() == 0) return true;
+  return in.gcount() == sizeof header && std::memcmp(header, "SQLite format 3", 16) == 0 &&
+         header[18] == 2 && header[19] == 2;
+}
+}  // namespace
+
 std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -28,6 +42,9 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     *error = "tokentrace: cannot open '" + path + "': it is a directory, not a trace file";
     return nullptr;
   }
+  // Before SQLite opens it (opening a WAL-mode file creates an empty -wal): a copy of a file
+  // whose writer was killed before its first checkpoint has its data only in the -wal.
+  const bool wal_missing = access((path + "-wal").c_str(), F_OK) != 0 && IsWalModeOrEmpty(path);
   // Read-write without CREATE: a reader may have to recover the WAL index of a file whose
   // writer was killed, which a read-only connection cannot do. SQLite itself falls back to
   // read-only when the file is write-protected. Nothing here writes rows.
@@ -48,6 +65,10 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     int code = sqlite3_errcode(db);
     if (code == SQLITE_NOTADB) {
       *error = "tokentrace: '" + path + "' is not a SQLite file (so not a tokentrace trace)";
+    } else if (msg.find("no such table") != std::string::npos && wal_missing) {
+      *error = "tokentrace: '" + path + "' has no trace data of its own and its write-ahead " +
+               "log '" + path + "-wal' is missing (a writer that was killed keeps its last " +
+               "data there until its next checkpoint: copy both files)";
     } else if (msg.find("no such table") != std::string::npos) {
       *error = "tokentrace: '" + path + "' is a SQLite file but not a tokentrace trace " +
                "(it has no meta table)";

@@ -328,6 +328,12 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
   return true;
 }
 
+void Store::Checkpoint() {
+  if (db_ != nullptr) {
+    sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  }
+}
+
 bool Store::ReleaseReserve() {
   if (reserve_fd_ < 0) return false;
   close(reserve_fd_);

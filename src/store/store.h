@@ -35,6 +35,11 @@ class Store {
   // On failure rolls the batch back and returns false with a one-line message.
   bool Write(const Batch& batch, std::string* error);
 
+  // Folds the WAL into the main file as far as readers allow (a passive checkpoint): run on
+  // a schedule, so a copy of the main file alone, or one whose -wal was lost after the
+  // writer was killed, still holds all but the last moments.
+  void Checkpoint();
+
   // A full disk must still take the loss counts at the end. Open sets aside kReserveBytes of
   // disk (an anonymous file in the trace's directory, gone with the process); this gives
   // them back, for the last, smallest write. False when there was no reserve.

@@ -1,6 +1,8 @@
 // Fault injection, end to end without a GPU or root: nvtx_generate runs under the preloaded
 // libtokentrace.so while a thread exits mid-drain or the disk fills (disk_full_vfs.cc), and
 // the file it leaves must hold, or count, every call.
+#include <signal.h>
+
 #include <string>
 
 #include "preload_util.h"
@@ -73,6 +75,19 @@ TEST(FaultTest, BurstIsCompleteWithWaitAndItsShareLostIsSaidWithDrop) {
   const Result report = Shell(kCli + " report " + dropped);
   EXPECT_NE(report.output.find("buffer_full: " + lost + " ("), std::string::npos) << report.output;
   EXPECT_NE(report.output.find("% of 700000 events)"), std::string::npos) << report.output;
+}
+
+// A job killed with SIGKILL, and its .sqlite copied without the -wal: the data reached the
+// main file by a scheduled checkpoint (not only once the WAL held 16 MiB).
+TEST(FaultTest, SigkilledTraceCopiedWithoutItsWalHoldsTheData) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite";
+  const Result r = Shell(Preloaded(out) + kProgram + " hang >/dev/null 2>&1 & echo $!; sleep 1.6");
+  const pid_t pid = atoi(r.output.c_str());
+  ASSERT_GT(pid, 0) << r.output;
+  kill(pid, SIGKILL);
+  usleep(200000);
+  ASSERT_EQ(Shell("cp " + out + " " + dir + "/copy.sqlite").status, 0);
+  EXPECT_EQ(One(dir + "/copy.sqlite", "SELECT COUNT(*) FROM tokens"), "1");
 }
 
 }  // namespace

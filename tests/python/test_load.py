@@ -46,3 +46,14 @@ def test_load_of_a_trace(gpt2, prompt, tmp_path):
     assert again.sites == first.sites
     assert again["transformer.h.1.mlp"].num_calls == 3
     assert list(again["transformer.h.1.mlp:2"].out.shape) == [1, 1, 32]
+
+
+def test_trace_copied_without_its_wal_says_the_wal_is_missing(tmp_path):
+    import sqlite3
+    import pytest
+    path = str(tmp_path / "copy.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.close()  # a WAL-mode file with no tables and no -wal: what a killed run's copy looks like
+    with pytest.raises(tt.TokentraceError, match="write-ahead log .*-wal is missing"):
+        tt.load(path)

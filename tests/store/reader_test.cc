@@ -163,6 +163,19 @@ TEST(ReaderTest, SqliteFileWithoutMetaIsRejected) {
   EXPECT_NE(error.find("not a tokentrace trace"), std::string::npos) << error;
 }
 
+// A trace's .sqlite copied without its -wal (the writer was killed before a checkpoint): the
+// message says the WAL is missing, not that the file is no trace.
+TEST(ReaderTest, TraceWithoutItsWalSaysTheWalIsMissing) {
+  std::string path = TempPath("nowal.sqlite"), error;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "PRAGMA journal_mode=WAL;", nullptr, nullptr, nullptr);
+  sqlite3_close(db);  // a WAL-mode file with no tables, and no -wal next to it
+  EXPECT_EQ(Reader::Open(path, &error), nullptr);
+  EXPECT_NE(error.find("its write-ahead log '" + path + "-wal' is missing"), std::string::npos)
+      << error;
+}
+
 TEST(ReaderTest, NewerSchemaIsRejected) {
   std::string path = MakeTrace(), error;
   sqlite3* db = nullptr;
