@@ -159,13 +159,15 @@ bool Session::OpenStoreLocked(std::string* error) {
   std::string owner;
   const bool known = ReadMetaValue(path, "run_id", &owner);
   const bool exists = access(path.c_str(), F_OK) == 0;
-  if (exists && (owner == run_id_ || !known || locked != 0)) {
+  const bool in_use = exists && Store::BeingWritten(path);  // by another run, still alive
+  if (exists && (owner == run_id_ || !known || locked != 0 || in_use)) {
     const std::string mine = path + "." + std::to_string(getpid());
     fprintf(stderr,
             "tokentrace: '%s' %s; this one (pid %d) writes '%s' (put %%p in --out/"
             "TOKENTRACE_OUT for one file per process)\n",
             path.c_str(),
             owner == run_id_ ? "belongs to another process of this run"
+            : in_use         ? "is being written by another run"
                              : "could not be checked for another writer, so it is kept",
             static_cast<int>(getpid()), mine.c_str());
     path = mine;

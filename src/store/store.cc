@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +140,11 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
     *error = CannotWrite(path, "the directory '" + parent + "' does not exist");
     return nullptr;
   }
+  if (BeingWritten(path)) {
+    *error = CannotWrite(path, "another process is writing it (a trace being recorded is never "
+                               "replaced; choose another path)");
+    return nullptr;
+  }
   // Truncate: a previous run's WAL must not be replayed into the new file.
   std::string reason;
   for (const char* suffix : {"", "-wal", "-shm"}) {
@@ -188,6 +194,8 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
     *error = CannotWrite(path, reason);
     return nullptr;
   }
+  store->lock_fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (store->lock_fd_ >= 0) flock(store->lock_fd_, LOCK_SH | LOCK_NB);
   // Best effort: without O_TMPFILE or the space, the file simply has no reserve.
   store->reserve_fd_ = open(parent.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (store->reserve_fd_ >= 0 && posix_fallocate(store->reserve_fd_, 0, kReserveBytes) != 0) {
@@ -328,6 +336,14 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
   return true;
 }
 
+bool Store::BeingWritten(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);  // also drops the lock if we got it
+  return busy;
+}
+
 void Store::Checkpoint() {
   if (db_ != nullptr) {
     sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
@@ -343,11 +359,14 @@ bool Store::ReleaseReserve() {
 
 void Store::Close() {
   ReleaseReserve();
-  if (db_ == nullptr) return;
-  st_.reset();  // statements must be finalized before close
-  sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
-  sqlite3_close(db_);
-  db_ = nullptr;
+  if (db_ != nullptr) {
+    st_.reset();  // statements must be finalized before close
+    sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+    sqlite3_close(db_);
+    db_ = nullptr;
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);  // the file is complete: a later run may replace it
+  lock_fd_ = -1;
 }
 
 }  // namespace tokentrace

@@ -35,6 +35,10 @@ class Store {
   // On failure rolls the batch back and returns false with a one-line message.
   bool Write(const Batch& batch, std::string* error);
 
+  // True while a Store of some process has `path` open: a writer holds a shared flock on its
+  // file for its whole life (readers take none). Open refuses to replace such a file.
+  static bool BeingWritten(const std::string& path);
+
   // Folds the WAL into the main file as far as readers allow (a passive checkpoint): run on
   // a schedule, so a copy of the main file alone, or one whose -wal was lost after the
   // writer was killed, still holds all but the last moments.
@@ -62,6 +66,7 @@ class Store {
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> st_;
   int reserve_fd_ = -1;
+  int lock_fd_ = -1;  // the shared flock that says "being written" (BeingWritten)
 };
 
 }  // namespace tokentrace

@@ -90,4 +90,23 @@ TEST(FaultTest, SigkilledTraceCopiedWithoutItsWalHoldsTheData) {
   EXPECT_EQ(One(dir + "/copy.sqlite", "SELECT COUNT(*) FROM tokens"), "1");
 }
 
+// Two runs with the same --out at once: the second never deletes the file the first is still
+// writing; it writes "<name>.<pid>" and says so. Both traces are whole.
+TEST(FaultTest, OverlappingRunsWithOneOutKeepBothTraces) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite", log = dir + "/first.log";
+  const Result r = Shell(Preloaded(out) + kProgram + " hang > " + log + " 2>&1 & pid=$!; " +
+                         "for i in $(seq 200); do grep -q ready " + log +
+                         " && break; sleep 0.01; done; sleep 0.1; " + Preloaded(out) + kProgram +
+                         " hooks 2 2>&1; kill -TERM $pid; wait $pid; echo status=$?");
+  EXPECT_NE(r.output.find("'" + out + "' is being written by another run"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");  // the first run's, whole
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='exit_signal'"), "SIGTERM");
+  const size_t at = r.output.find("writes '" + out + ".");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string second = r.output.substr(at + 8, r.output.find('\'', at + 8) - at - 8);
+  EXPECT_EQ(One(second, "SELECT COUNT(*) FROM tokens"), "2");
+}
+
 }  // namespace
