@@ -91,6 +91,14 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   if (!CheckWritable(out, error)) return nullptr;
   std::unique_ptr<Session> s(new Session(config, preload, out));
   if (!preload) {
+    // As in preload mode, a file at that path that is not a trace is never replaced.
+    std::string version;
+    if (access(out.c_str(), F_OK) == 0 &&
+        (!ReadMetaValue(out, "schema_version", &version) || version.empty())) {
+      *error = "tokentrace: '" + out + "' exists and is not a tokentrace trace, so it is kept; " +
+               "choose another output path";
+      return nullptr;
+    }
     s->store_ = Store::Open(out, error);
     if (!s->store_) return nullptr;
   }

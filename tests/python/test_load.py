@@ -57,3 +57,13 @@ def test_trace_copied_without_its_wal_says_the_wal_is_missing(tmp_path):
     con.close()  # a WAL-mode file with no tables and no -wal: what a killed run's copy looks like
     with pytest.raises(tt.TokentraceError, match="write-ahead log .*-wal is missing"):
         tt.load(path)
+
+
+def test_trace_never_replaces_a_file_that_is_not_a_trace(tmp_path):
+    import pytest
+    path = tmp_path / "notes.sqlite"
+    path.write_text("my notes, not a trace\n")
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(tt.TokentraceError, match="exists and is not a tokentrace trace"):
+        tt.trace(model, torch.ones(1, 4), kernels="off", out=path)
+    assert path.read_text() == "my notes, not a trace\n"
