@@ -15,7 +15,10 @@ import torch
 from ._errors import fail
 from ._outputs import parse_dtype
 
-TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill")
+# finished: False for a token whose root call never closed (the job was killed inside it);
+# its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
+TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill finished",
+                      defaults=(True,))
 
 
 class OutputMeta:
@@ -250,8 +253,9 @@ class Trace:
             rows = self._q("SELECT c.token, MIN(c.cpu_begin_ns), MAX(c.cpu_end_ns), 0, 0, 0 "
                            "FROM calls c JOIN sites s ON s.id = c.site_id "
                            "WHERE s.kind = 'root' GROUP BY c.token ORDER BY c.token")
-        return [TokenRow(t, ((e or b) - b) / 1e6, (g / 1e6) if gpu_on else None,
-                         kn if gpu_on else None, esc or 0, t == 1)
+        return [TokenRow(t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
+                         (g / 1e6) if gpu_on else None, kn if gpu_on else None, esc or 0,
+                         t == 1, not (b is not None and e is None))
                 for t, b, e, kn, g, esc in rows]
 
     @property

@@ -109,4 +109,20 @@ TEST(FaultTest, OverlappingRunsWithOneOutKeepBothTraces) {
   EXPECT_EQ(One(second, "SELECT COUNT(*) FROM tokens"), "2");
 }
 
+// A job killed inside a token: the token reads as unfinished (its root call is in the file,
+// open), not as one without a root call (which the report took for a CUDA-graph replay).
+TEST(FaultTest, TokenOfAKilledJobReadsAsUnfinished) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite", log = dir + "/job.log";
+  const Result r = Shell(Preloaded(out) + kProgram + " hang_in_token > " + log + " 2>&1 & " +
+                         "pid=$!; for i in $(seq 200); do grep -q ready " + log +
+                         " && break; sleep 0.01; done; sleep 0.3; kill -KILL $pid");
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "2");
+  EXPECT_EQ(One(out, "SELECT cpu_begin_ns IS NOT NULL AND cpu_end_ns IS NULL FROM tokens "
+                     "WHERE token = 2"),
+            "1");
+  const Result report = Shell(kCli + " report " + out);
+  EXPECT_EQ(report.output.find("graph"), std::string::npos) << report.output;
+  EXPECT_NE(report.output.find("open"), std::string::npos) << report.output;
+}
+
 }  // namespace

@@ -6,6 +6,8 @@
 //   nvtx_generate foreign [tokens] plain ranges only: decode_step > layer_{0,1}
 //   nvtx_generate fork             2 tokens, fork; the child records 1 token of its own
 //   nvtx_generate hang             1 token, then sleeps (the test SIGKILLs or SIGTERMs it)
+//   nvtx_generate hang_in_token    1 token, then a second one's root and a block, then sleeps
+//                                  inside that token (the test SIGKILLs it)
 //   nvtx_generate hang_own_handler the same with its own SIGTERM handler, which calls exit(7)
 //   nvtx_generate quick_exit       1 token, then _exit(3) (like Python's os._exit)
 //   nvtx_generate unbalanced       pops with nothing open, leaves a range open at exit
@@ -112,6 +114,14 @@ int main(int argc, char** argv) {
     return ForkOneTokenChild();
   } else if (mode == "hang") {
     HookToken();
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
+  } else if (mode == "hang_in_token") {
+    HookToken();
+    PushRegistered("self", kCategoryRoot);  // a second token, killed before its root closes
+    PushRegistered("transformer.h.0", kCategoryModule);
+    nvtxDomainRangePop(g_domain);
     printf("ready\n");
     fflush(stdout);
     for (;;) pause();

@@ -67,3 +67,23 @@ def test_trace_never_replaces_a_file_that_is_not_a_trace(tmp_path):
     with pytest.raises(tt.TokentraceError, match="exists and is not a tokentrace trace"):
         tt.trace(model, torch.ones(1, 4), kernels="off", out=path)
     assert path.read_text() == "my notes, not a trace\n"
+
+
+def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
+    import sqlite3
+    path = str(tmp_path / "killed.sqlite")
+    make_trace_file(path)
+    con = sqlite3.connect(path)
+    # token 3: its root call never closed (the job was killed inside it)
+    con.execute("INSERT INTO calls VALUES (100, 1, 3, 3, NULL, 7, 50000000, NULL)")
+    con.commit()
+    tokens = tt.load(path).tokens
+    assert [(t.token, t.finished, t.cpu_ms) for t in tokens] == [
+        (1, True, 9.0), (2, True, 9.0), (3, False, 0.0)]
+    # a token with no root call at all (a CUDA-graph replay, or a killed run's file from
+    # before open token calls were written) has no begin either: it used to raise TypeError
+    con.executescript("DROP VIEW tokens; CREATE VIEW tokens AS SELECT 4 AS token, NULL AS "
+                      "cpu_begin_ns, NULL AS cpu_end_ns, 0 AS kernels, 0 AS gpu_busy_ns, "
+                      "1 AS escapes")
+    con.close()
+    assert [(t.token, t.finished, t.cpu_ms) for t in tt.load(path).tokens] == [(4, True, 0.0)]
