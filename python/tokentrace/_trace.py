@@ -8,6 +8,7 @@ Reads are lazy: sites are loaded on open, each site's calls on first access, and
 import json
 import os
 import sqlite3
+import urllib.parse
 from collections import namedtuple
 
 import torch
@@ -165,7 +166,14 @@ class Trace:
         self.path = os.path.abspath(os.fspath(path))
         wal_missing = _wal_missing(self.path)  # before SQLite opens it and makes an empty -wal
         try:
-            self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            # With no -wal there is nothing to recover: opened immutable, nothing is left next
+            # to the file. Names are stored as the job gave them: bytes that are not UTF-8
+            # read as replacement characters.
+            uri = f"file:{urllib.parse.quote(self.path)}?mode=ro"
+            if not os.path.exists(self.path + "-wal"):
+                uri += "&immutable=1"
+            self._con = sqlite3.connect(uri, uri=True, timeout=30)
+            self._con.text_factory = lambda b: b.decode("utf-8", "replace")
             self._tables = {r[0] for r in self._con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         except sqlite3.DatabaseError as exc:

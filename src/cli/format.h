@@ -23,8 +23,8 @@ double Median(const std::vector<double>& sorted);
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
                         const std::string& indent = "  ");
 
-// `s` as a JSON string literal, quotes included (control characters as \u00XX; bytes >= 0x80
-// are passed through, so valid UTF-8 stays valid).
+// `s` as a JSON string literal, quotes included (control characters as \u00XX; valid UTF-8
+// is passed through, and each byte that is not part of a valid sequence becomes U+FFFD).
 std::string JsonString(const std::string& s);
 
 // Parses a decimal unsigned integer that fits in uint32; false otherwise.

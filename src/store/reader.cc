@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -30,6 +32,21 @@ bool IsWalModeOrEmpty(const std::string& path) {
   return in.gcount() == sizeof header && std::memcmp(header, "SQLite format 3", 16) == 0 &&
          header[18] == 2 && header[19] == 2;
 }
+
+// "file:<path>?immutable=1", the path percent-encoded.
+std::string ImmutableUri(const std::string& path) {
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      uri += hex;
+    }
+  }
+  return uri + "?immutable=1";
+}
 }  // namespace
 
 std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error) {
@@ -44,12 +61,17 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   }
   // Before SQLite opens it (opening a WAL-mode file creates an empty -wal): a copy of a file
   // whose writer was killed before its first checkpoint has its data only in the -wal.
-  const bool wal_missing = access((path + "-wal").c_str(), F_OK) != 0 && IsWalModeOrEmpty(path);
+  const bool has_wal = access((path + "-wal").c_str(), F_OK) == 0;
+  const bool wal_missing = !has_wal && IsWalModeOrEmpty(path);
   // Read-write without CREATE: a reader may have to recover the WAL index of a file whose
   // writer was killed, which a read-only connection cannot do. SQLite itself falls back to
   // read-only when the file is write-protected. Nothing here writes rows.
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+  // A file with no -wal (a finished trace, or a copy) has nothing to recover: it is opened
+  // immutable and read-only, so the reader leaves no -wal or -shm next to it.
+  int rc = has_wal ? sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr)
+                   : sqlite3_open_v2(ImmutableUri(path).c_str(), &db,
+                                     SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
   if (rc != SQLITE_OK) {
     *error = "tokentrace: cannot open '" + path + "': " + sqlite3_errstr(rc);
     sqlite3_close(db);

@@ -87,3 +87,20 @@ def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
                       "1 AS escapes")
     con.close()
     assert [(t.token, t.finished, t.cpu_ms) for t in tt.load(path).tokens] == [(4, True, 0.0)]
+
+
+def test_names_that_are_not_utf8_and_no_files_left_behind(tmp_path):
+    import os
+    import sqlite3
+    path = str(tmp_path / "odd name %?#.sqlite")
+    make_trace_file(path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE sites SET name = CAST(X'6C6179657280FF' AS TEXT) WHERE name = 'layer'")
+    con.commit()
+    con.close()
+    trace = tt.load(path)
+    assert trace.sites == ["self", "layer\ufffd\ufffd", "layer.mlp"]
+    assert trace["layer\ufffd\ufffd"].num_calls == 2 and len(trace.tokens) == 2
+    del trace
+    # reading a finished trace leaves no -wal or -shm next to it
+    assert not os.path.exists(path + "-wal") and not os.path.exists(path + "-shm")

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -174,6 +176,31 @@ TEST(ReaderTest, TraceWithoutItsWalSaysTheWalIsMissing) {
   EXPECT_EQ(Reader::Open(path, &error), nullptr);
   EXPECT_NE(error.find("its write-ahead log '" + path + "-wal' is missing"), std::string::npos)
       << error;
+}
+
+// Reading a finished trace leaves nothing next to it (no -wal, no -shm), even for a path
+// with characters a URI must escape.
+TEST(ReaderTest, ReadingAFinishedTraceLeavesNoWalOrShm) {
+  const std::string dir = TempPath("odd dir %?#");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string path = dir + "/t.sqlite";
+  std::string error;
+  {
+    auto store = Store::Open(path, &error);
+    ASSERT_NE(store, nullptr) << error;
+    Batch b;
+    b.meta = {{"kernel_mode", "off"}};
+    ASSERT_TRUE(store->Write(b, &error)) << error;
+  }
+  {
+    auto reader = Reader::Open(path, &error);
+    ASSERT_NE(reader, nullptr) << error;
+    std::vector<std::pair<std::string, std::string>> meta;
+    ASSERT_TRUE(reader->Meta(&meta, &error)) << error;
+    EXPECT_FALSE(meta.empty());
+  }
+  EXPECT_NE(access((path + "-wal").c_str(), F_OK), 0);
+  EXPECT_NE(access((path + "-shm").c_str(), F_OK), 0);
 }
 
 TEST(ReaderTest, NewerSchemaIsRejected) {
