@@ -69,35 +69,37 @@ def test_trace_never_replaces_a_file_that_is_not_a_trace(tmp_path):
     assert path.read_text() == "my notes, not a trace\n"
 
 
-def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
+def _crafted_trace(path, sql):
+    """make_trace_file's trace, then `sql` run on it."""
     import sqlite3
-    path = str(tmp_path / "killed.sqlite")
     make_trace_file(path)
     con = sqlite3.connect(path)
+    con.executescript(sql)
+    con.close()
+    return path
+
+
+def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
     # token 3: its root call never closed (the job was killed inside it)
-    con.execute("INSERT INTO calls VALUES (100, 1, 3, 3, NULL, 7, 50000000, NULL)")
-    con.commit()
+    path = _crafted_trace(str(tmp_path / "killed.sqlite"),
+                          "INSERT INTO calls VALUES (100, 1, 3, 3, NULL, 7, 50000000, NULL)")
     tokens = tt.load(path).tokens
     assert [(t.token, t.finished, t.cpu_ms) for t in tokens] == [
         (1, True, 9.0), (2, True, 9.0), (3, False, 0.0)]
     # a token with no root call at all (a CUDA-graph replay, or a killed run's file from
     # before open token calls were written) has no begin either: it used to raise TypeError
-    con.executescript("DROP VIEW tokens; CREATE VIEW tokens AS SELECT 4 AS token, NULL AS "
-                      "cpu_begin_ns, NULL AS cpu_end_ns, 0 AS kernels, 0 AS gpu_busy_ns, "
-                      "1 AS escapes")
-    con.close()
+    path = _crafted_trace(str(tmp_path / "rootless.sqlite"),
+                          "DROP VIEW tokens; CREATE VIEW tokens AS SELECT 4 AS token, NULL AS "
+                          "cpu_begin_ns, NULL AS cpu_end_ns, 0 AS kernels, 0 AS gpu_busy_ns, "
+                          "1 AS escapes")
     assert [(t.token, t.finished, t.cpu_ms) for t in tt.load(path).tokens] == [(4, True, 0.0)]
 
 
 def test_names_that_are_not_utf8_and_no_files_left_behind(tmp_path):
     import os
-    import sqlite3
-    path = str(tmp_path / "odd name %?#.sqlite")
-    make_trace_file(path)
-    con = sqlite3.connect(path)
-    con.execute("UPDATE sites SET name = CAST(X'6C6179657280FF' AS TEXT) WHERE name = 'layer'")
-    con.commit()
-    con.close()
+    path = _crafted_trace(str(tmp_path / "odd name %?#.sqlite"),
+                          "UPDATE sites SET name = CAST(X'6C6179657280FF' AS TEXT) "
+                          "WHERE name = 'layer'")
     trace = tt.load(path)
     assert trace.sites == ["self", "layer\ufffd\ufffd", "layer.mlp"]
     assert trace["layer\ufffd\ufffd"].num_calls == 2 and len(trace.tokens) == 2
