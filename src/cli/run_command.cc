@@ -82,6 +82,23 @@ bool CheckOutDir(const std::string& pattern, const std::string& what, std::strin
   std::string path = ExpandOutPath(pattern, static_cast<long>(getpid()), rank);
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  // What the job could not write, or would write somewhere unexpected, is refused now, not
+  // found out at the job's end. Room is left for the "<name>.<pid>-wal" a second process of
+  // the run may write.
+  std::string why;
+  if (name.empty() || IsDir(path)) {
+    why = "it names a directory, not a file (accepted: a file path, e.g. dir/trace-%p.sqlite)";
+  } else if (name.size() + 16 > NAME_MAX) {
+    why = "the file name is " + std::to_string(name.size()) + " bytes long (accepted: at most " +
+          std::to_string(NAME_MAX - 16) + ")";
+  } else if (path.rfind("/dev/", 0) == 0) {
+    why = "it is under /dev (accepted: a file path on a disk)";
+  }
+  if (!why.empty()) {
+    *error = "tokentrace: " + what + "='" + pattern + "': " + why;
+    return false;
+  }
   if (!IsDir(dir)) {
     *error = "tokentrace: " + what + "='" + pattern + "': the directory '" + dir +
              "' does not exist (accepted: a file path in an existing, writable directory)";
@@ -230,6 +247,11 @@ int RunCommand(const std::vector<std::string>& args) {
   }
   if (!CheckOutDir(out.value.empty() ? Config().out_path : out.value, what(out), &error)) {
     return UsageError(error);
+  }
+  const std::string cupti = Getenv("TOKENTRACE_CUPTI");
+  if (!cupti.empty() && !IsFile(cupti)) {
+    return UsageError("tokentrace: TOKENTRACE_CUPTI='" + cupti +
+                      "' is not a file (accepted: the path of a libcupti.so to load)");
   }
   if (!patches.value.empty() && !IsFile(patches.value)) {
     return UsageError("tokentrace: " + what(patches) + "='" + patches.value +
