@@ -205,7 +205,10 @@ class Trace:
 
     # --- plumbing -----------------------------------------------------------------------
     def _q(self, sql, args=()):
-        return self._con.execute(sql, args).fetchall()
+        try:
+            return self._con.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:  # a damaged file: one line, not SQLite's traceback
+            fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
 
     def close(self):
         self._con.close()

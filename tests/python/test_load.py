@@ -106,3 +106,16 @@ def test_names_that_are_not_utf8_and_no_files_left_behind(tmp_path):
     del trace
     # reading a finished trace leaves no -wal or -shm next to it
     assert not os.path.exists(path + "-wal") and not os.path.exists(path + "-shm")
+
+
+def test_damaged_file_is_a_one_line_error(tmp_path):
+    import pytest
+    path = str(tmp_path / "damaged.sqlite")
+    make_trace_file(path)
+    with open(path, "r+b") as f:  # keep the header and schema page, damage the rest
+        f.seek(4096)
+        size = f.seek(0, 2) - 4096
+        f.seek(4096)
+        f.write(b"\xA5" * size)
+    with pytest.raises(tt.TokentraceError, match="cannot be read: .*damaged"):
+        tt.load(path).tokens
