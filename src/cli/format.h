@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ double Median(const std::vector<double>& sorted);
 // right-aligned (they hold numbers). Every line starts with `indent`.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
                         const std::string& indent = "  ");
+
+// Text from a trace file (names, meta values) made safe to print: control characters (ESC,
+// newlines, C1 controls) as visible \xNN, bytes that are not UTF-8 as U+FFFD, and cut after
+// `max_chars` characters with a trailing "…". *chars (if given) is its length in characters.
+constexpr size_t kMaxCellChars = 80;
+std::string ForTerminal(const std::string& s, size_t max_chars = kMaxCellChars,
+                        size_t* chars = nullptr);
 
 // `s` as a JSON string literal, quotes included (control characters as \u00XX; valid UTF-8
 // is passed through, and each byte that is not part of a valid sequence becomes U+FFFD).

@@ -130,7 +130,9 @@ int ReportCommand(const std::vector<std::string>& args) {
     return 1;
   }
 
-  std::string out = "trace " + file + "\n";
+  // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
+  for (auto& [key, value] : meta) value = ForTerminal(value, 200);
+  std::string out = "trace " + ForTerminal(file, 400) + "\n";
   const std::string status = MetaValue(meta, "kernels_status");
   out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", pid " + MetaValue(meta, "pid") +
          ", tokentrace " + MetaValue(meta, "tool_version") + "\n";
@@ -214,7 +216,7 @@ int ReportCommand(const std::vector<std::string>& args) {
     const long long events = std::atoll(MetaValue(meta, "events").c_str());
     for (const auto& [kind, count] : losses) {
       if (count == 0) continue;
-      out += "  " + kind + ": " + std::to_string(count);
+      out += "  " + ForTerminal(kind) + ": " + std::to_string(count);
       if (kind == "buffer_full" && events >= count) {
         char share[64];
         std::snprintf(share, sizeof share, " (%.1f%% of %lld events)",

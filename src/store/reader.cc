@@ -81,8 +81,21 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   sqlite3_busy_timeout(db, 5000);
   // A reader leaves the file as it found it: no checkpoint of a killed writer's WAL on close.
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
-  Statement version;
+  // Only tables are read (a view in a crafted file could be made to never end); the tokens
+  // view is computed from them with our own SQL (TokensSelectSql).
+  Statement views;
   std::string msg;
+  if (views.Prepare(db,
+                    "SELECT name FROM sqlite_master WHERE type = 'view' AND name IN ('meta', "
+                    "'sites', 'calls', 'strings', 'kernels', 'call_gpu', 'escapes', 'losses', "
+                    "'token_stats', 'call_outputs')",
+                    &msg) &&
+      views.Step() == SQLITE_ROW) {
+    *error = "tokentrace: '" + path + "' is not a tokentrace trace (its '" + views.Text(0) +
+             "' is a view, not a table)";
+    return nullptr;
+  }
+  Statement version;
   if (!version.Prepare(db, "SELECT value FROM meta WHERE key = 'schema_version'", &msg)) {
     int code = sqlite3_errcode(db);
     if (code == SQLITE_NOTADB) {
@@ -113,6 +126,7 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
              "version " + kSchemaVersion;
     return nullptr;
   }
+
   return reader;
 }
 
@@ -143,9 +157,11 @@ bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::stri
 bool Reader::Counts(TraceCounts* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
-                 "(SELECT count(*) FROM kernels), (SELECT count(*) FROM tokens), "
-                 "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)",
+                 ("SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
+                 "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
+                     std::string(TokensSelectSql()) + ")), "
+                 "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;
@@ -161,8 +177,9 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
 bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
-                 "FROM tokens ORDER BY token",
+                 ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
+                  std::string(TokensSelectSql()) + ") ORDER BY token")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;
