@@ -25,7 +25,9 @@ const char* TokensSelectSql() {
 }
 
 const char* SchemaSql() {
-  static const std::string sql = R"sql(
+  // Never destroyed: a process may create its file from an exit handler that runs after
+  // static destructors (a forked child that records only then).
+  static const std::string* sql = new std::string(R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sites(id INTEGER PRIMARY KEY, name TEXT, kind TEXT,
                                  is_token INTEGER);
@@ -49,8 +51,8 @@ CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGE
                                        gpu_busy_ns INTEGER, escapes INTEGER);
 CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
 CREATE VIEW IF NOT EXISTS tokens AS
-)sql" + std::string(TokensSelectSql()) + ";\n";
-  return sql.c_str();
+)sql" + std::string(TokensSelectSql()) + ";\n");
+  return sql->c_str();
 }
 
 }  // namespace tokentrace
