@@ -90,12 +90,22 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   if (!CheckWritable(out, error)) return nullptr;
   std::unique_ptr<Session> s(new Session(config, preload, out));
   if (!preload) {
+    // As in preload mode, a file at that path that is not a trace is never replaced.
+    std::string version;
+    if (access(out.c_str(), F_OK) == 0 &&
+        (!ReadMetaValue(out, "schema_version", &version) || version.empty())) {
+      *error = "tokentrace: '" + out + "' exists and is not a tokentrace trace, so it is kept; " +
+               "choose another output path";
+      return nullptr;
+    }
     s->store_ = Store::Open(out, error);
     if (!s->store_) return nullptr;
   }
   sites::SetTokenRange(config.token_range);
   clock::Calibrate();
   recorder::BeginSession(config.buffer_events);
+  Policy().wake.store(&Wake);
+  Policy().wait_when_full.store(config.wait_when_full);
   if (config.kernels.kind == KernelMode::kOff) {
     s->SetKernelsStatus("kernel mode is off", KernelsOff::kByConfig);
   } else if (!preload) {
@@ -113,6 +123,7 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   // Running from here on for the signal handler, even before the thread is first scheduled
   // (a signal that early still finds someone to do the stop).
   g_loop_running.store(true);
+  Policy().drain_running.store(true);
   s->thread_ = std::thread([raw = s.get()] { raw->Loop(); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return s;
@@ -155,13 +166,15 @@ bool Session::OpenStoreLocked(std::string* error) {
   std::string owner;
   const bool known = ReadMetaValue(path, "run_id", &owner);
   const bool exists = access(path.c_str(), F_OK) == 0;
-  if (exists && (owner == run_id_ || !known || locked != 0)) {
+  const bool in_use = exists && Store::BeingWritten(path);  // by another run, still alive
+  if (exists && (owner == run_id_ || !known || locked != 0 || in_use)) {
     const std::string mine = path + "." + std::to_string(getpid());
     fprintf(stderr,
             "tokentrace: '%s' %s; this one (pid %d) writes '%s' (put %%p in --out/"
             "TOKENTRACE_OUT for one file per process)\n",
             path.c_str(),
             owner == run_id_ ? "belongs to another process of this run"
+            : in_use         ? "is being written by another run"
                              : "could not be checked for another writer, so it is kept",
             static_cast<int>(getpid()), mine.c_str());
     path = mine;
@@ -202,7 +215,9 @@ std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
           {"cupti", cupti::Describe()},
           {"token_range", config_.token_range},
           {"mode", preload_ ? "preload" : "in-process"},
-          {"out_path", out_path()}};
+          {"out_path", out_path()},
+          // Events the job's threads produced (recorded or dropped): the base of loss shares.
+          {"events", std::to_string(events_drained_ + events_dropped_)}};
 }
 
 std::string Session::kernels_status() const {
@@ -255,6 +270,7 @@ void Session::Loop() {
       (void)ignored;
     }
     if (const int sig = g_stop_signal.load()) {
+      Policy().drain_running.store(false);
       StopFromSignal(sig);
       break;
     }
@@ -273,8 +289,15 @@ void Session::Loop() {
         fprintf(stderr, "%s\n", error.c_str());
         last_error_ = error;
       }
+      // The data reaches the main file about once a second, not only when the WAL is 16 MiB:
+      // a killed job's .sqlite copied alone still holds it.
+      if (store_ && ++loops_since_checkpoint_ * config_.flush_ms >= 1000) {
+        loops_since_checkpoint_ = 0;
+        store_->Checkpoint();
+      }
     }
   }
+  Policy().drain_running.store(false);  // a thread waiting for room gives up (and counts)
   g_loop_running.store(false);
 }
 
@@ -329,11 +352,12 @@ bool Session::DrainLocked(bool final, std::string* error) {
   const uint8_t generation = recorder::Generation();
   uint64_t dropped = 0;
   buffers::ForEach([&](ThreadBuffer& ring) {
-    ring.Drain([&](const Event& e) {
+    events_drained_ += ring.Drain([&](const Event& e) {
       if (e.generation == generation) joiner_.OnEvent(ring.thread_index(), e, &batch);
     });
     dropped += ring.TakeDropped();
   });
+  events_dropped_ += dropped;
   for (size_t i = 0; i < activities.size(); ++i) {
     if (!names[i].empty()) activities[i].name = names[i].c_str();
     joiner_.OnActivity(activities[i], &batch);
@@ -359,7 +383,10 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
                         !batch.call_gpu.empty() || !batch.losses.empty();
   if (!store_) {
     if (!has_work) return true;
-    if (!OpenStoreLocked(error)) return false;
+    if (!OpenStoreLocked(error)) {
+      unwritten_.Add(std::move(batch));
+      return false;
+    }
     meta_written_ = false;
   }
   if (!meta_written_) {
@@ -367,8 +394,14 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
     meta_written_ = true;
   }
   for (uint32_t id : joiner_.TakeNewSites()) batch.sites.push_back(sites::Row(id));
+  unwritten_.MoveInto(&batch);
   if (batch.empty()) return true;
-  return store_->Write(batch, error);
+  if (store_->Write(batch, error)) return true;
+  // A full disk (or another write error): the rows are counted and the counts retried with
+  // the next write. The background loop says it once.
+  *error += "; what cannot be written is counted in the file's losses (write_failed_*)";
+  unwritten_.Add(std::move(batch));
+  return false;
 }
 
 bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
@@ -377,7 +410,35 @@ bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::str
   Batch meta;
   meta.meta = MetaRows();  // the final kernels status
   meta.meta.insert(meta.meta.end(), extra_meta.begin(), extra_meta.end());
-  if (store_) ok = store_->Write(meta, error) && ok;
+  std::string meta_error;
+  if (store_ && !WriteLocked(meta, &meta_error)) {
+    if (ok) *error = meta_error;
+    ok = false;
+  }
+  if (!unwritten_.empty() && store_) {
+    // Still no room for the rows: the smallest write, the counts alone, into the space the
+    // store set aside for it if need be.
+    Batch losses = unwritten_.LossesOnly();
+    std::string ignored;
+    if (store_->Write(losses, &ignored) ||
+        (store_->ReleaseReserve() && store_->Write(losses, &ignored))) {
+      unwritten_ = Unwritten();
+    } else {
+      *error = "tokentrace: '" + out_path() + "' misses " + std::to_string(unwritten_.calls()) +
+               " calls that could not be written, and the disk has no room to say so in it (" +
+               ignored + ")";
+    }
+  }
+  if (events_dropped_ > 0) {  // the share lost, once, at the end
+    const uint64_t all = events_drained_ + events_dropped_;
+    fprintf(stderr,
+            "tokentrace: %.1f%% of the job's events were lost to full buffers (%llu of %llu, "
+            "counted as buffer_full)%s\n",
+            100.0 * static_cast<double>(events_dropped_) / static_cast<double>(all),
+            static_cast<unsigned long long>(events_dropped_), static_cast<unsigned long long>(all),
+            config_.wait_when_full ? "" : "; --on-full wait keeps every event");
+  }
+  if (!ok && unwritten_.empty() && *error == last_error_) error->clear();  // said once already
   return ok;
 }
 

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/joiner.h"
 #include "core/kernels_off.h"
+#include "core/unwritten.h"
 #include "cupti/activity_sink.h"
 #include "store/store.h"
 
@@ -79,10 +80,14 @@ class Session : public cupti::ActivitySink {
   const std::string run_id_;       // TOKENTRACE_RUN_ID ("" when not preloaded)
   std::unique_ptr<Store> store_;
   Joiner joiner_;
+  Unwritten unwritten_;  // what failed writes could not store (drain_mutex_)
+  uint64_t events_drained_ = 0;  // events read from the rings (drain_mutex_)
+  uint64_t events_dropped_ = 0;  // events dropped on full rings (drain_mutex_)
   bool stopped_ = false;
   bool meta_written_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop
   int loops_since_cupti_flush_ = 0;           // background thread only
+  int loops_since_checkpoint_ = 0;            // background thread only
   std::string last_error_;
 
   std::mutex drain_mutex_;  // one drain at a time (background thread, Flush, Stop)

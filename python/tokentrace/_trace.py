@@ -9,6 +9,7 @@ Reads are lazy: sites are loaded on open, each site's calls on first access, and
 import json
 import os
 import sqlite3
+import urllib.parse
 from collections import namedtuple
 
 import torch
@@ -17,7 +18,10 @@ from ._errors import fail
 from ._store import SCHEMA_VERSION
 from ._outputs import parse_dtype
 
-TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill")
+# finished: False for a token whose root call never closed (the job was killed inside it);
+# its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
+TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill finished",
+                      defaults=(True,))
 
 
 class OutputMeta:
@@ -141,19 +145,48 @@ class SiteView:
         return f"<site {self.name} ({self.kind}) num_calls={self.num_calls}>"
 
 
+def _wal_missing(path):
+    """A WAL-mode (or empty) file with no -wal next to it: a killed writer's data may be there."""
+    if os.path.exists(path + "-wal"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return not header or (len(header) == 20 and header[:16] == b"SQLite format 3\0"
+                          and header[18] == 2 and header[19] == 2)
+
+
+def _fail_not_a_trace(path, why, wal_missing):
+    if wal_missing:
+        fail(f"{path} has no trace data of its own and its write-ahead log {path}-wal is "
+             f"missing (a writer that was killed keeps its last data there until its next "
+             f"checkpoint: copy both files)")
+    fail(f"{path} is not a tokentrace {why}")
+
+
 class Trace:
     """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
 
     def __init__(self, path):
         self.path = os.path.abspath(os.fspath(path))
+        wal_missing = _wal_missing(self.path)  # before SQLite opens it and makes an empty -wal
         try:
-            self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            # With no -wal there is nothing to recover: opened immutable, nothing is left next
+            # to the file. Names are stored as the job gave them: bytes that are not UTF-8
+            # read as replacement characters.
+            uri = f"file:{urllib.parse.quote(self.path)}?mode=ro"
+            if not os.path.exists(self.path + "-wal"):
+                uri += "&immutable=1"
+            self._con = sqlite3.connect(uri, uri=True, timeout=30)
+            self._con.text_factory = lambda b: b.decode("utf-8", "replace")
             self._tables = {r[0] for r in self._con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         except sqlite3.DatabaseError as exc:
-            fail(f"{self.path} is not a tokentrace SQLite file ({exc})")
+            _fail_not_a_trace(self.path, f"SQLite file ({exc})", wal_missing)
         if "sites" not in self._tables or "calls" not in self._tables:
-            fail(f"{self.path} is not a tokentrace trace (no sites/calls tables)")
+            _fail_not_a_trace(self.path, "trace (no sites/calls tables)", wal_missing)
         self.meta = dict(self._q("SELECT key, value FROM meta")) if "meta" in self._tables else {}
         version = self.meta.get("schema_version", "1")
         if not version.isdigit() or not 1 <= int(version) <= int(SCHEMA_VERSION):
@@ -181,7 +214,10 @@ class Trace:
 
     # --- plumbing -----------------------------------------------------------------------
     def _q(self, sql, args=()):
-        return self._con.execute(sql, args).fetchall()
+        try:
+            return self._con.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:  # a damaged file: one line, not SQLite's traceback
+            fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
 
     def close(self):
         self._con.close()
@@ -237,8 +273,9 @@ class Trace:
             rows = self._q("SELECT c.token, MIN(c.cpu_begin_ns), MAX(c.cpu_end_ns), 0, 0, 0 "
                            "FROM calls c JOIN sites s ON s.id = c.site_id "
                            "WHERE s.kind = 'root' GROUP BY c.token ORDER BY c.token")
-        return [TokenRow(t, ((e or b) - b) / 1e6, (g / 1e6) if gpu_on else None,
-                         kn if gpu_on else None, esc or 0, t == 1)
+        return [TokenRow(t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
+                         (g / 1e6) if gpu_on else None, kn if gpu_on else None, esc or 0,
+                         t == 1, not (b is not None and e is None))
                 for t, b, e, kn, g, esc in rows]
 
     @property

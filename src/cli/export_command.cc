@@ -6,6 +6,8 @@
 //   pid = kGpuPidBase + device,          tid = stream        -> kernels, memcpys, memsets
 // Names come from "M" (metadata) events. Timestamps are microseconds relative to the first
 // exported event. Rows are streamed from SQLite to the file, never held in memory.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -105,6 +107,20 @@ int ExportCommand(const std::vector<std::string>& args) {
   if (file.empty() || out_path.empty()) {
     std::fprintf(stderr, "tokentrace: export needs a trace FILE and --chrome OUT.json\n%s",
                  kExportUsage);
+    return 2;
+  }
+
+  // The JSON is written over OUT: never over a trace (the input itself, or another one).
+  struct stat in_st, out_st;
+  std::string out_version;
+  if (stat(out_path.c_str(), &out_st) == 0 &&
+      ((stat(file.c_str(), &in_st) == 0 && in_st.st_dev == out_st.st_dev &&
+        in_st.st_ino == out_st.st_ino) ||
+       (ReadMetaValue(out_path, "schema_version", &out_version) && !out_version.empty()))) {
+    std::fprintf(stderr,
+                 "tokentrace: --chrome '%s' is a trace file, which the JSON would overwrite; "
+                 "name a new .json file\n",
+                 out_path.c_str());
     return 2;
   }
 

@@ -34,20 +34,89 @@ double Median(const std::vector<double>& sorted) {
   return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
 }
 
-std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
+namespace {
+// Length of the valid UTF-8 sequence (RFC 3629: shortest form, no surrogates, at most
+// U+10FFFF) that starts at s[i], or 0 when the bytes there are not one.
+size_t Utf8Length(const std::string& s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return n;
+}
+}  // namespace
+
+std::string ForTerminal(const std::string& s, size_t max_chars, size_t* chars_out) {
+  std::string out;
+  size_t chars = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (chars == max_chars) {
+      out += "\xE2\x80\xA6";  // U+2026: the rest is cut
+      ++chars;
+      break;
+    }
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = Utf8Length(s, i);
+    // C1 controls (U+0080..U+009F, 0xC2 0x80..0x9F) start escape sequences on some terminals.
+    const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0;
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // not UTF-8: U+FFFD
+    } else if (c < 0x20 || c == 0x7F || c1) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c1 ? static_cast<unsigned char>(s[i + 1]) : c);
+      out += hex;  // visible, and inert: ESC, newline, CR, ...
+      i += n - 1;
+    } else {
+      out.append(s, i, n);
+      i += n - 1;
+    }
+    ++chars;
+  }
+  if (chars_out != nullptr) *chars_out = chars;
+  return out;
+}
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& raw_rows,
                         const std::string& indent) {
+  // Cells come from the file (names, meta values): made safe for the terminal, and widths
+  // counted in characters.
+  std::vector<std::vector<std::pair<std::string, size_t>>> rows;
   std::vector<size_t> width;
-  for (const auto& row : rows) {
+  for (const auto& raw : raw_rows) {
+    auto& row = rows.emplace_back();
+    for (const std::string& cell : raw) {
+      size_t chars = 0;
+      std::string text = ForTerminal(cell, kMaxCellChars, &chars);
+      row.emplace_back(std::move(text), chars);
+    }
     if (row.size() > width.size()) width.resize(row.size(), 0);
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].second);
   }
   std::string out;
   for (const auto& row : rows) {
     std::string line = indent;
     for (size_t c = 0; c < row.size(); ++c) {
-      std::string pad(width[c] - row[c].size(), ' ');
+      std::string pad(width[c] - row[c].second, ' ');
       if (c > 0) line += "  ";
-      line += c == 0 ? row[c] + pad : pad + row[c];
+      line += c == 0 ? row[c].first + pad : pad + row[c].first;
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
@@ -91,7 +160,18 @@ std::string FormatKeyValues(const std::vector<std::pair<std::string, std::string
 
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {  // names are stored as the job gave them; the JSON must stay valid
+      const size_t n = Utf8Length(s, i);
+      if (n == 0) {
+        out += "\xEF\xBF\xBD";  // U+FFFD, the replacement character
+      } else {
+        out.append(s, i, n);
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,8 +31,15 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
 std::string FormatKeyValues(const std::vector<std::pair<std::string, std::string>>& rows,
                             size_t width = 100, const std::string& indent = "  ");
 
-// `s` as a JSON string literal, quotes included (control characters as \u00XX; bytes >= 0x80
-// are passed through, so valid UTF-8 stays valid).
+// Text from a trace file (names, meta values) made safe to print: control characters (ESC,
+// newlines, C1 controls) as visible \xNN, bytes that are not UTF-8 as U+FFFD, and cut after
+// `max_chars` characters with a trailing "…". *chars (if given) is its length in characters.
+constexpr size_t kMaxCellChars = 80;
+std::string ForTerminal(const std::string& s, size_t max_chars = kMaxCellChars,
+                        size_t* chars = nullptr);
+
+// `s` as a JSON string literal, quotes included (control characters as \u00XX; valid UTF-8
+// is passed through, and each byte that is not part of a valid sequence becomes U+FFFD).
 std::string JsonString(const std::string& s);
 
 // Parses a decimal unsigned integer that fits in uint32; false otherwise.

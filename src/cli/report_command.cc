@@ -5,6 +5,7 @@
 // seconds. Long traces (> kFullListMax tokens) are summarised instead of listed.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -140,7 +141,9 @@ int ReportCommand(const std::vector<std::string>& args) {
     return 1;
   }
 
-  std::string out = "trace " + file + "\n";
+  // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
+  for (auto& [key, value] : meta) value = ForTerminal(value, 200);
+  std::string out = "trace " + ForTerminal(file, 400) + "\n";
   const std::string status = MetaValue(meta, "kernels_status");
   out += "  kernel mode " + MetaValue(meta, "kernel_mode") + ", pid " + MetaValue(meta, "pid") +
          ", schema " + std::to_string(reader->schema_version()) + ", " +
@@ -224,8 +227,18 @@ int ReportCommand(const std::vector<std::string>& args) {
     out += " none\n";
   } else {
     out += "\n";
+    // The share lost, where the file has its base: events the job's threads produced.
+    const long long events = std::atoll(MetaValue(meta, "events").c_str());
     for (const auto& [kind, count] : losses) {
-      if (count != 0) out += "  " + kind + ": " + std::to_string(count) + "\n";
+      if (count == 0) continue;
+      out += "  " + ForTerminal(kind) + ": " + std::to_string(count);
+      if (kind == "buffer_full" && events >= count) {
+        char share[64];
+        std::snprintf(share, sizeof share, " (%.1f%% of %lld events)",
+                      100.0 * static_cast<double>(count) / static_cast<double>(events), events);
+        out += share;
+      }
+      out += "\n";
     }
   }
   std::fputs(out.c_str(), stdout);

@@ -31,6 +31,9 @@ const char kRunUsage[] =
     "  --inputs GLOBS    sites whose inputs are recorded besides the root's [TOKENTRACE_INPUTS]\n"
     "  --patches FILE    JSON patch file [TOKENTRACE_PATCHES]\n"
     "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
+    "  --on-full P       drop | wait: when a thread's buffer is full, drop and count its events\n"
+    "                    (the job never slows down) or wait for the writer (complete traces)\n"
+    "                    [TOKENTRACE_ON_FULL] (default drop)\n"
     "\n"
     "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n";
 
@@ -80,6 +83,23 @@ bool CheckOutDir(const std::string& pattern, const std::string& what, std::strin
   std::string path = ExpandOutPath(pattern, static_cast<long>(getpid()), rank);
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  // What the job could not write, or would write somewhere unexpected, is refused now, not
+  // found out at the job's end. Room is left for the "<name>.<pid>-wal" a second process of
+  // the run may write.
+  std::string why;
+  if (name.empty() || IsDir(path)) {
+    why = "it names a directory, not a file (accepted: a file path, e.g. dir/trace-%p.sqlite)";
+  } else if (name.size() + 16 > NAME_MAX) {
+    why = "the file name is " + std::to_string(name.size()) + " bytes long (accepted: at most " +
+          std::to_string(NAME_MAX - 16) + ")";
+  } else if (path.rfind("/dev/", 0) == 0) {
+    why = "it is under /dev (accepted: a file path on a disk)";
+  }
+  if (!why.empty()) {
+    *error = "tokentrace: " + what + "='" + pattern + "': " + why;
+    return false;
+  }
   if (!IsDir(dir)) {
     *error = "tokentrace: " + what + "='" + pattern + "': the directory '" + dir +
              "' does not exist (accepted: a file path in an existing, writable directory)";
@@ -163,11 +183,13 @@ int RunCommand(const std::vector<std::string>& args) {
                    {"--save", "TOKENTRACE_SAVE", "", false},
                    {"--patches", "TOKENTRACE_PATCHES", "", false},
                    {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false},
-                   {"--inputs", "TOKENTRACE_INPUTS", "", false}};
+                   {"--inputs", "TOKENTRACE_INPUTS", "", false},
+                   {"--on-full", "TOKENTRACE_ON_FULL", "", false}};
   Option& out = opts[0];
   Option& kernels = opts[1];
   Option& patches = opts[4];
   Option& token_range = opts[5];
+  Option& on_full = opts[7];
 
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -198,7 +220,7 @@ int RunCommand(const std::vector<std::string>& args) {
     if (!known) {
       return UsageError("tokentrace: unknown option '" + a +
                         "' for run (accepted: --out, --kernels, --sites, --save, --patches, "
-                        "--token-range, --help)");
+                        "--token-range, --on-full, --help)");
     }
   }
   std::vector<std::string> command(args.begin() + static_cast<long>(i), args.end());
@@ -221,8 +243,17 @@ int RunCommand(const std::vector<std::string>& args) {
       !ValidateTokenRange(token_range.value, what(token_range), &error)) {
     return UsageError("tokentrace: " + error);
   }
+  bool wait = false;
+  if (!on_full.value.empty() && !ParseOnFull(on_full.value, what(on_full), &wait, &error)) {
+    return UsageError("tokentrace: " + error);
+  }
   if (!CheckOutDir(out.value.empty() ? Config().out_path : out.value, what(out), &error)) {
     return UsageError(error);
+  }
+  const std::string cupti = Getenv("TOKENTRACE_CUPTI");
+  if (!cupti.empty() && !IsFile(cupti)) {
+    return UsageError("tokentrace: TOKENTRACE_CUPTI='" + cupti +
+                      "' is not a file (accepted: the path of a libcupti.so to load)");
   }
   if (!patches.value.empty() && !IsFile(patches.value)) {
     return UsageError("tokentrace: " + what(patches) + "='" + patches.value +

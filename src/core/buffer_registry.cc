@@ -27,11 +27,17 @@ ThreadBuffer* Register(uint32_t capacity) {
 void ForEach(const std::function<void(ThreadBuffer&)>& fn) {
   Registry& r = R();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (auto& ring : r.rings) fn(*ring);
-  // A retired ring's producer is gone; it was drained just above, so it can go.
-  std::erase_if(r.rings, [](const std::unique_ptr<ThreadBuffer>& ring) {
-    return ring->retired.load(std::memory_order_acquire);
-  });
+  // A ring may be freed only if its thread had retired it before this drain began: the
+  // retire flag is published after the thread's last append, so a drain that starts after
+  // seeing it reads everything. A thread that exits during the drain may still have written
+  // after it; its ring stays for the next drain.
+  size_t kept = 0;
+  for (size_t i = 0; i < r.rings.size(); ++i) {
+    const bool retired_before = r.rings[i]->retired.load(std::memory_order_acquire);
+    fn(*r.rings[i]);
+    if (!retired_before) r.rings[kept++] = std::move(r.rings[i]);
+  }
+  r.rings.resize(kept);
 }
 
 void ResetAllUnsafe() {

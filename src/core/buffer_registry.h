@@ -13,7 +13,8 @@ namespace tokentrace::buffers {
 // Creates and registers a ring for the calling thread.
 ThreadBuffer* Register(uint32_t capacity);
 
-// Calls fn(ring) for every ring (drain them there), then frees retired rings.
+// Calls fn(ring) for every ring (drain them there), then frees the rings that were retired
+// before their drain began (so none is freed with events unread).
 void ForEach(const std::function<void(ThreadBuffer&)>& fn);
 
 // Empties every ring (fork child, where no other thread exists).

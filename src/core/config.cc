@@ -4,7 +4,8 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <regex>
+
+#include "core/token_pattern.h"
 
 namespace tokentrace {
 
@@ -63,16 +64,24 @@ std::optional<KernelMode> ParseKernelMode(const std::string& text, const std::st
   return mode;
 }
 
-bool ValidateTokenRange(const std::string& re, const std::string& what, std::string* error) {
-  try {
-    std::regex compiled(re, std::regex::ECMAScript);
-    (void)compiled;
-  } catch (const std::regex_error& e) {
-    *error = what + "='" + re + "' is not a valid regular expression (" + e.what() +
-             "); accepted: an ECMAScript regex matched against the whole range name";
+bool ParseOnFull(const std::string& text, const std::string& what, bool* wait,
+                 std::string* error) {
+  if (text != "drop" && text != "wait") {
+    *error = what + "='" + text +
+             "' is not accepted (accepted: drop, to drop and count events when a thread's buffer "
+             "is full, or wait, to wait for the writer)";
     return false;
   }
+  *wait = text == "wait";
   return true;
+}
+
+bool ValidateTokenRange(const std::string& re, const std::string& what, std::string* error) {
+  std::string why;
+  if (TokenPattern::Compile(re, &why)) return true;
+  *error = what + "='" + re + "' is not accepted (" + why + "); accepted: " +
+           TokenPattern::kAccepted;
+  return false;
 }
 
 std::string NewRunId() {
@@ -128,6 +137,9 @@ std::optional<Config> ConfigFromEnvironment(std::string* error) {
       return std::nullopt;
     }
     config.buffer_events = static_cast<uint32_t>(n);
+  }
+  if (const char* v = Env("TOKENTRACE_ON_FULL")) {
+    if (!ParseOnFull(v, "TOKENTRACE_ON_FULL", &config.wait_when_full, error)) return std::nullopt;
   }
   return config;
 }

@@ -37,22 +37,27 @@ std::string NewRunId();
 struct Config {
   std::string out_path = "tokentrace-%p.sqlite";  // %p = pid, %r = rank
   KernelMode kernels;
-  std::string token_range;  // ECMAScript regex; empty = only our root site marks tokens
+  std::string token_range;  // RE2 regex (core/token_pattern.h); empty = only our root site marks tokens
   std::string sites;        // glob list for the Python hooks (the shim only passes it on)
   std::string save;         // glob list of saved sites (Python layer)
   std::string patches;      // JSON patch file (Python layer)
   std::string cupti_path;   // TOKENTRACE_CUPTI: explicit libcupti to load
   int flush_ms = 200;       // background flush period (TOKENTRACE_FLUSH_MS)
   uint32_t buffer_events = 1u << 16;  // per-thread ring capacity (TOKENTRACE_BUFFER_EVENTS)
+  bool wait_when_full = false;        // TOKENTRACE_ON_FULL: "drop" (false) or "wait"
 };
 
 // Reads TOKENTRACE_OUT, _KERNELS, _TOKEN_RANGE, _SITES, _SAVE, _PATCHES, _CUPTI, _FLUSH_MS,
-// _BUFFER_EVENTS. Validates every value (the regex compiles, the mode parses, numbers are
+// _BUFFER_EVENTS, _ON_FULL. Validates every value (the regex compiles, the mode parses, numbers are
 // in range). Returns nullopt with a message on the first bad value.
 std::optional<Config> ConfigFromEnvironment(std::string* error);
 
 // Expands %p (pid) and %r (rank from RANK, else LOCAL_RANK, else 0) in an output path.
 std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank);
+
+// Parses "drop" | "wait" (what a thread does when its ring is full) into *wait; error names
+// `what`.
+bool ParseOnFull(const std::string& text, const std::string& what, bool* wait, std::string* error);
 
 // Checks that a token-range regex compiles; error names `what`.
 bool ValidateTokenRange(const std::string& re, const std::string& what, std::string* error);

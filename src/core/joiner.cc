@@ -57,9 +57,11 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
         out->losses["unclosed_range"] += 1;
         stack[i].cpu_end_ns = end;
         out->calls.push_back(stack[i]);
+        written_open_.erase(stack[i].id);
       }
       stack[index].cpu_end_ns = end;
       out->calls.push_back(stack[index]);
+      written_open_.erase(stack[index].id);
       stack.resize(index);
       break;
     }
@@ -236,6 +238,13 @@ void Joiner::EndDrain(Batch* out) {
   }
   pending_.swap(still);
   EmitSummaries(out);
+  for (const auto& [thread, stack] : stacks_) {
+    for (const CallRow& row : stack) {
+      if (sites::IsToken(row.site_id) && written_open_.insert(row.id).second) {
+        out->calls.push_back(row);  // still open: cpu_end_ns is -1 (NULL in the file)
+      }
+    }
+  }
   // Launch entries whose records never came (failed launches) and graph launches long
   // finished: bounded memory however long the run. Aged by what CUPTI delivered since, so a
   // slow job whose records wait in a buffer for minutes keeps its entries.
@@ -265,6 +274,7 @@ void Joiner::Finish(int64_t now_ns, Batch* out) {
     }
     stack.clear();
   }
+  written_open_.clear();
   (void)now_ns;
 }
 

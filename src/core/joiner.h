@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/config.h"
@@ -100,6 +101,9 @@ class Joiner {
   uint32_t epoch_ = 0;
   uint64_t delivered_ = 0;  // GPU records seen by OnActivity
   std::unordered_map<uint32_t, std::vector<CallRow>> stacks_;  // per thread
+  // Open token calls already written open (cpu_end NULL), so a job killed mid-token leaves a
+  // token that reads as unfinished; the row is replaced when the call closes.
+  std::unordered_set<uint64_t> written_open_;
   std::unordered_map<uint64_t, Correlation> correlations_;
   std::unordered_map<uint64_t, NodeOwner> node_calls_;  // graph node id -> owning call
   std::vector<Pending> pending_;

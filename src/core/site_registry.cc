@@ -4,7 +4,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <regex>
+
+#include "core/token_pattern.h"
 
 namespace tokentrace::sites {
 namespace {
@@ -26,7 +27,7 @@ struct Registry {
   std::atomic<uint32_t> count{1};  // id 0 is reserved for overflow
   std::atomic<uint64_t> overflows{0};
   std::mutex insert_mutex;
-  std::unique_ptr<std::regex> token_regex;
+  std::unique_ptr<TokenPattern> token_regex;
   std::vector<std::unique_ptr<char[]>> storage;
 };
 
@@ -53,7 +54,7 @@ uint64_t Hash(const char* s, size_t len, SiteKind kind) {
 bool ComputeIsToken(Registry& r, uint32_t id) {
   if (r.kinds[id] == SiteKind::kRoot) return true;
   if (r.kinds[id] != SiteKind::kRange || !r.token_regex) return false;
-  return std::regex_match(r.names[id], r.names[id] + r.lengths[id], *r.token_regex);
+  return r.token_regex->FullMatch(r.names[id], r.lengths[id]);
 }
 
 
@@ -117,11 +118,8 @@ void SetTokenRange(const std::string& regex) {
   std::lock_guard<std::mutex> lock(r.insert_mutex);
   r.token_regex.reset();
   if (!regex.empty()) {
-    try {
-      r.token_regex = std::make_unique<std::regex>(regex, std::regex::ECMAScript);
-    } catch (const std::regex_error&) {
-      r.token_regex.reset();  // validated by config parsing before we get here
-    }
+    std::string ignored;  // validated by config parsing before we get here
+    r.token_regex = TokenPattern::Compile(regex, &ignored);
   }
   uint32_t n = r.count.load(std::memory_order_relaxed);
   for (uint32_t id = 1; id < n; ++id) {

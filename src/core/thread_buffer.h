@@ -1,8 +1,10 @@
 // A single-producer / single-consumer ring of Events: one per job thread.
 //
 // Ownership: the job thread that registered the ring is its only producer (Append); the
-// background thread is its only consumer (Drain). Neither locks. When the ring is full the
-// producer drops the event and bumps `dropped_`, which the consumer reports as a loss.
+// background thread is its only consumer (Drain). Neither locks. When the ring passes half
+// full the producer wakes the drain once (a burst must not wait for the drain's timer). When
+// the ring is full the producer drops the event and bumps `dropped_`, which the consumer
+// reports as a loss, or, with the "wait" policy, waits for the drain to make room.
 //
 //   slots_: [ e0 e1 e2 ... e(cap-1) ]      head_ = next write (producer), tail_ = next read
 //            ^tail & mask   ^head & mask    head_ - tail_ <= capacity, both only grow
@@ -16,6 +18,14 @@
 
 namespace tokentrace {
 
+// What producers do at the high-water mark and on a full ring; set by the session.
+struct RingPolicy {
+  std::atomic<void (*)()> wake{nullptr};  // async-signal-safe wake-up of the drain
+  std::atomic<bool> wait_when_full{false};
+  std::atomic<bool> drain_running{false};  // waiting makes sense only while a drain runs
+};
+RingPolicy& Policy();
+
 class ThreadBuffer {
  public:
   // `capacity` is rounded up to a power of two (at least 64).
@@ -23,15 +33,12 @@ class ThreadBuffer {
   ThreadBuffer(const ThreadBuffer&) = delete;
   ThreadBuffer& operator=(const ThreadBuffer&) = delete;
 
-  // Producer side. Returns false (and counts a drop) when the ring is full.
+  // Producer side. Returns false (and counts a drop) when the ring is full and stays full.
   bool Append(const Event& event) {
     const uint64_t head = head_.load(std::memory_order_relaxed);
-    if (head - tail_cache_ >= capacity_) {
-      tail_cache_ = tail_.load(std::memory_order_acquire);
-      if (head - tail_cache_ >= capacity_) {
-        dropped_.fetch_add(1, std::memory_order_relaxed);
-        return false;
-      }
+    if (head - tail_cache_ >= high_water_ && !MakeRoom(head)) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
     }
     slots_[head & mask_] = event;
     head_.store(head + 1, std::memory_order_release);
@@ -56,6 +63,7 @@ class ThreadBuffer {
     head_.store(0, std::memory_order_relaxed);
     tail_.store(0, std::memory_order_relaxed);
     tail_cache_ = 0;
+    woke_ = false;
     dropped_.store(0, std::memory_order_relaxed);
   }
 
@@ -66,7 +74,14 @@ class ThreadBuffer {
   std::atomic<bool> retired{false};
 
  private:
+  // The slow path of Append, past the high-water mark of the last known tail: refreshes the
+  // tail, wakes the drain once per crossing, and on a full ring waits if the policy says so.
+  // True when there is room for one event.
+  bool MakeRoom(uint64_t head);
+
   const uint64_t capacity_;
+  const uint64_t high_water_;  // capacity / 2
+  bool woke_ = false;          // producer: the drain was woken since the ring last emptied
   const uint64_t mask_;
   const uint32_t thread_index_;
   std::unique_ptr<Event[]> slots_;

@@ -2,11 +2,15 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "store/schema.h"
 #include "store/statement.h"
@@ -19,6 +23,33 @@ std::string Reader::Fail(const std::string& what) const {
   return "tokentrace: cannot read '" + path_ + "': " + what;
 }
 
+namespace {
+// True for an empty file, or a SQLite file whose header says WAL mode (bytes 18 and 19 = 2).
+bool IsWalModeOrEmpty(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char header[20] = {};
+  in.read(header, sizeof header);
+  if (in.gcount() == 0) return true;
+  return in.gcount() == sizeof header && std::memcmp(header, "SQLite format 3", 16) == 0 &&
+         header[18] == 2 && header[19] == 2;
+}
+
+// "file:<path>?immutable=1", the path percent-encoded.
+std::string ImmutableUri(const std::string& path) {
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      uri += hex;
+    }
+  }
+  return uri + "?immutable=1";
+}
+}  // namespace
+
 std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -29,11 +60,19 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     *error = "tokentrace: cannot open '" + path + "': it is a directory, not a trace file";
     return nullptr;
   }
+  // Before SQLite opens it (opening a WAL-mode file creates an empty -wal): a copy of a file
+  // whose writer was killed before its first checkpoint has its data only in the -wal.
+  const bool has_wal = access((path + "-wal").c_str(), F_OK) == 0;
+  const bool wal_missing = !has_wal && IsWalModeOrEmpty(path);
   // Read-write without CREATE: a reader may have to recover the WAL index of a file whose
   // writer was killed, which a read-only connection cannot do. SQLite itself falls back to
   // read-only when the file is write-protected. Nothing here writes rows.
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+  // A file with no -wal (a finished trace, or a copy) has nothing to recover: it is opened
+  // immutable and read-only, so the reader leaves no -wal or -shm next to it.
+  int rc = has_wal ? sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr)
+                   : sqlite3_open_v2(ImmutableUri(path).c_str(), &db,
+                                     SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
   if (rc != SQLITE_OK) {
     *error = "tokentrace: cannot open '" + path + "': " + sqlite3_errstr(rc);
     sqlite3_close(db);
@@ -43,12 +82,29 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   sqlite3_busy_timeout(db, 5000);
   // A reader leaves the file as it found it: no checkpoint of a killed writer's WAL on close.
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
-  Statement version;
+  // Only tables are read (a view in a crafted file could be made to never end); the tokens
+  // view is computed from them with our own SQL (TokensSelectSql).
+  Statement views;
   std::string msg;
+  if (views.Prepare(db,
+                    "SELECT name FROM sqlite_master WHERE type = 'view' AND name IN ('meta', "
+                    "'sites', 'calls', 'strings', 'kernels', 'call_gpu', 'escapes', 'losses', "
+                    "'token_stats', 'call_outputs')",
+                    &msg) &&
+      views.Step() == SQLITE_ROW) {
+    *error = "tokentrace: '" + path + "' is not a tokentrace trace (its '" + views.Text(0) +
+             "' is a view, not a table)";
+    return nullptr;
+  }
+  Statement version;
   if (!version.Prepare(db, "SELECT value FROM meta WHERE key = 'schema_version'", &msg)) {
     int code = sqlite3_errcode(db);
     if (code == SQLITE_NOTADB) {
       *error = "tokentrace: '" + path + "' is not a SQLite file (so not a tokentrace trace)";
+    } else if (msg.find("no such table") != std::string::npos && wal_missing) {
+      *error = "tokentrace: '" + path + "' has no trace data of its own and its write-ahead " +
+               "log '" + path + "-wal' is missing (a writer that was killed keeps its last " +
+               "data there until its next checkpoint: copy both files)";
     } else if (msg.find("no such table") != std::string::npos) {
       *error = "tokentrace: '" + path + "' is a SQLite file but not a tokentrace trace " +
                "(it has no meta table)";
@@ -106,9 +162,11 @@ bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::stri
 bool Reader::Counts(TraceCounts* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
-                 "(SELECT count(*) FROM kernels), (SELECT count(*) FROM tokens), "
-                 "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)",
+                 ("SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
+                 "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
+                     std::string(TokensSelectSql()) + ")), "
+                 "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;
@@ -124,8 +182,9 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
 bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
-                 "FROM tokens ORDER BY token",
+                 ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
+                  std::string(TokensSelectSql()) + ") ORDER BY token")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;

@@ -1,5 +1,7 @@
 #include "store/schema.h"
 
+#include <string>
+
 namespace tokentrace {
 
 // Index choice: every table is written in append order (ids and tokens grow), so each commit
@@ -8,8 +10,24 @@ namespace tokentrace {
 // calls is indexed by token (grows with the id, so appending) for export --tokens. There is
 // deliberately no index on calls(site_id): with ~100 sites per token it dirtied ~100 random
 // index pages per commit (8x slower writes); the report scans calls once instead.
-const char* SchemaSql() {
+const char* TokensSelectSql() {
   return R"sql(
+  SELECT r.token AS token, MIN(r.b) AS cpu_begin_ns, MAX(r.e) AS cpu_end_ns,
+         COALESCE(t.kernels, 0) AS kernels, COALESCE(t.gpu_busy_ns, 0) AS gpu_busy_ns,
+         COALESCE(t.escapes, 0) AS escapes
+  FROM (SELECT c.token AS token, c.cpu_begin_ns AS b, c.cpu_end_ns AS e
+          FROM sites s JOIN calls c ON c.site_id = s.id WHERE s.is_token = 1
+        UNION ALL
+        -- tokens with no token call of their own: CUDA-graph replays (one launch = one token)
+        SELECT token, NULL, NULL FROM token_stats WHERE token > 0) r
+  LEFT JOIN token_stats t ON t.token = r.token
+  GROUP BY r.token)sql";
+}
+
+const char* SchemaSql() {
+  // Never destroyed: a process may create its file from an exit handler that runs after
+  // static destructors (a forked child that records only then).
+  static const std::string* sql = new std::string(R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sites(id INTEGER PRIMARY KEY, name TEXT, kind TEXT,
                                  is_token INTEGER);
@@ -40,17 +58,8 @@ CREATE TABLE IF NOT EXISTS call_inputs(call_id INTEGER, path TEXT, kind TEXT, ty
                                        shape TEXT, dtype TEXT, device TEXT, value TEXT,
                                        file TEXT, key TEXT);
 CREATE VIEW IF NOT EXISTS tokens AS
-  SELECT r.token AS token, MIN(r.b) AS cpu_begin_ns, MAX(r.e) AS cpu_end_ns,
-         COALESCE(t.kernels, 0) AS kernels, COALESCE(t.gpu_busy_ns, 0) AS gpu_busy_ns,
-         COALESCE(t.escapes, 0) AS escapes
-  FROM (SELECT c.token AS token, c.cpu_begin_ns AS b, c.cpu_end_ns AS e
-          FROM sites s JOIN calls c ON c.site_id = s.id WHERE s.is_token = 1
-        UNION ALL
-        -- tokens with no token call of their own: CUDA-graph replays (one launch = one token)
-        SELECT token, NULL, NULL FROM token_stats WHERE token > 0) r
-  LEFT JOIN token_stats t ON t.token = r.token
-  GROUP BY r.token;
-)sql";
+)sql" + std::string(TokensSelectSql()) + ";\n");
+  return sql->c_str();
 }
 
 }  // namespace tokentrace

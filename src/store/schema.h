@@ -20,4 +20,8 @@ inline constexpr int kOldestReadableSchema = 1;
 // DDL applied to a fresh file: tables, indices, the tokens view. One SQL script.
 const char* SchemaSql();
 
+// The tokens view's SELECT. Readers run it themselves rather than trust a view in a file,
+// which a crafted file could define to never end.
+const char* TokensSelectSql();
+
 }  // namespace tokentrace

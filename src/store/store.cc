@@ -1,6 +1,8 @@
 #include "store/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -138,6 +140,11 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
     *error = CannotWrite(path, "the directory '" + parent + "' does not exist");
     return nullptr;
   }
+  if (BeingWritten(path)) {
+    *error = CannotWrite(path, "another process is writing it (a trace being recorded is never "
+                               "replaced; choose another path)");
+    return nullptr;
+  }
   // Truncate: a previous run's WAL must not be replayed into the new file.
   std::string reason;
   for (const char* suffix : {"", "-wal", "-shm"}) {
@@ -186,6 +193,13 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
   if (!store->Prepare(&reason)) {
     *error = CannotWrite(path, reason);
     return nullptr;
+  }
+  store->lock_fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (store->lock_fd_ >= 0) flock(store->lock_fd_, LOCK_SH | LOCK_NB);
+  // Best effort: without O_TMPFILE or the space, the file simply has no reserve.
+  store->reserve_fd_ = open(parent.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (store->reserve_fd_ >= 0 && posix_fallocate(store->reserve_fd_, 0, kReserveBytes) != 0) {
+    store->ReleaseReserve();
   }
   return store;
 }
@@ -322,17 +336,42 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
   return true;
 }
 
+bool Store::BeingWritten(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);  // also drops the lock if we got it
+  return busy;
+}
+
+void Store::Checkpoint() {
+  if (db_ != nullptr) {
+    sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  }
+}
+
+bool Store::ReleaseReserve() {
+  if (reserve_fd_ < 0) return false;
+  close(reserve_fd_);
+  reserve_fd_ = -1;
+  return true;
+}
+
 void Store::Close() {
-  if (db_ == nullptr) return;
-  st_.reset();  // statements must be finalized before close
-  sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
-  // A finished trace is one file, to copy or mail as it is: leaving WAL mode removes the -wal
-  // and -shm files, and readers of a rollback-journal file create neither. Only possible when
-  // no other connection is open (a reader of the live file); then the file stays in WAL mode,
-  // as valid, with its -wal and -shm until that reader's writer-side close.
-  sqlite3_exec(db_, "PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr);
-  sqlite3_close(db_);
-  db_ = nullptr;
+  ReleaseReserve();
+  if (db_ != nullptr) {
+    st_.reset();  // statements must be finalized before close
+    sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+    // A finished trace is one file, to copy or mail as it is: leaving WAL mode removes the
+    // -wal and -shm files, and readers of a rollback-journal file create neither. Only
+    // possible when no other connection is open (a reader of the live file); then the file
+    // stays in WAL mode, as valid, with its -wal and -shm until that reader's writer-side close.
+    sqlite3_exec(db_, "PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr);
+    sqlite3_close(db_);
+    db_ = nullptr;
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);  // the file is complete: a later run may replace it
+  lock_fd_ = -1;
 }
 
 }  // namespace tokentrace

@@ -7,6 +7,8 @@
 // while it is being written.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 
@@ -33,6 +35,21 @@ class Store {
   // On failure rolls the batch back and returns false with a one-line message.
   bool Write(const Batch& batch, std::string* error);
 
+  // True while a Store of some process has `path` open: a writer holds a shared flock on its
+  // file for its whole life (readers take none). Open refuses to replace such a file.
+  static bool BeingWritten(const std::string& path);
+
+  // Folds the WAL into the main file as far as readers allow (a passive checkpoint): run on
+  // a schedule, so a copy of the main file alone, or one whose -wal was lost after the
+  // writer was killed, still holds all but the last moments.
+  void Checkpoint();
+
+  // A full disk must still take the loss counts at the end. Open sets aside kReserveBytes of
+  // disk (an anonymous file in the trace's directory, gone with the process); this gives
+  // them back, for the last, smallest write. False when there was no reserve.
+  static constexpr off_t kReserveBytes = 256 << 10;  // a few 16 KiB WAL frames, with margin
+  bool ReleaseReserve();
+
   // Final checkpoint (the WAL is folded into the main file and truncated) and close.
   // Idempotent; the destructor calls it.
   void Close();
@@ -48,6 +65,8 @@ class Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> st_;
+  int reserve_fd_ = -1;
+  int lock_fd_ = -1;  // the shared flock that says "being written" (BeingWritten)
 };
 
 }  // namespace tokentrace

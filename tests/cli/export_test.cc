@@ -100,6 +100,14 @@ TEST(ExportTest, UsageErrors) {
   r = RunCli({"export", dir + "/t.sqlite"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--chrome"), std::string::npos) << r.err;
+  // The output is the trace itself (or another trace): refused, the trace is untouched.
+  for (const std::string& same : {dir + "/t.sqlite", dir + "/./t.sqlite"}) {
+    r = RunCli({"export", dir + "/t.sqlite", "--chrome", same});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.err.find("is a trace file, which the JSON would overwrite"), std::string::npos)
+        << r.err;
+  }
+  EXPECT_EQ(RunCli({"report", dir + "/t.sqlite"}).status, 0);
   r = RunCli({"export", dir + "/t.sqlite", "--chrome", dir + "/no/such/dir/t.json"});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err.rfind("tokentrace: cannot write '", 0), 0u) << r.err;

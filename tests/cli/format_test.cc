@@ -5,6 +5,18 @@
 namespace tokentrace::cli {
 namespace {
 
+// Range names are stored as the job gave them, bytes that are not UTF-8 included; the JSON
+// gets a replacement character for each such byte and stays valid.
+TEST(FormatTest, JsonStringReplacesBytesThatAreNotUtf8) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(JsonString("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");  // valid: kept
+  EXPECT_EQ(JsonString("a\xFF" "b"), "\"a" + fffd + "b\"");
+  EXPECT_EQ(JsonString("\xC3"), "\"" + fffd + "\"");                  // cut short
+  EXPECT_EQ(JsonString("\xC0\xAF"), "\"" + fffd + fffd + "\"");      // overlong
+  EXPECT_EQ(JsonString("\xED\xA0\x80"), "\"" + fffd + fffd + fffd + "\"");  // surrogate
+}
+
 TEST(FormatTest, JsonStringEscapesQuotesBackslashesAndControls) {
   EXPECT_EQ(JsonString("a\"b\\c\nd\te\x01"), "\"a\\\"b\\\\c\\nd\\te\\u0001\"");
   EXPECT_EQ(JsonString("void k<float>(int*)"), "\"void k<float>(int*)\"");

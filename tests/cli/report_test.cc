@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
-
-#include <chrono>
-
 #include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
 
 #include "cli_runner.h"
 #include "trace_fixture.h"
@@ -75,6 +75,38 @@ TEST(ReportTest, LossesAndTopAreShown) {
   EXPECT_EQ(out.find("cupti_dropped"), std::string::npos) << r.out;  // zero counts are noise
   EXPECT_NE(out.find("h.0.mlp module"), std::string::npos);
   EXPECT_EQ(out.find("h.0.attn module"), std::string::npos) << r.out;
+}
+
+// A crafted trace: names with terminal escapes and newlines, a 1 MiB name, and a tokens view
+// that never ends. The report finishes, prints nothing raw, and keeps its rows short.
+TEST(ReportTest, CraftedTraceIsPrintedSafelyAndViewsInItAreNotTrusted) {
+  std::string path = testing::TempDir() + "/t.sqlite";
+  testing::WriteSmallTrace(path, /*with_losses=*/true);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string huge(1 << 20, 'n');
+  const std::string sql =
+      "UPDATE sites SET name = 'h.0.\x1b[31mred\nline' WHERE id = 3;"
+      "UPDATE sites SET name = '" + huge + "' WHERE id = 2;"
+      "UPDATE meta SET value = 'x\x1b]0;title\x07' WHERE key = 'kernel_mode';"
+      "DROP VIEW tokens; CREATE VIEW tokens AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
+      "SELECT x + 1 FROM r) SELECT x AS token, 0 AS cpu_begin_ns, 0 AS cpu_end_ns, 0 AS kernels, "
+      "0 AS gpu_busy_ns, 0 AS escapes FROM r;";
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos);
+  EXPECT_NE(r.out.find("h.0.\\x1B[31mred\\x0Aline"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens: 3"), std::string::npos);  // from the tables, not the view
+  size_t longest = 0;
+  for (size_t at = 0, next; at < r.out.size(); at = next + 1) {
+    next = r.out.find('\n', at);
+    if (next == std::string::npos) next = r.out.size();
+    longest = std::max(longest, next - at);
+  }
+  EXPECT_LT(longest, 400u);
 }
 
 TEST(ReportTest, BadTopIsAUsageError) {

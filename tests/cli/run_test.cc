@@ -69,12 +69,46 @@ TEST(RunTest, BadRegexIsRejectedBeforeTheJobStarts) {
   EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);  // the command never ran
 }
 
+TEST(RunTest, BadOnFullIsRejectedBeforeTheJobStarts) {
+  std::string dir = testing::TempDir();
+  auto r = RunCli({"run", "--on-full", "stall", "--", "/bin/sh", "-c", "touch " + dir + "/ran"},
+                  {kShimEnv});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("--on-full='stall' is not accepted (accepted: drop"), std::string::npos)
+      << r.err;
+  EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);
+}
+
 TEST(RunTest, MissingOutDirectoryIsRejected) {
   auto r = RunCli({"run", "--out", "/tmp/tt_no_such_dir_xyz/t.sqlite", "--", "/bin/true"},
                   {kShimEnv});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--out='/tmp/tt_no_such_dir_xyz/t.sqlite'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+}
+
+// Outputs the job could not write, or would write somewhere unexpected: refused up front.
+TEST(RunTest, BadOutPathsAreRejectedBeforeTheJobStarts) {
+  const std::string dir = testing::TempDir();
+  const std::pair<std::string, std::string> cases[] = {
+      {dir + "/", "it names a directory"},
+      {dir, "it names a directory"},
+      {dir + "/" + std::string(250, 'x') + ".sqlite", "the file name is 257 bytes long"},
+      {"/dev/null", "it is under /dev"}};
+  for (const auto& [out, why] : cases) {
+    auto r = RunCli({"run", "--out", out, "--", "/bin/sh", "-c", "touch " + dir + "/ran"},
+                    {kShimEnv});
+    EXPECT_EQ(r.status, 2) << out;
+    EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find("--out='" + out + "': " + why), std::string::npos) << r.err;
+  }
+  auto r = RunCli({"run", "--", "/bin/sh", "-c", "touch " + dir + "/ran"},
+                  {kShimEnv, "TOKENTRACE_CUPTI=/no/such/libcupti.so"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("TOKENTRACE_CUPTI='/no/such/libcupti.so' is not a file"),
+            std::string::npos) << r.err;
+  EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);  // the command never ran
 }
 
 TEST(RunTest, UnwritableOutDirectoryIsRejected) {

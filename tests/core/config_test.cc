@@ -41,6 +41,29 @@ TEST(KernelModeTest, SampleSelectsEveryNthTokenStartingWithPrefill) {
   EXPECT_TRUE(m.FullRowsFor(0));
 }
 
+// Backreferences cannot be matched in linear time: refused up front, saying what is accepted.
+TEST(ConfigTest, TokenRangeRefusesWhatCannotMatchInLinearTime) {
+  std::string error;
+  EXPECT_FALSE(ValidateTokenRange("(a)\\1", "--token-range", &error));
+  EXPECT_NE(error.find("--token-range='(a)\\1' is not accepted"), std::string::npos) << error;
+  EXPECT_NE(error.find("no backreferences"), std::string::npos) << error;
+  EXPECT_TRUE(ValidateTokenRange("decode_step_[0-9]+", "--token-range", &error));
+}
+
+TEST(ConfigTest, OnFullIsDropOrWait) {
+  setenv("TOKENTRACE_ON_FULL", "stall", 1);
+  std::string error;
+  EXPECT_FALSE(ConfigFromEnvironment(&error));
+  EXPECT_NE(error.find("TOKENTRACE_ON_FULL='stall' is not accepted (accepted: drop"),
+            std::string::npos) << error;
+  setenv("TOKENTRACE_ON_FULL", "wait", 1);
+  auto config = ConfigFromEnvironment(&error);
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(config->wait_when_full);
+  unsetenv("TOKENTRACE_ON_FULL");
+  EXPECT_FALSE(ConfigFromEnvironment(&error)->wait_when_full);  // drop is the default
+}
+
 TEST(ConfigTest, ExpandsPidAndRank) {
   EXPECT_EQ(ExpandOutPath("/t/run-%p-%r.sqlite", 42, "3"), "/t/run-42-3.sqlite");
   EXPECT_EQ(ExpandOutPath("100%%-%p", 7, "0"), "100%-7");

@@ -49,6 +49,19 @@ TEST(SiteRegistryTest, TokenRangeRegexMarksMatchingRanges) {
   EXPECT_FALSE(sites::IsToken(step));
 }
 
+// The pattern runs on the job's thread for each new name: a huge name and a pattern that makes
+// a backtracking engine explode must both finish at once (std::regex crashed the job with the
+// first and stalled it for seconds with the second).
+TEST(SiteRegistryTest, TokenRangeIsSafeOnHugeNamesAndPathologicalPatterns) {
+  sites::SetTokenRange(".*token.*");
+  const std::string huge = std::string(50000, 'x') + "token" + std::string(50000, 'y');
+  EXPECT_TRUE(sites::IsToken(sites::Intern(huge.c_str(), SiteKind::kRange)));
+  sites::SetTokenRange("(a+)+b");
+  EXPECT_FALSE(sites::IsToken(sites::Intern(std::string(40, 'a').c_str(), SiteKind::kRange)));
+  EXPECT_TRUE(sites::IsToken(sites::Intern((std::string(40, 'a') + "b").c_str(), SiteKind::kRange)));
+  sites::SetTokenRange("");
+}
+
 TEST(SiteRegistryTest, ConcurrentInternAgreesOnIds) {
   constexpr int kThreads = 4;
   constexpr int kNames = 500;

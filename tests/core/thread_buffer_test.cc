@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -108,6 +109,54 @@ TEST(ThreadBufferTest, StressExactLossCounts) {
     EXPECT_EQ(kept, 1024u);
     EXPECT_EQ(kept + rings[p]->TakeDropped(), kEvents);
   }
+}
+
+std::atomic<int> g_wakes{0};
+void CountWake() { g_wakes.fetch_add(1); }
+
+// A ring that passes half full wakes the drain once (a burst is drained before the ring fills,
+// not at the next timer tick), and again only after the drain brought it back below half.
+TEST(ThreadBufferTest, HighWaterMarkWakesTheDrainOncePerCrossing) {
+  Policy().wake.store(&CountWake);
+  g_wakes = 0;
+  ThreadBuffer ring(64, 0);
+  for (int i = 0; i < 31; ++i) ring.Append(Numbered(i, 0));
+  EXPECT_EQ(g_wakes.load(), 0);
+  for (int i = 0; i < 20; ++i) ring.Append(Numbered(i, 0));
+  EXPECT_EQ(g_wakes.load(), 1);
+  ring.Drain([](const Event&) {});
+  for (int i = 0; i < 40; ++i) ring.Append(Numbered(i, 0));
+  EXPECT_EQ(g_wakes.load(), 2);
+  Policy().wake.store(nullptr);
+}
+
+// With the "wait" policy a producer much faster than the drain loses nothing: it waits for
+// room while a drain runs. Without a running drain it drops and counts, never hangs.
+TEST(ThreadBufferTest, WaitPolicyLosesNothingWhileADrainRuns) {
+  Policy().wait_when_full.store(true);
+  Policy().drain_running.store(true);
+  ThreadBuffer ring(64, 0);
+  std::atomic<bool> done{false};
+  uint64_t next = 0;
+  bool in_order = true;
+  std::thread drain([&] {
+    while (!done.load()) {
+      ring.Drain([&](const Event& e) { in_order = in_order && e.call_id == next++; });
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    ring.Drain([&](const Event& e) { in_order = in_order && e.call_id == next++; });
+  });
+  for (uint64_t i = 0; i < 20000; ++i) ring.Append(Numbered(i, 0));
+  done = true;
+  drain.join();
+  EXPECT_EQ(ring.TakeDropped(), 0u);
+  EXPECT_EQ(next, 20000u);
+  EXPECT_TRUE(in_order);
+
+  Policy().drain_running.store(false);
+  for (uint64_t i = 0; i < 100; ++i) ring.Append(Numbered(i, 0));
+  EXPECT_EQ(ring.TakeDropped(), 36u);
+  Policy().wait_when_full.store(false);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 //   nvtx_generate foreign [tokens] plain ranges only: decode_step > layer_{0,1}
 //   nvtx_generate fork             2 tokens, fork; the child records 1 token of its own
 //   nvtx_generate hang             1 token, then sleeps (the test SIGKILLs or SIGTERMs it)
+//   nvtx_generate hang_in_token    1 token, then a second one's root and a block, then sleeps
+//                                  inside that token (the test SIGKILLs it)
 //   nvtx_generate hang_own_handler the same with its own SIGTERM handler, which calls exit(7)
 //   nvtx_generate quick_exit       1 token, then _exit(3) (like Python's os._exit)
 //   nvtx_generate unbalanced       pops with nothing open, leaves a range open at exit
@@ -18,6 +20,9 @@
 //                                  write may still be creating the file); the child records 1
 //   nvtx_generate thread_exit      a thread records 1 token; a thread-local object made
 //                                  before that emits another from its destructor, too late
+//   nvtx_generate paced N          N hooks tokens, one a millisecond
+//   nvtx_generate short_threads N  64 waves of 4 threads that record N foreign tokens (5 calls
+//                                  each) and exit, and one that records 10 N
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -112,6 +117,14 @@ int main(int argc, char** argv) {
     printf("ready\n");
     fflush(stdout);
     for (;;) pause();
+  } else if (mode == "hang_in_token") {
+    HookToken();
+    PushRegistered("self", kCategoryRoot);  // a second token, killed before its root closes
+    PushRegistered("transformer.h.0", kCategoryModule);
+    nvtxDomainRangePop(g_domain);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
   } else if (mode == "hang_own_handler") {
     signal(SIGTERM, [](int) { exit(7); });  // exit(): atexit handlers run
     HookToken();
@@ -152,6 +165,25 @@ int main(int argc, char** argv) {
       (void)&late;
       HookToken();
     }).join();
+  } else if (mode == "paced") {
+    for (int t = 0; t < tokens; ++t) {  // one token a millisecond: many drains, many writes
+      HookToken();
+      usleep(1000);
+    }
+  } else if (mode == "short_threads") {
+    // Waves of short-lived threads, each records `tokens` foreign tokens and exits at once:
+    // its last events are written just before its exit, often during a drain. A busier
+    // thread started after them (its ring is drained after theirs) keeps each drain long.
+    for (int wave = 0; wave < 64; ++wave) {
+      std::thread workers[5];
+      for (int i = 0; i < 5; ++i) {
+        const int n = i < 4 ? tokens : 10 * tokens;
+        workers[i] = std::thread([n] {
+          for (int t = 0; t < n; ++t) ForeignToken();
+        });
+      }
+      for (auto& w : workers) w.join();
+    }
   } else {
     fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;

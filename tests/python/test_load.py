@@ -46,3 +46,76 @@ def test_load_of_a_trace(gpt2, prompt, tmp_path):
     assert again.sites == first.sites
     assert again["transformer.h.1.mlp"].num_calls == 3
     assert list(again["transformer.h.1.mlp:2"].out.shape) == [1, 1, 32]
+
+
+def test_trace_copied_without_its_wal_says_the_wal_is_missing(tmp_path):
+    import sqlite3
+    import pytest
+    path = str(tmp_path / "copy.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.close()  # a WAL-mode file with no tables and no -wal: what a killed run's copy looks like
+    with pytest.raises(tt.TokentraceError, match="write-ahead log .*-wal is missing"):
+        tt.load(path)
+
+
+def test_trace_never_replaces_a_file_that_is_not_a_trace(tmp_path):
+    import pytest
+    path = tmp_path / "notes.sqlite"
+    path.write_text("my notes, not a trace\n")
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(tt.TokentraceError, match="exists and is not a tokentrace trace"):
+        tt.trace(model, torch.ones(1, 4), kernels="off", out=path)
+    assert path.read_text() == "my notes, not a trace\n"
+
+
+def _crafted_trace(path, sql):
+    """make_trace_file's trace, then `sql` run on it."""
+    import sqlite3
+    make_trace_file(path)
+    con = sqlite3.connect(path)
+    con.executescript(sql)
+    con.close()
+    return path
+
+
+def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
+    # token 3: its root call never closed (the job was killed inside it)
+    path = _crafted_trace(str(tmp_path / "killed.sqlite"),
+                          "INSERT INTO calls VALUES (100, 1, 3, 3, NULL, 7, 50000000, NULL)")
+    tokens = tt.load(path).tokens
+    assert [(t.token, t.finished, t.cpu_ms) for t in tokens] == [
+        (1, True, 9.0), (2, True, 9.0), (3, False, 0.0)]
+    # a token with no root call at all (a CUDA-graph replay, or a killed run's file from
+    # before open token calls were written) has no begin either: it used to raise TypeError
+    path = _crafted_trace(str(tmp_path / "rootless.sqlite"),
+                          "DROP VIEW tokens; CREATE VIEW tokens AS SELECT 4 AS token, NULL AS "
+                          "cpu_begin_ns, NULL AS cpu_end_ns, 0 AS kernels, 0 AS gpu_busy_ns, "
+                          "1 AS escapes")
+    assert [(t.token, t.finished, t.cpu_ms) for t in tt.load(path).tokens] == [(4, True, 0.0)]
+
+
+def test_names_that_are_not_utf8_and_no_files_left_behind(tmp_path):
+    import os
+    path = _crafted_trace(str(tmp_path / "odd name %?#.sqlite"),
+                          "UPDATE sites SET name = CAST(X'6C6179657280FF' AS TEXT) "
+                          "WHERE name = 'layer'")
+    trace = tt.load(path)
+    assert trace.sites == ["self", "layer\ufffd\ufffd", "layer.mlp"]
+    assert trace["layer\ufffd\ufffd"].num_calls == 2 and len(trace.tokens) == 2
+    del trace
+    # reading a finished trace leaves no -wal or -shm next to it
+    assert not os.path.exists(path + "-wal") and not os.path.exists(path + "-shm")
+
+
+def test_damaged_file_is_a_one_line_error(tmp_path):
+    import pytest
+    path = str(tmp_path / "damaged.sqlite")
+    make_trace_file(path)
+    with open(path, "r+b") as f:  # keep the header and schema page, damage the rest
+        f.seek(4096)
+        size = f.seek(0, 2) - 4096
+        f.seek(4096)
+        f.write(b"\xA5" * size)
+    with pytest.raises(tt.TokentraceError, match="cannot be read: .*damaged"):
+        tt.load(path).tokens

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -161,6 +163,44 @@ TEST(ReaderTest, SqliteFileWithoutMetaIsRejected) {
   sqlite3_close(db);
   EXPECT_EQ(Reader::Open(path2, &error), nullptr);
   EXPECT_NE(error.find("not a tokentrace trace"), std::string::npos) << error;
+}
+
+// A trace's .sqlite copied without its -wal (the writer was killed before a checkpoint): the
+// message says the WAL is missing, not that the file is no trace.
+TEST(ReaderTest, TraceWithoutItsWalSaysTheWalIsMissing) {
+  std::string path = TempPath("nowal.sqlite"), error;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_exec(db, "PRAGMA journal_mode=WAL;", nullptr, nullptr, nullptr);
+  sqlite3_close(db);  // a WAL-mode file with no tables, and no -wal next to it
+  EXPECT_EQ(Reader::Open(path, &error), nullptr);
+  EXPECT_NE(error.find("its write-ahead log '" + path + "-wal' is missing"), std::string::npos)
+      << error;
+}
+
+// Reading a finished trace leaves nothing next to it (no -wal, no -shm), even for a path
+// with characters a URI must escape.
+TEST(ReaderTest, ReadingAFinishedTraceLeavesNoWalOrShm) {
+  const std::string dir = TempPath("odd dir %?#");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string path = dir + "/t.sqlite";
+  std::string error;
+  {
+    auto store = Store::Open(path, &error);
+    ASSERT_NE(store, nullptr) << error;
+    Batch b;
+    b.meta = {{"kernel_mode", "off"}};
+    ASSERT_TRUE(store->Write(b, &error)) << error;
+  }
+  {
+    auto reader = Reader::Open(path, &error);
+    ASSERT_NE(reader, nullptr) << error;
+    std::vector<std::pair<std::string, std::string>> meta;
+    ASSERT_TRUE(reader->Meta(&meta, &error)) << error;
+    EXPECT_FALSE(meta.empty());
+  }
+  EXPECT_NE(access((path + "-wal").c_str(), F_OK), 0);
+  EXPECT_NE(access((path + "-shm").c_str(), F_OK), 0);
 }
 
 void SetSchemaVersion(const std::string& path, const char* version) {

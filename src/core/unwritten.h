@@ -1,0 +1,31 @@
+// What a failed write (a full disk) could not store. The rows are gone; they are counted as
+// losses ("write_failed_calls", ..._kernels, ..._escapes, ..._outputs) and the counts, the
+// loss counters the batch carried and the rows that later rows refer to (sites, kernel
+// names) are kept for the next write, so a file written after space returns, or at exit in
+// the smallest write that fits, still says what is missing.
+#pragma once
+
+#include <cstdint>
+
+#include "core/records.h"
+
+namespace tokentrace {
+
+class Unwritten {
+ public:
+  // `failed` was not written (its transaction was rolled back): keeps what must be retried.
+  void Add(Batch&& failed);
+  // Moves what is kept into `next` (the next write); if that write fails too, Add it again.
+  void MoveInto(Batch* next);
+  // Only the loss counters, for the smallest write at exit.
+  Batch LossesOnly() const;
+  bool empty() const { return kept_.empty(); }
+  // Calls not written since the session began (for the message at exit).
+  int64_t calls() const { return calls_total_; }
+
+ private:
+  Batch kept_;  // sites, strings, losses and meta
+  int64_t calls_total_ = 0;
+};
+
+}  // namespace tokentrace
