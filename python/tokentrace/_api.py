@@ -10,16 +10,14 @@ import warnings
 
 import torch
 
-from . import _store
+from . import _ops, _store
+from ._attach import Attachment, FirstRoot, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
 from ._errors import fail
 from ._escapes import EscapeCounter, warn_once
-from ._inputs import InputRecorder
 from ._naming import ROOT, site_names
 from ._prompt import is_text, tokenize
 from ._selectors import as_selector
-from ._session import HookSet
-from ._sink import TensorSink
 from ._trace import Recording, Trace
 
 _counter = itertools.count(1)
@@ -66,8 +64,7 @@ def _model_of(fn, model):
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
         return owner
-    fail(f"cannot tell which model {getattr(fn, '__qualname__', fn)!r} runs; pass the model, "
-         f"one of its bound methods (model.generate), or model=...")
+    return None  # any other callable: the first module it calls (python/tokentrace/_attach.py)
 
 
 def _is_compiled(fn, model):
@@ -99,6 +96,9 @@ def _call_args(model, inputs, input_kwargs, tokenizer):
     kwargs = dict(input_kwargs)
     if inputs is None:
         return (), kwargs
+    if is_text(inputs) and model is None:
+        fail("text inputs are tokenized with the model's tokenizer, and a plain function does "
+             "not say which model it runs; pass model=..., tokenizer=..., or token ids")
     if is_text(inputs):
         encoded = tokenize(model, inputs, tokenizer)
         encoded.update(kwargs)
@@ -110,6 +110,11 @@ def _call_args(model, inputs, input_kwargs, tokenizer):
     if isinstance(inputs, (list, tuple)):
         return tuple(inputs), kwargs
     return (inputs,), kwargs
+
+
+def _selector(sites, save, default_all, inputs_of):
+    """select(model) -> (hooked, saved, inputs), checked at once when the model is known."""
+    return lambda model: _resolve(model, sites, save, default_all, inputs_of)
 
 
 def _resolve(model, sites, save, default_all, inputs_of=None):
@@ -126,49 +131,57 @@ def _resolve(model, sites, save, default_all, inputs_of=None):
     return [n for n in names if n in chosen], saved, inputs
 
 
-def _run(kind, fn, model, args, kwargs, hooked, saved, inputs, kernels, out, shard_bytes,
-         intervene):
+def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, intervene,
+         ops=False):
+    """Runs fn with the recording on; model None: attach to the first module fn calls.
+    select(model) -> (hooked, saved, inputs)."""
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
-    bound_edits = intervene.hooks_for(model) if intervene is not None else None
-    sink = TensorSink(path, shard_bytes) if saved else None
-    recorder = InputRecorder(backend.current, sink, backend.settled_path)
-    on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
-    report = backend.escape if on_cpu else None
-    escapes = EscapeCounter(lambda: backend.current()[2], report)
-    path = backend.start(path, kernels)
-    hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
+    escapes = EscapeCounter(lambda: backend.current()[2])
+    with _ops.ring_for_ops(backend, ops):
+        path = backend.start(path, kernels)
+    attached = Attachment(backend, path, shard_bytes, select, intervene, escapes, ops)
+    finder = None
     try:
-        if bound_edits is not None:
-            bound_edits.install()
-        hooks.install()
-        escapes.install()
         try:
+            if model is not None:
+                attached.attach(model)
+            else:
+                finder = FirstRoot(attached)
+            escapes.install()
             fn(*args, **kwargs)
         finally:
+            if finder is not None:
+                finder.remove()
+            attached.detach()
             escapes.remove()
-            hooks.remove()
-            if bound_edits is not None:
-                bound_edits.remove()
     finally:
         status = backend.kernels_status
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the last kernels' records reach the file before stop
         backend.stop()
+        sink = attached.sink
         rows = sink.close() if sink is not None else []
         if sink is not None and sink.failed:
             warnings.warn(f"tokentrace: {sink.failed} saved outputs could not be written to "
                           f"{sink.directory} ({sink.errors[0]}); they are counted in the trace's "
                           f"losses (save_failed)", RuntimeWarning)
-        meta = {"python_save_errors": hooks.save_errors, "kernels_status": status,
-                "inputs_of": json.dumps(sorted(inputs))}
+        meta = {"python_save_errors": attached.save_errors, "kernels_status": status,
+                "inputs_of": json.dumps(sorted(attached.inputs))}
+        if attached.model is not None:
+            meta["model"] = type(attached.model).__name__
         _store.write_python_rows(path, rows, escapes.rows(), meta,
-                                 {"save_failed": hooks.save_errors,
-                                  "inputs_failed": hooks.input_errors},
-                                 recorder.table_rows(sink.files if sink is not None else {}))
+                                 {"save_failed": attached.save_errors,
+                                  "inputs_failed": attached.input_errors},
+                                 attached.recorder.table_rows(sink.files if sink else {}))
+    if attached.model is None:
+        fail(f"{getattr(fn, '__qualname__', fn)!r} called no torch.nn.Module, so there was "
+             f"no model to trace; pass a function that runs the model, or model=...")
+    if model is None:
+        warn_if_doubtful(fn, attached.model, stacklevel=4)
     result = (Recording if kind == "record" else Trace)(path)
-    _warn_escapes(result, escapes, on_cpu)
+    _warn_escapes(result, escapes, attached.on_cpu)
     return result
 
 
@@ -185,10 +198,12 @@ def _warn_escapes(result, escapes, python_counts):
 
 
 def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels="summary",
-          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64, inputs_of=None):
+          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64, inputs_of=None,
+          ops=False):
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
-    fn: a model, or a bound method of one (model.generate). inputs: a tensor, a tuple of
+    fn: a model, a bound method of one (model.generate), or any function that calls a model
+    (then the first module it calls is the model, as with `tokentrace run`). inputs: a tensor, a tuple of
     positional arguments, a dict of keyword arguments, or text (tokenized with `tokenizer=`
     or the tokenizer saved next to the model). save=: sites whose output tensors are kept
     (trace["site:k"].out is then the tensor; for sites whose inputs are recorded,
@@ -196,22 +211,25 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
     was given, by path) are recorded besides the root's, which always are.
     kernels: 'off' | 'summary' | 'full' | 'sample:N'.
     out: the SQLite file (default: a temporary file; see trace.path).
+    ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops).
     """
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
     model = _model_of(fn, model)
     _warn_if_compiled(fn, model)
-    hooked, saved, recorded = _resolve(model, sites, save, True, inputs_of)
+    select = _selector(sites, save, True, inputs_of)
+    if model is not None:
+        select(model)  # bad selectors fail before anything runs
     _check_intervene(intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
-    return _run("trace", fn, model, args, kwargs, hooked, saved, recorded, kernels, out,
-                int(shard_mb * (1 << 20)), intervene)
+    return _run("trace", fn, model, args, kwargs, select, kernels, out,
+                int(shard_mb * (1 << 20)), intervene, _ops.check(ops))
 
 
 def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
            kernels="summary", out=None, tokenizer=None, intervene=None, shard_mb=64,
-           inputs_of=None):
+           inputs_of=None, ops=False):
     """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
@@ -233,14 +251,15 @@ def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
     if save is None:
         fail("record() needs save=: the sites to keep, e.g. save=tt.module('model.layers.*.mlp')")
     _warn_if_compiled(fn, model)
-    hooked, saved, recorded = _resolve(model, sites if sites is not None else save, save,
-                                       False, inputs_of)
+    select = _selector(sites if sites is not None else save, save, False, inputs_of)
+    if model is not None:
+        select(model)  # bad selectors fail before anything runs
     _check_intervene(intervene)
     if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
-    return _run("record", fn, model, args, kwargs, hooked, saved, recorded, kernels, out,
-                int(shard_mb * (1 << 20)), intervene)
+    return _run("record", fn, model, args, kwargs, select, kernels, out,
+                int(shard_mb * (1 << 20)), intervene, _ops.check(ops))
 
 
 def _check_intervene(intervene):

@@ -61,6 +61,13 @@ class CallView:
         return self._trace._inputs(self)
 
     @property
+    def ops(self):
+        """The ATen ops this call ran, in order (ops=True; [] without): OpCall(name, k, out,
+        module, cpu_ms, inner), outermost ops only."""
+        from ._ops import ops_of
+        return ops_of(self._trace, self)
+
+    @property
     def gpu_ms(self):
         """GPU busy time of this call's kernels and its children's; None when not recorded."""
         totals = self._trace._gpu_totals()

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "tokentrace/tokentrace.h"
 #include "core/config.h"
 
 namespace tokentrace::cli {
@@ -31,6 +32,7 @@ const char kRunUsage[] =
     "  --inputs GLOBS    sites whose inputs are recorded besides the root's [TOKENTRACE_INPUTS]\n"
     "  --patches FILE    JSON patch file [TOKENTRACE_PATCHES]\n"
     "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
+    "  --ops             record every ATen op as a call in its module's call [TOKENTRACE_OPS=1]\n"
     "\n"
     "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n";
 
@@ -169,12 +171,17 @@ int RunCommand(const std::vector<std::string>& args) {
   Option& patches = opts[4];
   Option& token_range = opts[5];
 
+  bool ops = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") {
       ++i;
       break;
+    }
+    if (a == "--ops") {  // a flag: no value
+      ops = true;
+      continue;
     }
     if (a == "--help" || a == "-h") {
       std::fputs(kRunUsage, stdout);
@@ -198,7 +205,7 @@ int RunCommand(const std::vector<std::string>& args) {
     if (!known) {
       return UsageError("tokentrace: unknown option '" + a +
                         "' for run (accepted: --out, --kernels, --sites, --save, --patches, "
-                        "--token-range, --help)");
+                        "--token-range, --inputs, --ops, --help)");
     }
   }
   std::vector<std::string> command(args.begin() + static_cast<long>(i), args.end());
@@ -224,6 +231,11 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!CheckOutDir(out.value.empty() ? Config().out_path : out.value, what(out), &error)) {
     return UsageError(error);
   }
+  const std::string ops_env = Getenv("TOKENTRACE_OPS");
+  if (!ops && !ops_env.empty() && ops_env != "0" && ops_env != "1") {
+    return UsageError("tokentrace: TOKENTRACE_OPS='" + ops_env +
+                      "' is not accepted (accepted: 1 to record ATen ops, 0 or unset for not)");
+  }
   if (!patches.value.empty() && !IsFile(patches.value)) {
     return UsageError("tokentrace: " + what(patches) + "='" + patches.value +
                       "' is not a file (accepted: a JSON patch file)");
@@ -236,6 +248,10 @@ int RunCommand(const std::vector<std::string>& args) {
 
   for (const Option& o : opts) {
     if (o.given) setenv(o.env, o.value.c_str(), 1);
+  }
+  if (ops) setenv("TOKENTRACE_OPS", "1", 1);
+  if ((ops || ops_env == "1") && Getenv("TOKENTRACE_BUFFER_EVENTS").empty()) {
+    setenv("TOKENTRACE_BUFFER_EVENTS", std::to_string(TOKENTRACE_OPS_BUFFER_EVENTS).c_str(), 1);
   }
   setenv(kRunIdVariable, NewRunId().c_str(), 1);  // one run: every process the command starts
   Prepend("LD_PRELOAD", shim, ':');
