@@ -13,6 +13,7 @@ import torch
 from . import _ops, _store
 from ._attach import Attachment, FirstRoot, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
+from ._compiled import compiled_entry
 from ._errors import fail
 from ._escapes import EscapeCounter, warn_once
 from ._naming import ROOT, site_names
@@ -58,6 +59,8 @@ def _model_of(fn, model):
     if model is not None:
         if not isinstance(model, torch.nn.Module):
             fail(f"model= must be a torch.nn.Module, got {type(model).__name__}")
+        if getattr(fn, "_orig_mod", None) is model:  # torch.compile(model): its entry is fn
+            return fn
         return model
     if isinstance(fn, torch.nn.Module):
         return fn
@@ -67,25 +70,30 @@ def _model_of(fn, model):
     return None  # any other callable: the first module it calls (python/tokentrace/_attach.py)
 
 
-def _is_compiled(fn, model):
-    """True for torch.compile'd models and functions (what TorchDynamo would run)."""
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except Exception:  # a torch without dynamo
-        return False
-    owners = (fn, getattr(fn, "__self__", None), model)
-    return (any(isinstance(o, OptimizedModule) for o in owners)
-            or hasattr(fn, "_torchdynamo_orig_callable")
-            or getattr(model, "_compiled_call_impl", None) is not None)
+def _warn_if_compiled_function(fn, model):
+    """A compiled function that calls an uncompiled model: the recording wrappers would run
+    inside the compiled region, where they are opaque to TorchDynamo."""
+    if not hasattr(fn, "_torchdynamo_orig_callable"):
+        return
+    if model is not None and compiled_entry(model) is not None:
+        return
+    warnings.warn(
+        "tokentrace: tracing a torch.compile'd function that calls an uncompiled model puts "
+        "the recording wrappers inside the compiled region: TorchDynamo breaks the graph at "
+        "each module call (and may keep doing so after the trace, until "
+        "torch._dynamo.reset()); compile the model instead (torch.compile(model) or "
+        "model.compile()): its calls are then recorded from outside, and it runs compiled",
+        RuntimeWarning, stacklevel=4)
 
 
-def _warn_if_compiled(fn, model):
-    if _is_compiled(fn, model):
-        warnings.warn(
-            "tokentrace: tracing a torch.compile'd model runs it eagerly (the recording "
-            "wrappers are opaque to TorchDynamo), and TorchDynamo keeps running it eagerly "
-            "after the trace; call torch._dynamo.reset() afterwards to compile it again, or "
-            "trace the model before compiling it", RuntimeWarning, stacklevel=4)
+def _warn_not_hooked(attached):
+    hooks = attached.hooks
+    if hooks is None or not hooks.not_hooked:
+        return
+    warnings.warn(
+        f"tokentrace: {len(hooks.not_hooked)} modules run inside a compiled region and are not "
+        f"recorded (first: {hooks.not_hooked[0]!r}); the compiled module's own calls are, "
+        f"from outside the region, so it runs as compiled", RuntimeWarning, stacklevel=4)
 
 
 def _call_args(model, inputs, input_kwargs, tokenizer):
@@ -180,6 +188,7 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, inter
              f"no model to trace; pass a function that runs the model, or model=...")
     if model is None:
         warn_if_doubtful(fn, attached.model, stacklevel=4)
+    _warn_not_hooked(attached)
     result = (Recording if kind == "record" else Trace)(path)
     _warn_escapes(result, escapes, attached.on_cpu)
     return result
@@ -217,7 +226,7 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
     model = _model_of(fn, model)
-    _warn_if_compiled(fn, model)
+    _warn_if_compiled_function(fn, model)
     select = _selector(sites, save, True, inputs_of)
     if model is not None:
         select(model)  # bad selectors fail before anything runs
@@ -250,7 +259,7 @@ def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
              f"{type(model).__name__}")
     if save is None:
         fail("record() needs save=: the sites to keep, e.g. save=tt.module('model.layers.*.mlp')")
-    _warn_if_compiled(fn, model)
+    _warn_if_compiled_function(fn, model)
     select = _selector(sites if sites is not None else save, save, False, inputs_of)
     if model is not None:
         select(model)  # bad selectors fail before anything runs

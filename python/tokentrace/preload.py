@@ -136,6 +136,9 @@ def _attach_recording(model, args):
     recorder = InputRecorder(backend.current, sink, backend.settled_path)
     hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
     hooks.install(running_root_args=args)
+    if hooks.not_hooked:
+        _say(f"{len(hooks.not_hooked)} modules run inside a compiled region and are not "
+             f"recorded; the compiled module's own calls are, so it runs as compiled")
     ops = _start_ops(backend, on_cpu)  # then the op observer reports a CPU model's host reads
     escapes = EscapeCounter(lambda: backend.current()[2],
                             backend.escape if on_cpu and not ops else None)
