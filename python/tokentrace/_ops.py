@@ -10,8 +10,10 @@ RecordFunction at all.
                                 reads, for models on the CPU where CUPTI sees none)
     stop()                      turns it off
     ops_of(trace, call)         the OpCall list behind CallView.ops
+    top_ops(trace, token, n)    the OpTotal list behind Trace.top_ops
 """
 
+import collections
 import contextlib
 import ctypes
 import os
@@ -118,3 +120,36 @@ def ops_of(trace, call):
         by_id[cid] = op
         ops.append(op)
     return ops
+
+
+OpTotal = collections.namedtuple("OpTotal", "name calls cpu_ms gpu_ms kernels")
+
+
+def top_ops(trace, token=None, n=10):
+    """[OpTotal(name, calls, cpu_ms, gpu_ms, kernels)] of the outermost ops (an op's inner ops
+    count towards it), over the run or one token, by GPU time then CPU time; gpu_ms and
+    kernels are None when kernels were not recorded."""
+    kinds = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
+    op_sites = [sid for sid, (_, kind) in kinds.items() if kind == OP_KIND]
+    if not op_sites:
+        return []
+    marks = ",".join("?" * len(op_sites))
+    where = "c.token = ? AND " if token is not None else ""
+    args = ([token] if token is not None else []) + op_sites + op_sites
+    rows = trace._q(
+        f"SELECT c.id, c.site_id, c.cpu_begin_ns, c.cpu_end_ns FROM calls c "
+        f"LEFT JOIN calls p ON p.id = c.parent_id WHERE {where}c.site_id IN ({marks}) "
+        f"AND (p.site_id IS NULL OR p.site_id NOT IN ({marks}))", args)
+    gpu = trace._gpu_totals()
+    totals = {}
+    for cid, sid, b, e in rows:
+        acc = totals.setdefault(kinds[sid][0], [0, 0, 0, 0])
+        kernels, busy = gpu.get(cid, (0, 0)) if gpu is not None else (0, 0)
+        acc[0] += 1
+        acc[1] += (e or b) - b
+        acc[2] += busy
+        acc[3] += kernels
+    out = [OpTotal(name, c, cpu / 1e6, None if gpu is None else g / 1e6,
+                   None if gpu is None else k) for name, (c, cpu, g, k) in totals.items()]
+    out.sort(key=lambda t: (-(t.gpu_ms or 0), -t.cpu_ms, t.name))
+    return out[:n]

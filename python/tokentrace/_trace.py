@@ -350,6 +350,12 @@ class Trace:
         return self._q("SELECT location, SUM(count) AS n FROM escape_sites GROUP BY location "
                        "ORDER BY n DESC")
 
+    def top_ops(self, token=None, n=10):
+        """With ops=True: [OpTotal(name, calls, cpu_ms, gpu_ms, kernels)] of the ATen ops, over
+        the run or one token, by GPU time then CPU time (see _ops.top_ops)."""
+        from ._ops import top_ops
+        return top_ops(self, token, n)
+
     @property
     def losses(self):
         if "losses" not in self._tables:

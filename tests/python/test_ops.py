@@ -60,6 +60,19 @@ def test_an_op_lists_the_ops_it_called(op_trace):
     assert "aten::matmul" in linear[0].inner and "aten::mm" in linear[0].inner
 
 
+def test_top_ops_per_token_and_over_the_run(op_trace):
+    decode = {t.name: t for t in op_trace.top_ops(token=3, n=100)}
+    # Per layer: c_attn, attn c_proj, c_fc, mlp c_proj are addmm; one gelu (2 layers).
+    assert decode["aten::addmm"].calls == 8 and decode["aten::gelu"].calls == 2
+    assert decode["aten::gelu"].gpu_ms is None  # kernels off
+    cpu = [t.cpu_ms for t in op_trace.top_ops(token=3, n=100)]
+    assert cpu == sorted(cpu, reverse=True)  # no GPU times: by CPU time
+    assert "aten::mm" not in decode  # inner ops count towards their outer op (aten::linear)
+    run = {t.name: t.calls for t in op_trace.top_ops(n=100)}
+    assert run["aten::gelu"] == 6 and run["aten::addmm"] == 24
+    assert len(op_trace.top_ops(n=3)) == 3
+
+
 def test_host_reads_are_escapes_named_by_their_op(op_trace):
     con = sqlite3.connect(op_trace.path)
     names = [r[0] for r in con.execute(
