@@ -3,9 +3,8 @@
 Attachment holds the per-model pieces of a tt.trace/tt.record run (recording hooks, bound
 edits, the input recorder, the saved-tensor sink, op records) so that they can go on either
 before the traced function runs (the model is known: a model, a bound method, model=) or
-from inside the first module call (any other callable: the first root module called is the
-model, as in a preloaded job; see python/tokentrace/preload.py). The call in progress is then
-opened by hand, so it is token 1, exactly as in preload mode.
+at the first module call (any other callable: the first root module called is the model, as
+in a preloaded job; see python/tokentrace/preload.py). That call is then token 1.
 
 When a function is traced without model=, the models it refers to (its closure, the globals
 it names, a bound self, a functools.partial's parts) are compared with the one found: if it
@@ -37,8 +36,8 @@ class Attachment:
         self.on_cpu = True
         self.ops_on = False
 
-    def attach(self, model, running_args=None):
-        """Installs everything on `model`; running_args: its call in progress (token 1)."""
+    def attach(self, model):
+        """Installs everything on `model` (before its first call)."""
         hooked, saved, self.inputs = self.select(model)
         self.model = model
         self.edits = self.intervene.hooks_for(model) if self.intervene is not None else None
@@ -52,9 +51,7 @@ class Attachment:
                              self.recorder)
         if self.edits is not None:
             self.edits.install()
-            if running_args is not None:
-                self.edits._root_pre(model, running_args)  # the call in progress is token 1
-        self.hooks.install(running_root_args=running_args)
+        self.hooks.install()
         if self.ops:
             _ops.start(self.backend, host_reads=self.on_cpu)
             self.ops_on = True
@@ -78,23 +75,32 @@ class Attachment:
 
 
 class FirstRoot:
-    """Attaches to the first module whose forward runs (a global forward pre-hook that removes
-    itself at once, so torch's fast call path is back for every later call)."""
+    """Attaches to the first module called. Until then, nn.Module.__call__ is ours: it puts
+    everything on that module, gives __call__ back, and makes the call again through it, so
+    the first call is recorded like every later one (its keyword arguments too). Catching
+    the call before the module's own call path starts keeps a module compiled in place
+    (module.compile()) compiled: its call path, hooks included, runs inside the compiled
+    region, where a global forward pre-hook would be traced by TorchDynamo."""
 
     def __init__(self, attachment):
         self.attachment = attachment
-        self.error = None
-        from torch.nn.modules.module import register_module_forward_pre_hook
-        self._handle = register_module_forward_pre_hook(self._first_call)
+        original = self._original = torch.nn.Module.__dict__["__call__"]
+        first = self
 
-    def _first_call(self, module, args):
-        self.remove()
-        self.attachment.attach(module, running_args=args)
+        def call(module, *args, **kwargs):
+            # Code that took `module.__call__` while ours was in place (generate keeps
+            # `model_forward = self.__call__` for all its steps) calls us again: pass through.
+            if first._patched:
+                first.remove()
+                first.attachment.attach(module)
+            return original(module, *args, **kwargs)
+        torch.nn.Module.__call__ = call
+        self._patched = True
 
     def remove(self):
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        if self._patched:
+            torch.nn.Module.__call__ = self._original
+            self._patched = False
 
 
 def _unwrap(fn, seen):

@@ -27,9 +27,10 @@ def test_a_closure_over_generate_finds_the_model(gpt2, prompt):
     assert trace["self"].num_calls == 3  # the first root call (in progress when found) counts
     assert list(trace["transformer.h.1.mlp:1"].out.shape) == [1, 5, 32]
     assert list(trace["transformer.h.1.mlp:3"].out.shape) == [1, 1, 32]
-    # Inputs are recorded from the next root call on (the first was running when the model
-    # was found, and a global hook sees its positional arguments only), as in preload.
+    # The first call is recorded like the others, keyword arguments included.
+    assert list(trace["self:1"].inputs["input_ids"].shape) == [1, 5]
     assert list(trace["self:2"].inputs["input_ids"].shape) == [1, 1]
+    assert torch.nn.Module.__call__ is torch.nn.Module._wrapped_call_impl  # given back
 
 
 def test_a_helper_running_two_forwards_is_two_tokens(gpt2, prompt):

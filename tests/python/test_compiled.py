@@ -44,7 +44,7 @@ def _compile(how, backend):
     return model, model
 
 
-def _run(how, traced):
+def _run(how, traced, find=False):
     """(outputs, graph breaks, graphs compiled, compiled graph runs, trace or None)."""
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
@@ -70,17 +70,19 @@ def _run(how, traced):
     trace = None
     if traced:
         with pytest.warns(RuntimeWarning, match=r"[45] modules run inside a compiled region"):
-            trace = tt.trace(three_calls, x, model=entry, kernels="off")
+            trace = tt.trace(three_calls, x, model=None if find else entry, kernels="off")
     else:
         three_calls(x)
     breaks = sum(counters["graph_break"].values())
     return outs, breaks, len(graphs), len(runs), trace
 
 
+@pytest.mark.parametrize("find", [False, True], ids=["model=", "found"])
 @pytest.mark.parametrize("how", ["torch.compile(model)", "model.compile()", "compiled forward"])
-def test_a_compiled_model_stays_compiled_while_traced(how):
+def test_a_compiled_model_stays_compiled_while_traced(how, find):
+    # find: no model=, the first module called is the model (as in `tokentrace run`).
     plain_outs, plain_breaks, plain_graphs, plain_runs, _ = _run(how, traced=False)
-    outs, breaks, graphs, runs, trace = _run(how, traced=True)
+    outs, breaks, graphs, runs, trace = _run(how, traced=True, find=find)
     assert plain_breaks == 1 and plain_graphs == 2 and plain_runs == 6  # the model's own break
     assert (breaks, graphs, runs) == (plain_breaks, plain_graphs, plain_runs)  # no eager fallback
     assert all(torch.equal(a, b) for a, b in zip(outs, plain_outs))
