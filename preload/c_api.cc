@@ -91,6 +91,7 @@ uint32_t tokentrace_site(const char* name, int kind) {
   if (name == nullptr) name = "(null)";
   SiteKind k = kind == TOKENTRACE_SITE_ROOT     ? SiteKind::kRoot
                : kind == TOKENTRACE_SITE_MODULE ? SiteKind::kModule
+               : kind == TOKENTRACE_SITE_OP     ? SiteKind::kOp
                                                 : SiteKind::kRange;
   return sites::Intern(name, k);
 }

@@ -33,6 +33,7 @@ enum tokentrace_site_kind {
   TOKENTRACE_SITE_ROOT = 0,   /* one call = one token */
   TOKENTRACE_SITE_MODULE = 1,
   TOKENTRACE_SITE_RANGE = 2,
+  TOKENTRACE_SITE_OP = 3,     /* an ATen op (op records, cuda/torch/op_observer.cc) */
 };
 
 /* NVTX conventions of the producer side (our Python hooks): ranges pushed in the NVTX domain
@@ -41,6 +42,12 @@ enum tokentrace_site_kind {
 #define TOKENTRACE_NVTX_DOMAIN "tokentrace"
 #define TOKENTRACE_NVTX_CATEGORY_MODULE 1
 #define TOKENTRACE_NVTX_CATEGORY_ROOT 2
+
+/* Op records push and pop a call per ATen op (3 ring events with its output): a decode step
+ * can make thousands. With op records on and TOKENTRACE_BUFFER_EVENTS unset, the per-thread
+ * ring gets this many events (48 B each, 24 MiB) instead of the default, so a 200 ms flush
+ * period holds some 170,000 ops. */
+#define TOKENTRACE_OPS_BUFFER_EVENTS (1u << 19)
 
 typedef struct tokentrace_options {
   uint32_t struct_size; /* sizeof(tokentrace_options) */
@@ -87,7 +94,8 @@ TOKENTRACE_EXPORT uint32_t tokentrace_text(const char* text);
  * given as tokentrace_text ids: no string work per call. Does nothing when no call is open. */
 TOKENTRACE_EXPORT void tokentrace_output_current(uint32_t path_id, uint32_t dtype_id, int ndim,
                                                  const int64_t* shape);
-/* Records a host read of device state (kind 4: reported by the Python layer). */
+/* Records a host read of device state (kind 4: reported by the Python layer or, with op
+ * records on a CPU model, by the op observer). */
 TOKENTRACE_EXPORT void tokentrace_escape(int kind);
 
 #ifdef __cplusplus

@@ -19,6 +19,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 #include <structmember.h>
 
 #include <cstdint>
@@ -415,6 +416,7 @@ NB_MODULE(_native, m) {
   m.doc() = "tokentrace native hooks over libtokentrace.so (see python/src/native.cc)";
   m.attr("API_VERSION") = TOKENTRACE_API_VERSION;
   m.attr("__version__") = TOKENTRACE_VERSION;  // pyproject.toml's, through CMake
+  m.attr("OPS_BUFFER_EVENTS") = TOKENTRACE_OPS_BUFFER_EVENTS;
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
         nb::arg("token_range").none());
   m.def("stop", &Stop);
@@ -441,6 +443,15 @@ NB_MODULE(_native, m) {
     g_tensor_type = reinterpret_cast<PyTypeObject*>(type.ptr());
   });
   m.def("open_depth", [] { return t_open.size(); });
+  // The C API entry points the op observer of the torch ops library calls
+  // (cuda/torch/op_observer.cc, which checks the version 1 and the count): that library does
+  // not link libtokentrace.so, and ours is not in the global symbol scope.
+  m.def("c_api", [] {
+    auto addr = [](auto* fn) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(fn)); };
+    return std::vector<int64_t>{1, addr(&tokentrace_site), addr(&tokentrace_push),
+                                addr(&tokentrace_pop), addr(&tokentrace_text),
+                                addr(&tokentrace_output_current), addr(&tokentrace_escape)};
+  });
   g_wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_wrapper_spec));
   if (g_wrapper_type == nullptr) throw nb::python_error();
   m.def("wrap_forward", &MakeWrapper, nb::arg("site"), nb::arg("name"), nb::arg("kind"),

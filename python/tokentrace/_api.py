@@ -5,22 +5,20 @@ import itertools
 import json
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 
 import torch
 
-from . import _store
+from . import _ops, _store
+from ._attach import Attachment, FirstRoot, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
+from ._compiled import compiled_entry
 from ._errors import fail
 from ._escapes import EscapeCounter, warn_once
-from ._inputs import InputRecorder
 from ._naming import ROOT, site_names
 from ._prompt import is_text, tokenize
 from ._selectors import as_selector
-from ._session import HookSet
-from ._sink import TensorSink
 from ._trace import Recording, Trace
 
 _counter = itertools.count(1)
@@ -61,37 +59,41 @@ def _model_of(fn, model):
     if model is not None:
         if not isinstance(model, torch.nn.Module):
             fail(f"model= must be a torch.nn.Module, got {type(model).__name__}")
+        if getattr(fn, "_orig_mod", None) is model:  # torch.compile(model): its entry is fn
+            return fn
         return model
     if isinstance(fn, torch.nn.Module):
         return fn
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
         return owner
-    fail(f"cannot tell which model {getattr(fn, '__qualname__', fn)!r} runs; pass the model, "
-         f"one of its bound methods (model.generate), or model=...")
+    return None  # any other callable: the first module it calls (python/tokentrace/_attach.py)
 
 
-def _is_compiled(fn, model):
-    """True for torch.compile'd models and functions (what TorchDynamo would run)."""
-    # Compiling imports TorchDynamo, so without it in sys.modules nothing here is compiled.
-    # Importing it just to ask would cost the first tt.trace of a process 1-2 s.
-    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    OptimizedModule = getattr(eval_frame, "OptimizedModule", None)
-    if OptimizedModule is None:
-        return False
-    owners = (fn, getattr(fn, "__self__", None), model)
-    return (any(isinstance(o, OptimizedModule) for o in owners)
-            or hasattr(fn, "_torchdynamo_orig_callable")
-            or getattr(model, "_compiled_call_impl", None) is not None)
+def _warn_if_compiled_function(fn, model):
+    """A compiled function that calls an uncompiled model: the recording wrappers would run
+    inside the compiled region, where they are opaque to TorchDynamo."""
+    if not hasattr(fn, "_torchdynamo_orig_callable"):
+        return
+    if model is not None and compiled_entry(model) is not None:
+        return
+    warnings.warn(
+        "tokentrace: tracing a torch.compile'd function that calls an uncompiled model puts "
+        "the recording wrappers inside the compiled region: TorchDynamo breaks the graph at "
+        "each module call (and may keep doing so after the trace, until "
+        "torch._dynamo.reset()); compile the model instead (torch.compile(model) or "
+        "model.compile()): its calls are then recorded from outside, and it runs compiled",
+        RuntimeWarning, stacklevel=4)
 
 
-def _warn_if_compiled(fn, model):
-    if _is_compiled(fn, model):
-        warnings.warn(
-            "tokentrace: tracing a torch.compile'd model runs it eagerly (the recording "
-            "wrappers are opaque to TorchDynamo), and TorchDynamo keeps running it eagerly "
-            "after the trace; call torch._dynamo.reset() afterwards to compile it again, or "
-            "trace the model before compiling it", RuntimeWarning, stacklevel=4)
+def _warn_not_hooked(attached):
+    hooks = attached.hooks
+    if hooks is None or not hooks.not_hooked:
+        return
+    warnings.warn(
+        f"tokentrace: {len(hooks.not_hooked)} modules run inside a compiled region and are not "
+        f"recorded (first: {hooks.not_hooked[0]!r}); the compiled module's own calls are, "
+        f"from outside the region, so it runs as compiled", RuntimeWarning, stacklevel=4)
 
 
 def _call_args(model, inputs, input_kwargs, tokenizer):
@@ -102,6 +104,9 @@ def _call_args(model, inputs, input_kwargs, tokenizer):
     kwargs = dict(input_kwargs)
     if inputs is None:
         return (), kwargs
+    if is_text(inputs) and model is None:
+        fail("text inputs are tokenized with the model's tokenizer, and a plain function does "
+             "not say which model it runs; pass model=..., tokenizer=..., or token ids")
     if is_text(inputs):
         encoded = tokenize(model, inputs, tokenizer)
         encoded.update(kwargs)
@@ -113,6 +118,11 @@ def _call_args(model, inputs, input_kwargs, tokenizer):
     if isinstance(inputs, (list, tuple)):
         return tuple(inputs), kwargs
     return (inputs,), kwargs
+
+
+def _selector(sites, save, default_all, inputs_of):
+    """select(model) -> (hooked, saved, inputs), checked at once when the model is known."""
+    return lambda model: _resolve(model, sites, save, default_all, inputs_of)
 
 
 def _resolve(model, sites, save, default_all, inputs_of=None):
@@ -129,49 +139,58 @@ def _resolve(model, sites, save, default_all, inputs_of=None):
     return [n for n in names if n in chosen], saved, inputs
 
 
-def _run(kind, fn, model, args, kwargs, hooked, saved, inputs, kernels, out, shard_bytes,
-         intervene):
+def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, intervene,
+         ops=False):
+    """Runs fn with the recording on; model None: attach to the first module fn calls.
+    select(model) -> (hooked, saved, inputs)."""
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
-    bound_edits = intervene.hooks_for(model) if intervene is not None else None
-    sink = TensorSink(path, shard_bytes) if saved else None
-    recorder = InputRecorder(backend.current, sink, backend.settled_path)
-    on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
-    report = backend.escape if on_cpu else None
-    escapes = EscapeCounter(lambda: backend.current()[2], report)
-    path = backend.start(path, kernels)
-    hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
+    escapes = EscapeCounter(lambda: backend.current()[2])
+    with _ops.ring_for_ops(backend, ops):
+        path = backend.start(path, kernels)
+    attached = Attachment(backend, path, shard_bytes, select, intervene, escapes, ops)
+    finder = None
     try:
-        if bound_edits is not None:
-            bound_edits.install()
-        hooks.install()
-        escapes.install()
         try:
+            if model is not None:
+                attached.attach(model)
+            else:
+                finder = FirstRoot(attached)
+            escapes.install()
             fn(*args, **kwargs)
         finally:
+            if finder is not None:
+                finder.remove()
+            attached.detach()
             escapes.remove()
-            hooks.remove()
-            if bound_edits is not None:
-                bound_edits.remove()
     finally:
         status = backend.kernels_status
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the last kernels' records reach the file before stop
         backend.stop()
+        sink = attached.sink
         rows = sink.close() if sink is not None else []
         if sink is not None and sink.failed:
             warnings.warn(f"tokentrace: {sink.failed} saved outputs could not be written to "
                           f"{sink.directory} ({sink.errors[0]}); they are counted in the trace's "
                           f"losses (save_failed)", RuntimeWarning)
-        meta = {"python_save_errors": hooks.save_errors, "kernels_status": status,
-                "inputs_of": json.dumps(sorted(inputs))}
+        meta = {"python_save_errors": attached.save_errors, "kernels_status": status,
+                "inputs_of": json.dumps(sorted(attached.inputs))}
+        if attached.model is not None:
+            meta["model"] = type(attached.model).__name__
         _store.write_python_rows(path, rows, escapes.rows(), meta,
-                                 {"save_failed": hooks.save_errors,
-                                  "inputs_failed": hooks.input_errors},
-                                 recorder.table_rows(sink.files if sink is not None else {}))
+                                 {"save_failed": attached.save_errors,
+                                  "inputs_failed": attached.input_errors},
+                                 attached.recorder.table_rows(sink.files if sink else {}))
+    if attached.model is None:
+        fail(f"{getattr(fn, '__qualname__', fn)!r} called no torch.nn.Module, so there was "
+             f"no model to trace; pass a function that runs the model, or model=...")
+    if model is None:
+        warn_if_doubtful(fn, attached.model, stacklevel=4)
+    _warn_not_hooked(attached)
     result = (Recording if kind == "record" else Trace)(path)
-    _warn_escapes(result, escapes, on_cpu)
+    _warn_escapes(result, escapes, attached.on_cpu)
     return result
 
 
@@ -188,10 +207,12 @@ def _warn_escapes(result, escapes, python_counts):
 
 
 def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels="summary",
-          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64, inputs_of=None):
+          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64, inputs_of=None,
+          ops=False):
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
-    fn: a model, or a bound method of one (model.generate). inputs: a tensor, a tuple of
+    fn: a model, a bound method of one (model.generate), or any function that calls a model
+    (then the first module it calls is the model, as with `tokentrace run`). inputs: a tensor, a tuple of
     positional arguments, a dict of keyword arguments, or text (tokenized with `tokenizer=`
     or the tokenizer saved next to the model). save=: sites whose output tensors are kept
     (trace["site:k"].out is then the tensor; for sites whose inputs are recorded,
@@ -199,22 +220,25 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
     was given, by path) are recorded besides the root's, which always are.
     kernels: 'off' | 'summary' | 'full' | 'sample:N'.
     out: the SQLite file (default: a temporary file; see trace.path).
+    ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops).
     """
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
     model = _model_of(fn, model)
-    _warn_if_compiled(fn, model)
-    hooked, saved, recorded = _resolve(model, sites, save, True, inputs_of)
+    _warn_if_compiled_function(fn, model)
+    select = _selector(sites, save, True, inputs_of)
+    if model is not None:
+        select(model)  # bad selectors fail before anything runs
     _check_intervene(intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
-    return _run("trace", fn, model, args, kwargs, hooked, saved, recorded, kernels, out,
-                int(shard_mb * (1 << 20)), intervene)
+    return _run("trace", fn, model, args, kwargs, select, kernels, out,
+                int(shard_mb * (1 << 20)), intervene, _ops.check(ops))
 
 
 def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
            kernels="summary", out=None, tokenizer=None, intervene=None, shard_mb=64,
-           inputs_of=None):
+           inputs_of=None, ops=False):
     """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
@@ -235,15 +259,16 @@ def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
              f"{type(model).__name__}")
     if save is None:
         fail("record() needs save=: the sites to keep, e.g. save=tt.module('model.layers.*.mlp')")
-    _warn_if_compiled(fn, model)
-    hooked, saved, recorded = _resolve(model, sites if sites is not None else save, save,
-                                       False, inputs_of)
+    _warn_if_compiled_function(fn, model)
+    select = _selector(sites if sites is not None else save, save, False, inputs_of)
+    if model is not None:
+        select(model)  # bad selectors fail before anything runs
     _check_intervene(intervene)
     if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
-    return _run("record", fn, model, args, kwargs, hooked, saved, recorded, kernels, out,
-                int(shard_mb * (1 << 20)), intervene)
+    return _run("record", fn, model, args, kwargs, select, kernels, out,
+                int(shard_mb * (1 << 20)), intervene, _ops.check(ops))
 
 
 def _check_intervene(intervene):

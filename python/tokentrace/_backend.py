@@ -88,6 +88,14 @@ class NativeBackend:
     def wrap_forward(self, site_id, name, kind, forward, on_output=None, on_input=None):
         return self._n.wrap_forward(site_id, name, kind, forward, True, on_output, on_input)
 
+    @property
+    def ops_buffer_events(self):
+        return self._n.OPS_BUFFER_EVENTS
+
+    def c_api(self):
+        """The C API entry points the op observer calls (see cuda/torch/op_observer.cc)."""
+        return self._n.c_api()
+
     def pre_hook(self, site_id, name, kind):
         return self._n.PreHook(site_id, name, kind)
 

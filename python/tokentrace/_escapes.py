@@ -38,6 +38,10 @@ class EscapeCounter:
         self._saved = {}
         self._busy = threading.local()
 
+    def set_report(self, report):
+        """Where each read is also reported (None: counted here only)."""
+        self._report = report
+
     def _hit(self, frame):
         if getattr(self._busy, "on", False):
             return

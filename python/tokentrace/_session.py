@@ -29,6 +29,7 @@ import warnings
 
 from torch.nn import DataParallel
 
+from ._compiled import compiled_layout
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
 from ._backend import KIND_MODULE, KIND_ROOT
@@ -51,7 +52,9 @@ class HookSet:
         self.inputs = set(inputs) if recorder is not None else set()
         self.recorder = recorder
         self.handles = []
-        self.wrapped = []   # (module, wrapper, the instance `forward` it replaced or _MISSING)
+        self.wrapped = []   # (module, wrapper, the instance attribute it replaced or _MISSING,
+        #                    that attribute: "forward", or a compiled module's entry)
+        self.not_hooked = []  # sites asked for that run inside a compiled region
         self.site_ids = {}
         self._save_errors = 0
         self._warned = False
@@ -60,7 +63,7 @@ class HookSet:
     @property
     def save_errors(self):
         """Outputs of saved sites that could not be saved (also after remove())."""
-        return (self._save_errors + sum(w.output_errors for _, w, _ in self.wrapped)
+        return (self._save_errors + sum(w.output_errors for _, w, _, _ in self.wrapped)
                 + (self.sink.failed if self.sink is not None else 0))
 
     def install(self, running_root_args=None):
@@ -72,9 +75,15 @@ class HookSet:
         # nn.DataParallel copies each module's __dict__ into its replicas: a wrapped forward
         # would run the original module there. Such models get the hook pairs throughout.
         replicated = any(isinstance(m, DataParallel) for m in names.values())
+        # Compiled modules are wrapped at their entry, outside the compiled region, and what
+        # runs inside it is left alone (python/tokentrace/_compiled.py).
+        entries, inside = compiled_layout(names)
+        self.not_hooked = [n for n in self.hooked if n in inside]
         root_open = None
         try:
             for name in self.hooked:
+                if name in inside:
+                    continue
                 mod = names[name]
                 kind = KIND_ROOT if name == ROOT else KIND_MODULE
                 sid = self.backend.site(name, kind)
@@ -83,7 +92,9 @@ class HookSet:
                 on_input = (self.recorder.hook(mod.forward, name in self.saved)
                             if name in self.inputs else None)
                 opened = None
-                if not (replicated or mod._forward_hooks or mod._forward_pre_hooks):
+                if name in entries:
+                    opened = self._wrap(mod, sid, name, kind, saver, on_input, entries[name])
+                elif not (replicated or mod._forward_hooks or mod._forward_pre_hooks):
                     opened = self._wrap(mod, sid, name, kind, saver, on_input)
                 if opened is None:
                     opened = self._hook(mod, sid, name, kind, saver, on_input)
@@ -100,17 +111,17 @@ class HookSet:
         """Calls whose inputs could not be recorded (also after remove())."""
         if self.recorder is None:
             return 0
-        return self.recorder.failed + sum(w.input_errors for _, w, _ in self.wrapped)
+        return self.recorder.failed + sum(w.input_errors for _, w, _, _ in self.wrapped)
 
-    def _wrap(self, mod, sid, name, kind, saver, on_input):
-        previous = mod.__dict__.get("forward", _MISSING)
-        forward = mod.forward
+    def _wrap(self, mod, sid, name, kind, saver, on_input, attr="forward"):
+        previous = mod.__dict__.get(attr, _MISSING)
+        forward = getattr(mod, attr)
         wrapper = self.backend.wrap_forward(sid, name, kind, forward, saver, on_input)
         try:
-            object.__setattr__(mod, "forward", wrapper)
+            object.__setattr__(mod, attr, wrapper)
         except Exception:
             return None
-        self.wrapped.append((mod, wrapper, previous))
+        self.wrapped.append((mod, wrapper, previous, attr))
 
         def open_in_progress(args):
             wrapper.open()
@@ -178,15 +189,15 @@ class HookSet:
             except Exception:
                 pass
         self.handles = []
-        self._save_errors += sum(w.output_errors for _, w, _ in self.wrapped)  # kept
+        self._save_errors += sum(w.output_errors for _, w, _, _ in self.wrapped)  # kept
         if self.recorder is not None:
-            self.recorder.failed += sum(w.input_errors for _, w, _ in self.wrapped)  # kept
-        for mod, wrapper, previous in reversed(self.wrapped):
-            if mod.__dict__.get("forward") is wrapper:
+            self.recorder.failed += sum(w.input_errors for _, w, _, _ in self.wrapped)  # kept
+        for mod, wrapper, previous, attr in reversed(self.wrapped):
+            if mod.__dict__.get(attr) is wrapper:
                 if previous is _MISSING:
-                    del mod.__dict__["forward"]
+                    del mod.__dict__[attr]
                 else:
-                    mod.__dict__["forward"] = previous
+                    mod.__dict__[attr] = previous
             else:  # wrapped over by someone else: stay in their chain, doing nothing
                 wrapper.enabled = 0
         self.wrapped = []

@@ -65,6 +65,13 @@ class CallView:
         return self._trace._inputs(self)
 
     @property
+    def ops(self):
+        """The ATen ops this call ran, in order (ops=True; [] without): OpCall(name, k, out,
+        module, cpu_ms, inner), outermost ops only."""
+        from ._ops import ops_of
+        return ops_of(self._trace, self)
+
+    @property
     def gpu_ms(self):
         """GPU busy time of this call's kernels and its children's; None when not recorded."""
         totals = self._trace._gpu_totals()
@@ -379,6 +386,12 @@ class Trace:
             return []
         return self._q("SELECT location, SUM(count) AS n FROM escape_sites GROUP BY location "
                        "ORDER BY n DESC")
+
+    def top_ops(self, token=None, n=10):
+        """With ops=True: [OpTotal(name, calls, cpu_ms, gpu_ms, kernels)] of the ATen ops, over
+        the run or one token, by GPU time then CPU time (see _ops.top_ops)."""
+        from ._ops import top_ops
+        return top_ops(self, token, n)
 
     @property
     def losses(self):

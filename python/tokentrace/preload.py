@@ -131,14 +131,37 @@ def _attach_recording(model, args):
     hooked = [n for n in names if n in chosen]
     sink = TensorSink(backend.settled_path) if saved else None
     on_cpu = not any(p.is_cuda for p in model.parameters())
-    escapes = EscapeCounter(lambda: backend.current()[2], backend.escape if on_cpu else None)
     # The root's inputs, and TOKENTRACE_INPUTS sites', as tt.trace records them (of the first
     # root call, its positional arguments only: it was already running when the hooks went on).
     recorder = InputRecorder(backend.current, sink, backend.settled_path)
     hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
     hooks.install(running_root_args=args)
+    if hooks.not_hooked:
+        _say(f"{len(hooks.not_hooked)} modules run inside a compiled region and are not "
+             f"recorded; the compiled module's own calls are, so it runs as compiled")
+    ops = _start_ops(backend, on_cpu)  # then the op observer reports a CPU model's host reads
+    escapes = EscapeCounter(lambda: backend.current()[2],
+                            backend.escape if on_cpu and not ops else None)
     escapes.install()
     atexit.register(_finish, backend, hooks, escapes, sink, recorder, sorted(inputs))
+    return True
+
+
+def _start_ops(backend, on_cpu):
+    """TOKENTRACE_OPS=1 (`tokentrace run --ops`): op records from here to the end of the
+    process (from inside the first root call, whose earlier ops are not recorded)."""
+    value = os.environ.get("TOKENTRACE_OPS", "").strip()
+    if value in ("", "0"):
+        return False
+    if value != "1":
+        _say(f"TOKENTRACE_OPS={value!r} is not 1 or 0; ATen ops are not recorded")
+        return False
+    from . import _ops
+    try:
+        _ops.start(backend, host_reads=on_cpu)
+    except TokentraceError as exc:
+        _say(f"{exc}; ATen ops are not recorded")
+        return False
     return True
 
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "tokentrace/tokentrace.h"
 #include "core/config.h"
 
 namespace tokentrace::cli {
@@ -34,6 +35,7 @@ const char kRunUsage[] =
     "  --on-full P       drop | wait: when a thread's buffer is full, drop and count its events\n"
     "                    (the job never slows down) or wait for the writer (complete traces)\n"
     "                    [TOKENTRACE_ON_FULL] (default drop)\n"
+    "  --ops             record every ATen op as a call in its module's call [TOKENTRACE_OPS=1]\n"
     "\n"
     "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n";
 
@@ -191,12 +193,17 @@ int RunCommand(const std::vector<std::string>& args) {
   Option& token_range = opts[5];
   Option& on_full = opts[7];
 
+  bool ops = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") {
       ++i;
       break;
+    }
+    if (a == "--ops") {  // a flag: no value
+      ops = true;
+      continue;
     }
     if (a == "--help" || a == "-h") {
       std::fputs(kRunUsage, stdout);
@@ -220,7 +227,7 @@ int RunCommand(const std::vector<std::string>& args) {
     if (!known) {
       return UsageError("tokentrace: unknown option '" + a +
                         "' for run (accepted: --out, --kernels, --sites, --save, --patches, "
-                        "--token-range, --on-full, --help)");
+                        "--token-range, --inputs, --on-full, --ops, --help)");
     }
   }
   std::vector<std::string> command(args.begin() + static_cast<long>(i), args.end());
@@ -255,6 +262,11 @@ int RunCommand(const std::vector<std::string>& args) {
     return UsageError("tokentrace: TOKENTRACE_CUPTI='" + cupti +
                       "' is not a file (accepted: the path of a libcupti.so to load)");
   }
+  const std::string ops_env = Getenv("TOKENTRACE_OPS");
+  if (!ops && !ops_env.empty() && ops_env != "0" && ops_env != "1") {
+    return UsageError("tokentrace: TOKENTRACE_OPS='" + ops_env +
+                      "' is not accepted (accepted: 1 to record ATen ops, 0 or unset for not)");
+  }
   if (!patches.value.empty() && !IsFile(patches.value)) {
     return UsageError("tokentrace: " + what(patches) + "='" + patches.value +
                       "' is not a file (accepted: a JSON patch file)");
@@ -267,6 +279,10 @@ int RunCommand(const std::vector<std::string>& args) {
 
   for (const Option& o : opts) {
     if (o.given) setenv(o.env, o.value.c_str(), 1);
+  }
+  if (ops) setenv("TOKENTRACE_OPS", "1", 1);
+  if ((ops || ops_env == "1") && Getenv("TOKENTRACE_BUFFER_EVENTS").empty()) {
+    setenv("TOKENTRACE_BUFFER_EVENTS", std::to_string(TOKENTRACE_OPS_BUFFER_EVENTS).c_str(), 1);
   }
   setenv(kRunIdVariable, NewRunId().c_str(), 1);  // one run: every process the command starts
   Prepend("LD_PRELOAD", shim, ':');

@@ -8,6 +8,7 @@ const char* SiteKindName(SiteKind kind) {
     case SiteKind::kModule: return "module";
     case SiteKind::kRange: return "range";
     case SiteKind::kText: return "text";
+    case SiteKind::kOp: return "op";
   }
   return "range";
 }

@@ -23,8 +23,9 @@ enum class SiteKind : uint8_t {
   kModule = 1,  // one of our hooks' module calls
   kRange = 2,   // a named NVTX range from any other producer
   kText = 3,    // not a site: a short string interned for output records (paths, dtypes)
+  kOp = 4,      // an ATen op (op records: cuda/torch/op_observer.cc), nested in a module call
 };
-const char* SiteKindName(SiteKind kind);  // "root" | "module" | "range"
+const char* SiteKindName(SiteKind kind);  // "root" | "module" | "range" | "op"
 
 enum class GpuOpKind : uint8_t { kKernel = 0, kMemcpy = 1, kMemset = 2 };
 const char* GpuOpKindName(GpuOpKind kind);  // "kernel" | "memcpy" | "memset"

@@ -25,8 +25,8 @@ def test_non_callable():
         tt.trace(3, torch.ones(1))
 
 
-def test_callable_without_model(prompt):
-    with pytest.raises(tt.TokentraceError, match="cannot tell which model"):
+def test_callable_that_runs_no_model(prompt):
+    with pytest.raises(tt.TokentraceError, match="called no torch.nn.Module.*pass a function"):
         tt.trace(lambda x: x, prompt)
 
 

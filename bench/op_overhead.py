@@ -1,0 +1,88 @@
+"""Per-op cost of op records (ops=True), next to the same trace without them.
+
+One root module runs N small ATen ops (an in-place add of two 4-element tensors: one
+aten::add_, about the cheapest dispatched op) R times inside one root call, so session start/stop and the file are amortised.
+Three setups, interleaved, each repeated: no trace; tt.trace with ops off (the default: no
+RecordFunction observer registered, torch's dispatcher skips RecordFunction); tt.trace with
+ops=True (each op: RecordFunction with outputs, our callback pushes a call of its op site,
+records the output's shape and dtype, pops). Prints a markdown table: median ns per op and the
+cost over no trace.
+
+    python bench/op_overhead.py [--ops 200] [--iters 50] [--repeats 7]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+import tokentrace as tt
+
+
+class OpLoop(nn.Module):
+    def __init__(self, n, iters):
+        super().__init__()
+        self.n, self.iters = n, iters
+
+    def forward(self, x):
+        one = torch.ones_like(x)  # a tensor operand: a Python scalar would add 4 more ops
+        t0 = time.perf_counter_ns()
+        for _ in range(self.iters):
+            for _ in range(self.n):
+                x.add_(one)
+        self.forward_ns = time.perf_counter_ns() - t0  # the ops only
+        return x
+
+
+def run_plain(model, x):
+    with torch.no_grad():
+        model(x)
+    return model.forward_ns
+
+
+def run_trace(model, x, path, ops):
+    with torch.no_grad():
+        trace = tt.trace(model, x, kernels="off", out=path, ops=ops)
+    if ops:  # every op was recorded, and nothing else inside the loop
+        assert trace["aten::add_"].num_calls == model.n * model.iters, trace.losses
+    assert not trace.losses, trace.losses
+    return model.forward_ns
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ops", type=int, default=200)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", default="/tmp/tt-op-overhead.sqlite")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model = OpLoop(args.ops, args.iters).eval()
+    x = torch.zeros(4)
+    n = args.ops * args.iters
+    setups = {
+        "no trace": lambda: run_plain(model, x),
+        "tt.trace, ops off (default)": lambda: run_trace(model, x, args.out, False),
+        "tt.trace, ops=True": lambda: run_trace(model, x, args.out, True),
+    }
+    for fn in setups.values():  # warm-up
+        fn()
+    samples = {name: [] for name in setups}
+    for _ in range(args.repeats):
+        for name, fn in setups.items():
+            samples[name].append(fn() / n)
+    base = statistics.median(samples["no trace"])
+    low = min(samples["no trace"])
+    print(f"{n} ops (aten::add_ on 4 floats) per run, {args.repeats} runs each, interleaved\n")
+    print("| setup | ns per op: median (min, max) | added per op: median, min |")
+    print("|---|---|---|")
+    for name, values in samples.items():
+        med = statistics.median(values)
+        print(f"| {name} | {med:.0f} ({min(values):.0f}, {max(values):.0f}) "
+              f"| {med - base:+.0f}, {min(values) - low:+.0f} |")
+
+
+if __name__ == "__main__":
+    main()

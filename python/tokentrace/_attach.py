@@ -1,0 +1,161 @@
+"""What a trace puts on its model, and finding that model when only a function is given.
+
+Attachment holds the per-model pieces of a tt.trace/tt.record run (recording hooks, bound
+edits, the input recorder, the saved-tensor sink, op records) so that they can go on either
+before the traced function runs (the model is known: a model, a bound method, model=) or
+at the first module call (any other callable: the first root module called is the model, as
+in a preloaded job; see python/tokentrace/preload.py). That call is then token 1.
+
+When a function is traced without model=, the models it refers to (its closure, the globals
+it names, a bound self, a functools.partial's parts) are compared with the one found: if it
+refers to another model too, or the one found is a part of a bigger one it refers to, a
+RuntimeWarning names the model traced and the others, and says to pass model=.
+"""
+
+import functools
+import inspect
+import itertools
+import warnings
+
+import torch
+
+from . import _ops
+from ._inputs import InputRecorder
+from ._session import HookSet
+from ._sink import TensorSink
+
+
+class Attachment:
+    def __init__(self, backend, path, shard_bytes, select, intervene, escapes, ops):
+        self.backend, self.path, self.shard_bytes = backend, path, shard_bytes
+        self.select, self.intervene, self.escapes, self.ops = select, intervene, escapes, ops
+        self.model = None
+        self.inputs = set()
+        self.sink = self.hooks = self.edits = None
+        self.recorder = InputRecorder(backend.current, None, backend.settled_path)
+        self.on_cpu = True
+        self.ops_on = False
+
+    def attach(self, model):
+        """Installs everything on `model` (before its first call)."""
+        hooked, saved, self.inputs = self.select(model)
+        self.model = model
+        self.edits = self.intervene.hooks_for(model) if self.intervene is not None else None
+        self.sink = TensorSink(self.path, self.shard_bytes) if saved else None
+        self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
+        self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
+        # With op records on a CPU model the op observer reports each host read inside the op
+        # that made it (aten::item, ...); the Python counter then only says where they came from.
+        self.escapes.set_report(self.backend.escape if self.on_cpu and not self.ops else None)
+        self.hooks = HookSet(self.backend, model, hooked, saved, self.sink, self.inputs,
+                             self.recorder)
+        if self.edits is not None:
+            self.edits.install()
+        self.hooks.install()
+        if self.ops:
+            _ops.start(self.backend, host_reads=self.on_cpu)
+            self.ops_on = True
+
+    def detach(self):
+        if self.ops_on:
+            _ops.stop()
+            self.ops_on = False
+        if self.hooks is not None:
+            self.hooks.remove()
+        if self.edits is not None:
+            self.edits.remove()
+
+    @property
+    def save_errors(self):
+        return self.hooks.save_errors if self.hooks is not None else 0
+
+    @property
+    def input_errors(self):
+        return self.hooks.input_errors if self.hooks is not None else 0
+
+
+class FirstRoot:
+    """Attaches to the first module called. Until then, nn.Module.__call__ is ours: it puts
+    everything on that module, gives __call__ back, and makes the call again through it, so
+    the first call is recorded like every later one (its keyword arguments too). Catching
+    the call before the module's own call path starts keeps a module compiled in place
+    (module.compile()) compiled: its call path, hooks included, runs inside the compiled
+    region, where a global forward pre-hook would be traced by TorchDynamo."""
+
+    def __init__(self, attachment):
+        self.attachment = attachment
+        original = self._original = torch.nn.Module.__dict__["__call__"]
+        first = self
+
+        def call(module, *args, **kwargs):
+            # Code that took `module.__call__` while ours was in place (generate keeps
+            # `model_forward = self.__call__` for all its steps) calls us again: pass through.
+            if first._patched:
+                first.remove()
+                first.attachment.attach(module)
+            return original(module, *args, **kwargs)
+        torch.nn.Module.__call__ = call
+        self._patched = True
+
+    def remove(self):
+        if self._patched:
+            torch.nn.Module.__call__ = self._original
+            self._patched = False
+
+
+def _unwrap(fn, seen):
+    """The objects fn is made of: the function itself, its bound self, a partial's parts, the
+    original of a compiled or wrapped function."""
+    if id(fn) in seen:
+        return []
+    seen.add(id(fn))
+    out = [fn]
+    for inner in (getattr(fn, "_torchdynamo_orig_callable", None),
+                  getattr(fn, "__wrapped__", None), getattr(fn, "__self__", None),
+                  getattr(fn, "__func__", None)):
+        if inner is not None:
+            out += _unwrap(inner, seen)
+    if isinstance(fn, functools.partial):
+        for part in (fn.func, *fn.args, *fn.keywords.values()):
+            out += _unwrap(part, seen)
+    return out
+
+
+def referenced_models(fn):
+    """The torch.nn.Modules fn refers to directly (closure, named globals, bound self,
+    partial arguments, defaults), in a stable order, without repeats."""
+    found, ids = [], set()
+    for obj in _unwrap(fn, set()):
+        values = [obj]
+        if inspect.isfunction(obj):
+            try:
+                closure = inspect.getclosurevars(obj)
+                values += list(closure.nonlocals.values()) + list(closure.globals.values())
+            except (TypeError, ValueError):
+                pass
+            values += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
+        for v in values:
+            if isinstance(v, torch.nn.Module) and id(v) not in ids:
+                ids.add(id(v))
+                found.append(v)
+    return found
+
+
+def _label(model, names):
+    return names.get(id(model), type(model).__name__)
+
+
+def warn_if_doubtful(fn, root, stacklevel):
+    """Warns when fn refers to models besides the root that was found (or to a bigger model
+    the root is part of): which one was traced is then a guess."""
+    others = [m for m in referenced_models(fn)
+              if m is not root and not any(m is sub for sub in root.modules())]
+    if not others:
+        return
+    names = {id(m): f"{type(m).__name__} (id {id(m):#x})" for m in [root] + others}
+    listed = ", ".join(_label(m, names) for m in others)
+    warnings.warn(
+        f"tokentrace: traced {_label(root, names)}, the first module "
+        f"{getattr(fn, '__qualname__', type(fn).__name__)} called (as `tokentrace run` does); "
+        f"it also refers to {listed}; pass model= to trace another one", RuntimeWarning,
+        stacklevel=stacklevel)

@@ -1,0 +1,50 @@
+"""Compiled modules stay compiled while traced.
+
+A module runs compiled in three ways: it is torch.compile(module) (an OptimizedModule, whose
+instance `forward` is TorchDynamo's entry), it was compiled in place (module.compile() sets
+`_compiled_call_impl`, which Module.__call__ runs instead of its usual call path), or its
+`forward` was replaced by a compiled function (model.forward = torch.compile(model.forward)).
+In each case the attribute named here is the entry into the compiled region: a recording
+wrapper put there runs outside it, so TorchDynamo never sees our code (no graph break, no
+eager fallback). Modules under a compiled one run inside the region; wrapping them would
+break the graph there, so they are not hooked (HookSet counts them in `not_hooked`).
+"""
+
+import sys
+
+
+def _optimized_module_type():
+    # Compiling imports TorchDynamo, so without it in sys.modules no module is compiled.
+    # Importing it just to ask would cost the first tt.trace of a process 1-2 s.
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    return getattr(eval_frame, "OptimizedModule", None)
+
+
+def compiled_entry(module):
+    """The attribute to wrap when `module` runs compiled ("forward" or
+    "_compiled_call_impl"), else None."""
+    optimized = _optimized_module_type()
+    if optimized is not None and isinstance(module, optimized):
+        return "forward"
+    if module.__dict__.get("_compiled_call_impl") is not None:
+        return "_compiled_call_impl"
+    if hasattr(module.__dict__.get("forward"), "_torchdynamo_orig_callable"):
+        return "forward"
+    return None
+
+
+def compiled_layout(names):
+    """({site: attribute} of the outermost compiled modules, {sites inside them}) for
+    names = {site: module}, root first as `self` (names are in named_modules() order, so a
+    parent comes before its children)."""
+    entries, inside = {}, set()
+    prefixes = []  # sites of compiled modules: "" for the root, else "name."
+    for name, module in names.items():
+        if name != "self" and any(name.startswith(p) for p in prefixes):
+            inside.add(name)
+            continue
+        attr = compiled_entry(module)
+        if attr is not None:
+            entries[name] = attr
+            prefixes.append("" if name == "self" else name + ".")
+    return entries, inside
