@@ -89,6 +89,8 @@ class Reader {
                      const std::function<void(const KernelEvent&)>& fn, std::string* error);
 
   const std::string& path() const { return path_; }
+  // The open connection, for cross-file readers (src/multi) that stream their own queries.
+  sqlite3* db() const { return db_; }
 
  private:
   Reader(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
