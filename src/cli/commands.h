@@ -5,6 +5,7 @@
 // is wrong), 127 the command of `run` cannot be executed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ int MergeCommand(const std::vector<std::string>& args);
 bool NamesSeveralFiles(const std::vector<std::string>& args);
 int RanksReportCommand(const std::vector<std::string>& args);
 int RanksExportCommand(const std::vector<std::string>& args);
+// report --runs FILE FILE...: runs of one job compared site by site (report_runs.cc).
+int RunsReport(const std::vector<std::string>& files, uint32_t top);
 
 // Directory to put on PYTHONPATH so `import tokentrace` finds the package that belongs to
 // this program ("" when it is already importable, e.g. installed).

@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "run") return RunCommand(args);
+  if (cmd == "report" && !args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::printf("%s\n%s", kReportUsage, kRanksReportUsage);
+    return 0;
+  }
   if (cmd == "report") {
     return NamesSeveralFiles(args) ? RanksReportCommand(args) : ReportCommand(args);
   }

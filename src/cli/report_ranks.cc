@@ -19,12 +19,15 @@ namespace tokentrace::cli {
 
 const char kRanksReportUsage[] =
     "usage: tokentrace report IN... [--top N]\n"
+    "       tokentrace report --runs FILE FILE... [--top N]\n"
     "\n"
     "Over the trace files of the ranks of one launch (several files, a glob or a directory\n"
     "of *.sqlite files): each rank's token time, its time in collectives (wait) and the rest\n"
     "(work); the N tokens (default 10) where one rank's work most exceeded the median of the\n"
     "others, and the sites where that rank lost the time. Ranks with fewer tokens are named\n"
-    "with the token they stopped at.\n";
+    "with the token they stopped at.\n"
+    "--runs: two or more runs of the same job (one file each, before and after a change)\n"
+    "compared site by site, prefill and decode apart: self time per token, last run vs first.\n";
 
 namespace {
 
@@ -76,6 +79,7 @@ bool NamesSeveralFiles(const std::vector<std::string>& args) {
       ++i;
       continue;
     }
+    if (a == "--runs") return true;
     if (a.rfind("-", 0) == 0) continue;
     ++inputs;
     if (IsDir(a) || a.find_first_of("*?[") != std::string::npos) return true;
@@ -86,9 +90,12 @@ bool NamesSeveralFiles(const std::vector<std::string>& args) {
 int RanksReportCommand(const std::vector<std::string>& args) {
   std::vector<std::string> inputs;
   uint32_t top = 10;
+  bool runs = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--top" && i + 1 < args.size()) {
+    if (a == "--runs") {
+      runs = true;
+    } else if (a == "--top" && i + 1 < args.size()) {
       if (!ParseU32(args[++i], &top) || top == 0) {
         std::fprintf(stderr, "tokentrace: --top '%s' is not a count (accepted: N >= 1)\n",
                      args[i].c_str());
@@ -102,6 +109,7 @@ int RanksReportCommand(const std::vector<std::string>& args) {
       inputs.push_back(a);
     }
   }
+  if (runs) return RunsReport(inputs, top);
   std::string error;
   std::vector<multi::RankFile> ranks;
   multi::Comparison cmp;

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <glob.h>
+#include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -113,12 +115,30 @@ bool ResolveInputs(const std::vector<std::string>& inputs, std::vector<std::stri
 bool OpenRankFiles(const std::vector<std::string>& files, bool allow_mixed_launches,
                    std::vector<RankFile>* out, std::vector<std::string>* warnings,
                    std::string* error) {
+  // Every file stays open while the report streams them side by side: a WAL-mode connection
+  // holds up to three descriptors (file, -wal, -shm).
+  rlimit fds{};
+  if (getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur < fds.rlim_max) {
+    fds.rlim_cur = fds.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &fds);
+    getrlimit(RLIMIT_NOFILE, &fds);
+  }
+  const rlim_t need = 3 * static_cast<rlim_t>(files.size()) + 32;
+  if (fds.rlim_cur != RLIM_INFINITY && need > fds.rlim_cur) {
+    *error = "tokentrace: " + std::to_string(files.size()) + " files need about " +
+             std::to_string(need) + " open files, more than this process may have (" +
+             std::to_string(fds.rlim_cur) + "); raise the hard limit (ulimit -Hn)";
+    return false;
+  }
   std::map<int64_t, std::string> rank_owner;
   for (const std::string& path : files) {
     RankFile f;
     f.path = path;
     f.reader = Reader::Open(path, error);
     if (!f.reader) return false;
+    // The cross-rank reads stream each file once in index order: a small page cache per
+    // file (SQLite's default is 2 MiB) keeps memory flat in the number of ranks.
+    sqlite3_exec(f.reader->db(), "PRAGMA cache_size=-256", nullptr, nullptr, nullptr);
     if (IsMergedFile(*f.reader)) {
       *error = "tokentrace: '" + path + "' is a merged file (tokentrace merge), not one rank's "
                "trace (accepted: the rank files; query a merged file with SQL)";

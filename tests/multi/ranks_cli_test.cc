@@ -117,3 +117,38 @@ TEST(RanksCliTest, MergeWritesOneQueryableFile) {
 
 }  // namespace
 }  // namespace tokentrace::testing
+
+namespace tokentrace::testing {
+namespace {
+
+// Two runs of one job, the second 10 ms slower in the MLP at the prefill only.
+TEST(RanksCliTest, RunsCompareSiteBySitePrefillAndDecodeApart) {
+  const std::string dir = TempDir();
+  RankSpec before{0}, after{0};
+  after.slow_rank = 0;
+  after.slow_token = 1;
+  after.slow_ms = 10;
+  WriteRankTrace(dir + "/before.sqlite", before);
+  WriteRankTrace(dir + "/after.sqlite", after);
+  CliResult r = RunCli({"report", "--runs", dir + "/before.sqlite", dir + "/after.sqlite"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string out = Squeeze(r.out);
+  // run, prefill ms, decode tokens, decode ms/token
+  EXPECT_NE(out.find("\nA 2.100 9 2.100 " + dir + "/before.sqlite\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\nB 12.100 9 2.100 " + dir + "/after.sqlite\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\nB vs A +476.2% +0.0%"), std::string::npos) << r.out;
+  // site, prefill A, B, change, decode A, B, change
+  EXPECT_NE(out.find("\nmodel.mlp 2.000 12.000 +500.0% 2.000 2.000 +0.0%\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(out.find("\nmodel.mlp.all_reduce 0.100 0.100 +0.0% 0.100 0.100 +0.0%\n"),
+            std::string::npos)
+      << r.out;
+  // The root's self time is 0: its children cover it.
+  EXPECT_NE(out.find("\nself 0.000 0.000 - 0.000 0.000 -\n"), std::string::npos) << r.out;
+  r = RunCli({"report", "--runs", dir + "/before.sqlite"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(CountLines(r.err), 1u) << r.err;
+}
+
+}  // namespace
+}  // namespace tokentrace::testing
