@@ -26,6 +26,7 @@ import sys
 
 import torch
 
+from . import _collectives as collectives
 from . import _store
 from ._backend import get_backend
 from ._errors import TokentraceError
@@ -127,6 +128,7 @@ def _attach_recording(model, args):
     hooks = HookSet(backend, model, hooked, saved, sink)
     hooks.install(running_root_args=args)
     escapes.install()
+    collectives.install(backend)  # c10d calls as sites of their own: wait, not work
     atexit.register(_finish, backend, hooks, escapes, sink)
     return True
 

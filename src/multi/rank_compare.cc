@@ -38,10 +38,14 @@ class TokenCursor {
       ids += (ids.empty() ? "" : ",") + std::to_string(sites.Int(0));
     }
     // GROUP BY token walks calls_by_token in order: no sort, one token's calls at a time.
+    // A collective inside a collective (a module "all_reduce" around c10d::all_reduce) is
+    // counted once: only calls whose parent is not a collective add to the wait.
     const std::string sql =
         "SELECT c.token, SUM(CASE WHEN s.is_token = 1 THEN c.cpu_end_ns - c.cpu_begin_ns END), "
-        "SUM(CASE WHEN c.site_id IN (" + ids + ") THEN c.cpu_end_ns - c.cpu_begin_ns "
-        "ELSE 0 END) FROM calls c JOIN sites s ON s.id = c.site_id "
+        "SUM(CASE WHEN c.site_id IN (" + ids + ") AND (c.parent_id IS NULL OR "
+        "(SELECT site_id FROM calls WHERE id = c.parent_id) NOT IN (" + ids + ")) "
+        "THEN c.cpu_end_ns - c.cpu_begin_ns ELSE 0 END) "
+        "FROM calls c JOIN sites s ON s.id = c.site_id "
         "WHERE c.token > 0 GROUP BY c.token ORDER BY c.token";
     if (!q_.Prepare(db, sql.c_str(), error)) return Fail(f, error);
     return Next(f, error);

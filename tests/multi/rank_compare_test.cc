@@ -13,7 +13,7 @@ using testing::RankSpec;
 using testing::WriteRankTrace;
 
 // Four ranks, rank 2 slowed by 30 ms at token 5; rank 3 optionally killed after token 6.
-std::vector<RankFile> Launch(bool kill_rank3) {
+std::vector<RankFile> Launch(bool kill_rank3, bool nested_c10d = false) {
   char dir[] = "/tmp/tt_multi_test_XXXXXX";
   if (mkdtemp(dir) == nullptr) std::abort();
   std::vector<std::string> files;
@@ -23,6 +23,7 @@ std::vector<RankFile> Launch(bool kill_rank3) {
     s.slow_token = 5;
     s.slow_ms = 30;
     s.clock_offset_ns = r * 7777777777LL;
+    s.nested_c10d = nested_c10d;
     if (kill_rank3 && r == 3) {
       s.tokens = 6;
       s.exited = false;
@@ -56,6 +57,18 @@ TEST(RankCompareTest, NamesTheSlowRankAndTokenAndTheOthersWait) {
   // Every rank's token time is the same (the collective syncs them): only work tells.
   for (const RankTotals& r : c.ranks) EXPECT_EQ(r.tokens, 10);
   EXPECT_EQ(c.ranks[0].time_ns, c.ranks[2].time_ns);
+}
+
+// A module named all_reduce around c10d::all_reduce (as the preload's collective sites make
+// it): the wait is counted once, not twice.
+TEST(RankCompareTest, NestedCollectivesCountOnce) {
+  std::vector<RankFile> ranks = Launch(false, true);
+  Comparison c;
+  std::string error;
+  ASSERT_TRUE(CompareRanks(ranks, 1, &c, &error)) << error;
+  ASSERT_EQ(c.top.size(), 1u);
+  EXPECT_EQ(c.top[0].others_wait_ns, 30000000 + testing::kReduce);
+  EXPECT_EQ(c.top[0].lead_ns, 30000000);
 }
 
 TEST(RankCompareTest, SiteLossesNameWhereTheTimeWent) {

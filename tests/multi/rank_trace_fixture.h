@@ -27,6 +27,7 @@ struct RankSpec {
   int64_t clock_offset_ns = 0;    // wall - trace of this rank
   bool exited = true;             // writes clock_anchor_exit
   bool anchors = true;
+  bool nested_c10d = false;       // a "c10d::all_reduce" call inside model.mlp.all_reduce
 };
 
 inline constexpr int64_t kWallBase = 1700000000000000000;  // wall time of the launch
@@ -52,7 +53,8 @@ inline void WriteRankTrace(const std::string& path, const RankSpec& s) {
   }
   b.sites = {{1, "self", SiteKind::kRoot, true},
              {2, "model.mlp", SiteKind::kModule, false},
-             {3, "model.mlp.all_reduce", SiteKind::kRange, false}};
+             {3, "model.mlp.all_reduce", SiteKind::kRange, false},
+             {4, "c10d::all_reduce", SiteKind::kRange, false}};
   for (uint32_t t = 1; t <= s.tokens; ++t) {
     const int64_t begin = kWallBase + t * kTokenPeriod - off;  // on this rank's clock
     const bool slow_token = t == s.slow_token;
@@ -63,6 +65,7 @@ inline void WriteRankTrace(const std::string& path, const RankSpec& s) {
     b.calls.push_back({id, 1, t, t, 0, 0, begin, end});
     b.calls.push_back({id + 1, 2, t, t, id, 0, begin, begin + work});
     b.calls.push_back({id + 2, 3, t, t, id, 0, begin + work, end});
+    if (s.nested_c10d) b.calls.push_back({id + 3, 4, t, t, id + 2, 0, begin + work, end});
   }
   ASSERT_TRUE(store->Write(b, &error)) << error;
 }

@@ -1,10 +1,11 @@
 """A real multi-process job under `tokentrace run -- torchrun`: four ranks on the CPU (gloo),
-a tiny model whose MLP is sharded by hand and joined with all_reduce, one rank slowed on
-purpose at one token. The cross-rank report must name that rank and that token, the site
+a tiny model whose MLP is sharded by hand and joined with a plain dist.all_reduce, one rank
+slowed on purpose at one token. The cross-rank report must name that rank and that token, the site
 where it lost the time, and the other ranks waiting in the collective."""
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -25,24 +26,19 @@ JOB = textwrap.dedent(f"""
     rank, world = dist.get_rank(), dist.get_world_size()
     step = [0]
 
-    class AllReduce(nn.Module):
-        def forward(self, x):
-            dist.all_reduce(x)
-            return x
-
     class ShardedMLP(nn.Module):
         # Megatron-style: up is split by columns, down by rows; all_reduce sums the parts.
         def __init__(self, d, hidden):
             super().__init__()
             self.up = nn.Linear(d, hidden // world)
             self.down = nn.Linear(hidden // world, d, bias=False)
-            self.all_reduce = AllReduce()
 
         def forward(self, x):
             y = self.down(torch.relu(self.up(x)))
             if rank == {SLOW_RANK} and step[0] == {SLOW_TOKEN}:
                 time.sleep({SLOW_S})  # the straggler
-            return self.all_reduce(y)
+            dist.all_reduce(y)  # seen as the site c10d::all_reduce (tokentrace/_collectives.py)
+            return y
 
     class TinyLM(nn.Module):
         def __init__(self):
@@ -88,6 +84,10 @@ def test_torchrun_report_names_the_slow_rank_and_token(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("RANK-DONE") == 4, res.stdout
     assert sorted(os.listdir(out)) == [f"rank{r}.sqlite" for r in range(4)], os.listdir(out)
+
+    sites = sqlite3.connect(out / "rank0.sqlite").execute(
+        "SELECT name, kind FROM sites WHERE name LIKE 'c10d::%' ORDER BY name").fetchall()
+    assert ("c10d::all_reduce", "range") in sites, sites
 
     rep = subprocess.run([cli, "report", str(out), "--top", "3"], capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
