@@ -28,8 +28,7 @@ using tokentrace::Batch;
 using tokentrace::SiteKind;
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 bool WriteRank(const std::string& path, int rank, int ranks, uint32_t tokens, int layers) {

@@ -27,33 +27,42 @@ bool WriteFileEvents(Reader& reader, uint32_t first, uint32_t last, const Tracks
   std::set<std::pair<uint32_t, uint32_t>> streams;
   std::vector<CallEvent> open_calls;  // never closed: drawn up to the last event
   int64_t last_ns = INT64_MIN;
-  bool ok = reader.ForEachCall(first, last, [&](const CallEvent& c) {
-    threads.insert(c.thread);
-    last_ns = std::max(last_ns, std::max(c.cpu_begin_ns, c.cpu_end_ns));
-    if (c.cpu_end_ns < 0) {
-      open_calls.push_back(c);
-      return;
-    }
-    ++counts->calls;
-    w.Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(c.site) + ",\"pid\":" + pid +
-            ",\"tid\":" + std::to_string(c.thread) + ",\"ts\":" + w.Us(c.cpu_begin_ns + shift) +
-            ",\"dur\":" + w.Dur(c.cpu_end_ns - c.cpu_begin_ns) +
-            ",\"args\":{\"site\":" + JsonString(c.site + ":" + std::to_string(c.k)) +
-            ",\"token\":" + std::to_string(c.token) + ",\"call_id\":" + std::to_string(c.id) + "}}");
-  }, error);
-  ok = ok && reader.ForEachKernel(first, last, [&](const KernelEvent& k) {
-    streams.insert({k.device, k.stream});
-    last_ns = std::max(last_ns, k.gpu_end_ns);
-    ++counts->gpu;
-    const char* kind = GpuOpKindName(static_cast<GpuOpKind>(k.kind));
-    w.Event("{\"ph\":\"X\",\"cat\":\"" + std::string(kind) + "\",\"name\":" +
-            JsonString(k.name.empty() ? kind : k.name) + ",\"pid\":" +
-            std::to_string(tracks.gpu_pid_base + k.device) + ",\"tid\":" +
-            std::to_string(k.stream) + ",\"ts\":" + w.Us(k.gpu_begin_ns + shift) + ",\"dur\":" +
-            w.Dur(k.gpu_end_ns - k.gpu_begin_ns) + ",\"args\":{\"site\":" + JsonString(k.call) +
-            ",\"token\":" + std::to_string(k.token) +
-            ",\"correlation_id\":" + std::to_string(k.correlation_id) + "}}");
-  }, error);
+  bool ok = reader.ForEachCall(
+      first, last,
+      [&](const CallEvent& c) {
+        threads.insert(c.thread);
+        last_ns = std::max(last_ns, std::max(c.cpu_begin_ns, c.cpu_end_ns));
+        if (c.cpu_end_ns < 0) {
+          open_calls.push_back(c);
+          return;
+        }
+        ++counts->calls;
+        w.Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(c.site) +
+                ",\"pid\":" + pid + ",\"tid\":" + std::to_string(c.thread) + ",\"ts\":" +
+                w.Us(c.cpu_begin_ns + shift) + ",\"dur\":" + w.Dur(c.cpu_end_ns - c.cpu_begin_ns) +
+                ",\"args\":{\"site\":" + JsonString(c.site + ":" + std::to_string(c.k)) +
+                ",\"token\":" + std::to_string(c.token) + ",\"call_id\":" + std::to_string(c.id) +
+                "}}");
+      },
+      error);
+  ok = ok && reader.ForEachKernel(
+                 first, last,
+                 [&](const KernelEvent& k) {
+                   streams.insert({k.device, k.stream});
+                   last_ns = std::max(last_ns, k.gpu_end_ns);
+                   ++counts->gpu;
+                   const char* kind = GpuOpKindName(static_cast<GpuOpKind>(k.kind));
+                   w.Event("{\"ph\":\"X\",\"cat\":\"" + std::string(kind) +
+                           "\",\"name\":" + JsonString(k.name.empty() ? kind : k.name) +
+                           ",\"pid\":" + std::to_string(tracks.gpu_pid_base + k.device) +
+                           ",\"tid\":" + std::to_string(k.stream) +
+                           ",\"ts\":" + w.Us(k.gpu_begin_ns + shift) +
+                           ",\"dur\":" + w.Dur(k.gpu_end_ns - k.gpu_begin_ns) +
+                           ",\"args\":{\"site\":" + JsonString(k.call) +
+                           ",\"token\":" + std::to_string(k.token) +
+                           ",\"correlation_id\":" + std::to_string(k.correlation_id) + "}}");
+                 },
+                 error);
   for (const CallEvent& c : open_calls) {
     ++counts->calls;
     w.Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(c.site) + ",\"pid\":" + pid +
@@ -81,8 +90,7 @@ bool WriteFileEvents(Reader& reader, uint32_t first, uint32_t last, const Tracks
 FILE* OpenTraceFile(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
-    std::fprintf(stderr, "tokentrace: cannot write '%s': %s\n", path.c_str(),
-                 std::strerror(errno));
+    std::fprintf(stderr, "tokentrace: cannot write '%s': %s\n", path.c_str(), std::strerror(errno));
     return nullptr;
   }
   std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", f);
@@ -98,8 +106,7 @@ bool CloseTraceFile(FILE* f, const std::string& path, bool events_ok, const std:
     return false;
   }
   if (write_failed) {
-    std::fprintf(stderr, "tokentrace: cannot write '%s': %s\n", path.c_str(),
-                 std::strerror(errno));
+    std::fprintf(stderr, "tokentrace: cannot write '%s': %s\n", path.c_str(), std::strerror(errno));
     return false;
   }
   return true;

@@ -32,9 +32,7 @@ const char kRanksReportUsage[] =
 namespace {
 
 // Options of report/export that take a value: their value is not an input.
-bool TakesValue(const std::string& a) {
-  return a == "--top" || a == "--chrome" || a == "--tokens";
-}
+bool TakesValue(const std::string& a) { return a == "--top" || a == "--chrome" || a == "--tokens"; }
 
 bool IsDir(const std::string& p) {
   struct stat st;
@@ -57,8 +55,8 @@ std::string EndingLines(const std::vector<multi::RankFile>& files, const multi::
                                                "or still running";
     if (r.last_token < c.max_token) {
       out += "  " + RankName(f) + " stopped after token " + std::to_string(r.last_token) +
-             " (tokens " + std::to_string(r.last_token + 1) + ".." +
-             std::to_string(c.max_token) + " missing); " + how + "\n";
+             " (tokens " + std::to_string(r.last_token + 1) + ".." + std::to_string(c.max_token) +
+             " missing); " + how + "\n";
     } else if (r.tokens < most) {
       out += "  " + RankName(f) + " has " + std::to_string(r.tokens) + " tokens, others up to " +
              std::to_string(most) + " (gaps, or token calls left open)\n";
@@ -145,18 +143,19 @@ int RanksReportCommand(const std::vector<std::string>& args) {
   }
   out += "\nstragglers: the " + std::to_string(cmp.top.size()) +
          " tokens where one rank's work (token time minus time in collectives) most exceeded\n"
-         "the median of the other ranks (" + std::to_string(cmp.compared_tokens) +
-         " tokens compared):\n";
-  rows = {{"token", "slowest rank", "lead ms", "its work ms", "others' work ms",
-           "others' wait ms", "token ms"}};
+         "the median of the other ranks (" +
+         std::to_string(cmp.compared_tokens) + " tokens compared):\n";
+  rows = {{"token", "slowest rank", "lead ms", "its work ms", "others' work ms", "others' wait ms",
+           "token ms"}};
   for (const multi::Straggler& s : cmp.top) {
     rows.push_back({std::to_string(s.token), std::to_string(ranks[s.slow].rank), Ms(s.lead_ns),
                     Ms(s.work_ns), Ms(s.others_work_ns), Ms(s.others_wait_ns), Ms(s.time_ns)});
   }
   out += FormatTable(rows);
 
-  out += "\nwhere the slowest rank lost the time (self time per site, vs the median of the "
-         "others):\n";
+  out +=
+      "\nwhere the slowest rank lost the time (self time per site, vs the median of the "
+      "others):\n";
   for (const multi::Straggler& s : cmp.top) {
     std::vector<multi::SiteLoss> losses;
     if (!multi::SiteLosses(ranks, s.slow, s.token, 5, &losses, &error)) {

@@ -35,8 +35,10 @@ std::string Change(double first, double last) {
 
 int RunsReport(const std::vector<std::string>& files, uint32_t top) {
   if (files.size() < 2 || files.size() > 26) {
-    std::fprintf(stderr, "tokentrace: report --runs needs 2 to 26 trace files, one per run "
-                         "(got %zu)\n", files.size());
+    std::fprintf(stderr,
+                 "tokentrace: report --runs needs 2 to 26 trace files, one per run "
+                 "(got %zu)\n",
+                 files.size());
     return 2;
   }
   std::vector<multi::RunProfile> runs(files.size());
@@ -62,8 +64,9 @@ int RunsReport(const std::vector<std::string>& files, uint32_t top) {
   rows.push_back({Label(runs.size() - 1) + " vs A",
                   Change(PerTokenValue(a.token.prefill_ns, prefill(a)),
                          PerTokenValue(z.token.prefill_ns, prefill(z))),
-                  "", Change(PerTokenValue(a.token.decode_ns, a.decode_tokens),
-                             PerTokenValue(z.token.decode_ns, z.decode_tokens)),
+                  "",
+                  Change(PerTokenValue(a.token.decode_ns, a.decode_tokens),
+                         PerTokenValue(z.token.decode_ns, z.decode_tokens)),
                   ""});
   out += FormatTable(rows);
 

@@ -35,11 +35,11 @@ LaunchInfo LaunchFromEnvironment() {
   LaunchInfo l;
   // RANK first, then the MPI/Slurm global ranks; LOCAL_RANK last, as before (a job that sets
   // only LOCAL_RANK runs on one node, where it is the global rank).
-  l.rank = FirstSet({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
-                     "LOCAL_RANK"});
+  l.rank = FirstSet(
+      {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "LOCAL_RANK"});
   if (l.rank.empty()) l.rank = "0";
-  l.local_rank = FirstSet({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                           "SLURM_LOCALID"});
+  l.local_rank =
+      FirstSet({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"});
   l.world_size = FirstSet({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
   l.group_rank = FirstSet({"GROUP_RANK", "SLURM_NODEID"});
   l.host = HostName();
@@ -61,9 +61,12 @@ LaunchInfo LaunchFromEnvironment() {
 }
 
 std::vector<std::pair<std::string, std::string>> LaunchMetaRows(const LaunchInfo& l) {
-  return {{kMetaRank, l.rank},           {kMetaLocalRank, l.local_rank},
-          {kMetaWorldSize, l.world_size}, {kMetaGroupRank, l.group_rank},
-          {kMetaHost, l.host},           {kMetaLaunchId, l.launch_id},
+  return {{kMetaRank, l.rank},
+          {kMetaLocalRank, l.local_rank},
+          {kMetaWorldSize, l.world_size},
+          {kMetaGroupRank, l.group_rank},
+          {kMetaHost, l.host},
+          {kMetaLaunchId, l.launch_id},
           {kMetaLaunchIdFrom, l.launch_id_from}};
 }
 

@@ -33,8 +33,10 @@ bool Exec(sqlite3* db, const std::string& sql, std::string* error) {
 
 bool SourceTables(sqlite3* db, std::map<std::string, Columns>* tables, std::string* error) {
   Statement names;
-  if (!names.Prepare(db, "SELECT name FROM src.sqlite_master WHERE type = 'table' "
-                         "AND name NOT LIKE 'sqlite_%' ORDER BY name", error)) {
+  if (!names.Prepare(db,
+                     "SELECT name FROM src.sqlite_master WHERE type = 'table' "
+                     "AND name NOT LIKE 'sqlite_%' ORDER BY name",
+                     error)) {
     return false;
   }
   std::vector<std::string> list;
@@ -69,12 +71,14 @@ bool CopyRank(sqlite3* db, const RankFile& f, std::map<std::string, Columns>* ma
       }
       it = made->emplace(table, cols).first;
     } else if (it->second.defs != cols.defs) {
-      *error = "table " + table + " has other columns than in the files before (accepted: "
+      *error = "table " + table +
+               " has other columns than in the files before (accepted: "
                "files of one tokentrace version)";
       return false;
     }
-    if (!Exec(db, "INSERT INTO main." + Quote(table) + " SELECT " + std::to_string(f.rank) +
-                      ", " + cols.names + " FROM src." + Quote(table),
+    if (!Exec(db,
+              "INSERT INTO main." + Quote(table) + " SELECT " + std::to_string(f.rank) + ", " +
+                  cols.names + " FROM src." + Quote(table),
               error)) {
       return false;
     }
@@ -122,9 +126,10 @@ bool MergeFiles(const std::vector<RankFile>& files, const std::string& out, std:
   std::string why;
   std::string where = out;
   // A merge is rebuilt from its inputs when it fails, so it needs no journal.
-  bool ok = Exec(db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=16384;"
-                     "CREATE TABLE ranks(rank INTEGER PRIMARY KEY, path TEXT, host TEXT, "
-                     "launch_id TEXT, pid TEXT, exited INTEGER, shift_ns INTEGER)",
+  bool ok = Exec(db,
+                 "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=16384;"
+                 "CREATE TABLE ranks(rank INTEGER PRIMARY KEY, path TEXT, host TEXT, "
+                 "launch_id TEXT, pid TEXT, exited INTEGER, shift_ns INTEGER)",
                  &why);
   const std::vector<int64_t> shifts = AxisShifts(files);
   std::map<std::string, Columns> made;

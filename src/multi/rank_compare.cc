@@ -42,8 +42,12 @@ class TokenCursor {
     // counted once: only calls whose parent is not a collective add to the wait.
     const std::string sql =
         "SELECT c.token, SUM(CASE WHEN s.is_token = 1 THEN c.cpu_end_ns - c.cpu_begin_ns END), "
-        "SUM(CASE WHEN c.site_id IN (" + ids + ") AND (c.parent_id IS NULL OR "
-        "(SELECT site_id FROM calls WHERE id = c.parent_id) NOT IN (" + ids + ")) "
+        "SUM(CASE WHEN c.site_id IN (" +
+        ids +
+        ") AND (c.parent_id IS NULL OR "
+        "(SELECT site_id FROM calls WHERE id = c.parent_id) NOT IN (" +
+        ids +
+        ")) "
         "THEN c.cpu_end_ns - c.cpu_begin_ns ELSE 0 END) "
         "FROM calls c JOIN sites s ON s.id = c.site_id "
         "WHERE c.token > 0 GROUP BY c.token ORDER BY c.token";
@@ -119,10 +123,9 @@ bool SelfTimes(const RankFile& f, uint32_t token, std::map<std::string, int64_t>
 }  // namespace
 
 bool IsCollectiveSite(const std::string& name) {
-  static const char* const kNames[] = {"all_reduce", "allreduce",      "all_gather",
-                                       "allgather",  "reduce_scatter", "all_to_all",
-                                       "alltoall",   "broadcast",      "barrier",
-                                       "nccl",       "c10d"};
+  static const char* const kNames[] = {"all_reduce",     "allreduce",  "all_gather", "allgather",
+                                       "reduce_scatter", "all_to_all", "alltoall",   "broadcast",
+                                       "barrier",        "nccl",       "c10d"};
   const std::string lower = Lower(name);
   for (const char* n : kNames) {
     if (lower.find(n) != std::string::npos) return true;

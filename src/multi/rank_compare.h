@@ -44,10 +44,10 @@ struct Straggler {
 };
 
 struct Comparison {
-  std::vector<RankTotals> ranks;    // parallel to the files
-  std::vector<Straggler> top;       // largest lead first; only leads > 0
-  uint32_t max_token = 0;           // over all ranks
-  int64_t compared_tokens = 0;      // tokens present in two ranks or more
+  std::vector<RankTotals> ranks;  // parallel to the files
+  std::vector<Straggler> top;     // largest lead first; only leads > 0
+  uint32_t max_token = 0;         // over all ranks
+  int64_t compared_tokens = 0;    // tokens present in two ranks or more
 };
 
 bool CompareRanks(const std::vector<RankFile>& files, size_t top, Comparison* out,

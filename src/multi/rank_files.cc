@@ -140,7 +140,8 @@ bool OpenRankFiles(const std::vector<std::string>& files, bool allow_mixed_launc
     // file (SQLite's default is 2 MiB) keeps memory flat in the number of ranks.
     sqlite3_exec(f.reader->db(), "PRAGMA cache_size=-256", nullptr, nullptr, nullptr);
     if (IsMergedFile(*f.reader)) {
-      *error = "tokentrace: '" + path + "' is a merged file (tokentrace merge), not one rank's "
+      *error = "tokentrace: '" + path +
+               "' is a merged file (tokentrace merge), not one rank's "
                "trace (accepted: the rank files; query a merged file with SQL)";
       return false;
     }

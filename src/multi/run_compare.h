@@ -23,10 +23,10 @@ struct PhaseTimes {
 
 struct RunProfile {
   std::string path;
-  int64_t decode_tokens = 0;                  // closed token calls after token 1
+  int64_t decode_tokens = 0;  // closed token calls after token 1
   bool has_prefill = false;
-  PhaseTimes token;                           // token-call time
-  std::map<std::string, PhaseTimes> self;     // site -> self time
+  PhaseTimes token;                        // token-call time
+  std::map<std::string, PhaseTimes> self;  // site -> self time
 };
 
 bool ProfileRun(Reader& reader, RunProfile* out, std::string* error);

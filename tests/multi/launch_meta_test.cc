@@ -8,12 +8,27 @@ namespace tokentrace {
 namespace {
 
 void Clear() {
-  for (const char* v : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID",
-                        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-                        "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
-                        "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_JOB_ID",
-                        "SLURM_STEP_ID", "MPI_LOCALRANKID", "PMI_SIZE",
-                        "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "PMI_JOBID",
+  for (const char* v : {"RANK",
+                        "LOCAL_RANK",
+                        "WORLD_SIZE",
+                        "GROUP_RANK",
+                        "TORCHELASTIC_RUN_ID",
+                        "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "OMPI_COMM_WORLD_SIZE",
+                        "PMI_RANK",
+                        "PMIX_RANK",
+                        "SLURM_PROCID",
+                        "SLURM_LOCALID",
+                        "SLURM_NTASKS",
+                        "SLURM_NODEID",
+                        "SLURM_JOB_ID",
+                        "SLURM_STEP_ID",
+                        "MPI_LOCALRANKID",
+                        "PMI_SIZE",
+                        "OMPI_MCA_orte_ess_jobid",
+                        "PMIX_NAMESPACE",
+                        "PMI_JOBID",
                         "TOKENTRACE_RUN_ID"}) {
     unsetenv(v);
   }

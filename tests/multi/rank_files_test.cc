@@ -25,8 +25,8 @@ bool OneLine(const std::string& s) { return !s.empty() && s.find('\n') == std::s
 bool Open(const std::vector<std::string>& inputs, std::vector<RankFile>* ranks,
           std::string* error) {
   std::vector<std::string> files, warnings;
-  return ResolveInputs(inputs, &files, error) && OpenRankFiles(files, false, ranks, &warnings,
-                                                               error);
+  return ResolveInputs(inputs, &files, error) &&
+         OpenRankFiles(files, false, ranks, &warnings, error);
 }
 
 TEST(RankFilesTest, ResolvesDirectoryGlobAndListSortedByRank) {
@@ -34,7 +34,8 @@ TEST(RankFilesTest, ResolvesDirectoryGlobAndListSortedByRank) {
   for (int r : {2, 0, 1}) WriteRankTrace(d + "/r" + std::to_string(r) + ".sqlite", {r});
   std::ofstream(d + "/notes.txt") << "not a trace";
   for (const std::vector<std::string>& in :
-       {std::vector<std::string>{d}, {d + "/r*.sqlite"},
+       {std::vector<std::string>{d},
+        {d + "/r*.sqlite"},
         {d + "/r1.sqlite", d + "/r0.sqlite", d + "/r2.sqlite"}}) {
     std::vector<RankFile> ranks;
     std::string error;

@@ -20,14 +20,14 @@ namespace tokentrace::testing {
 struct RankSpec {
   int rank = 0;
   std::string launch = "launch-1";
-  uint32_t tokens = 10;           // this rank's tokens (fewer: it died after the last)
-  uint32_t slow_token = 0;        // 0: no slow token in this launch
+  uint32_t tokens = 10;     // this rank's tokens (fewer: it died after the last)
+  uint32_t slow_token = 0;  // 0: no slow token in this launch
   int slow_rank = -1;
   int64_t slow_ms = 0;
-  int64_t clock_offset_ns = 0;    // wall - trace of this rank
-  bool exited = true;             // writes clock_anchor_exit
+  int64_t clock_offset_ns = 0;  // wall - trace of this rank
+  bool exited = true;           // writes clock_anchor_exit
   bool anchors = true;
-  bool nested_c10d = false;       // a "c10d::all_reduce" call inside model.mlp.all_reduce
+  bool nested_c10d = false;  // a "c10d::all_reduce" call inside model.mlp.all_reduce
 };
 
 inline constexpr int64_t kWallBase = 1700000000000000000;  // wall time of the launch
@@ -41,8 +41,10 @@ inline void WriteRankTrace(const std::string& path, const RankSpec& s) {
   ASSERT_NE(store, nullptr) << error;
   Batch b;
   const int64_t off = s.clock_offset_ns;
-  b.meta = {{kMetaRank, std::to_string(s.rank)}, {kMetaHost, "host" + std::to_string(s.rank)},
-            {kMetaLaunchId, s.launch}, {"pid", std::to_string(1000 + s.rank)},
+  b.meta = {{kMetaRank, std::to_string(s.rank)},
+            {kMetaHost, "host" + std::to_string(s.rank)},
+            {kMetaLaunchId, s.launch},
+            {"pid", std::to_string(1000 + s.rank)},
             {kMetaWorldSize, "4"}};
   if (s.anchors) {
     b.meta.emplace_back(kMetaAnchorStart, FormatAnchor({kWallBase - off, kWallBase}));

@@ -93,8 +93,8 @@ TEST(RanksCliTest, ExportPutsEveryRankOnOneTimeAxis) {
   // though each file's clock reads differently (3 s apart).
   std::regex root("\"name\":\"self\",\"pid\":(\\d+),\"tid\":0,\"ts\":([0-9.]+),[^\n]*\"token\":1,");
   std::map<std::string, std::string> ts;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), root);
-       it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), root); it != std::sregex_iterator();
+       ++it) {
     ts[(*it)[1]] = (*it)[2];
   }
   ASSERT_EQ(ts.size(), 4u) << text.substr(0, 400);
