@@ -6,8 +6,9 @@
 //   ranks_bench TOKENTRACE_CLI DIR RANKS TOKENS [LAYERS]
 //
 // Each token of each rank: a root call and, per layer, attn, mlp and mlp.all_reduce (so
-// 1 + 3 * LAYERS calls; LAYERS defaults to 4). Rank 3 (or the last) is 5 ms slower at the
-// middle token; the others wait in all_reduce. Files go to DIR/rank<r>.sqlite, replaced.
+// 1 + 3 * LAYERS calls; LAYERS defaults to 4), each but the root with a call_gpu row. Rank 3 (or
+// the last) is 5 ms slower at the middle token; the others wait in all_reduce. Files go to
+// DIR/rank<r>.sqlite, replaced.
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -64,12 +65,16 @@ bool WriteRank(const std::string& path, int rank, int ranks, uint32_t tokens, in
     const uint64_t root = id++;
     int64_t at = begin;
     for (int l = 0; l < layers; ++l) {
+      b.call_gpu.push_back({id, t, 4, 200000, at, at + 250000});  // attn's kernels
       b.calls.push_back({id++, 2u + 3u * l, t, t, root, 0, at, at + 300000});
       at += 300000;
       const int64_t work = 500000 + (l == 0 ? mine : 0);
       const uint64_t mlp = id++;
       const int64_t reduce_end = at + 500000 + (l == 0 ? extra : 0) + 50000;
       b.calls.push_back({mlp, 3u + 3u * l, t, t, root, 0, at, reduce_end});
+      b.call_gpu.push_back({mlp, t, 2, 400000, at, at + 450000});
+      // NCCL's kernel spans the wait for the slowest rank.
+      b.call_gpu.push_back({id, t, 1, reduce_end - at - work, at + work, reduce_end});
       b.calls.push_back({id++, 4u + 3u * l, t, t, mlp, 0, at + work, reduce_end});
       at = reduce_end;
     }

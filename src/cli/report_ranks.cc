@@ -122,14 +122,15 @@ int RanksReportCommand(const std::vector<std::string>& args) {
   std::string out = "tokentrace report: " + std::to_string(ranks.size()) + " ranks of launch '" +
                     ranks.front().launch_id + "' on " + std::to_string(hosts.size()) +
                     " host(s), tokens 1.." + std::to_string(cmp.max_token) + "\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"rank", "host", "pid", "tokens", "token ms", "wait ms", "work ms", "slowest in", "file"}};
+  std::vector<std::vector<std::string>> rows = {{"rank", "host", "pid", "tokens", "token ms",
+                                                 "wait ms", "work ms", "gpu ms", "gpu coll ms",
+                                                 "slowest in", "file"}};
   for (size_t i = 0; i < ranks.size(); ++i) {
     const auto& r = cmp.ranks[i];
     rows.push_back({std::to_string(ranks[i].rank), ranks[i].host, ranks[i].pid,
                     std::to_string(r.tokens), Ms(r.time_ns), Ms(r.wait_ns),
-                    Ms(r.time_ns - r.wait_ns), std::to_string(r.slowest) + " tokens",
-                    ranks[i].path});
+                    Ms(r.time_ns - r.wait_ns), Ms(r.gpu_ns), Ms(r.gpu_collective_ns),
+                    std::to_string(r.slowest) + " tokens", ranks[i].path});
   }
   out += FormatTable(rows);
   const std::string endings = EndingLines(ranks, cmp);

@@ -40,16 +40,24 @@ class TokenCursor {
     // GROUP BY token walks calls_by_token in order: no sort, one token's calls at a time.
     // A collective inside a collective (a module "all_reduce" around c10d::all_reduce) is
     // counted once: only calls whose parent is not a collective add to the wait.
+    // GPU: call_gpu holds each call's own (self) kernel time, so the GPU time of a
+    // collective is that of every collective call, nested or not (NCCL kernels launched
+    // inside c10d::all_reduce go to it).
+    const std::string outermost = "c.site_id IN (" + ids +
+                                  ") AND (c.parent_id IS NULL OR (SELECT site_id FROM calls "
+                                  "WHERE id = c.parent_id) NOT IN (" +
+                                  ids + "))";
     const std::string sql =
         "SELECT c.token, SUM(CASE WHEN s.is_token = 1 THEN c.cpu_end_ns - c.cpu_begin_ns END), "
+        "SUM(CASE WHEN " +
+        outermost +
+        " THEN c.cpu_end_ns - c.cpu_begin_ns ELSE 0 END), "
+        "SUM(COALESCE(g.gpu_busy_ns, 0)), "
         "SUM(CASE WHEN c.site_id IN (" +
         ids +
-        ") AND (c.parent_id IS NULL OR "
-        "(SELECT site_id FROM calls WHERE id = c.parent_id) NOT IN (" +
-        ids +
-        ")) "
-        "THEN c.cpu_end_ns - c.cpu_begin_ns ELSE 0 END) "
+        ") THEN COALESCE(g.gpu_busy_ns, 0) ELSE 0 END) "
         "FROM calls c JOIN sites s ON s.id = c.site_id "
+        "LEFT JOIN call_gpu g ON g.call_id = c.id "
         "WHERE c.token > 0 GROUP BY c.token ORDER BY c.token";
     if (!q_.Prepare(db, sql.c_str(), error)) return Fail(f, error);
     return Next(f, error);
@@ -69,6 +77,8 @@ class TokenCursor {
     closed_ = !q_.IsNull(1);
     time_ns_ = q_.Int(1);
     wait_ns_ = q_.Int(2);
+    gpu_ns_ = q_.Int(3);
+    gpu_collective_ns_ = q_.Int(4);
     return true;
   }
   bool done() const { return done_; }
@@ -76,6 +86,8 @@ class TokenCursor {
   bool closed() const { return closed_; }  // the token call ended (else: cut off)
   int64_t time_ns() const { return time_ns_; }
   int64_t wait_ns() const { return wait_ns_; }
+  int64_t gpu_ns() const { return gpu_ns_; }
+  int64_t gpu_collective_ns() const { return gpu_collective_ns_; }
 
  private:
   static bool Fail(const RankFile& f, std::string* error) {
@@ -85,7 +97,7 @@ class TokenCursor {
   Statement q_;
   bool done_ = false, closed_ = false;
   uint32_t token_ = 0;
-  int64_t time_ns_ = 0, wait_ns_ = 0;
+  int64_t time_ns_ = 0, wait_ns_ = 0, gpu_ns_ = 0, gpu_collective_ns_ = 0;
 };
 
 // Self time per site name of one token of one file (a call's time minus its children's).
@@ -163,6 +175,8 @@ bool CompareRanks(const std::vector<RankFile>& files, size_t top, Comparison* ou
         r.last_token = token;
         r.time_ns += c.time_ns();
         r.wait_ns += c.wait_ns();
+        r.gpu_ns += c.gpu_ns();
+        r.gpu_collective_ns += c.gpu_collective_ns();
         time[i] = c.time_ns();
         wait[i] = c.wait_ns();
         work[i] = c.time_ns() - c.wait_ns();

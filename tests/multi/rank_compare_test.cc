@@ -13,7 +13,7 @@ using testing::RankSpec;
 using testing::WriteRankTrace;
 
 // Four ranks, rank 2 slowed by 30 ms at token 5; rank 3 optionally killed after token 6.
-std::vector<RankFile> Launch(bool kill_rank3, bool nested_c10d = false) {
+std::vector<RankFile> Launch(bool kill_rank3, bool nested_c10d = false, bool gpu = false) {
   char dir[] = "/tmp/tt_multi_test_XXXXXX";
   if (mkdtemp(dir) == nullptr) std::abort();
   std::vector<std::string> files;
@@ -24,6 +24,7 @@ std::vector<RankFile> Launch(bool kill_rank3, bool nested_c10d = false) {
     s.slow_ms = 30;
     s.clock_offset_ns = r * 7777777777LL;
     s.nested_c10d = nested_c10d;
+    s.gpu = gpu;
     if (kill_rank3 && r == 3) {
       s.tokens = 6;
       s.exited = false;
@@ -69,6 +70,20 @@ TEST(RankCompareTest, NestedCollectivesCountOnce) {
   ASSERT_EQ(c.top.size(), 1u);
   EXPECT_EQ(c.top[0].others_wait_ns, 30000000 + testing::kReduce);
   EXPECT_EQ(c.top[0].lead_ns, 30000000);
+}
+
+// GPU time in collectives is its own column: the ranks that waited for rank 2 at token 5 ran
+// their collective kernels 30 ms longer.
+TEST(RankCompareTest, GpuTimeInCollectivesIsItsOwnColumn) {
+  for (bool nested : {false, true}) {
+    std::vector<RankFile> ranks = Launch(false, nested, true);
+    Comparison c;
+    std::string error;
+    ASSERT_TRUE(CompareRanks(ranks, 1, &c, &error)) << error;
+    EXPECT_EQ(c.ranks[2].gpu_collective_ns, 10 * testing::kReduce);
+    EXPECT_EQ(c.ranks[0].gpu_collective_ns, 10 * testing::kReduce + 30000000);
+    EXPECT_EQ(c.ranks[0].gpu_ns, 10 * 1000000 + c.ranks[0].gpu_collective_ns);
+  }
 }
 
 TEST(RankCompareTest, SiteLossesNameWhereTheTimeWent) {

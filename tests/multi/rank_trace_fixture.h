@@ -28,6 +28,7 @@ struct RankSpec {
   bool exited = true;           // writes clock_anchor_exit
   bool anchors = true;
   bool nested_c10d = false;  // a "c10d::all_reduce" call inside model.mlp.all_reduce
+  bool gpu = false;          // 1 ms of kernels in model.mlp; the collective's kernels span its wait
 };
 
 inline constexpr int64_t kWallBase = 1700000000000000000;  // wall time of the launch
@@ -68,6 +69,11 @@ inline void WriteRankTrace(const std::string& path, const RankSpec& s) {
     b.calls.push_back({id + 1, 2, t, t, id, 0, begin, begin + work});
     b.calls.push_back({id + 2, 3, t, t, id, 0, begin + work, end});
     if (s.nested_c10d) b.calls.push_back({id + 3, 4, t, t, id + 2, 0, begin + work, end});
+    if (s.gpu) {  // kernels go to the innermost call: c10d::all_reduce when there is one
+      const uint64_t coll = s.nested_c10d ? id + 3 : id + 2;
+      b.call_gpu.push_back({id + 1, t, 1, 1000000, begin, begin + 1000000});
+      b.call_gpu.push_back({coll, t, 1, end - begin - work, begin + work, end});
+    }
   }
   ASSERT_TRUE(store->Write(b, &error)) << error;
 }
