@@ -24,14 +24,6 @@
 namespace tokentrace {
 namespace {
 
-std::string RankFromEnvironment() {
-  for (const char* name : {"RANK", "LOCAL_RANK"}) {
-    const char* v = getenv(name);
-    if (v != nullptr && *v != '\0') return v;
-  }
-  return "0";
-}
-
 // Wake-ups of the background thread (Stop, and the signal handler, which can only write to a
 // file descriptor): one eventfd per process, made before the first session's thread starts.
 std::atomic<int> g_wake_fd{-1};
@@ -86,7 +78,8 @@ bool CheckWritable(const std::string& path, std::string* error) {
 }  // namespace
 
 std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std::string* error) {
-  const std::string out = ExpandOutPath(config.out_path, getpid(), RankFromEnvironment());
+  const LaunchInfo launch = LaunchFromEnvironment();
+  const std::string out = ExpandOutPath(config.out_path, getpid(), launch.rank, launch.host);
   if (!CheckWritable(out, error)) return nullptr;
   std::unique_ptr<Session> s(new Session(config, preload, out));
   if (!preload) {
@@ -206,18 +199,21 @@ void Session::SetKernelsStatus(const std::string& status, KernelsOff kind) {
 }
 
 std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
-  return {{"tool_version", TOKENTRACE_VERSION},
-          {"pid", std::to_string(getpid())},
-          {"rank", RankFromEnvironment()},
-          {"kernel_mode", config_.kernels.ToString()},
-          {"kernels_status", kernels_status()},
-          {"kernels_off", KernelsOffPhrase(kernels_off())},
-          {"cupti", cupti::Describe()},
-          {"token_range", config_.token_range},
-          {"mode", preload_ ? "preload" : "in-process"},
-          {"out_path", out_path()},
-          // Events the job's threads produced (recorded or dropped): the base of loss shares.
-          {"events", std::to_string(events_drained_ + events_dropped_)}};
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"tool_version", TOKENTRACE_VERSION},
+      {"pid", std::to_string(getpid())},
+      {"kernel_mode", config_.kernels.ToString()},
+      {"kernels_status", kernels_status()},
+      {"kernels_off", KernelsOffPhrase(kernels_off())},
+      {"cupti", cupti::Describe()},
+      {"token_range", config_.token_range},
+      {"mode", preload_ ? "preload" : "in-process"},
+      {"out_path", out_path()},
+      // Events the job's threads produced (recorded or dropped): the base of loss shares.
+      {"events", std::to_string(events_drained_ + events_dropped_)},
+      {kMetaAnchorStart, FormatAnchor(start_anchor_)}};
+  for (auto& row : LaunchMetaRows(launch_)) rows.push_back(std::move(row));
+  return rows;
 }
 
 std::string Session::kernels_status() const {
@@ -396,6 +392,8 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
   for (uint32_t id : joiner_.TakeNewSites()) batch.sites.push_back(sites::Row(id));
   unwritten_.MoveInto(&batch);
   if (batch.empty()) return true;
+  // The periodic clock anchor rides on batches that are written anyway (launch_meta.h).
+  batch.meta.emplace_back(kMetaAnchorLast, FormatAnchor(TakeClockAnchor()));
   if (store_->Write(batch, error)) return true;
   // A full disk (or another write error): the rows are counted and the counts retried with
   // the next write. The background loop says it once.
@@ -410,6 +408,7 @@ bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::str
   Batch meta;
   meta.meta = MetaRows();  // the final kernels status
   meta.meta.insert(meta.meta.end(), extra_meta.begin(), extra_meta.end());
+  meta.meta.emplace_back(kMetaAnchorExit, FormatAnchor(TakeClockAnchor()));
   std::string meta_error;
   if (store_ && !WriteLocked(meta, &meta_error)) {
     if (ok) *error = meta_error;

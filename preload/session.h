@@ -17,6 +17,7 @@
 #include "core/joiner.h"
 #include "core/kernels_off.h"
 #include "core/unwritten.h"
+#include "core/launch_meta.h"
 #include "cupti/activity_sink.h"
 #include "store/store.h"
 
@@ -78,6 +79,8 @@ class Session : public cupti::ActivitySink {
   mutable std::mutex path_mutex_;  // out_path_ may change once, at the first write (preload)
   std::string out_path_;
   const std::string run_id_;       // TOKENTRACE_RUN_ID ("" when not preloaded)
+  const LaunchInfo launch_ = LaunchFromEnvironment();  // rank, host, launch id (meta)
+  const ClockAnchor start_anchor_ = TakeClockAnchor();
   std::unique_ptr<Store> store_;
   Joiner joiner_;
   Unwritten unwritten_;  // what failed writes could not store (drain_mutex_)

@@ -26,6 +26,7 @@ import sys
 
 import torch
 
+from . import _collectives as collectives
 from . import _store
 from ._backend import get_backend
 from ._errors import TokentraceError
@@ -62,11 +63,6 @@ def _first_call(module, args):
     except Exception as exc:  # never crash the traced job
         _say(f"hooks not installed on {type(module).__name__}: {exc}")
     return None
-
-
-def _expand(pattern):
-    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
-    return pattern.replace("%p", str(os.getpid())).replace("%r", rank)
 
 
 def _select(env, names, default_all):
@@ -143,6 +139,7 @@ def _attach_recording(model, args):
     escapes = EscapeCounter(lambda: backend.current()[2],
                             backend.escape if on_cpu and not ops else None)
     escapes.install()
+    collectives.install(backend)  # c10d calls as sites of their own: wait, not work
     atexit.register(_finish, backend, hooks, escapes, sink, recorder, sorted(inputs))
     return True
 

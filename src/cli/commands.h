@@ -5,6 +5,7 @@
 // is wrong), 127 the command of `run` cannot be executed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,15 @@ int ReportCommand(const std::vector<std::string>& args);
 int ExportCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
 int PlotCommand(const std::vector<std::string>& args);  // execs python -m tokentrace.plot
+int MergeCommand(const std::vector<std::string>& args);
+
+// report / export over the files of several ranks (report_ranks.cc, export_ranks.cc): taken
+// when the arguments name more than one file, a directory or a glob.
+bool NamesSeveralFiles(const std::vector<std::string>& args);
+int RanksReportCommand(const std::vector<std::string>& args);
+int RanksExportCommand(const std::vector<std::string>& args);
+// report --runs FILE FILE...: runs of one job compared site by site (report_runs.cc).
+int RunsReport(const std::vector<std::string>& files, uint32_t top);
 
 // Directory to put on PYTHONPATH so `import tokentrace` finds the package that belongs to
 // this program ("" when it is already importable, e.g. installed).
@@ -26,5 +36,7 @@ extern const char kReportUsage[];
 extern const char kExportUsage[];
 extern const char kInfoUsage[];
 extern const char kPlotUsage[];
+extern const char kMergeUsage[];
+extern const char kRanksReportUsage[];
 
 }  // namespace tokentrace::cli

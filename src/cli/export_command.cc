@@ -11,59 +11,30 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cli/chrome_events.h"
 #include "cli/commands.h"
 #include "cli/format.h"
-#include "core/records.h"
 #include "store/reader.h"
 
 namespace tokentrace::cli {
 
 const char kExportUsage[] =
     "usage: tokentrace export FILE --chrome OUT.json [--tokens A:B]\n"
+    "       tokentrace export IN... --chrome OUT.json [--tokens A:B]\n"
     "\n"
     "Writes a Chrome trace-event file (open it in https://ui.perfetto.dev): module calls on\n"
-    "one track per thread, GPU work on one track per (device, stream).\n"
+    "one track per thread, GPU work on one track per (device, stream). Over the files of\n"
+    "several ranks (files, a glob or a directory): one process per rank, on one time axis\n"
+    "(each file's clock anchor).\n"
     "  --tokens A:B   only tokens A..B (inclusive, 1 = prefill)\n";
 
 namespace {
 
 constexpr int64_t kGpuPidBase = 1000000000;  // above any Linux pid (pid_max <= 2^22)
-
-class JsonWriter {
- public:
-  JsonWriter(FILE* f, int64_t origin_ns) : f_(f), origin_ns_(origin_ns) {}
-  void Event(const std::string& body) {
-    std::fputs(first_ ? "\n" : ",\n", f_);
-    std::fputs(body.c_str(), f_);
-    first_ = false;
-  }
-  std::string Us(int64_t ns) const {
-    return Fixed(static_cast<double>(ns - origin_ns_) / 1000.0, 3);
-  }
-  static std::string Dur(int64_t ns) { return Fixed(static_cast<double>(ns) / 1000.0, 3); }
-
- private:
-  FILE* f_;
-  int64_t origin_ns_;
-  bool first_ = true;
-};
-
-std::string Metadata(const char* what, int64_t pid, int64_t tid, const std::string& name) {
-  return "{\"ph\":\"M\",\"name\":\"" + std::string(what) + "\",\"pid\":" + std::to_string(pid) +
-         ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + JsonString(name) + "}}";
-}
-
-bool ParseTokens(const std::string& s, uint32_t* first, uint32_t* last) {
-  size_t colon = s.find(':');
-  return colon != std::string::npos && ParseU32(s.substr(0, colon), first) &&
-         ParseU32(s.substr(colon + 1), last) && *first <= *last;
-}
 
 }  // namespace
 
@@ -90,7 +61,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::string tokens;
     if (value("--chrome", &out_path)) continue;
     if (value("--tokens", &tokens)) {
-      if (!ParseTokens(tokens, &first, &last)) {
+      if (!ParseTokenRange(tokens, &first, &last)) {
         std::fprintf(stderr, "tokentrace: --tokens '%s' is not a token range (accepted: A:B "
                              "with A <= B, e.g. 2:10)\n", tokens.c_str());
         return 2;
@@ -140,78 +111,18 @@ int ExportCommand(const std::vector<std::string>& args) {
     if (k == "pid" && ParseU32(v, &p) && p > 0) pid = p;
   }
 
-  FILE* f = std::fopen(out_path.c_str(), "w");
-  if (f == nullptr) {
-    std::fprintf(stderr, "tokentrace: cannot write '%s': %s\n", out_path.c_str(),
-                 std::strerror(errno));
-    return 1;
-  }
-  std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", f);
+  FILE* f = OpenTraceFile(out_path);
+  if (f == nullptr) return 1;
   JsonWriter w(f, origin);
-  std::set<uint32_t> threads;
-  std::set<std::pair<uint32_t, uint32_t>> streams;
-  std::vector<CallEvent> open_calls;  // never closed: drawn up to the last event
-  int64_t last_ns = origin;
-  int64_t n_calls = 0, n_gpu = 0;
-
-  bool ok = reader->ForEachCall(first, last, [&](const CallEvent& c) {
-    threads.insert(c.thread);
-    last_ns = std::max(last_ns, std::max(c.cpu_begin_ns, c.cpu_end_ns));
-    if (c.cpu_end_ns < 0) {
-      open_calls.push_back(c);
-      return;
-    }
-    ++n_calls;
-    w.Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(c.site) +
-            ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(c.thread) +
-            ",\"ts\":" + w.Us(c.cpu_begin_ns) + ",\"dur\":" + w.Dur(c.cpu_end_ns - c.cpu_begin_ns) +
-            ",\"args\":{\"site\":" + JsonString(c.site + ":" + std::to_string(c.k)) +
-            ",\"token\":" + std::to_string(c.token) + ",\"call_id\":" + std::to_string(c.id) + "}}");
-  }, &error);
-  ok = ok && reader->ForEachKernel(first, last, [&](const KernelEvent& k) {
-    streams.insert({k.device, k.stream});
-    last_ns = std::max(last_ns, k.gpu_end_ns);
-    ++n_gpu;
-    const char* kind = GpuOpKindName(static_cast<GpuOpKind>(k.kind));
-    w.Event("{\"ph\":\"X\",\"cat\":\"" + std::string(kind) + "\",\"name\":" +
-            JsonString(k.name.empty() ? kind : k.name) + ",\"pid\":" +
-            std::to_string(kGpuPidBase + k.device) + ",\"tid\":" + std::to_string(k.stream) +
-            ",\"ts\":" + w.Us(k.gpu_begin_ns) + ",\"dur\":" + w.Dur(k.gpu_end_ns - k.gpu_begin_ns) +
-            ",\"args\":{\"site\":" + JsonString(k.call) + ",\"token\":" + std::to_string(k.token) +
-            ",\"correlation_id\":" + std::to_string(k.correlation_id) + "}}");
-  }, &error);
-  for (const CallEvent& c : open_calls) {
-    ++n_calls;
-    w.Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(c.site) + ",\"pid\":" +
-            std::to_string(pid) + ",\"tid\":" + std::to_string(c.thread) + ",\"ts\":" +
-            w.Us(c.cpu_begin_ns) + ",\"dur\":" + w.Dur(last_ns - c.cpu_begin_ns) +
-            ",\"args\":{\"site\":" + JsonString(c.site + ":" + std::to_string(c.k)) +
-            ",\"token\":" + std::to_string(c.token) + ",\"open\":true}}");
-  }
-  w.Event(Metadata("process_name", pid, 0, "tokentrace pid " + std::to_string(pid)));
-  for (uint32_t t : threads) w.Event(Metadata("thread_name", pid, t, "thread " + std::to_string(t)));
-  std::set<uint32_t> devices;
-  for (auto [device, stream] : streams) {
-    if (devices.insert(device).second) {
-      w.Event(Metadata("process_name", kGpuPidBase + device, 0, "GPU " + std::to_string(device)));
-    }
-    w.Event(Metadata("thread_name", kGpuPidBase + device, stream,
-                     "stream " + std::to_string(stream)));
-  }
-  std::fputs("\n]}\n", f);
-  bool write_failed = std::ferror(f) != 0;
-  write_failed = (std::fclose(f) != 0) || write_failed;
-  if (!ok) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
-  }
-  if (write_failed) {
-    std::fprintf(stderr, "tokentrace: cannot write '%s': %s\n", out_path.c_str(),
-                 std::strerror(errno));
-    return 1;
-  }
-  std::printf("wrote %lld calls and %lld GPU events to %s\n", static_cast<long long>(n_calls),
-              static_cast<long long>(n_gpu), out_path.c_str());
+  Tracks tracks;
+  tracks.pid = pid;
+  tracks.gpu_pid_base = kGpuPidBase;
+  tracks.process_name = "tokentrace pid " + std::to_string(pid);
+  EventCounts n;
+  const bool ok = WriteFileEvents(*reader, first, last, tracks, w, &n, &error);
+  if (!CloseTraceFile(f, out_path, ok, error)) return 1;
+  std::printf("wrote %lld calls and %lld GPU events to %s\n", static_cast<long long>(n.calls),
+              static_cast<long long>(n.gpu), out_path.c_str());
   return 0;
 }
 

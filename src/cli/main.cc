@@ -18,9 +18,12 @@ constexpr char kUsage[] =
     "\n"
     "commands:\n"
     "  run     run a command under the tracer (LD_PRELOAD): tokentrace run [opts] -- CMD...\n"
-    "  report  per-token table, prefill vs decode, top sites by GPU time, losses\n"
-    "  export  write a Chrome trace-event JSON (open it in https://ui.perfetto.dev)\n"
+    "  report  per-token table, prefill vs decode, top sites by GPU time, losses;\n"
+    "          over several rank files (files, a glob, a directory): stragglers per token\n"
+    "  export  write a Chrome trace-event JSON (open it in https://ui.perfetto.dev);\n"
+    "          over several rank files: one process per rank on one time axis\n"
     "  info    what a trace file holds\n"
+    "  merge   the files of several ranks in one SQLite file: tokentrace merge OUT IN...\n"
     "  plot    per-token latency and GPU time per layer as a PNG (matplotlib)\n"
     "\n"
     "`tokentrace <command> --help` describes a command's options; `tokentrace --version`\n"
@@ -45,12 +48,21 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "run") return RunCommand(args);
-  if (cmd == "report") return ReportCommand(args);
-  if (cmd == "export") return ExportCommand(args);
+  if (cmd == "report" && !args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::printf("%s\n%s", kReportUsage, kRanksReportUsage);
+    return 0;
+  }
+  if (cmd == "report") {
+    return NamesSeveralFiles(args) ? RanksReportCommand(args) : ReportCommand(args);
+  }
+  if (cmd == "export") {
+    return NamesSeveralFiles(args) ? RanksExportCommand(args) : ExportCommand(args);
+  }
   if (cmd == "info") return InfoCommand(args);
   if (cmd == "plot") return PlotCommand(args);
+  if (cmd == "merge") return MergeCommand(args);
   std::fprintf(stderr,
-               "tokentrace: unknown command '%s' (accepted: run, report, export, info, plot)\n",
+               "tokentrace: unknown command '%s' (accepted: run, report, export, info, merge, plot)\n",
                cmd.c_str());
   return 2;
 }

