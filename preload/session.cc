@@ -168,7 +168,8 @@ bool Session::OpenStoreLocked(std::string* error) {
             path.c_str(),
             owner == run_id_ ? "belongs to another process of this run"
             : in_use         ? "is being written by another run"
-                             : "could not be checked for another writer, so it is kept",
+            : !known         ? "is not a tokentrace trace (or cannot be read), so it is kept"
+                     : "could not be locked to check for another writer, so it is kept",
             static_cast<int>(getpid()), mine.c_str());
     path = mine;
     std::lock_guard<std::mutex> lock(path_mutex_);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <mutex>
 
 #include "core/config.h"
+#include "core/deadline_wait.h"
 #include "core/recorder.h"
 #include "preload/injection.h"
 #include "preload/session.h"
@@ -63,17 +65,17 @@ void StopAtExit() {
 // end a job without atexit. When the job has no handler of its own for them, ours asks the
 // background thread to write everything and close the file, waits for that (at most
 // kSignalWaitMs: the interrupted thread may hold a lock the writer needs), then restores the
-// default action and re-raises, so the job still ends by that signal. Only async-signal-safe
+// default action and re-raises, so the job still ends by that signal. The wait is a deadline
+// on CLOCK_MONOTONIC, not a count of naps (core/deadline_wait.h). Only async-signal-safe
 // calls here. SIGINT is left alone: Python turns it into KeyboardInterrupt (and then exits
 // through atexit) only when it finds SIGINT at its default at start-up.
-constexpr int kSignalWaitMs = 5000;
+constexpr int64_t kSignalWaitNs = int64_t{5000} * 1000000;
 
 void OnTerminationSignal(int sig) {
   if (Session::RequestStopFromSignal(sig)) {
     const timespec step{0, 1000000};  // 1 ms
-    for (int waited = 0; waited < kSignalWaitMs && !Session::StopFromSignalDone(); ++waited) {
-      nanosleep(&step, nullptr);
-    }
+    WaitUntilDone([] { return Session::StopFromSignalDone(); }, &MonotonicNs,
+                  [&step] { nanosleep(&step, nullptr); }, kSignalWaitNs);
   }
   signal(sig, SIG_DFL);
   raise(sig);  // delivered when this handler returns (the signal is blocked until then)

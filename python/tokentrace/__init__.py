@@ -20,7 +20,7 @@ import importlib
 
 # name -> the submodule that defines it
 _EXPORTS = {
-    "load": "._api", "record": "._api", "trace": "._api",
+    "load": "._trace", "record": "._api", "trace": "._api",
     "EditSkipWarning": "._errors", "ScalarEscapeWarning": "._errors",
     "TokentraceError": "._errors",
     "add": "._patch_ops", "clamp": "._patch_ops", "fill": "._patch_ops",

@@ -279,14 +279,3 @@ def _check_intervene(intervene):
         fail(f"intervene= takes an edit spec from tt.when(...), got {type(intervene).__name__}")
 
 
-def load(path):
-    """Opens a trace file (from tt.trace, tt.record or `tokentrace run`) as a Trace."""
-    if not isinstance(path, (str, os.PathLike)):
-        fail(f"load() takes a path to a .sqlite trace file, got {type(path).__name__}")
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        fail(f"no trace file at {path}; pass the path printed by `tokentrace run` or trace.path")
-    trace_obj = Trace(path)
-    if trace_obj.has_saved:
-        return Recording(path)
-    return trace_obj

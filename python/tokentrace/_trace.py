@@ -12,11 +12,8 @@ import sqlite3
 import urllib.parse
 from collections import namedtuple
 
-import torch
-
 from ._errors import fail
 from ._store import SCHEMA_VERSION
-from ._outputs import parse_dtype
 
 # finished: False for a token whose root call never closed (the job was killed inside it);
 # its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
@@ -32,6 +29,7 @@ class OutputMeta:
     def __init__(self, shape, dtype, path):
         # A shape the record could not hold whole ends in None (the trace's losses count it
         # as output_dims_truncated): then a plain tuple, since torch.Size takes only ints.
+        import torch  # here, not at the top: tt.load and reading a trace need no torch
         self.shape = torch.Size(shape) if None not in shape else tuple(shape)
         self.dtype = dtype
         self.path = path  # where the tensor sits in the output: "", "[0]", "logits", ...
@@ -350,6 +348,7 @@ class Trace:
         if row is None:
             return None
         path, shape, dtype = row
+        from ._outputs import parse_dtype  # imports torch
         return OutputMeta(json.loads(shape), parse_dtype(dtype), path)
 
     def _inputs(self, call):
@@ -434,3 +433,18 @@ class Recording(Trace):
     def __repr__(self):
         return (f"<tokentrace.Recording {os.path.basename(self.path)}: {self.steps} steps, "
                 f"saved {self.saved_sites}>")
+
+
+# Here, next to Trace, so that tt.load (and `tokentrace plot`) never import torch: reading a
+# trace of a long run costs what its SQL costs, not torch's import (~0.5 GB, seconds).
+def load(path):
+    """Opens a trace file (from tt.trace, tt.record or `tokentrace run`) as a Trace."""
+    if not isinstance(path, (str, os.PathLike)):
+        fail(f"load() takes a path to a .sqlite trace file, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        fail(f"no trace file at {path}; pass the path printed by `tokentrace run` or trace.path")
+    trace_obj = Trace(path)
+    if trace_obj.has_saved:
+        return Recording(path)
+    return trace_obj

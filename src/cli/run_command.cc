@@ -16,6 +16,7 @@
 #include "tokentrace/tokentrace.h"
 #include "core/config.h"
 #include "core/launch_meta.h"
+#include "store/reader.h"
 
 namespace tokentrace::cli {
 
@@ -96,6 +97,12 @@ bool CheckOutDir(const std::string& pattern, const std::string& what, std::strin
           std::to_string(NAME_MAX - 16) + ")";
   } else if (path.rfind("/dev/", 0) == 0) {
     why = "it is under /dev (accepted: a file path on a disk)";
+  }
+  std::string version;  // a file there that is not a trace is the user's, and never replaced
+  if (why.empty() && IsFile(path) &&
+      (!ReadMetaValue(path, "schema_version", &version) || version.empty())) {
+    why = "'" + path + "' exists and is not a tokentrace trace, so it is kept (accepted: a " +
+          "new file, or an earlier trace to replace)";
   }
   if (!why.empty()) {
     *error = "tokentrace: " + what + "='" + pattern + "': " + why;

@@ -4,6 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "cli_runner.h"
 
 namespace tokentrace {
@@ -91,7 +95,11 @@ TEST(RunTest, MissingOutDirectoryIsRejected) {
 // Outputs the job could not write, or would write somewhere unexpected: refused up front.
 TEST(RunTest, BadOutPathsAreRejectedBeforeTheJobStarts) {
   const std::string dir = testing::TempDir();
+  // A file that is not a trace: once found only at the job's end, and said misleadingly.
+  const std::string notes = dir + "/notes.txt";
+  std::ofstream(notes) << "mine\n";
   const std::pair<std::string, std::string> cases[] = {
+      {notes, "'" + notes + "' exists and is not a tokentrace trace, so it is kept"},
       {dir + "/", "it names a directory"},
       {dir, "it names a directory"},
       {dir + "/" + std::string(250, 'x') + ".sqlite", "the file name is 257 bytes long"},
@@ -109,6 +117,8 @@ TEST(RunTest, BadOutPathsAreRejectedBeforeTheJobStarts) {
   EXPECT_NE(r.err.find("TOKENTRACE_CUPTI='/no/such/libcupti.so' is not a file"),
             std::string::npos) << r.err;
   EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);  // the command never ran
+  std::ifstream kept(notes);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "mine\n");
 }
 
 TEST(RunTest, UnwritableOutDirectoryIsRejected) {

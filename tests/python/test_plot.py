@@ -73,3 +73,94 @@ def test_titles_fit_in_the_figure_when_kernels_were_not_recorded(tmp_path):
         assert "no NVIDIA GPU here" in fig.axes[1].title.get_text()
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("out", ["missing-folder/x.png", ".", "x.notaformat"])
+def test_an_output_the_plot_cannot_write_is_one_line(tmp_path, out):
+    """-o in a missing folder printed savefig's traceback (issue 13.12); a folder or an image
+    format matplotlib cannot write must be one line too."""
+    path = make_trace_file(str(tmp_path / "h.sqlite"))
+    res = _run(path, "-o", str(tmp_path / out))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("tokentrace: plot") and res.stderr.count("\n") == 1, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_trace_without_tokens_is_one_line(tmp_path):
+    import sqlite3
+    path = make_trace_file(str(tmp_path / "empty.sqlite"))
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM calls")
+    con.execute("DELETE FROM token_stats")
+    con.commit()
+    con.close()
+    res = _run(path, "-o", str(tmp_path / "e.png"))
+    assert res.returncode == 2 and "has no tokens" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def _long_trace(path, tokens):
+    """The hand file's shape (self > layer > layer.mlp x2) over many tokens, token 1 slower."""
+    import sqlite3
+    make_trace_file(path, kernels=False)
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM calls")
+    rows, cid = [], 0
+    for tok in range(1, tokens + 1):
+        base = tok * 10_000_000
+        extra = 4_000_000 if tok == 1 else 0
+        root = cid = cid + 1
+        rows.append((root, 1, tok, tok, None, 7, base, base + 9_000_000 + extra))
+        layer = cid = cid + 1
+        rows.append((layer, 2, tok, tok, root, 7, base + 1_000_000, base + 8_000_000 + extra))
+        for j in range(2):
+            cid += 1
+            rows.append((cid, 3, 2 * tok + j, tok, layer, 7, base + 2_000_000 + j * 2_000_000,
+                         base + 3_000_000 + j * 2_000_000))
+    con.executemany("INSERT INTO calls VALUES (?,?,?,?,?,?,?,?)", rows)
+    con.commit()
+    con.close()
+    return path
+
+
+def test_a_long_run_is_binned_and_summed_in_sql(tmp_path, monkeypatch):
+    """A plot drew one bar per token and site and summed self times in Python over every call
+    (75 s and 1.7 GB for 50,000 tokens, issue 13.13). Past MAX_BARS tokens each bar is the mean
+    of a bin, the prefill keeps its own bar, and the means are the per-token ones."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import tokentrace as tt
+    from tokentrace import plot as plot_mod
+    monkeypatch.setattr(plot_mod, "MAX_BARS", 10)
+    trace = tt.load(_long_trace(str(tmp_path / "long.sqlite"), 91))
+    fig = plot_mod._figure(trace, 6, plt)
+    try:
+        ax1 = fig.axes[0]
+        bars = list(ax1.patches)
+        series = len(ax1.get_legend().get_texts())  # layer, layer.mlp, other
+        assert series == 3 and len(bars) == 3 * 10  # prefill + 90 decode tokens in 9 bins of 10
+        tops = {}
+        for bar in bars:
+            x = round(bar.get_x() + bar.get_width() / 2, 3)
+            tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
+        assert tops[1.0] == pytest.approx(13.0)       # the prefill alone: 13 ms
+        assert tops[2 + 4.5] == pytest.approx(9.0)    # tokens 2..11: 9 ms each
+        assert "mean of 10 tokens" in ax1.get_xlabel()
+        mlp = next(c for c in ax1.containers if c.get_label() == "layer.mlp")
+        assert mlp.patches[1].get_height() == pytest.approx(2.0)  # two 1 ms calls per token
+    finally:
+        plt.close(fig)
+
+
+def test_reading_a_trace_does_not_import_torch(tmp_path):
+    """tt.load imported torch (~0.5 GB, seconds) before reading a byte; plot and the Python
+    views of a long run then cost torch's import, not their SQL (issue 13.13)."""
+    path = make_trace_file(str(tmp_path / "h.sqlite"))
+    code = ("import sys, tokentrace as tt; t = tt.load(sys.argv[1]); t.tokens; "
+            "t['layer'].num_calls; print('torch' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "False"
