@@ -93,3 +93,22 @@ def test_declarative_edit_on_cuda_matches_hook(dtype):
         cache = bound(prompt, use_cache=True).past_key_values
         edited = lm(nxt, past_key_values=cache, use_cache=True).logits
     assert torch.equal(edited, reference)
+
+
+def test_op_records_on_cuda_carry_their_kernels(tmp_path):
+    """ops=True on CUDA: the ATen ops are calls inside their module calls, so the kernels they
+    launch are attributed to them (issue 16, section 1), and generate's host reads are
+    escapes named by the op that read."""
+    _native_or_skip()
+    lm = _gpt2_cuda()
+    prompt = torch.tensor([[3, 17, 42, 8, 99]], device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tt.ScalarEscapeWarning)
+        trace = tt.trace(lm.generate, prompt, input_kwargs={"max_new_tokens": 3},
+                         kernels="full", ops=True, out=tmp_path / "ops.sqlite")
+    assert trace.kernels_recorded, trace.kernels_status
+    decode = {t.name: t for t in trace.top_ops(token=2, n=100)}
+    assert decode["aten::addmm"].kernels > 0 and decode["aten::addmm"].gpu_ms > 0, decode
+    fc_ops = [op for op in trace["transformer.h.1.mlp.c_fc:2"].ops if op.name == "aten::addmm"]
+    assert fc_ops and fc_ops[0].shape == [1, 128]
+    assert not trace.losses

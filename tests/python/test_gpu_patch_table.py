@@ -147,3 +147,21 @@ def test_a_python_hook_captured_in_a_graph_cannot_select_the_step():
     # the edit is baked into the graph and every replay applies it, not just step 3.
     for s in range(5):
         assert torch.allclose(graphed[s], 2 * clean[s], atol=1e-5), s
+
+
+def test_cuda_graph_replays_a_token_3_input_edit_at_step_3():
+    """An edit of a call's input (issue 18) runs from the device table like an output edit, so
+    a captured decoding step applies it on the right replay. lm_head has no bias: doubling its
+    input doubles the logits."""
+    lm = _llama()
+    spec = tt.when("lm_head", tt.scale(2.0), calls=tt.token(3), input="input")
+    clean = _decode_steps(lm, _eager)
+    bound = spec.bind(lm)
+    with bound.installed():
+        graphed = _decode_steps(lm, lambda step, pos, n, rewind: _graphed(
+            step, pos, n, rewind, after_capture=bound.reset_counters))
+        report = bound.report()
+        assert report.num_fires == 1 and report.num_skips == 0
+    for s in range(5):
+        expected = 2 * clean[s] if s == 2 else clean[s]
+        assert torch.allclose(graphed[s], expected, atol=1e-5), s
