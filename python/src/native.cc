@@ -22,12 +22,14 @@
 #include <structmember.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "nvtx3/nvToolsExt.h"
+#include "store/schema.h"
 #include "tokentrace/tokentrace.h"
 
 namespace nb = nanobind;
@@ -415,6 +417,12 @@ NB_MODULE(_native, m) {
   m.doc() = "tokentrace native hooks over libtokentrace.so (see python/src/native.cc)";
   m.attr("API_VERSION") = TOKENTRACE_API_VERSION;
   m.attr("__version__") = TOKENTRACE_VERSION;  // pyproject.toml's, through CMake
+  // The trace schema (src/store/schema.sql, embedded at build time): Python creates test
+  // files from it and reads tokens with the same SELECT as the C++ readers.
+  m.attr("SCHEMA_SQL") = tokentrace::kSchemaSql;
+  m.attr("TOKENS_SELECT_SQL") = tokentrace::kTokensSelectSql;
+  m.attr("SCHEMA_VERSION") = std::atoi(tokentrace::kSchemaVersion);
+  m.attr("OLDEST_READABLE_SCHEMA") = tokentrace::kOldestReadableSchema;
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
         nb::arg("token_range").none());
   m.def("stop", &Stop);

@@ -83,7 +83,7 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   // A reader leaves the file as it found it: no checkpoint of a killed writer's WAL on close.
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   // Only tables are read (a view in a crafted file could be made to never end); the tokens
-  // view is computed from them with our own SQL (TokensSelectSql).
+  // view is computed from them with our own SQL (kTokensSelectSql).
   Statement views;
   std::string msg;
   if (views.Prepare(db,
@@ -164,7 +164,7 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
   if (!q.Prepare(db_,
                  ("SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
                  "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
-                     std::string(TokensSelectSql()) + ")), "
+                     std::string(kTokensSelectSql) + ")), "
                  "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
                      .c_str(),
                  error)) {
@@ -183,7 +183,7 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
                  ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
-                  std::string(TokensSelectSql()) + ") ORDER BY token")
+                  std::string(kTokensSelectSql) + ") ORDER BY token")
                      .c_str(),
                  error)) {
     *error = Fail(*error);

@@ -181,7 +181,7 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
   const std::string setup = std::string(
                                 "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; "
                                 "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-4096; BEGIN;") +
-                            SchemaSql() +
+                            kSchemaSql +
                             "INSERT OR REPLACE INTO meta VALUES('schema_version','" +
                             kSchemaVersion + "'); COMMIT;";
   if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {

@@ -44,6 +44,17 @@ TEST(StoreTest, OpenFailsWithOneLineMessageWhenParentMissing) {
   EXPECT_EQ(error.find('\n'), std::string::npos);
 }
 
+TEST(StoreTest, TheFilesTokensViewIsTheReadersSelect) {
+  std::string path = TempPath("view.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  store->Close();
+  // Both come from schema.sql: the view a file carries is what the readers run themselves.
+  const std::string view = QueryText(path, "SELECT sql FROM sqlite_master WHERE name='tokens'");
+  EXPECT_EQ(view, std::string("CREATE VIEW tokens AS\n  ") + kTokensSelectSql) << view;
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM sqlite_master WHERE name='calls_site_k'"), 0);
+}
+
 TEST(StoreTest, WritesRowsWithNullsForAbsentValues) {
   std::string path = TempPath("t.sqlite"), error;
   auto store = Store::Open(path, &error);
