@@ -125,7 +125,9 @@ void tokentrace_output_current(uint32_t path_id, uint32_t dtype_id, int ndim,
 }
 
 void tokentrace_escape(int kind) {
-  recorder::Escape(0, kind == 4 ? EscapeKind::kHostRead : static_cast<EscapeKind>(kind & 3));
+  // Any other value is one of the four device escapes (the low bits), never out of range.
+  recorder::Escape(0, kind == TOKENTRACE_ESCAPE_HOST_READ ? EscapeKind::kHostRead
+                                                          : static_cast<EscapeKind>(kind & 3));
 }
 
 }  // extern "C"

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tokentrace/kinds.h" /* site and escape kinds */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,13 +29,6 @@ extern "C" {
 #else
 #define TOKENTRACE_EXPORT
 #endif
-
-/* Site kinds, as stored in sites.kind. */
-enum tokentrace_site_kind {
-  TOKENTRACE_SITE_ROOT = 0,   /* one call = one token */
-  TOKENTRACE_SITE_MODULE = 1,
-  TOKENTRACE_SITE_RANGE = 2,
-};
 
 /* NVTX conventions of the producer side (our Python hooks): ranges pushed in the NVTX domain
  * named TOKENTRACE_NVTX_DOMAIN; event attribute `category` TOKENTRACE_NVTX_CATEGORY_ROOT marks

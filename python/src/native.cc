@@ -423,6 +423,22 @@ NB_MODULE(_native, m) {
   m.attr("TOKENS_SELECT_SQL") = tokentrace::kTokensSelectSql;
   m.attr("SCHEMA_VERSION") = std::atoi(tokentrace::kSchemaVersion);
   m.attr("OLDEST_READABLE_SCHEMA") = tokentrace::kOldestReadableSchema;
+  // Site, escape and loss kinds (include/tokentrace/kinds.h) as {name: code}.
+  nb::dict site_kinds, escape_kinds, loss_kinds;
+#define TT_KIND_ITEM_(dict) [&](const char* text, int value) { dict[text] = value; }
+#define TT_SITE_(name, value, text) TT_KIND_ITEM_(site_kinds)(text, value);
+#define TT_ESCAPE_(name, value, text) TT_KIND_ITEM_(escape_kinds)(text, value);
+#define TT_LOSS_(name, value, text) TT_KIND_ITEM_(loss_kinds)(text, value);
+  TOKENTRACE_SITE_KINDS(TT_SITE_)
+  TOKENTRACE_ESCAPE_KINDS(TT_ESCAPE_)
+  TOKENTRACE_LOSS_KINDS(TT_LOSS_)
+#undef TT_SITE_
+#undef TT_ESCAPE_
+#undef TT_LOSS_
+#undef TT_KIND_ITEM_
+  m.attr("SITE_KINDS") = site_kinds;
+  m.attr("ESCAPE_KINDS") = escape_kinds;
+  m.attr("LOSS_KINDS") = loss_kinds;
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
         nb::arg("token_range").none());
   m.def("stop", &Stop);
@@ -442,7 +458,7 @@ NB_MODULE(_native, m) {
     tokentrace_current(&call_id, &k, &token);
     return std::make_tuple(call_id, k, token);
   });
-  m.def("escape", [](int kind) { tokentrace_escape(kind); }, nb::arg("kind") = 4);
+  m.def("escape", [](int kind) { tokentrace_escape(kind); }, nb::arg("kind") = static_cast<int>(TOKENTRACE_ESCAPE_HOST_READ));
   m.def("set_tensor_type", [](nb::handle type) {
     if (!PyType_Check(type.ptr())) throw nb::type_error("set_tensor_type takes torch.Tensor");
     Py_INCREF(type.ptr());

@@ -31,7 +31,6 @@ from torch.nn import DataParallel
 
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
-from ._backend import KIND_MODULE, KIND_ROOT
 
 _MISSING = object()
 
@@ -76,7 +75,7 @@ class HookSet:
         try:
             for name in self.hooked:
                 mod = names[name]
-                kind = KIND_ROOT if name == ROOT else KIND_MODULE
+                kind = self.backend.site_kind("root" if name == ROOT else "module")
                 sid = self.backend.site(name, kind)
                 self.site_ids[name] = sid
                 saver = self._saver(name) if name in self.saved and self.sink is not None else None

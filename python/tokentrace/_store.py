@@ -45,6 +45,10 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
     Safe while the shim still writes the file (SQLite locking; we wait up to the busy
     timeout).
     """
+    unknown = set(losses or {}) - set(schema().LOSS_KINDS)
+    if unknown:  # the kinds are include/tokentrace/kinds.h's; a new one is added there
+        raise ValueError(f"unknown loss kinds {sorted(unknown)}; known: "
+                         f"{sorted(schema().LOSS_KINDS)}")
     con = connect(path)
     con.isolation_level = None  # explicit BEGIN/COMMIT: the tables and rows in one transaction
     try:

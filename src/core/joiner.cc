@@ -54,7 +54,7 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       const int64_t end = ToNs(e.ticks);
       size_t index = static_cast<size_t>(stack.rend() - it) - 1;
       for (size_t i = stack.size(); i-- > index + 1;) {
-        out->losses["unclosed_range"] += 1;
+        out->losses[LossKindName(TOKENTRACE_LOSS_UNCLOSED_RANGE)] += 1;
         stack[i].cpu_end_ns = end;
         out->calls.push_back(stack[i]);
         written_open_.erase(stack[i].id);
@@ -111,7 +111,7 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       }
       if (ndim > kept) {
         row.shape += ", null";  // JSON: more dims than the record holds
-        out->losses["output_dims_truncated"] += 1;
+        out->losses[LossKindName(TOKENTRACE_LOSS_OUTPUT_DIMS_TRUNCATED)] += 1;
       }
       row.shape += "]";
       out->outputs.push_back(std::move(row));
@@ -197,7 +197,7 @@ bool Joiner::TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out) {
     if (node != node_calls_.end()) {
       call_id = node->second.call_id;
     } else {
-      out->losses["unknown_graph_node"] += 1;
+      out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE)] += 1;
     }
   }
   if (!c.graph) correlations_.erase(it);
@@ -209,7 +209,7 @@ void Joiner::OnActivity(const GpuActivity& a, Batch* out) {
   if (mode_.kind == KernelMode::kOff) return;
   ++delivered_;
   if (!a.timed) {  // its zero times would corrupt the call's GPU span and busy time
-    out->losses["gpu_time_missing"] += 1;
+    out->losses[LossKindName(TOKENTRACE_LOSS_GPU_TIME_MISSING)] += 1;
     return;
   }
   const uint32_t name_id = InternName(a, out);
@@ -230,7 +230,7 @@ void Joiner::EndDrain(Batch* out) {
   for (Pending& p : pending_) {
     if (TryAttribute(p.activity, p.name_id, out)) continue;
     if (epoch_ - p.epoch >= kPendingDrains) {
-      out->losses["unknown_correlation"] += 1;
+      out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION)] += 1;
       Attribute(p.activity, p.name_id, 0, 0, out);
     } else {
       still.push_back(p);
@@ -261,14 +261,14 @@ void Joiner::EndDrain(Batch* out) {
 void Joiner::Finish(int64_t now_ns, Batch* out) {
   for (Pending& p : pending_) {
     if (TryAttribute(p.activity, p.name_id, out)) continue;
-    out->losses["unknown_correlation"] += 1;
+    out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION)] += 1;
     Attribute(p.activity, p.name_id, 0, 0, out);
   }
   pending_.clear();
   EmitSummaries(out);
   for (auto& [thread, stack] : stacks_) {
     for (CallRow& row : stack) {
-      out->losses["unclosed_range"] += 1;
+      out->losses[LossKindName(TOKENTRACE_LOSS_UNCLOSED_RANGE)] += 1;
       row.cpu_end_ns = -1;
       out->calls.push_back(row);
     }

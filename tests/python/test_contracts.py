@@ -1,8 +1,12 @@
 """The facts C++ and Python share come from one place, through the extension: the trace schema
-(src/store/schema.sql) and its version. Python keeps no copy of them."""
+(src/store/schema.sql) and its version, and the site, escape and loss kinds
+(include/tokentrace/kinds.h). Python keeps no copy of them."""
 
 import os
+import re
 import sqlite3
+
+import pytest
 
 from tokentrace import _loader, _store
 from tt_testutil import ROOT
@@ -30,3 +34,39 @@ def test_a_hand_made_file_matches_the_shims(tmp_path):
     assert objects["calls_by_token"] == "index" and "calls_site_k" not in objects
     assert objects["tokens"] == "view"
     assert {"saved_outputs", "escape_sites", "call_inputs"} <= set(objects)
+
+
+def test_kinds_come_from_the_header():
+    with open(os.path.join(ROOT, "include", "tokentrace", "kinds.h")) as f:
+        header = f.read()
+
+    def listed(prefix):
+        return {name: int(value) for value, name in
+                re.findall(r'X\(TOKENTRACE_%s_\w+, (\d+), "(\w+)"\)' % prefix, header)}
+    assert native.SITE_KINDS == listed("SITE") == {"root": 0, "module": 1, "range": 2}
+    assert native.ESCAPE_KINDS == listed("ESCAPE") and native.ESCAPE_KINDS["host_read"] == 4
+    assert native.LOSS_KINDS == listed("LOSS")
+    assert {"buffer_full", "save_failed", "inputs_failed"} <= set(native.LOSS_KINDS)
+
+
+def test_every_loss_kind_is_documented():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    section = readme[readme.index("A **loss** is"):readme.index("The file is plain SQLite")]
+    documented = set(re.findall(r"`(\w+)`", section))
+    for name in ("calls", "kernels", "escapes", "outputs"):  # "write_failed_calls`, `_kernels"
+        documented.add("write_failed_" + name)
+    assert set(native.LOSS_KINDS) <= documented
+
+
+def test_the_python_layer_writes_only_known_loss_kinds(tmp_path):
+    path = str(tmp_path / "t.sqlite")
+    con = sqlite3.connect(path)
+    _store.write_schema(con)
+    con.close()
+    with pytest.raises(ValueError, match="unknown loss kinds"):
+        _store.write_python_rows(path, losses={"saved_failed": 1})
+    _store.write_python_rows(path, losses={"save_failed": 2})
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT count FROM losses WHERE kind = 'save_failed'").fetchone() == (2,)
+    con.close()
