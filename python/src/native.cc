@@ -4,7 +4,7 @@
 // hooked module gets a ForwardWrapper as its instance attribute `forward`: torch then calls
 // modules through the fast path of Module.__call__ (no hooks to run) and the wrapper, in C,
 // opens the call (an NVTX push in the "tokentrace" domain with the site's registered string,
-// its category — root = token, module — and the call number k as payload), runs the original
+// its category — root = token, module; the shim numbers the calls), runs the original
 // forward, records the output's first tensor (shape, dtype, path inside the container)
 // against the shim's current call id, and pops. Modules whose forward cannot be replaced get
 // the same calls from a PreHook/PostHook pair. NVTX reaches libtokentrace.so through NVTX
@@ -41,7 +41,6 @@ constexpr int kMaxDepth = 4;  // same as python/tokentrace/_outputs.py
 struct SiteInfo {
   nvtxStringHandle_t name = nullptr;
   uint32_t category = TOKENTRACE_NVTX_CATEGORY_MODULE;
-  uint64_t calls = 0;  // k of the latest call (payload); reset at start()
 };
 
 // GIL-guarded state.
@@ -159,8 +158,6 @@ void OpenCall(uint32_t site) {
   attr.category = info.category;
   attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
   attr.message.registered = info.name;
-  attr.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
-  attr.payload.ullValue = ++info.calls;
   nvtxDomainRangePushEx(Domain(), &attr);
   t_open.push_back(site);
 }
@@ -397,7 +394,6 @@ void Start(std::optional<std::string> out_path, std::optional<std::string> kerne
     rc = tokentrace_start(&options, err, sizeof(err));
   }
   if (rc != 0) throw std::runtime_error(err[0] ? err : "tokentrace: start failed");
-  for (SiteInfo& s : g_sites) s.calls = 0;
 }
 
 void Stop() {
@@ -464,7 +460,6 @@ NB_MODULE(_native, m) {
     Py_INCREF(type.ptr());
     g_tensor_type = reinterpret_cast<PyTypeObject*>(type.ptr());
   });
-  m.def("open_depth", [] { return t_open.size(); });
   g_wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_wrapper_spec));
   if (g_wrapper_type == nullptr) throw nb::python_error();
   m.def("wrap_forward", &MakeWrapper, nb::arg("site"), nb::arg("name"), nb::arg("kind"),

@@ -75,12 +75,6 @@ class NativeBackend:
     def site(self, name, kind):
         return self._n.site(name, kind)
 
-    def push(self, site_id):
-        self._n.push(site_id)
-
-    def pop(self):
-        self._n.pop()
-
     def current(self):
         return self._n.current()
 

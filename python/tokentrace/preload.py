@@ -64,11 +64,6 @@ def _first_call(module, args):
     return None
 
 
-def _expand(pattern):
-    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
-    return pattern.replace("%p", str(os.getpid())).replace("%r", rank)
-
-
 def _select(env, names, default_all):
     text = os.environ.get(env, "").strip()
     if not text:

@@ -116,9 +116,6 @@ std::optional<Config> ConfigFromEnvironment(std::string* error) {
     if (!ValidateTokenRange(v, "TOKENTRACE_TOKEN_RANGE", error)) return std::nullopt;
     config.token_range = v;
   }
-  if (const char* v = Env("TOKENTRACE_SITES")) config.sites = v;
-  if (const char* v = Env("TOKENTRACE_SAVE")) config.save = v;
-  if (const char* v = Env("TOKENTRACE_PATCHES")) config.patches = v;
   if (const char* v = Env("TOKENTRACE_CUPTI")) config.cupti_path = v;
   if (const char* v = Env("TOKENTRACE_FLUSH_MS")) {
     uint64_t n = 0;

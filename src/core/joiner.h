@@ -92,9 +92,9 @@ class Joiner {
                  Batch* out);
   bool TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out);
   void EmitSummaries(Batch* out);
-  uint32_t NextK(uint32_t site_id);
+  uint32_t NextK(uint32_t site_id);  // numbers calls per site; notes first-seen sites
   CallRow OpenCall(uint32_t thread, const Event& push_or_mark);  // the row, not yet closed
-  const std::string& Text(uint32_t text_id);  // interned path/dtype strings, cached  // numbers calls per site; notes first-seen sites
+  const std::string& Text(uint32_t text_id);  // interned path/dtype strings, cached
 
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);

@@ -328,7 +328,6 @@ CurrentCall Current() {
   return c;
 }
 
-uint32_t CurrentToken() { return g_token.load(std::memory_order_relaxed); }
 
 void BeginSession(uint32_t ring_capacity) {
   g_ring_capacity.store(ring_capacity, std::memory_order_relaxed);

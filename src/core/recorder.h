@@ -74,10 +74,7 @@ struct CurrentCall {
 };
 CurrentCall Current();
 
-// The latest token number handed out in this process (0 before the first token).
-uint32_t CurrentToken();
-
-// ---- Session control (core/session.cc); not for the hot path ----
+// ---- Session control (preload/session.cc); not for the hot path ----
 // Starts recording with fresh counters (call ids, per-site k, tokens) and a new generation.
 void BeginSession(uint32_t ring_capacity);
 // Stops recording; events already in rings stay there for the final drain.

@@ -139,11 +139,6 @@ SiteRow Row(uint32_t id) {
   return row;
 }
 
-void Snapshot(uint32_t from, std::vector<SiteRow>* out) {
-  uint32_t n = Count();
-  for (uint32_t id = from; id < n; ++id) out->push_back(Row(id));
-}
-
 uint64_t TakeOverflows() { return R().overflows.exchange(0, std::memory_order_relaxed); }
 
 }  // namespace tokentrace::sites

@@ -32,8 +32,8 @@
 //               the capture's: their clone events carry the owner (IsGraphInstantiate)
 //  any      anything else                                                               none
 //
-// Driver callbacks made from inside a traced runtime call are ignored by the subscriber
-// (subscriber.cc), so a cudaMemcpy does not also count as the cuMemcpy it makes.
+// Driver callbacks made from inside a traced runtime call are ignored by the dispatcher
+// (callback_dispatch.cc), so a cudaMemcpy does not also count as the cuMemcpy it makes.
 #pragma once
 
 #include <cupti.h>

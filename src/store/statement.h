@@ -26,10 +26,6 @@ class Statement {
     }
     return true;
   }
-  void Finalize() {
-    sqlite3_finalize(stmt_);
-    stmt_ = nullptr;
-  }
 
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
