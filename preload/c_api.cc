@@ -26,17 +26,20 @@ extern "C" {
 
 int tokentrace_start(const tokentrace_options* options, char* err, size_t err_len) {
   try {
-    if (options != nullptr &&
-        (options->struct_size < sizeof(tokentrace_options) || options->api_version != TOKENTRACE_API_VERSION)) {
-      return Fail("tokentrace: tokentrace_start: options struct_size/api_version mismatch (built against API " +
-                      std::to_string(TOKENTRACE_API_VERSION) + ")",
-                  err, err_len);
+    if (options != nullptr && (options->struct_size < sizeof(tokentrace_options) ||
+                               options->api_version != TOKENTRACE_API_VERSION)) {
+      return Fail(
+          "tokentrace: tokentrace_start: options struct_size/api_version mismatch (built against "
+          "API " +
+              std::to_string(TOKENTRACE_API_VERSION) + ")",
+          err, err_len);
     }
     std::string error;
     auto config = ConfigFromEnvironment(&error);
     if (!config) return Fail("tokentrace: " + error, err, err_len);
     if (options != nullptr) {
-      if (options->out_path != nullptr && *options->out_path != '\0') config->out_path = options->out_path;
+      if (options->out_path != nullptr && *options->out_path != '\0')
+        config->out_path = options->out_path;
       if (options->kernels != nullptr && *options->kernels != '\0') {
         auto mode = ParseKernelMode(options->kernels, "kernels", &error);
         if (!mode) return Fail("tokentrace: " + error, err, err_len);

@@ -38,10 +38,10 @@ extern "C" {
 #define TOKENTRACE_NVTX_CATEGORY_ROOT 2
 
 typedef struct tokentrace_options {
-  uint32_t struct_size; /* sizeof(tokentrace_options) */
-  uint32_t api_version; /* TOKENTRACE_API_VERSION */
-  const char* out_path; /* NULL: TOKENTRACE_OUT, else "tokentrace-%p.sqlite" */
-  const char* kernels;  /* NULL: TOKENTRACE_KERNELS, else "summary" */
+  uint32_t struct_size;    /* sizeof(tokentrace_options) */
+  uint32_t api_version;    /* TOKENTRACE_API_VERSION */
+  const char* out_path;    /* NULL: TOKENTRACE_OUT, else "tokentrace-%p.sqlite" */
+  const char* kernels;     /* NULL: TOKENTRACE_KERNELS, else "summary" */
   const char* token_range; /* NULL: TOKENTRACE_TOKEN_RANGE, else none */
 } tokentrace_options;
 

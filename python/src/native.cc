@@ -46,9 +46,9 @@ struct SiteInfo {
 // GIL-guarded state.
 std::vector<SiteInfo> g_sites;  // indexed by the shim's site id
 PyTypeObject* g_tensor_type = nullptr;
-std::unordered_map<PyObject*, uint32_t> g_dtype_ids;       // torch dtypes are singletons
+std::unordered_map<PyObject*, uint32_t> g_dtype_ids;  // torch dtypes are singletons
 std::unordered_map<std::string, uint32_t> g_path_ids;
-thread_local std::vector<uint32_t> t_open;                 // sites this thread opened
+thread_local std::vector<uint32_t> t_open;  // sites this thread opened
 
 nvtxDomainHandle_t Domain() {
   static nvtxDomainHandle_t domain = nvtxDomainCreateA(TOKENTRACE_NVTX_DOMAIN);
@@ -132,7 +132,7 @@ void RecordOutput(PyObject* output) {
   PyObject* dtype = PyObject_GetAttr(tensor, kDtype);
   PyObject* shape = dtype != nullptr ? PyObject_GetAttr(tensor, kShape) : nullptr;
   if (shape != nullptr && PyTuple_Check(shape)) {  // torch.Size is a tuple
-    int64_t dims[10];  // tokentrace_output_current reads at most 10
+    int64_t dims[10];                              // tokentrace_output_current reads at most 10
     const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     for (Py_ssize_t i = 0; i < ndim && i < 10; ++i) {
       dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
@@ -212,14 +212,13 @@ class PostHook {
 // are the original forward's, and __wrapped__ is the original, so inspect.signature (which
 // transformers uses on model.forward) sees the real signature.
 struct ForwardWrapper {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* forward;    // the original (bound) forward; owned
   PyObject* on_output;  // callable(output) for saved sites, or nullptr; owned
   PyObject* on_input;   // callable(*args, **kwargs) for sites whose inputs are recorded; owned
   uint32_t site;
   int record;
-  int enabled;          // 0: a plain pass-through (removed while someone wrapped over us)
+  int enabled;  // 0: a plain pass-through (removed while someone wrapped over us)
   uint64_t output_errors;
   uint64_t input_errors;
 };
@@ -343,20 +342,19 @@ PyMemberDef g_wrapper_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(ForwardWrapper, vectorcall), READONLY, nullptr},
     {nullptr, 0, 0, 0, nullptr}};
 
-PyType_Slot g_wrapper_slots[] = {
-    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(WrapperDealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(WrapperTraverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(WrapperClear)},
-    {Py_tp_getattro, reinterpret_cast<void*>(WrapperGetattro)},
-    {Py_tp_repr, reinterpret_cast<void*>(WrapperRepr)},
-    {Py_tp_methods, g_wrapper_methods},
-    {Py_tp_members, g_wrapper_members},
-    {0, nullptr}};
+PyType_Slot g_wrapper_slots[] = {{Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+                                 {Py_tp_dealloc, reinterpret_cast<void*>(WrapperDealloc)},
+                                 {Py_tp_traverse, reinterpret_cast<void*>(WrapperTraverse)},
+                                 {Py_tp_clear, reinterpret_cast<void*>(WrapperClear)},
+                                 {Py_tp_getattro, reinterpret_cast<void*>(WrapperGetattro)},
+                                 {Py_tp_repr, reinterpret_cast<void*>(WrapperRepr)},
+                                 {Py_tp_methods, g_wrapper_methods},
+                                 {Py_tp_members, g_wrapper_members},
+                                 {0, nullptr}};
 
-PyType_Spec g_wrapper_spec = {
-    "tokentrace._native.ForwardWrapper", sizeof(ForwardWrapper), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL, g_wrapper_slots};
+PyType_Spec g_wrapper_spec = {"tokentrace._native.ForwardWrapper", sizeof(ForwardWrapper), 0,
+                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+                              g_wrapper_slots};
 
 PyTypeObject* g_wrapper_type = nullptr;  // made from g_wrapper_spec at import
 
@@ -406,7 +404,6 @@ void Stop() {
   if (rc != 0) throw std::runtime_error(err[0] ? err : "tokentrace: stop failed");
 }
 
-
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -445,7 +442,8 @@ NB_MODULE(_native, m) {
   m.def("active", [] { return tokentrace_active() != 0; });
   m.def("out_path", [] { return std::string(tokentrace_out_path()); });
   m.def("kernels_status", [] { return std::string(tokentrace_kernels_status()); });
-  m.def("site", [](const std::string& name, int kind) { return tokentrace_site(name.c_str(), kind); });
+  m.def("site",
+        [](const std::string& name, int kind) { return tokentrace_site(name.c_str(), kind); });
   m.def("push", [](uint32_t site) { tokentrace_push(site); });
   m.def("pop", [] { tokentrace_pop(); });
   m.def("current", [] {
@@ -454,7 +452,9 @@ NB_MODULE(_native, m) {
     tokentrace_current(&call_id, &k, &token);
     return std::make_tuple(call_id, k, token);
   });
-  m.def("escape", [](int kind) { tokentrace_escape(kind); }, nb::arg("kind") = static_cast<int>(TOKENTRACE_ESCAPE_HOST_READ));
+  m.def(
+      "escape", [](int kind) { tokentrace_escape(kind); },
+      nb::arg("kind") = static_cast<int>(TOKENTRACE_ESCAPE_HOST_READ));
   m.def("set_tensor_type", [](nb::handle type) {
     if (!PyType_Check(type.ptr())) throw nb::type_error("set_tensor_type takes torch.Tensor");
     Py_INCREF(type.ptr());

@@ -12,7 +12,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: tokentrace <command> [options]\n"
     "\n"
-    "tokentrace " TOKENTRACE_VERSION "\n"
+    "tokentrace " TOKENTRACE_VERSION
+    "\n"
     "Per-token traces of a PyTorch job: module calls (NVTX ranges) joined with the GPU\n"
     "kernels they launched, stored in one SQLite file.\n"
     "\n"

@@ -96,8 +96,8 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       const uint32_t ndim = (e.k >> 24) & 0x7f;
       const bool narrow = (e.k & 0x80000000u) != 0;
       const uint32_t words[recorder::kMaxWideOutputDims] = {
-          static_cast<uint32_t>(e.a), static_cast<uint32_t>(e.a >> 32),
-          static_cast<uint32_t>(e.b), static_cast<uint32_t>(e.b >> 32), e.token};
+          static_cast<uint32_t>(e.a), static_cast<uint32_t>(e.a >> 32), static_cast<uint32_t>(e.b),
+          static_cast<uint32_t>(e.b >> 32), e.token};
       OutputRow row;
       row.call_id = e.call_id;
       row.path = Text(e.site_id);
@@ -144,10 +144,18 @@ uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
     name = "[memset]";
   } else {
     switch (a.copy_kind) {
-      case 1: name = "[memcpy HtoD]"; break;
-      case 2: name = "[memcpy DtoH]"; break;
-      case 8: name = "[memcpy DtoD]"; break;
-      default: name = "[memcpy]"; break;
+      case 1:
+        name = "[memcpy HtoD]";
+        break;
+      case 2:
+        name = "[memcpy DtoH]";
+        break;
+      case 8:
+        name = "[memcpy DtoD]";
+        break;
+      default:
+        name = "[memcpy]";
+        break;
     }
   }
   auto [it, inserted] = names_.emplace(name, static_cast<uint32_t>(names_.size() + 1));
@@ -155,8 +163,8 @@ uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
   return it->second;
 }
 
-void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id,
-                       uint32_t token, Batch* out) {
+void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id, uint32_t token,
+                       Batch* out) {
   if (mode_.FullRowsFor(token)) {
     KernelRow row;
     row.call_id = call_id;

@@ -99,7 +99,7 @@ class Joiner {
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);
   uint32_t epoch_ = 0;
-  uint64_t delivered_ = 0;  // GPU records seen by OnActivity
+  uint64_t delivered_ = 0;                                     // GPU records seen by OnActivity
   std::unordered_map<uint32_t, std::vector<CallRow>> stacks_;  // per thread
   // Open token calls already written open (cpu_end NULL), so a job killed mid-token leaves a
   // token that reads as unfinished; the row is replaced when the call closes.
@@ -109,7 +109,7 @@ class Joiner {
   std::vector<Pending> pending_;
   std::unordered_map<std::string, uint32_t> names_;
   std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
-  std::vector<uint32_t> site_calls_;  // calls seen so far, by site id
+  std::vector<uint32_t> site_calls_;                      // calls seen so far, by site id
   std::vector<uint32_t> new_sites_;
   std::unordered_map<uint32_t, std::string> texts_;
 };

@@ -56,8 +56,7 @@ void GraphCloned(uint32_t original_graph_id, uint32_t clone_graph_id);
 // call costs no allocation.
 constexpr int kMaxWideOutputDims = 5;
 constexpr int kMaxOutputDims = 10;
-void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
-            const int64_t* shape);
+void Output(uint64_t call_id, const char* path, const char* dtype, int ndim, const int64_t* shape);
 // The same for the innermost open call on this thread, with the path and dtype already
 // interned (sites::Intern(..., SiteKind::kText)): the Python hooks' per-call path, which
 // costs no string work. Nothing is recorded when no call is open.

@@ -3,7 +3,8 @@
 namespace tokentrace {
 
 #define TT_KIND_CASE_(name, value, text) \
-  case name: return text;
+  case name:                             \
+    return text;
 
 const char* SiteKindName(SiteKind kind) {
   if (kind == SiteKind::kText) return "text";
@@ -13,9 +14,12 @@ const char* SiteKindName(SiteKind kind) {
 
 const char* GpuOpKindName(GpuOpKind kind) {
   switch (kind) {
-    case GpuOpKind::kKernel: return "kernel";
-    case GpuOpKind::kMemcpy: return "memcpy";
-    case GpuOpKind::kMemset: return "memset";
+    case GpuOpKind::kKernel:
+      return "kernel";
+    case GpuOpKind::kMemcpy:
+      return "memcpy";
+    case GpuOpKind::kMemset:
+      return "memset";
   }
   return "kernel";
 }

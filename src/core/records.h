@@ -139,7 +139,7 @@ struct Batch {
   std::vector<CallGpuDelta> call_gpu;
   std::vector<EscapeRow> escapes;
   std::vector<OutputRow> outputs;
-  std::map<std::string, int64_t> losses;  // kind -> count to add
+  std::map<std::string, int64_t> losses;                  // kind -> count to add
   std::vector<std::pair<std::string, std::string>> meta;  // upserted
 
   bool empty() const {

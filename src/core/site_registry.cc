@@ -57,7 +57,6 @@ bool ComputeIsToken(Registry& r, uint32_t id) {
   return r.token_regex->FullMatch(r.names[id], r.lengths[id]);
 }
 
-
 // Probes for (name, kind). Lock-free: a published slot never changes, so a match is final.
 // Returns the id, or kNotFound with *empty_slot set to the first empty slot of the chain.
 constexpr uint32_t kNotFound = ~0u;

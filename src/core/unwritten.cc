@@ -17,8 +17,10 @@ void Unwritten::Add(Batch&& failed) {
   const std::pair<const char*, int64_t> rows[] = {
       {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_CALLS), static_cast<int64_t>(failed.calls.size())},
       {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS), kernels},
-      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES), static_cast<int64_t>(failed.escapes.size())},
-      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS), static_cast<int64_t>(failed.outputs.size())}};
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES),
+       static_cast<int64_t>(failed.escapes.size())},
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS),
+       static_cast<int64_t>(failed.outputs.size())}};
   for (const auto& [kind, n] : rows) {
     if (n > 0) kept_.losses[kind] += n;
   }

@@ -8,10 +8,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "nvtx3/nvToolsExt.h"
-
 #include "core/recorder.h"
 #include "core/site_registry.h"
+#include "nvtx3/nvToolsExt.h"
 #include "tokentrace/tokentrace.h"
 
 // Handler map (NVTX callback id -> what we do):

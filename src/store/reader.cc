@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -163,9 +163,10 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
                  ("SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
-                 "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
-                     std::string(kTokensSelectSql) + ")), "
-                 "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
+                  "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
+                  std::string(kTokensSelectSql) +
+                  ")), "
+                  "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
                      .c_str(),
                  error)) {
     *error = Fail(*error);
@@ -293,8 +294,7 @@ bool Reader::ForEachCall(uint32_t first, uint32_t last,
 }
 
 bool Reader::ForEachKernel(uint32_t first, uint32_t last,
-                           const std::function<void(const KernelEvent&)>& fn,
-                           std::string* error) {
+                           const std::function<void(const KernelEvent&)>& fn, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
                  "SELECT k.kind, k.token, k.device, k.stream, k.gpu_begin_ns, k.gpu_end_ns, "

@@ -55,7 +55,8 @@ TEST(SiteRegistryTest, TokenRangeIsSafeOnHugeNamesAndPathologicalPatterns) {
   EXPECT_TRUE(sites::IsToken(sites::Intern(huge.c_str(), SiteKind::kRange)));
   sites::SetTokenRange("(a+)+b");
   EXPECT_FALSE(sites::IsToken(sites::Intern(std::string(40, 'a').c_str(), SiteKind::kRange)));
-  EXPECT_TRUE(sites::IsToken(sites::Intern((std::string(40, 'a') + "b").c_str(), SiteKind::kRange)));
+  EXPECT_TRUE(
+      sites::IsToken(sites::Intern((std::string(40, 'a') + "b").c_str(), SiteKind::kRange)));
   sites::SetTokenRange("");
 }
 

@@ -28,8 +28,8 @@ Batch TwoTokens() {
     int64_t base = t * 1000000;
     b.calls.push_back({100u * t, 1, t, t, 0, 0, base, base + 500000});
     b.calls.push_back({100u * t + 1, 2, t, t, 100u * t, 0, base + 1000, base + 9000});
-    b.kernels.push_back({100u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 2000,
-                         base + 3000, 10u * t, 0, 0});
+    b.kernels.push_back(
+        {100u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 2000, base + 3000, 10u * t, 0, 0});
     b.call_gpu.push_back({100u * t + 1, t, 1, 1000, base + 2000, base + 3000});
   }
   return b;
@@ -132,8 +132,7 @@ TEST(StoreTest, TokensViewJoinsRootCallsWithStatsAndEscapes) {
   EXPECT_EQ(QueryInt(path, "SELECT escapes FROM tokens WHERE token=2"), 2);
   EXPECT_EQ(QueryInt(path, "SELECT escapes FROM tokens WHERE token=1"), 0);
   EXPECT_EQ(QueryInt(path, "SELECT kernels FROM tokens WHERE token=3"), 0);
-  EXPECT_EQ(QueryInt(path, "SELECT cpu_end_ns - cpu_begin_ns FROM tokens WHERE token=2"),
-            500000);
+  EXPECT_EQ(QueryInt(path, "SELECT cpu_end_ns - cpu_begin_ns FROM tokens WHERE token=2"), 500000);
   EXPECT_EQ(QueryText(path, "SELECT kind FROM escapes LIMIT 1"), "memcpy_dtoh_sync");
 }
 
@@ -150,8 +149,7 @@ TEST(StoreTest, LossesAddAndMetaIsUpserted) {
   store->Close();
   EXPECT_EQ(QueryInt(path, "SELECT count FROM losses WHERE kind='ring_overflow'"), 7);
   EXPECT_EQ(QueryInt(path, "SELECT count FROM losses WHERE kind='cupti_dropped'"), 1);
-  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernels_status'"),
-            "off: no driver");
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernels_status'"), "off: no driver");
 }
 
 TEST(StoreTest, OpenTruncatesAPreviousFile) {
