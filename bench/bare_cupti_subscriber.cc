@@ -4,8 +4,8 @@
 // It enables exactly the CUPTI features tokentrace enables (src/cupti/subscriber.cc): the
 // same runtime/driver callback ids (the table kTracedCallbacks is compiled in from
 // src/cupti/callback_classify.cc), the graph-node resource callbacks, and CONCURRENT_KERNEL +
-// MEMCPY + MEMSET activity with buffers of BufferPool's size. The callback does nothing and completed
-// buffers are handed back without being read: what remains is CUPTI's own cost. Comparing
+// MEMCPY + MEMSET activity with buffers of BufferPool's size. The callback does nothing and
+// completed buffers are handed back without being read: what remains is CUPTI's own cost. Comparing
 // tokentrace with this isolates tokentrace's bookkeeping.
 //
 // This is a benchmark tool, not part of libtokentrace, so it includes cupti.h itself (the
@@ -40,10 +40,10 @@ constexpr size_t kBufferBytes = tokentrace::cupti::BufferPool::kBufferBytes;
 
 void* OpenCupti() {
   if (const char* p = getenv("BARE_CUPTI_PATH")) return dlopen(p, RTLD_NOW | RTLD_LOCAL);
-  for (const char* name : {"libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
-                           "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
-                           "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13",
-                           "libcupti.so"}) {
+  for (const char* name :
+       {"libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
+        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+        "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13", "libcupti.so"}) {
     void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (h != nullptr) return h;
   }
@@ -64,8 +64,7 @@ void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_reco
   *max_records = 0;
 }
 
-void CUPTIAPI OnBufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
-                                size_t) {
+void CUPTIAPI OnBufferCompleted(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t) {
   size_t dropped = 0;
   if (g_api.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) {
     g_dropped.fetch_add(dropped);
@@ -109,8 +108,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
                          tokentrace::cupti::kResourceCallbacks[i]);
   }
   g_api.ActivityRegisterCallbacks(&OnBufferRequested, &OnBufferCompleted);
-  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                  CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                  CUPTI_ACTIVITY_KIND_MEMSET}) {
     g_api.ActivityEnable(kind);
   }
   atexit(&AtExit);

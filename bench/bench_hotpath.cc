@@ -16,8 +16,8 @@
 #include <atomic>
 #include <cstring>
 
-#include "core/clock.h"
 #include "core/buffer_registry.h"
+#include "core/clock.h"
 #include "core/recorder.h"
 #include "core/site_registry.h"
 #include "core/thread_buffer.h"
@@ -47,9 +47,9 @@ void DrainAll(benchmark::State& state) {
 
 void PerOp(benchmark::State& state, int ops_per_iteration) {
   state.SetItemsProcessed(state.iterations() * ops_per_iteration);
-  state.counters["ns_per_op"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * ops_per_iteration),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_op"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * ops_per_iteration),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_RecorderLaunch(benchmark::State& state) {

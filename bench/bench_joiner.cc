@@ -42,7 +42,8 @@ TokenInput MakeToken(uint32_t token, uint64_t* next_call, uint64_t* next_corr, u
     in.events.push_back(Make(EventKind::kPush, (*t)++, layer, root, 2 + l, token, token));
     for (int m = 0; m < kModulesPerLayer; ++m) {
       const uint64_t mod = ++*next_call;
-      in.events.push_back(Make(EventKind::kPush, (*t)++, mod, layer, 100 + l * 4 + m, token, token));
+      in.events.push_back(
+          Make(EventKind::kPush, (*t)++, mod, layer, 100 + l * 4 + m, token, token));
       for (int k = 0; k < kLaunchesPerModule; ++k) {
         const uint64_t corr = ++*next_corr;
         in.events.push_back(Make(EventKind::kLaunch, (*t)++, mod, corr, 0, 0, token));

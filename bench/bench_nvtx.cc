@@ -80,11 +80,12 @@ class Session {
     char err[512] = {};
     tokentrace_stop(err, sizeof(err));
     // What the background thread spends per recorded call (drain, join, SQLite insert).
-    if (flushes_ > 0) state_.counters["bg_us_per_1k_calls"] = flush_s_ * 1e6 / flushes_ / kBatch * 1000;
-    state_.counters["losses"] = static_cast<double>(Scalar("SELECT coalesce(sum(count),0) FROM losses"));
-    state_.counters["calls_per_pair"] =
-        static_cast<double>(Scalar("SELECT count(*) FROM calls")) /
-        static_cast<double>(state_.iterations() * kBatch);
+    if (flushes_ > 0)
+      state_.counters["bg_us_per_1k_calls"] = flush_s_ * 1e6 / flushes_ / kBatch * 1000;
+    state_.counters["losses"] =
+        static_cast<double>(Scalar("SELECT coalesce(sum(count),0) FROM losses"));
+    state_.counters["calls_per_pair"] = static_cast<double>(Scalar("SELECT count(*) FROM calls")) /
+                                        static_cast<double>(state_.iterations() * kBatch);
     unlink(path_);
     for (const char* suffix : {"-wal", "-shm"}) unlink((std::string(path_) + suffix).c_str());
 #endif
@@ -116,9 +117,9 @@ class Session {
 
 void Finish(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
-  state.counters["ns_per_pair"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * kBatch),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_pair"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * kBatch),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_NvtxRegisteredPushPop(benchmark::State& state) {

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     if (flush != nullptr) flush();
   }
   std::sort(ns.begin(), ns.end());
-  std::printf("nvtx_pair setup=%s rounds=%d pairs=%d median_ns=%.2f min_ns=%.2f\n", setup,
-              kRounds, kBatch, ns[ns.size() / 2], ns.front());
+  std::printf("nvtx_pair setup=%s rounds=%d pairs=%d median_ns=%.2f min_ns=%.2f\n", setup, kRounds,
+              kBatch, ns[ns.size() / 2], ns.front());
   return 0;
 }

@@ -27,7 +27,7 @@ def write_trace(path, tokens):
     con = _store.connect(path)
     _store.write_schema(con)
     con.executemany("INSERT OR REPLACE INTO meta VALUES (?,?)",
-                    [("schema_version", _store.SCHEMA_VERSION), ("kernel_mode", "off"),
+                    [("schema_version", _store.schema().SCHEMA_VERSION), ("kernel_mode", "off"),
                      ("kernels_status", "kernel mode off"), ("pid", "1")])
     names = ["self", "transformer.h.0", "transformer.h.0.mlp", "aten::addmm",
              "transformer.h.1", "transformer.h.1.mlp"]

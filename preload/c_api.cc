@@ -26,17 +26,20 @@ extern "C" {
 
 int tokentrace_start(const tokentrace_options* options, char* err, size_t err_len) {
   try {
-    if (options != nullptr &&
-        (options->struct_size < sizeof(tokentrace_options) || options->api_version != TOKENTRACE_API_VERSION)) {
-      return Fail("tokentrace: tokentrace_start: options struct_size/api_version mismatch (built against API " +
-                      std::to_string(TOKENTRACE_API_VERSION) + ")",
-                  err, err_len);
+    if (options != nullptr && (options->struct_size < sizeof(tokentrace_options) ||
+                               options->api_version != TOKENTRACE_API_VERSION)) {
+      return Fail(
+          "tokentrace: tokentrace_start: options struct_size/api_version mismatch (built against "
+          "API " +
+              std::to_string(TOKENTRACE_API_VERSION) + ")",
+          err, err_len);
     }
     std::string error;
     auto config = ConfigFromEnvironment(&error);
     if (!config) return Fail("tokentrace: " + error, err, err_len);
     if (options != nullptr) {
-      if (options->out_path != nullptr && *options->out_path != '\0') config->out_path = options->out_path;
+      if (options->out_path != nullptr && *options->out_path != '\0')
+        config->out_path = options->out_path;
       if (options->kernels != nullptr && *options->kernels != '\0') {
         auto mode = ParseKernelMode(options->kernels, "kernels", &error);
         if (!mode) return Fail("tokentrace: " + error, err, err_len);
@@ -126,7 +129,9 @@ void tokentrace_output_current(uint32_t path_id, uint32_t dtype_id, int ndim,
 }
 
 void tokentrace_escape(int kind) {
-  recorder::Escape(0, kind == 4 ? EscapeKind::kHostRead : static_cast<EscapeKind>(kind & 3));
+  // Any other value is one of the four device escapes (the low bits), never out of range.
+  recorder::Escape(0, kind == TOKENTRACE_ESCAPE_HOST_READ ? EscapeKind::kHostRead
+                                                          : static_cast<EscapeKind>(kind & 3));
 }
 
 }  // extern "C"

@@ -364,13 +364,13 @@ bool Session::DrainLocked(bool final, std::string* error) {
   } else {
     joiner_.EndDrain(&batch);
   }
-  if (dropped) batch.losses["buffer_full"] += static_cast<int64_t>(dropped);
-  if (uint64_t n = cupti_dropped_.exchange(0)) batch.losses["cupti_dropped"] += static_cast<int64_t>(n);
-  if (uint64_t n = cupti::TakeDeviceWaitTimeouts()) batch.losses["gpu_wait_timeout"] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeUnbalancedPops()) batch.losses["unbalanced_pop"] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeDepthOverflows()) batch.losses["depth_overflow"] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeAfterThreadExit()) batch.losses["after_thread_exit"] += static_cast<int64_t>(n);
-  if (uint64_t n = sites::TakeOverflows()) batch.losses["site_overflow"] += static_cast<int64_t>(n);
+  if (dropped) batch.losses[LossKindName(TOKENTRACE_LOSS_BUFFER_FULL)] += static_cast<int64_t>(dropped);
+  if (uint64_t n = cupti_dropped_.exchange(0)) batch.losses[LossKindName(TOKENTRACE_LOSS_CUPTI_DROPPED)] += static_cast<int64_t>(n);
+  if (uint64_t n = cupti::TakeDeviceWaitTimeouts()) batch.losses[LossKindName(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT)] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeUnbalancedPops()) batch.losses[LossKindName(TOKENTRACE_LOSS_UNBALANCED_POP)] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeDepthOverflows()) batch.losses[LossKindName(TOKENTRACE_LOSS_DEPTH_OVERFLOW)] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeAfterThreadExit()) batch.losses[LossKindName(TOKENTRACE_LOSS_AFTER_THREAD_EXIT)] += static_cast<int64_t>(n);
+  if (uint64_t n = sites::TakeOverflows()) batch.losses[LossKindName(TOKENTRACE_LOSS_SITE_OVERFLOW)] += static_cast<int64_t>(n);
   return WriteLocked(batch, error);
 }
 

@@ -16,8 +16,8 @@
 #include "core/config.h"
 #include "core/joiner.h"
 #include "core/kernels_off.h"
-#include "core/unwritten.h"
 #include "core/launch_meta.h"
+#include "core/unwritten.h"
 #include "cupti/activity_sink.h"
 #include "store/store.h"
 
@@ -78,12 +78,12 @@ class Session : public cupti::ActivitySink {
 
   mutable std::mutex path_mutex_;  // out_path_ may change once, at the first write (preload)
   std::string out_path_;
-  const std::string run_id_;       // TOKENTRACE_RUN_ID ("" when not preloaded)
+  const std::string run_id_;                           // TOKENTRACE_RUN_ID ("" when not preloaded)
   const LaunchInfo launch_ = LaunchFromEnvironment();  // rank, host, launch id (meta)
   const ClockAnchor start_anchor_ = TakeClockAnchor();
   std::unique_ptr<Store> store_;
   Joiner joiner_;
-  Unwritten unwritten_;  // what failed writes could not store (drain_mutex_)
+  Unwritten unwritten_;          // what failed writes could not store (drain_mutex_)
   uint64_t events_drained_ = 0;  // events read from the rings (drain_mutex_)
   uint64_t events_dropped_ = 0;  // events dropped on full rings (drain_mutex_)
   bool stopped_ = false;
@@ -96,7 +96,7 @@ class Session : public cupti::ActivitySink {
   std::mutex drain_mutex_;  // one drain at a time (background thread, Flush, Stop)
 
   mutable std::mutex status_mutex_;
-  std::string kernels_status_;              // the detail (meta kernels_status)
+  std::string kernels_status_;                // the detail (meta kernels_status)
   KernelsOff kernels_off_ = KernelsOff::kNo;  // its category (meta kernels_off)
 
   std::mutex activity_mutex_;  // CUPTI thread -> background thread

@@ -11,6 +11,9 @@ export BUILD_DIR
 source "$BUILD_DIR/env.sh"
 JOBS=$(nproc 2>/dev/null || echo 2)
 
+echo "== C++ format (clang-format) =="
+"$ROOT/scripts/check_format.sh"
+
 echo "== C++ tests (ctest) =="
 (cd "$BUILD_DIR" && ctest -j"$JOBS" --output-on-failure --timeout 600 "$@") 2>&1 | grep -v -E "^\s+[0-9]+ - .*\(Skipped\)$|\*\*\*Skipped"
 

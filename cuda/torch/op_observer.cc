@@ -19,8 +19,6 @@
 #include <ATen/record_function.h>
 #include <torch/library.h>
 
-#include "tokentrace/tokentrace.h"
-
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +27,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "tokentrace/tokentrace.h"
 
 namespace tokentrace::torch_ops {
 namespace {
@@ -44,7 +44,7 @@ struct CApi {
 };
 constexpr int64_t kCApiVersion = 1;  // bump with native.cc's c_api() when the list changes
 constexpr int kSiteKindOp = TOKENTRACE_SITE_OP;
-constexpr int kHostRead = 4;         // tokentrace_escape kind of a host read
+constexpr int kHostRead = 4;  // tokentrace_escape kind of a host read
 
 CApi g_api;
 bool g_host_reads = false;  // CPU model: report escape ops as host reads (no CUPTI to see them)
@@ -98,15 +98,15 @@ uint32_t DtypeId(c10::ScalarType st) {
   uint32_t& id = t_state.dtype_ids[i];
   if (id == 0) {
     std::string word = c10::toString(st);  // "Float"; the Python views use torch's names
-    const char* torch_name = st == at::kFloat ? "float32"
-                             : st == at::kHalf ? "float16"
+    const char* torch_name = st == at::kFloat      ? "float32"
+                             : st == at::kHalf     ? "float16"
                              : st == at::kBFloat16 ? "bfloat16"
-                             : st == at::kDouble ? "float64"
-                             : st == at::kLong ? "int64"
-                             : st == at::kInt ? "int32"
-                             : st == at::kBool ? "bool"
-                             : st == at::kByte ? "uint8"
-                                               : nullptr;
+                             : st == at::kDouble   ? "float64"
+                             : st == at::kLong     ? "int64"
+                             : st == at::kInt      ? "int32"
+                             : st == at::kBool     ? "bool"
+                             : st == at::kByte     ? "uint8"
+                                                   : nullptr;
     id = g_api.text(torch_name != nullptr ? torch_name : word.c_str());
   }
   return id;
@@ -150,7 +150,8 @@ void Start(c10::ArrayRef<int64_t> api, bool host_reads) {
               "tokentrace: op records are already on in this process (one trace at a time)");
   TORCH_CHECK(api.size() == 7 && api[0] == kCApiVersion,
               "tokentrace: the native extension and the torch ops library disagree on the C API "
-              "(got ", api.size(), " entries, version ", api.empty() ? -1 : api[0],
+              "(got ",
+              api.size(), " entries, version ", api.empty() ? -1 : api[0],
               ", want 7 entries, version ", kCApiVersion, "); rebuild both with scripts/setup.sh");
   for (size_t i = 1; i < api.size(); ++i) {
     TORCH_CHECK(api[i] != 0, "tokentrace: C API entry ", i, " is null");
@@ -189,7 +190,9 @@ extern "C" __attribute__((visibility("default"))) int tokentrace_op_records_stop
 
 // Added by an op: its own RecordFunction was made before the callback existed, so it is not
 // recorded.
-TORCH_LIBRARY_FRAGMENT(tokentrace, m) { m.def("op_records_start(int[] api, bool host_reads) -> ()"); }
+TORCH_LIBRARY_FRAGMENT(tokentrace, m) {
+  m.def("op_records_start(int[] api, bool host_reads) -> ()");
+}
 
 TORCH_LIBRARY_IMPL(tokentrace, CompositeExplicitAutograd, m) { m.impl("op_records_start", Start); }
 

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tokentrace/kinds.h" /* site and escape kinds */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,14 +29,6 @@ extern "C" {
 #else
 #define TOKENTRACE_EXPORT
 #endif
-
-/* Site kinds, as stored in sites.kind. */
-enum tokentrace_site_kind {
-  TOKENTRACE_SITE_ROOT = 0,   /* one call = one token */
-  TOKENTRACE_SITE_MODULE = 1,
-  TOKENTRACE_SITE_RANGE = 2,
-  TOKENTRACE_SITE_OP = 3,     /* an ATen op (op records, cuda/torch/op_observer.cc) */
-};
 
 /* NVTX conventions of the producer side (our Python hooks): ranges pushed in the NVTX domain
  * named TOKENTRACE_NVTX_DOMAIN; event attribute `category` TOKENTRACE_NVTX_CATEGORY_ROOT marks
@@ -50,10 +44,10 @@ enum tokentrace_site_kind {
 #define TOKENTRACE_OPS_BUFFER_EVENTS (1u << 19)
 
 typedef struct tokentrace_options {
-  uint32_t struct_size; /* sizeof(tokentrace_options) */
-  uint32_t api_version; /* TOKENTRACE_API_VERSION */
-  const char* out_path; /* NULL: TOKENTRACE_OUT, else "tokentrace-%p.sqlite" */
-  const char* kernels;  /* NULL: TOKENTRACE_KERNELS, else "summary" */
+  uint32_t struct_size;    /* sizeof(tokentrace_options) */
+  uint32_t api_version;    /* TOKENTRACE_API_VERSION */
+  const char* out_path;    /* NULL: TOKENTRACE_OUT, else "tokentrace-%p.sqlite" */
+  const char* kernels;     /* NULL: TOKENTRACE_KERNELS, else "summary" */
   const char* token_range; /* NULL: TOKENTRACE_TOKEN_RANGE, else none */
 } tokentrace_options;
 

@@ -4,7 +4,7 @@
 // hooked module gets a ForwardWrapper as its instance attribute `forward`: torch then calls
 // modules through the fast path of Module.__call__ (no hooks to run) and the wrapper, in C,
 // opens the call (an NVTX push in the "tokentrace" domain with the site's registered string,
-// its category — root = token, module — and the call number k as payload), runs the original
+// its category — root = token, module; the shim numbers the calls), runs the original
 // forward, records the output's first tensor (shape, dtype, path inside the container)
 // against the shim's current call id, and pops. Modules whose forward cannot be replaced get
 // the same calls from a PreHook/PostHook pair. NVTX reaches libtokentrace.so through NVTX
@@ -23,12 +23,14 @@
 #include <structmember.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "nvtx3/nvToolsExt.h"
+#include "store/schema.h"
 #include "tokentrace/tokentrace.h"
 
 namespace nb = nanobind;
@@ -40,15 +42,14 @@ constexpr int kMaxDepth = 4;  // same as python/tokentrace/_outputs.py
 struct SiteInfo {
   nvtxStringHandle_t name = nullptr;
   uint32_t category = TOKENTRACE_NVTX_CATEGORY_MODULE;
-  uint64_t calls = 0;  // k of the latest call (payload); reset at start()
 };
 
 // GIL-guarded state.
 std::vector<SiteInfo> g_sites;  // indexed by the shim's site id
 PyTypeObject* g_tensor_type = nullptr;
-std::unordered_map<PyObject*, uint32_t> g_dtype_ids;       // torch dtypes are singletons
+std::unordered_map<PyObject*, uint32_t> g_dtype_ids;  // torch dtypes are singletons
 std::unordered_map<std::string, uint32_t> g_path_ids;
-thread_local std::vector<uint32_t> t_open;                 // sites this thread opened
+thread_local std::vector<uint32_t> t_open;  // sites this thread opened
 
 nvtxDomainHandle_t Domain() {
   static nvtxDomainHandle_t domain = nvtxDomainCreateA(TOKENTRACE_NVTX_DOMAIN);
@@ -132,7 +133,7 @@ void RecordOutput(PyObject* output) {
   PyObject* dtype = PyObject_GetAttr(tensor, kDtype);
   PyObject* shape = dtype != nullptr ? PyObject_GetAttr(tensor, kShape) : nullptr;
   if (shape != nullptr && PyTuple_Check(shape)) {  // torch.Size is a tuple
-    int64_t dims[10];  // tokentrace_output_current reads at most 10
+    int64_t dims[10];                              // tokentrace_output_current reads at most 10
     const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     for (Py_ssize_t i = 0; i < ndim && i < 10; ++i) {
       dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
@@ -158,8 +159,6 @@ void OpenCall(uint32_t site) {
   attr.category = info.category;
   attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
   attr.message.registered = info.name;
-  attr.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
-  attr.payload.ullValue = ++info.calls;
   nvtxDomainRangePushEx(Domain(), &attr);
   t_open.push_back(site);
 }
@@ -214,14 +213,13 @@ class PostHook {
 // are the original forward's, and __wrapped__ is the original, so inspect.signature (which
 // transformers uses on model.forward) sees the real signature.
 struct ForwardWrapper {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* forward;    // the original (bound) forward; owned
   PyObject* on_output;  // callable(output) for saved sites, or nullptr; owned
   PyObject* on_input;   // callable(*args, **kwargs) for sites whose inputs are recorded; owned
   uint32_t site;
   int record;
-  int enabled;          // 0: a plain pass-through (removed while someone wrapped over us)
+  int enabled;  // 0: a plain pass-through (removed while someone wrapped over us)
   uint64_t output_errors;
   uint64_t input_errors;
 };
@@ -345,20 +343,19 @@ PyMemberDef g_wrapper_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(ForwardWrapper, vectorcall), READONLY, nullptr},
     {nullptr, 0, 0, 0, nullptr}};
 
-PyType_Slot g_wrapper_slots[] = {
-    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(WrapperDealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(WrapperTraverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(WrapperClear)},
-    {Py_tp_getattro, reinterpret_cast<void*>(WrapperGetattro)},
-    {Py_tp_repr, reinterpret_cast<void*>(WrapperRepr)},
-    {Py_tp_methods, g_wrapper_methods},
-    {Py_tp_members, g_wrapper_members},
-    {0, nullptr}};
+PyType_Slot g_wrapper_slots[] = {{Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+                                 {Py_tp_dealloc, reinterpret_cast<void*>(WrapperDealloc)},
+                                 {Py_tp_traverse, reinterpret_cast<void*>(WrapperTraverse)},
+                                 {Py_tp_clear, reinterpret_cast<void*>(WrapperClear)},
+                                 {Py_tp_getattro, reinterpret_cast<void*>(WrapperGetattro)},
+                                 {Py_tp_repr, reinterpret_cast<void*>(WrapperRepr)},
+                                 {Py_tp_methods, g_wrapper_methods},
+                                 {Py_tp_members, g_wrapper_members},
+                                 {0, nullptr}};
 
-PyType_Spec g_wrapper_spec = {
-    "tokentrace._native.ForwardWrapper", sizeof(ForwardWrapper), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL, g_wrapper_slots};
+PyType_Spec g_wrapper_spec = {"tokentrace._native.ForwardWrapper", sizeof(ForwardWrapper), 0,
+                              Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+                              g_wrapper_slots};
 
 PyTypeObject* g_wrapper_type = nullptr;  // made from g_wrapper_spec at import
 
@@ -396,7 +393,6 @@ void Start(std::optional<std::string> out_path, std::optional<std::string> kerne
     rc = tokentrace_start(&options, err, sizeof(err));
   }
   if (rc != 0) throw std::runtime_error(err[0] ? err : "tokentrace: start failed");
-  for (SiteInfo& s : g_sites) s.calls = 0;
 }
 
 void Stop() {
@@ -409,7 +405,6 @@ void Stop() {
   if (rc != 0) throw std::runtime_error(err[0] ? err : "tokentrace: stop failed");
 }
 
-
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -417,6 +412,28 @@ NB_MODULE(_native, m) {
   m.attr("API_VERSION") = TOKENTRACE_API_VERSION;
   m.attr("__version__") = TOKENTRACE_VERSION;  // pyproject.toml's, through CMake
   m.attr("OPS_BUFFER_EVENTS") = TOKENTRACE_OPS_BUFFER_EVENTS;
+  // The trace schema (src/store/schema.sql, embedded at build time): Python creates test
+  // files from it and reads tokens with the same SELECT as the C++ readers.
+  m.attr("SCHEMA_SQL") = tokentrace::kSchemaSql;
+  m.attr("TOKENS_SELECT_SQL") = tokentrace::kTokensSelectSql;
+  m.attr("SCHEMA_VERSION") = std::atoi(tokentrace::kSchemaVersion);
+  m.attr("OLDEST_READABLE_SCHEMA") = tokentrace::kOldestReadableSchema;
+  // Site, escape and loss kinds (include/tokentrace/kinds.h) as {name: code}.
+  nb::dict site_kinds, escape_kinds, loss_kinds;
+#define TT_KIND_ITEM_(dict) [&](const char* text, int value) { dict[text] = value; }
+#define TT_SITE_(name, value, text) TT_KIND_ITEM_(site_kinds)(text, value);
+#define TT_ESCAPE_(name, value, text) TT_KIND_ITEM_(escape_kinds)(text, value);
+#define TT_LOSS_(name, value, text) TT_KIND_ITEM_(loss_kinds)(text, value);
+  TOKENTRACE_SITE_KINDS(TT_SITE_)
+  TOKENTRACE_ESCAPE_KINDS(TT_ESCAPE_)
+  TOKENTRACE_LOSS_KINDS(TT_LOSS_)
+#undef TT_SITE_
+#undef TT_ESCAPE_
+#undef TT_LOSS_
+#undef TT_KIND_ITEM_
+  m.attr("SITE_KINDS") = site_kinds;
+  m.attr("ESCAPE_KINDS") = escape_kinds;
+  m.attr("LOSS_KINDS") = loss_kinds;
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
         nb::arg("token_range").none());
   m.def("stop", &Stop);
@@ -427,7 +444,8 @@ NB_MODULE(_native, m) {
   m.def("active", [] { return tokentrace_active() != 0; });
   m.def("out_path", [] { return std::string(tokentrace_out_path()); });
   m.def("kernels_status", [] { return std::string(tokentrace_kernels_status()); });
-  m.def("site", [](const std::string& name, int kind) { return tokentrace_site(name.c_str(), kind); });
+  m.def("site",
+        [](const std::string& name, int kind) { return tokentrace_site(name.c_str(), kind); });
   m.def("push", [](uint32_t site) { tokentrace_push(site); });
   m.def("pop", [] { tokentrace_pop(); });
   m.def("current", [] {
@@ -436,13 +454,14 @@ NB_MODULE(_native, m) {
     tokentrace_current(&call_id, &k, &token);
     return std::make_tuple(call_id, k, token);
   });
-  m.def("escape", [](int kind) { tokentrace_escape(kind); }, nb::arg("kind") = 4);
+  m.def(
+      "escape", [](int kind) { tokentrace_escape(kind); },
+      nb::arg("kind") = static_cast<int>(TOKENTRACE_ESCAPE_HOST_READ));
   m.def("set_tensor_type", [](nb::handle type) {
     if (!PyType_Check(type.ptr())) throw nb::type_error("set_tensor_type takes torch.Tensor");
     Py_INCREF(type.ptr());
     g_tensor_type = reinterpret_cast<PyTypeObject*>(type.ptr());
   });
-  m.def("open_depth", [] { return t_open.size(); });
   // The C API entry points the op observer of the torch ops library calls
   // (cuda/torch/op_observer.cc, which checks the version 1 and the count): that library does
   // not link libtokentrace.so, and ours is not in the global symbol scope.

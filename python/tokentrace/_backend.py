@@ -10,9 +10,6 @@ other recorder: without the extension, get_backend() raises and says how to buil
 from . import _loader
 from ._errors import fail
 
-# Site kinds, as the shim numbers them (sites.kind in the trace file: root, module, range).
-KIND_ROOT, KIND_MODULE, KIND_RANGE = 0, 1, 2
-
 _KERNEL_MODES = ("off", "summary", "full")
 
 
@@ -70,10 +67,16 @@ class NativeBackend:
         self._n.flush()
         return self._n.out_path()
 
+    def site_kind(self, name):
+        """The code of site kind `name` ('root', 'module', 'range', 'op'): include/tokentrace/kinds.h,
+        through the extension."""
+        return self._n.SITE_KINDS[name]
+
     def site(self, name, kind):
         return self._n.site(name, kind)
 
     def push(self, site_id):
+        """Opens a call of `site_id` on this thread (the c10d collectives' wrappers)."""
         self._n.push(site_id)
 
     def pop(self):
@@ -82,8 +85,9 @@ class NativeBackend:
     def current(self):
         return self._n.current()
 
-    def escape(self, kind=4):
-        self._n.escape(kind)
+    def escape(self):
+        """Counts a host read of a tensor value (escape kind host_read)."""
+        self._n.escape(self._n.ESCAPE_KINDS["host_read"])
 
     def wrap_forward(self, site_id, name, kind, forward, on_output=None, on_input=None):
         return self._n.wrap_forward(site_id, name, kind, forward, True, on_output, on_input)

@@ -12,8 +12,6 @@ happens later in Work.wait(), outside the site. Functions bound before install()
 
 import functools
 
-from ._backend import KIND_RANGE
-
 NAMES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
          "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "barrier",
          "reduce", "gather", "scatter")
@@ -29,7 +27,7 @@ def install(backend):
         fn = getattr(dist, name, None)
         if fn is None or hasattr(fn, "_tokentrace_site"):
             continue
-        site = backend.site("c10d::" + name, KIND_RANGE)
+        site = backend.site("c10d::" + name, backend.site_kind("range"))
         setattr(dist, name, _wrap(backend, site, fn))
         wrapped.append(name)
     return wrapped

@@ -2,7 +2,7 @@
 
 While installed, torch.Tensor.item/__bool__/__int__/__float__/__index__/tolist are wrapped so
 that each read is counted with the current token and the Python line that made it. On the
-CPU this is the only source of escapes (and each one is also reported to the shim as kind 4);
+CPU this is the only source of escapes (and each one is also reported to the shim as escape kind host_read);
 on CUDA the shim counts the real synchronizing copies and this table only says where they
 came from. The wrappers are removed on exit, even when the traced code raised.
 """
@@ -33,7 +33,7 @@ def _short(filename):
 class EscapeCounter:
     def __init__(self, current_token, report=None):
         self._current_token = current_token  # () -> int
-        self._report = report                # () -> None, e.g. native escape(4); or None
+        self._report = report                # () -> None, e.g. the backend's escape(); or None
         self.counts = Counter()              # (token, location) -> reads
         self._saved = {}
         self._busy = threading.local()

@@ -32,7 +32,6 @@ from torch.nn import DataParallel
 from ._compiled import compiled_layout
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
-from ._backend import KIND_MODULE, KIND_ROOT
 
 _MISSING = object()
 
@@ -85,7 +84,7 @@ class HookSet:
                 if name in inside:
                     continue
                 mod = names[name]
-                kind = KIND_ROOT if name == ROOT else KIND_MODULE
+                kind = self.backend.site_kind("root" if name == ROOT else "module")
                 sid = self.backend.site(name, kind)
                 self.site_ids[name] = sid
                 saver = self._saver(name) if name in self.saved and self.sink is not None else None

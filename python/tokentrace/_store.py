@@ -1,54 +1,27 @@
-"""SQLite schema v1 (the shim's contract, see docs/trace-format.md) and the Python layer's tables.
+"""Writing the Python layer's rows into a trace file.
 
-The native shim writes meta, sites, calls, strings, kernels, call_gpu, escapes, losses,
-token_stats and the tokens view, and creates call_outputs empty. The Python layer adds:
-  call_outputs(call_id, path, shape, dtype)      each call's first output tensor (shape: JSON)
-  saved_outputs(call_id, file, key)              tensors saved with save= (safetensors shards,
-                                                 `file` relative to the SQLite file's directory)
-  escape_sites(token, location, count)           host reads of tensors seen from Python
-call_inputs (what each call was given, by path) is the shim's table since schema version 2
-(src/store/schema.cc); the Python layer fills it. write_schema() creates the whole schema of
-version 1 (tests use it to write files by hand).
+The schema is not declared here: it is src/store/schema.sql, which the C++ store embeds and
+the extension exports (schema(): SCHEMA_SQL, TOKENS_SELECT_SQL, SCHEMA_VERSION). The shim
+creates every table, the Python layer's included, and the Python layer fills:
+  call_outputs     each call's first output tensor (streamed through the shim by the hooks)
+  call_inputs      what each call was given, by path (schema version 2)
+  saved_outputs    tensors saved with save= (safetensors shards)
+  escape_sites     host reads of tensors seen from Python
 """
 
 import os
 import sqlite3
 
-# The newest version this package reads: src/store/schema.h's kSchemaVersion (a test checks
-# that a file the shim writes carries it). Versions 1 onwards open.
-SCHEMA_VERSION = "2"
+from ._errors import fail
 
-_CORE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS sites(id INTEGER PRIMARY KEY, name TEXT, kind TEXT, is_token INTEGER);
-CREATE TABLE IF NOT EXISTS calls(id INTEGER PRIMARY KEY, site_id INTEGER, k INTEGER,
-    token INTEGER, parent_id INTEGER, thread INTEGER, cpu_begin_ns INTEGER, cpu_end_ns INTEGER);
-CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, text TEXT);
-CREATE TABLE IF NOT EXISTS kernels(call_id INTEGER, token INTEGER, name_id INTEGER,
-    kind INTEGER, device INTEGER, stream INTEGER, gpu_begin_ns INTEGER, gpu_end_ns INTEGER,
-    correlation_id INTEGER, graph_id INTEGER, graph_node_id INTEGER);
-CREATE TABLE IF NOT EXISTS call_gpu(call_id INTEGER PRIMARY KEY, kernels INTEGER,
-    gpu_busy_ns INTEGER, gpu_first_begin_ns INTEGER, gpu_last_end_ns INTEGER);
-CREATE TABLE IF NOT EXISTS escapes(call_id INTEGER, token INTEGER, thread INTEGER,
-    ts_ns INTEGER, kind TEXT);
-CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);
-CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGER,
-    gpu_busy_ns INTEGER, escapes INTEGER);
-CREATE INDEX IF NOT EXISTS calls_site_k ON calls(site_id, k);
-CREATE VIEW IF NOT EXISTS tokens AS
-    SELECT c.token AS token, MIN(c.cpu_begin_ns) AS cpu_begin_ns, MAX(c.cpu_end_ns) AS cpu_end_ns,
-           COALESCE(MAX(t.kernels), 0) AS kernels, COALESCE(MAX(t.gpu_busy_ns), 0) AS gpu_busy_ns,
-           COALESCE(MAX(t.escapes), 0) AS escapes
-    FROM calls c JOIN sites s ON s.id = c.site_id AND s.is_token = 1
-    LEFT JOIN token_stats t ON t.token = c.token
-    GROUP BY c.token;
-"""
 
-_PY_SCHEMA = """
-CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
-CREATE TABLE IF NOT EXISTS saved_outputs(call_id INTEGER, file TEXT, key TEXT);
-CREATE TABLE IF NOT EXISTS escape_sites(token INTEGER, location TEXT, count INTEGER);
-"""
+def schema():
+    """The extension, which carries the trace schema; a one-line error when it is not built."""
+    from . import _loader
+    native = _loader.load()
+    if native is None:
+        fail(f"trace files cannot be read or written: {_loader.unavailable_reason()}")
+    return native
 
 
 def connect(path, timeout=30.0):
@@ -58,15 +31,8 @@ def connect(path, timeout=30.0):
 
 
 def write_schema(con):
-    con.executescript(_CORE_SCHEMA + _PY_SCHEMA)
-
-
-def ensure_python_tables(con):
-    """Creates the Python layer's tables inside the caller's transaction (executescript would
-    commit each CREATE on its own: a sync of the file per table)."""
-    for statement in _PY_SCHEMA.split(";"):
-        if statement.strip():
-            con.execute(statement)
+    """Creates the whole schema in `con`, as the shim does for a new file (tests use it)."""
+    con.executescript(schema().SCHEMA_SQL)
 
 
 def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, inputs=()):
@@ -79,12 +45,15 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
     Safe while the shim still writes the file (SQLite locking; we wait up to the busy
     timeout).
     """
+    unknown = set(losses or {}) - set(schema().LOSS_KINDS)
+    if unknown:  # the kinds are include/tokentrace/kinds.h's; a new one is added there
+        raise ValueError(f"unknown loss kinds {sorted(unknown)}; known: "
+                         f"{sorted(schema().LOSS_KINDS)}")
     con = connect(path)
     con.isolation_level = None  # explicit BEGIN/COMMIT: the tables and rows in one transaction
     try:
         con.execute("BEGIN IMMEDIATE")
         try:
-            ensure_python_tables(con)
             con.executemany("INSERT INTO saved_outputs(call_id, file, key) VALUES (?,?,?)", saved)
             con.executemany("INSERT INTO escape_sites(token, location, count) VALUES (?,?,?)",
                             escape_sites)

@@ -13,7 +13,7 @@ import urllib.parse
 from collections import namedtuple
 
 from ._errors import fail
-from ._store import SCHEMA_VERSION
+from ._store import schema
 
 # finished: False for a token whose root call never closed (the job was killed inside it);
 # its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
@@ -192,21 +192,26 @@ class Trace:
             _fail_not_a_trace(self.path, f"SQLite file ({exc})", wal_missing)
         if "sites" not in self._tables or "calls" not in self._tables:
             _fail_not_a_trace(self.path, "trace (no sites/calls tables)", wal_missing)
-        self.meta = dict(self._q("SELECT key, value FROM meta")) if "meta" in self._tables else {}
-        version = self.meta.get("schema_version", "1")
-        if not version.isdigit() or not 1 <= int(version) <= int(SCHEMA_VERSION):
+        if "meta" not in self._tables:
+            _fail_not_a_trace(self.path, "trace (no meta table)", wal_missing)
+        self.meta = dict(self._q("SELECT key, value FROM meta"))
+        native = schema()
+        oldest, newest = native.OLDEST_READABLE_SCHEMA, native.SCHEMA_VERSION
+        version = self.meta.get("schema_version")
+        if version is None:
+            _fail_not_a_trace(self.path, "trace (no meta.schema_version)", wal_missing)
+        if not version.isdigit() or not oldest <= int(version) <= newest:
             fail(f"{self.path} has trace schema version {version}; this tokentrace reads "
-                 f"versions 1 to {SCHEMA_VERSION}")
+                 f"versions {oldest} to {newest}")
         self.schema_version = int(version)  # the version that wrote the file
-        cols = [r[1] for r in self._q("PRAGMA table_info(sites)")]
-        is_token = "is_token" if "is_token" in cols else "kind = 'root'"
+        self._tokens_sql = native.TOKENS_SELECT_SQL
         self._sites = {}
         self._site_order = []
         # The shim's site registry is process-wide, so a file can list sites interned for an
         # earlier session; trace.sites shows the ones called in this file.
         called = {r[0] for r in self._q("SELECT DISTINCT site_id FROM calls")}
         for sid, name, kind, tok in self._q(
-                f"SELECT id, name, kind, {is_token} FROM sites ORDER BY id"):
+                "SELECT id, name, kind, is_token FROM sites ORDER BY id"):
             self._sites[name] = (sid, kind, bool(tok))
             if sid in called:
                 self._site_order.append(name)
@@ -271,13 +276,10 @@ class Trace:
     def tokens(self):
         """One TokenRow per token (root call); token 1 is the prefill."""
         gpu_on = self.kernels_recorded
-        if "tokens" in self._tables:
-            rows = self._q("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, "
-                           "escapes FROM tokens WHERE token > 0 ORDER BY token")
-        else:
-            rows = self._q("SELECT c.token, MIN(c.cpu_begin_ns), MAX(c.cpu_end_ns), 0, 0, 0 "
-                           "FROM calls c JOIN sites s ON s.id = c.site_id "
-                           "WHERE s.kind = 'root' GROUP BY c.token ORDER BY c.token")
+        # The C++ readers' SELECT, not the file's view (a crafted file could define that view
+        # to never end); it counts CUDA-graph replays, which have no token call of their own.
+        rows = self._q(f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, "
+                       f"escapes FROM ({self._tokens_sql}) WHERE token > 0 ORDER BY token")
         return [TokenRow(t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
                          (g / 1e6) if gpu_on else None, kn if gpu_on else None, esc or 0,
                          t == 1, not (b is not None and e is None))

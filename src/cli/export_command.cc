@@ -62,8 +62,10 @@ int ExportCommand(const std::vector<std::string>& args) {
     if (value("--chrome", &out_path)) continue;
     if (value("--tokens", &tokens)) {
       if (!ParseTokenRange(tokens, &first, &last)) {
-        std::fprintf(stderr, "tokentrace: --tokens '%s' is not a token range (accepted: A:B "
-                             "with A <= B, e.g. 2:10)\n", tokens.c_str());
+        std::fprintf(stderr,
+                     "tokentrace: --tokens '%s' is not a token range (accepted: A:B "
+                     "with A <= B, e.g. 2:10)\n",
+                     tokens.c_str());
         return 2;
       }
       continue;

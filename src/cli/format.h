@@ -1,8 +1,8 @@
 // Text helpers shared by the subcommands: numbers, percentiles, aligned tables, JSON strings.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>

@@ -50,8 +50,8 @@ int InfoCommand(const std::vector<std::string>& args) {
     struct stat st;
     if (stat((file + suffix).c_str(), &st) == 0) bytes += st.st_size;
   }
-  std::string out = "file " + file + " (" + Fixed(static_cast<double>(bytes) / 1048576.0, 2) +
-                    " MiB)\n\nmeta:\n";
+  std::string out =
+      "file " + file + " (" + Fixed(static_cast<double>(bytes) / 1048576.0, 2) + " MiB)\n\nmeta:\n";
   out += FormatKeyValues(meta);  // left-aligned: one long value must not push the others
   std::vector<std::vector<std::string>> rows;
   out += "\ncounts:\n";

@@ -12,7 +12,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: tokentrace <command> [options]\n"
     "\n"
-    "tokentrace " TOKENTRACE_VERSION "\n"
+    "tokentrace " TOKENTRACE_VERSION
+    "\n"
     "Per-token traces of a PyTorch job: module calls (NVTX ranges) joined with the GPU\n"
     "kernels they launched, stored in one SQLite file.\n"
     "\n"
@@ -61,8 +62,9 @@ int main(int argc, char** argv) {
   if (cmd == "info") return InfoCommand(args);
   if (cmd == "plot") return PlotCommand(args);
   if (cmd == "merge") return MergeCommand(args);
-  std::fprintf(stderr,
-               "tokentrace: unknown command '%s' (accepted: run, report, export, info, merge, plot)\n",
-               cmd.c_str());
+  std::fprintf(
+      stderr,
+      "tokentrace: unknown command '%s' (accepted: run, report, export, info, merge, plot)\n",
+      cmd.c_str());
   return 2;
 }

@@ -31,7 +31,9 @@ bool Closed(const TokenStat& t) { return t.cpu_end_ns >= 0; }
 
 std::vector<std::string> TokenRow(const TokenStat& t) {
   return {std::to_string(t.token),
-          t.graph_replay ? "graph" : Closed(t) ? Ms(t.cpu_end_ns - t.cpu_begin_ns) : "open",
+          t.graph_replay ? "graph"
+          : Closed(t)    ? Ms(t.cpu_end_ns - t.cpu_begin_ns)
+                         : "open",
           Ms(t.gpu_busy_ns), std::to_string(t.kernels), std::to_string(t.escapes)};
 }
 
@@ -66,8 +68,12 @@ std::vector<std::string> PhaseRow(const std::string& name, const std::vector<Tok
     kernels.push_back(static_cast<double>(t.kernels));
   }
   std::sort(cpu.begin(), cpu.end());
-  return {name, std::to_string(ts.size()), Fixed(Mean(cpu), 3), Fixed(Median(cpu), 3),
-          Fixed(Mean(gpu), 3), Fixed(Mean(kernels), 1)};
+  return {name,
+          std::to_string(ts.size()),
+          Fixed(Mean(cpu), 3),
+          Fixed(Median(cpu), 3),
+          Fixed(Mean(gpu), 3),
+          Fixed(Mean(kernels), 1)};
 }
 
 std::string MetaValue(const std::vector<std::pair<std::string, std::string>>& meta,
@@ -136,7 +142,8 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::vector<TokenStat> tokens;
   std::vector<SiteGpu> sites;
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
-      !reader->Tokens(&tokens, &error) || !reader->TopSites(static_cast<int>(top), &sites, &error)) {
+      !reader->Tokens(&tokens, &error) ||
+      !reader->TopSites(static_cast<int>(top), &sites, &error)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
@@ -155,8 +162,8 @@ int ReportCommand(const std::vector<std::string>& args) {
     kernels_line = "recorded";
   } else if (status == "unknown") {
     kernels_line = "unknown (the file does not say)";
-  } else if (const std::string off = MetaValue(meta, "kernels_off"); !off.empty() &&
-             off != "unknown") {
+  } else if (const std::string off = MetaValue(meta, "kernels_off");
+             !off.empty() && off != "unknown") {
     kernels_line = "not recorded: " + off + " (`tokentrace info` has the detail)";
   } else {
     std::string why = status.rfind("tokentrace: ", 0) == 0 ? status.substr(12) : status;
@@ -200,10 +207,10 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::vector<TokenStat> prefill, decode;
   for (const TokenStat& t : tokens) (t.token == 1 ? prefill : decode).push_back(t);
   out += "\nprefill vs decode:\n";
-  out += FormatTable({{"phase", "tokens", "mean cpu ms", "median cpu ms", "mean gpu ms",
-                       "kernels/token"},
-                      PhaseRow("prefill (token 1)", prefill),
-                      PhaseRow("decode (tokens >= 2)", decode)});
+  out += FormatTable(
+      {{"phase", "tokens", "mean cpu ms", "median cpu ms", "mean gpu ms", "kernels/token"},
+       PhaseRow("prefill (token 1)", prefill),
+       PhaseRow("decode (tokens >= 2)", decode)});
 
   // Self times: kernels go to the innermost open call, and a call's CPU self time leaves out
   // the calls inside it, so the columns add up across sites.

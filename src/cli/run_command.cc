@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "tokentrace/tokentrace.h"
 #include "core/config.h"
 #include "core/launch_meta.h"
 #include "store/reader.h"
+#include "tokentrace/tokentrace.h"
 
 namespace tokentrace::cli {
 

@@ -44,7 +44,8 @@ void Calibrate() {
   uint64_t t1 = RawTicks();
   uint64_t ticks = t0 + (t1 - t0) / 2;
   if (ticks > c.start_ticks && ns - c.start_ns > 1000000) {  // need >= 1 ms of baseline
-    c.ns_per_tick = static_cast<double>(ns - c.start_ns) / static_cast<double>(ticks - c.start_ticks);
+    c.ns_per_tick =
+        static_cast<double>(ns - c.start_ns) / static_cast<double>(ticks - c.start_ticks);
   }
   c.base_ticks = ticks;
   c.base_ns = ns;

@@ -11,10 +11,14 @@ namespace tokentrace {
 
 std::string KernelMode::ToString() const {
   switch (kind) {
-    case kOff: return "off";
-    case kSummary: return "summary";
-    case kFull: return "full";
-    case kSample: return "sample:" + std::to_string(sample_every);
+    case kOff:
+      return "off";
+    case kSummary:
+      return "summary";
+    case kFull:
+      return "full";
+    case kSample:
+      return "sample:" + std::to_string(sample_every);
   }
   return "?";
 }
@@ -64,8 +68,7 @@ std::optional<KernelMode> ParseKernelMode(const std::string& text, const std::st
   return mode;
 }
 
-bool ParseOnFull(const std::string& text, const std::string& what, bool* wait,
-                 std::string* error) {
+bool ParseOnFull(const std::string& text, const std::string& what, bool* wait, std::string* error) {
   if (text != "drop" && text != "wait") {
     *error = what + "='" + text +
              "' is not accepted (accepted: drop, to drop and count events when a thread's buffer "
@@ -79,8 +82,8 @@ bool ParseOnFull(const std::string& text, const std::string& what, bool* wait,
 bool ValidateTokenRange(const std::string& re, const std::string& what, std::string* error) {
   std::string why;
   if (TokenPattern::Compile(re, &why)) return true;
-  *error = what + "='" + re + "' is not accepted (" + why + "); accepted: " +
-           TokenPattern::kAccepted;
+  *error =
+      what + "='" + re + "' is not accepted (" + why + "); accepted: " + TokenPattern::kAccepted;
   return false;
 }
 
@@ -96,10 +99,26 @@ std::string ExpandOutPath(const std::string& pattern, long pid, const std::strin
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
       char c = pattern[i + 1];
-      if (c == 'p') { out += std::to_string(pid); ++i; continue; }
-      if (c == 'r') { out += rank; ++i; continue; }
-      if (c == 'h') { out += host; ++i; continue; }
-      if (c == '%') { out += '%'; ++i; continue; }
+      if (c == 'p') {
+        out += std::to_string(pid);
+        ++i;
+        continue;
+      }
+      if (c == 'r') {
+        out += rank;
+        ++i;
+        continue;
+      }
+      if (c == 'h') {
+        out += host;
+        ++i;
+        continue;
+      }
+      if (c == '%') {
+        out += '%';
+        ++i;
+        continue;
+      }
     }
     out += pattern[i];
   }
@@ -118,9 +137,6 @@ std::optional<Config> ConfigFromEnvironment(std::string* error) {
     if (!ValidateTokenRange(v, "TOKENTRACE_TOKEN_RANGE", error)) return std::nullopt;
     config.token_range = v;
   }
-  if (const char* v = Env("TOKENTRACE_SITES")) config.sites = v;
-  if (const char* v = Env("TOKENTRACE_SAVE")) config.save = v;
-  if (const char* v = Env("TOKENTRACE_PATCHES")) config.patches = v;
   if (const char* v = Env("TOKENTRACE_CUPTI")) config.cupti_path = v;
   if (const char* v = Env("TOKENTRACE_FLUSH_MS")) {
     uint64_t n = 0;

@@ -37,12 +37,10 @@ std::string NewRunId();
 struct Config {
   std::string out_path = "tokentrace-%p.sqlite";  // %p = pid, %r = rank, %h = host
   KernelMode kernels;
-  std::string token_range;  // RE2 regex (core/token_pattern.h); empty = only our root site marks tokens
-  std::string sites;        // glob list for the Python hooks (the shim only passes it on)
-  std::string save;         // glob list of saved sites (Python layer)
-  std::string patches;      // JSON patch file (Python layer)
-  std::string cupti_path;   // TOKENTRACE_CUPTI: explicit libcupti to load
-  int flush_ms = 200;       // background flush period (TOKENTRACE_FLUSH_MS)
+  std::string
+      token_range;  // RE2 regex (core/token_pattern.h); empty = only our root site marks tokens
+  std::string cupti_path;             // TOKENTRACE_CUPTI: explicit libcupti to load
+  int flush_ms = 200;                 // background flush period (TOKENTRACE_FLUSH_MS)
   uint32_t buffer_events = 1u << 16;  // per-thread ring capacity (TOKENTRACE_BUFFER_EVENTS)
   bool wait_when_full = false;        // TOKENTRACE_ON_FULL: "drop" (false) or "wait"
 };

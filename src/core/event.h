@@ -1,5 +1,6 @@
 // The fixed-size record the hot path writes into a thread's ring.
 //
+// clang-format off
 //   offset  field      push/mark        pop        launch/escape/graph launch   node created / cloned
 //   0       ticks      raw clock ticks (core/clock.h), converted on the background thread
 //   8       call_id    the new call     the call   innermost open call (0 none) innermost open call
@@ -10,6 +11,7 @@
 //   40      token      token            -          token                        token
 //   44      kind       EventKind
 //   45      generation low 8 bits of the session generation (stale events are skipped)
+// clang-format on
 #pragma once
 
 #include <cstdint>

@@ -54,7 +54,7 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       const int64_t end = ToNs(e.ticks);
       size_t index = static_cast<size_t>(stack.rend() - it) - 1;
       for (size_t i = stack.size(); i-- > index + 1;) {
-        out->losses["unclosed_range"] += 1;
+        out->losses[LossKindName(TOKENTRACE_LOSS_UNCLOSED_RANGE)] += 1;
         stack[i].cpu_end_ns = end;
         out->calls.push_back(stack[i]);
         written_open_.erase(stack[i].id);
@@ -96,8 +96,8 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       const uint32_t ndim = (e.k >> 24) & 0x7f;
       const bool narrow = (e.k & 0x80000000u) != 0;
       const uint32_t words[recorder::kMaxWideOutputDims] = {
-          static_cast<uint32_t>(e.a), static_cast<uint32_t>(e.a >> 32),
-          static_cast<uint32_t>(e.b), static_cast<uint32_t>(e.b >> 32), e.token};
+          static_cast<uint32_t>(e.a), static_cast<uint32_t>(e.a >> 32), static_cast<uint32_t>(e.b),
+          static_cast<uint32_t>(e.b >> 32), e.token};
       OutputRow row;
       row.call_id = e.call_id;
       row.path = Text(e.site_id);
@@ -111,7 +111,7 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       }
       if (ndim > kept) {
         row.shape += ", null";  // JSON: more dims than the record holds
-        out->losses["output_dims_truncated"] += 1;
+        out->losses[LossKindName(TOKENTRACE_LOSS_OUTPUT_DIMS_TRUNCATED)] += 1;
       }
       row.shape += "]";
       out->outputs.push_back(std::move(row));
@@ -144,10 +144,18 @@ uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
     name = "[memset]";
   } else {
     switch (a.copy_kind) {
-      case 1: name = "[memcpy HtoD]"; break;
-      case 2: name = "[memcpy DtoH]"; break;
-      case 8: name = "[memcpy DtoD]"; break;
-      default: name = "[memcpy]"; break;
+      case 1:
+        name = "[memcpy HtoD]";
+        break;
+      case 2:
+        name = "[memcpy DtoH]";
+        break;
+      case 8:
+        name = "[memcpy DtoD]";
+        break;
+      default:
+        name = "[memcpy]";
+        break;
     }
   }
   auto [it, inserted] = names_.emplace(name, static_cast<uint32_t>(names_.size() + 1));
@@ -155,8 +163,8 @@ uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
   return it->second;
 }
 
-void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id,
-                       uint32_t token, Batch* out) {
+void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id, uint32_t token,
+                       Batch* out) {
   if (mode_.FullRowsFor(token)) {
     KernelRow row;
     row.call_id = call_id;
@@ -197,7 +205,7 @@ bool Joiner::TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out) {
     if (node != node_calls_.end()) {
       call_id = node->second.call_id;
     } else {
-      out->losses["unknown_graph_node"] += 1;
+      out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE)] += 1;
     }
   }
   if (!c.graph) correlations_.erase(it);
@@ -209,7 +217,7 @@ void Joiner::OnActivity(const GpuActivity& a, Batch* out) {
   if (mode_.kind == KernelMode::kOff) return;
   ++delivered_;
   if (!a.timed) {  // its zero times would corrupt the call's GPU span and busy time
-    out->losses["gpu_time_missing"] += 1;
+    out->losses[LossKindName(TOKENTRACE_LOSS_GPU_TIME_MISSING)] += 1;
     return;
   }
   const uint32_t name_id = InternName(a, out);
@@ -230,7 +238,7 @@ void Joiner::EndDrain(Batch* out) {
   for (Pending& p : pending_) {
     if (TryAttribute(p.activity, p.name_id, out)) continue;
     if (epoch_ - p.epoch >= kPendingDrains) {
-      out->losses["unknown_correlation"] += 1;
+      out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION)] += 1;
       Attribute(p.activity, p.name_id, 0, 0, out);
     } else {
       still.push_back(p);
@@ -261,14 +269,14 @@ void Joiner::EndDrain(Batch* out) {
 void Joiner::Finish(int64_t now_ns, Batch* out) {
   for (Pending& p : pending_) {
     if (TryAttribute(p.activity, p.name_id, out)) continue;
-    out->losses["unknown_correlation"] += 1;
+    out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION)] += 1;
     Attribute(p.activity, p.name_id, 0, 0, out);
   }
   pending_.clear();
   EmitSummaries(out);
   for (auto& [thread, stack] : stacks_) {
     for (CallRow& row : stack) {
-      out->losses["unclosed_range"] += 1;
+      out->losses[LossKindName(TOKENTRACE_LOSS_UNCLOSED_RANGE)] += 1;
       row.cpu_end_ns = -1;
       out->calls.push_back(row);
     }

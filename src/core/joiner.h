@@ -92,14 +92,14 @@ class Joiner {
                  Batch* out);
   bool TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out);
   void EmitSummaries(Batch* out);
-  uint32_t NextK(uint32_t site_id);
+  uint32_t NextK(uint32_t site_id);  // numbers calls per site; notes first-seen sites
   CallRow OpenCall(uint32_t thread, const Event& push_or_mark);  // the row, not yet closed
-  const std::string& Text(uint32_t text_id);  // interned path/dtype strings, cached  // numbers calls per site; notes first-seen sites
+  const std::string& Text(uint32_t text_id);  // interned path/dtype strings, cached
 
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);
   uint32_t epoch_ = 0;
-  uint64_t delivered_ = 0;  // GPU records seen by OnActivity
+  uint64_t delivered_ = 0;                                     // GPU records seen by OnActivity
   std::unordered_map<uint32_t, std::vector<CallRow>> stacks_;  // per thread
   // Open token calls already written open (cpu_end NULL), so a job killed mid-token leaves a
   // token that reads as unfinished; the row is replaced when the call closes.
@@ -109,7 +109,7 @@ class Joiner {
   std::vector<Pending> pending_;
   std::unordered_map<std::string, uint32_t> names_;
   std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
-  std::vector<uint32_t> site_calls_;  // calls seen so far, by site id
+  std::vector<uint32_t> site_calls_;                      // calls seen so far, by site id
   std::vector<uint32_t> new_sites_;
   std::unordered_map<uint32_t, std::string> texts_;
 };

@@ -4,14 +4,22 @@ namespace tokentrace {
 
 const char* KernelsOffPhrase(KernelsOff reason) {
   switch (reason) {
-    case KernelsOff::kNo: return "";
-    case KernelsOff::kByConfig: return "kernel mode off";
-    case KernelsOff::kNoGpu: return "no NVIDIA GPU here";
-    case KernelsOff::kOtherProfiler: return "another profiler holds CUPTI";
-    case KernelsOff::kNoCupti: return "no CUPTI library found";
-    case KernelsOff::kNotAllowed: return "not allowed to profile the GPU here";
-    case KernelsOff::kFailed: return "CUPTI failed";
-    case KernelsOff::kNoCudaWork: return "the job never initialised CUDA";
+    case KernelsOff::kNo:
+      return "";
+    case KernelsOff::kByConfig:
+      return "kernel mode off";
+    case KernelsOff::kNoGpu:
+      return "no NVIDIA GPU here";
+    case KernelsOff::kOtherProfiler:
+      return "another profiler holds CUPTI";
+    case KernelsOff::kNoCupti:
+      return "no CUPTI library found";
+    case KernelsOff::kNotAllowed:
+      return "not allowed to profile the GPU here";
+    case KernelsOff::kFailed:
+      return "CUPTI failed";
+    case KernelsOff::kNoCudaWork:
+      return "the job never initialised CUDA";
   }
   return "CUPTI failed";
 }
@@ -30,8 +38,7 @@ std::string KernelsOffNotice(KernelsOff reason, const std::string& detail) {
       return head + " (set TOKENTRACE_CUPTI=/path/to/libcupti.so)" + tail;
     case KernelsOff::kFailed: {
       const std::string prefix = "tokentrace: kernels are off: ";
-      const std::string why =
-          detail.rfind(prefix, 0) == 0 ? detail.substr(prefix.size()) : detail;
+      const std::string why = detail.rfind(prefix, 0) == 0 ? detail.substr(prefix.size()) : detail;
       return head + " (" + why + ")" + tail;
     }
     case KernelsOff::kNoGpu:

@@ -8,14 +8,14 @@
 namespace tokentrace {
 
 enum class KernelsOff {
-  kNo,              // kernels are recorded
-  kByConfig,        // TOKENTRACE_KERNELS=off
-  kNoGpu,           // no NVIDIA driver, or no GPU visible to it
-  kOtherProfiler,   // another CUPTI subscriber (torch.profiler, Nsight Systems)
-  kNoCupti,         // a driver, but no loadable libcupti
-  kNotAllowed,      // CUPTI refused: insufficient privileges
-  kFailed,          // any other CUPTI failure (the detail says which call)
-  kNoCudaWork,      // preload: the job never initialised CUDA, so there was nothing to record
+  kNo,             // kernels are recorded
+  kByConfig,       // TOKENTRACE_KERNELS=off
+  kNoGpu,          // no NVIDIA driver, or no GPU visible to it
+  kOtherProfiler,  // another CUPTI subscriber (torch.profiler, Nsight Systems)
+  kNoCupti,        // a driver, but no loadable libcupti
+  kNotAllowed,     // CUPTI refused: insufficient privileges
+  kFailed,         // any other CUPTI failure (the detail says which call)
+  kNoCudaWork,     // preload: the job never initialised CUDA, so there was nothing to record
 };
 
 // A few words: "no NVIDIA GPU here", "" for kNo. Meta `kernels_off`, plot titles.

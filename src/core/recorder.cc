@@ -124,7 +124,8 @@ ThreadState* SlowState() {
   }
   ThreadState* s = t_state;
   const uint32_t gen = g_generation.load(std::memory_order_acquire);
-  if (s->ring == nullptr) s->ring = buffers::Register(g_ring_capacity.load(std::memory_order_relaxed));
+  if (s->ring == nullptr)
+    s->ring = buffers::Register(g_ring_capacity.load(std::memory_order_relaxed));
   s->id_base = static_cast<uint64_t>(s->ring->thread_index() + 1) << kThreadShift;
   s->local_calls = 0;
   s->generation = gen;
@@ -250,8 +251,8 @@ void GraphNodeCreated(uint32_t graph_id, uint64_t node_id) {
   if (s == nullptr) return;
   if (s->token_depth > 0) g_token_graphs.Add(graph_id);
   const OpenCall* top = Top(s);
-  Write(s, EventKind::kGraphNodeCreated, top != nullptr ? top->call_id : 0, node_id, 0,
-        graph_id, 0, top != nullptr ? top->token : 0);
+  Write(s, EventKind::kGraphNodeCreated, top != nullptr ? top->call_id : 0, node_id, 0, graph_id, 0,
+        top != nullptr ? top->token : 0);
 }
 
 void GraphNodeCloned(uint64_t original_node_id, uint32_t graph_exec_id, uint64_t node_id) {
@@ -287,7 +288,8 @@ void WriteOutput(ThreadState* s, uint64_t call_id, uint32_t path_id, uint32_t dt
   } else {
     const uint32_t kept = n > kMaxWideOutputDims ? kMaxWideOutputDims : n;
     for (uint32_t i = 0; i < kept; ++i) {
-      dims[i] = shape[i] < 0 || shape[i] > 0x7fffffff ? 0x7fffffffu : static_cast<uint32_t>(shape[i]);
+      dims[i] =
+          shape[i] < 0 || shape[i] > 0x7fffffff ? 0x7fffffffu : static_cast<uint32_t>(shape[i]);
     }
   }
   const uint32_t packed = dtype_id | (n << 24) | (narrow ? 0x80000000u : 0u);
@@ -296,8 +298,7 @@ void WriteOutput(ThreadState* s, uint64_t call_id, uint32_t path_id, uint32_t dt
 }
 }  // namespace
 
-void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
-            const int64_t* shape) {
+void Output(uint64_t call_id, const char* path, const char* dtype, int ndim, const int64_t* shape) {
   if (!g_active.load(std::memory_order_relaxed)) return;
   ThreadState* s = State();
   if (s == nullptr) return;
@@ -328,8 +329,6 @@ CurrentCall Current() {
   return c;
 }
 
-uint32_t CurrentToken() { return g_token.load(std::memory_order_relaxed); }
-
 void BeginSession(uint32_t ring_capacity) {
   g_ring_capacity.store(ring_capacity, std::memory_order_relaxed);
   g_token.store(0, std::memory_order_relaxed);
@@ -344,9 +343,7 @@ void BeginSession(uint32_t ring_capacity) {
 
 void EndSession() { g_active.store(false, std::memory_order_release); }
 
-uint8_t Generation() {
-  return static_cast<uint8_t>(g_generation.load(std::memory_order_acquire));
-}
+uint8_t Generation() { return static_cast<uint8_t>(g_generation.load(std::memory_order_acquire)); }
 
 uint64_t TakeUnbalancedPops() { return g_unbalanced_pops.exchange(0); }
 uint64_t TakeDepthOverflows() { return g_depth_overflows.exchange(0); }

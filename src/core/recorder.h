@@ -56,8 +56,7 @@ void GraphCloned(uint32_t original_graph_id, uint32_t clone_graph_id);
 // call costs no allocation.
 constexpr int kMaxWideOutputDims = 5;
 constexpr int kMaxOutputDims = 10;
-void Output(uint64_t call_id, const char* path, const char* dtype, int ndim,
-            const int64_t* shape);
+void Output(uint64_t call_id, const char* path, const char* dtype, int ndim, const int64_t* shape);
 // The same for the innermost open call on this thread, with the path and dtype already
 // interned (sites::Intern(..., SiteKind::kText)): the Python hooks' per-call path, which
 // costs no string work. Nothing is recorded when no call is open.
@@ -74,10 +73,7 @@ struct CurrentCall {
 };
 CurrentCall Current();
 
-// The latest token number handed out in this process (0 before the first token).
-uint32_t CurrentToken();
-
-// ---- Session control (core/session.cc); not for the hot path ----
+// ---- Session control (preload/session.cc); not for the hot path ----
 // Starts recording with fresh counters (call ids, per-site k, tokens) and a new generation.
 void BeginSession(uint32_t ring_capacity);
 // Stops recording; events already in rings stay there for the final drain.

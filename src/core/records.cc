@@ -2,35 +2,38 @@
 
 namespace tokentrace {
 
+#define TT_KIND_CASE_(name, value, text) \
+  case name:                             \
+    return text;
+
 const char* SiteKindName(SiteKind kind) {
-  switch (kind) {
-    case SiteKind::kRoot: return "root";
-    case SiteKind::kModule: return "module";
-    case SiteKind::kRange: return "range";
-    case SiteKind::kText: return "text";
-    case SiteKind::kOp: return "op";
-  }
+  if (kind == SiteKind::kText) return "text";
+  switch (static_cast<int>(kind)) { TOKENTRACE_SITE_KINDS(TT_KIND_CASE_) }
   return "range";
 }
 
 const char* GpuOpKindName(GpuOpKind kind) {
   switch (kind) {
-    case GpuOpKind::kKernel: return "kernel";
-    case GpuOpKind::kMemcpy: return "memcpy";
-    case GpuOpKind::kMemset: return "memset";
+    case GpuOpKind::kKernel:
+      return "kernel";
+    case GpuOpKind::kMemcpy:
+      return "memcpy";
+    case GpuOpKind::kMemset:
+      return "memset";
   }
   return "kernel";
 }
 
 const char* EscapeKindName(EscapeKind kind) {
-  switch (kind) {
-    case EscapeKind::kMemcpyDtoHSync: return "memcpy_dtoh_sync";
-    case EscapeKind::kStreamSync: return "stream_sync";
-    case EscapeKind::kDeviceSync: return "device_sync";
-    case EscapeKind::kEventSync: return "event_sync";
-    case EscapeKind::kHostRead: return "host_read";
-  }
+  switch (static_cast<int>(kind)) { TOKENTRACE_ESCAPE_KINDS(TT_KIND_CASE_) }
   return "stream_sync";
 }
+
+const char* LossKindName(LossKind kind) {
+  switch (kind) { TOKENTRACE_LOSS_KINDS(TT_KIND_CASE_) }
+  return "unknown";
+}
+
+#undef TT_KIND_CASE_
 
 }  // namespace tokentrace

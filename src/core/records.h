@@ -16,14 +16,17 @@
 #include <utility>
 #include <vector>
 
+#include "tokentrace/kinds.h"
+
 namespace tokentrace {
 
+// Values and names of site, escape and loss kinds are include/tokentrace/kinds.h's.
 enum class SiteKind : uint8_t {
-  kRoot = 0,    // our hooks' root module call (`self`): one call = one token
-  kModule = 1,  // one of our hooks' module calls
-  kRange = 2,   // a named NVTX range from any other producer
-  kText = 3,    // not a site: a short string interned for output records (paths, dtypes)
-  kOp = 4,      // an ATen op (op records: cuda/torch/op_observer.cc), nested in a module call
+  kRoot = TOKENTRACE_SITE_ROOT,      // our hooks' root module call (`self`): one call = one token
+  kModule = TOKENTRACE_SITE_MODULE,  // one of our hooks' module calls
+  kRange = TOKENTRACE_SITE_RANGE,    // a named NVTX range from any other producer
+  kOp = TOKENTRACE_SITE_OP,          // an ATen op (op records: cuda/torch/op_observer.cc)
+  kText = 4,  // not a site: a short string interned for output records (paths, dtypes)
 };
 const char* SiteKindName(SiteKind kind);  // "root" | "module" | "range" | "op"
 
@@ -32,13 +35,17 @@ const char* GpuOpKindName(GpuOpKind kind);  // "kernel" | "memcpy" | "memset"
 
 // Where the host waited for, or read, device state.
 enum class EscapeKind : uint8_t {
-  kMemcpyDtoHSync = 0,   // synchronous device-to-host copy (cudaMemcpy, cuMemcpyDtoH, ...)
-  kStreamSync = 1,       // cudaStreamSynchronize / cuStreamSynchronize
-  kDeviceSync = 2,       // cudaDeviceSynchronize / cuCtxSynchronize
-  kEventSync = 3,        // cudaEventSynchronize / cuEventSynchronize
-  kHostRead = 4,         // a host-side read reported by the Python layer (CPU tensors)
+  kMemcpyDtoHSync = TOKENTRACE_ESCAPE_MEMCPY_DTOH_SYNC,
+  kStreamSync = TOKENTRACE_ESCAPE_STREAM_SYNC,
+  kDeviceSync = TOKENTRACE_ESCAPE_DEVICE_SYNC,
+  kEventSync = TOKENTRACE_ESCAPE_EVENT_SYNC,
+  kHostRead = TOKENTRACE_ESCAPE_HOST_READ,
 };
 const char* EscapeKindName(EscapeKind kind);
+
+// A loss kind (tokentrace_loss_kind); its name is the key in the losses table.
+using LossKind = tokentrace_loss_kind;
+const char* LossKindName(LossKind kind);
 
 // One GPU activity record as the CUPTI adapter hands it over (converted at the boundary).
 struct GpuActivity {
@@ -133,7 +140,7 @@ struct Batch {
   std::vector<CallGpuDelta> call_gpu;
   std::vector<EscapeRow> escapes;
   std::vector<OutputRow> outputs;
-  std::map<std::string, int64_t> losses;  // kind -> count to add
+  std::map<std::string, int64_t> losses;                  // kind -> count to add
   std::vector<std::pair<std::string, std::string>> meta;  // upserted
 
   bool empty() const {

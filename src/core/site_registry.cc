@@ -57,7 +57,6 @@ bool ComputeIsToken(Registry& r, uint32_t id) {
   return r.token_regex->FullMatch(r.names[id], r.lengths[id]);
 }
 
-
 // Probes for (name, kind). Lock-free: a published slot never changes, so a match is final.
 // Returns the id, or kNotFound with *empty_slot set to the first empty slot of the chain.
 constexpr uint32_t kNotFound = ~0u;
@@ -137,11 +136,6 @@ SiteRow Row(uint32_t id) {
   row.kind = r.kinds[id];
   row.is_token = IsToken(id);
   return row;
-}
-
-void Snapshot(uint32_t from, std::vector<SiteRow>* out) {
-  uint32_t n = Count();
-  for (uint32_t id = from; id < n; ++id) out->push_back(Row(id));
 }
 
 uint64_t TakeOverflows() { return R().overflows.exchange(0, std::memory_order_relaxed); }

@@ -31,8 +31,6 @@ void SetTokenRange(const std::string& regex);
 // Number of ids handed out so far (max id + 1).
 uint32_t Count();
 
-// Rows for ids in [from, Count()).
-void Snapshot(uint32_t from, std::vector<SiteRow>* out);
 // The row of one id (id < Count()).
 SiteRow Row(uint32_t id);
 

@@ -43,9 +43,9 @@ bool ThreadBuffer::MakeRoom(uint64_t head) {
   // kMaxStallNs (a stuck writer must not hang the job).
   constexpr int64_t kPauseNs = 50 * 1000;
   constexpr int64_t kMaxStallNs = 2000 * 1000 * 1000LL;
-  for (int64_t stalled = 0; policy.wait_when_full.load(std::memory_order_relaxed) &&
-                            policy.drain_running.load(std::memory_order_acquire) &&
-                            stalled < kMaxStallNs;
+  for (int64_t stalled = 0;
+       policy.wait_when_full.load(std::memory_order_relaxed) &&
+       policy.drain_running.load(std::memory_order_acquire) && stalled < kMaxStallNs;
        stalled += kPauseNs) {
     wake();
     const timespec pause{0, kPauseNs};

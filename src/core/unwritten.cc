@@ -15,10 +15,12 @@ void Unwritten::Add(Batch&& failed) {
   int64_t kernels = 0;
   for (const CallGpuDelta& d : failed.call_gpu) kernels += d.kernels;  // every mode but off
   const std::pair<const char*, int64_t> rows[] = {
-      {"write_failed_calls", static_cast<int64_t>(failed.calls.size())},
-      {"write_failed_kernels", kernels},
-      {"write_failed_escapes", static_cast<int64_t>(failed.escapes.size())},
-      {"write_failed_outputs", static_cast<int64_t>(failed.outputs.size())}};
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_CALLS), static_cast<int64_t>(failed.calls.size())},
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS), kernels},
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES),
+       static_cast<int64_t>(failed.escapes.size())},
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS),
+       static_cast<int64_t>(failed.outputs.size())}};
   for (const auto& [kind, n] : rows) {
     if (n > 0) kept_.losses[kind] += n;
   }

@@ -28,7 +28,7 @@ namespace tokentrace::cupti {
 class BufferPool {
  public:
   static constexpr size_t kBufferBytes = 1u << 20;
-  static constexpr size_t kAlignment = 64;  // CUPTI needs 8 (ACTIVITY_RECORD_ALIGNMENT)
+  static constexpr size_t kAlignment = 64;    // CUPTI needs 8 (ACTIVITY_RECORD_ALIGNMENT)
   static constexpr size_t kMaxBuffers = 128;  // 128 MB at most, as 16 buffers of 8 MB were
 
   BufferPool() = default;

@@ -3,7 +3,6 @@
 // cupti.h already brings in cuda_runtime_api.h and the generated *_params structs
 // (generated_cuda_meta.h, generated_cuda_runtime_api_meta.h); they have no include guards.
 
-
 namespace tokentrace::cupti {
 namespace {
 
@@ -26,8 +25,7 @@ Action Launch() { return Action{Action::kLaunch, EscapeKind::kStreamSync, nullpt
 // correlation id, so it is a launch; a synchronous one that reads device memory into host
 // memory is also an escape.
 Action Copy(bool host_read) {
-  return host_read ? Action{Action::kLaunchEscape, EscapeKind::kMemcpyDtoHSync, nullptr}
-                   : Launch();
+  return host_read ? Action{Action::kLaunchEscape, EscapeKind::kMemcpyDtoHSync, nullptr} : Launch();
 }
 Action Escape(EscapeKind kind) { return Action{Action::kEscape, kind, nullptr}; }
 Action GraphLaunch(CUgraphExec exec) {
@@ -56,9 +54,8 @@ Action ClassifyRuntime(CUpti_CallbackId cbid, const void* params) {
 
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
     case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
-      return GraphLaunch(params == nullptr
-                             ? nullptr
-                             : As<cudaGraphLaunch_v10000_params>(params)->graphExec);
+      return GraphLaunch(params == nullptr ? nullptr
+                                           : As<cudaGraphLaunch_v10000_params>(params)->graphExec);
 
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000:
@@ -73,8 +70,7 @@ Action ClassifyRuntime(CUpti_CallbackId cbid, const void* params) {
     }
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_ptds_v7000:
-      return Copy(params &&
-                  IsHostReadKind(As<cudaMemcpyFromSymbol_v3020_params>(params)->kind));
+      return Copy(params && IsHostReadKind(As<cudaMemcpyFromSymbol_v3020_params>(params)->kind));
 
     // Asynchronous copies, copies that do not land in host memory, and memsets.
     case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020:
@@ -246,8 +242,10 @@ Action ClassifyCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, cons
   }
 }
 
-#define TT_RT(name) {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_##name}
-#define TT_DRV(name) {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_##name}
+#define TT_RT(name) \
+  { CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_##name }
+#define TT_DRV(name) \
+  { CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_##name }
 const TracedCallback kTracedCallbacks[] = {
     TT_RT(cudaLaunch_v3020),
     TT_RT(cudaLaunch_ptsz_v7000),

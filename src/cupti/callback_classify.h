@@ -1,6 +1,7 @@
 // What a CUPTI API callback means to tokentrace: the cbid -> action table. Pure (reads the
 // call's parameter struct, calls nothing), so it is tested without libcupti or a GPU.
 //
+// clang-format off
 //  domain   cbid (each also in its _ptsz / _ptds / _v2 forms where CUDA 13 has them)   action
 //  -------  -------------------------------------------------------------------------  ---------------------
 //  runtime  cudaLaunchKernel, cudaLaunchKernelExC, __cudaLaunchKernel, cudaLaunch,      Launch
@@ -31,9 +32,10 @@
 //             - nodes CUPTI reports as created inside one are instantiation's own, not    dispatcher
 //               the capture's: their clone events carry the owner (IsGraphInstantiate)
 //  any      anything else                                                               none
+// clang-format on
 //
-// Driver callbacks made from inside a traced runtime call are ignored by the subscriber
-// (subscriber.cc), so a cudaMemcpy does not also count as the cuMemcpy it makes.
+// Driver callbacks made from inside a traced runtime call are ignored by the dispatcher
+// (callback_dispatch.cc), so a cudaMemcpy does not also count as the cuMemcpy it makes.
 #pragma once
 
 #include <cupti.h>

@@ -43,8 +43,7 @@ uint32_t GraphExecId(const CuptiApi* api, CUgraphExec exec) {
 void HandleResource(const CuptiApi* api, CUpti_CallbackId cbid, const void* cbdata) {
   if (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED &&
       cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED &&
-      cbid != CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED &&
-      cbid != CUPTI_CBID_RESOURCE_GRAPH_CLONED) {
+      cbid != CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED && cbid != CUPTI_CBID_RESOURCE_GRAPH_CLONED) {
     return;
   }
   const auto* res = static_cast<const CUpti_ResourceData*>(cbdata);

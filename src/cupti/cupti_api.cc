@@ -16,7 +16,7 @@ namespace {
 // versions (< 100) and emits older layouts, so it is refused rather than misread.
 constexpr uint32_t kMinCuptiVersion = 130000;
 
-std::mutex g_mutex;        // guards loading only; never taken on a callback path
+std::mutex g_mutex;         // guards loading only; never taken on a callback path
 CuptiApi* g_api = nullptr;  // published once, never freed (libcupti stays loaded)
 std::atomic<const CuptiApi*> g_published{nullptr};
 
@@ -32,8 +32,7 @@ std::string BaseName(const std::string& path) {
 
 bool IsCudaLibrary(const std::string& base) {
   return base.find("libcudart") != std::string::npos ||
-         base.find("libcublas") != std::string::npos ||
-         base.find("libcuda") != std::string::npos ||
+         base.find("libcublas") != std::string::npos || base.find("libcuda") != std::string::npos ||
          base.find("libtorch_cuda") != std::string::npos;
 }
 
@@ -154,10 +153,9 @@ const CuptiApi* LoadCuptiApi(const std::string& explicit_path, std::string* why)
     tried += path + " (" + reason + ")";
   }
   if (why != nullptr) {
-    *why = explicit_path.empty()
-               ? "libcupti not found (tried: " + tried +
-                     "); set TOKENTRACE_CUPTI=/path/to/libcupti.so.13"
-               : "cannot load TOKENTRACE_CUPTI=" + tried;
+    *why = explicit_path.empty() ? "libcupti not found (tried: " + tried +
+                                       "); set TOKENTRACE_CUPTI=/path/to/libcupti.so.13"
+                                 : "cannot load TOKENTRACE_CUPTI=" + tried;
   }
   return nullptr;
 }

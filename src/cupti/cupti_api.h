@@ -21,7 +21,7 @@ namespace tokentrace::cupti {
 // lacks them.
 struct CuptiApi {
   void* handle = nullptr;
-  std::string path;     // the file that was loaded
+  std::string path;      // the file that was loaded
   uint32_t version = 0;  // cuptiGetVersion
 
   decltype(&::cuptiGetVersion) GetVersion = nullptr;
@@ -73,13 +73,13 @@ void LogCuptiFailure(const char* call_text, CUptiResult result);
 
 // Wraps one CUPTI call: evaluates to its CUptiResult and, the first time this call site
 // fails, logs the call text with CUPTI's error string. Never throws.
-#define TT_CUPTI_CALL(expr)                                                          \
-  ([&]() -> CUptiResult {                                                            \
-    const CUptiResult tt_result_ = (expr);                                           \
-    if (tt_result_ != CUPTI_SUCCESS) {                                               \
-      static std::atomic<bool> tt_logged_{false};                                    \
-      if (!tt_logged_.exchange(true, std::memory_order_relaxed))                     \
-        ::tokentrace::cupti::LogCuptiFailure(#expr, tt_result_);                     \
-    }                                                                                \
-    return tt_result_;                                                               \
+#define TT_CUPTI_CALL(expr)                                      \
+  ([&]() -> CUptiResult {                                        \
+    const CUptiResult tt_result_ = (expr);                       \
+    if (tt_result_ != CUPTI_SUCCESS) {                           \
+      static std::atomic<bool> tt_logged_{false};                \
+      if (!tt_logged_.exchange(true, std::memory_order_relaxed)) \
+        ::tokentrace::cupti::LogCuptiFailure(#expr, tt_result_); \
+    }                                                            \
+    return tt_result_;                                           \
   }())

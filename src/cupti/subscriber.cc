@@ -45,8 +45,7 @@ constexpr size_t kMaxQueues = 256;
 std::atomic<uint64_t> g_wait_timeouts{0};
 
 constexpr CUpti_ActivityKind kActivityKinds[] = {
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-    CUPTI_ACTIVITY_KIND_MEMSET};
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 
 // Buffer callbacks run on CUPTI's worker thread or inside Flush(); this only catches a
 // completion that would recurse into itself.
@@ -75,8 +74,8 @@ void ReportDroppedLocked(CUcontext context, uint32_t stream_id) {
   }
 }
 
-void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
-                                size_t size, size_t valid_bytes) {
+void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size,
+                                size_t valid_bytes) {
   if (t_in_buffer_callback) {  // never expected; keep the buffer rather than recurse
     g_pool.Give(buffer);
     return;
@@ -168,8 +167,7 @@ bool Subscribe(std::string* why, KernelsOff* reason) {
     params.subscriberName = "tokentrace";
     params.oldSubscriberName = other;
     params.oldSubscriberSize = sizeof(other);
-    r = g_api->SubscribeV2(&g_subscriber, &DispatchCallback, const_cast<CuptiApi*>(g_api),
-                           &params);
+    r = g_api->SubscribeV2(&g_subscriber, &DispatchCallback, const_cast<CuptiApi*>(g_api), &params);
   } else {
     r = g_api->Subscribe(&g_subscriber, &DispatchCallback, const_cast<CuptiApi*>(g_api));
   }
@@ -199,10 +197,9 @@ void SetUpClock() {
   const int64_t before = clock::HostNowNs();
   const CUptiResult r = g_api->GetTimestamp(&cupti_ts);
   const int64_t after = clock::HostNowNs();
-  g_clock_offset_ns.store(r == CUPTI_SUCCESS ? before + (after - before) / 2 -
-                                                   static_cast<int64_t>(cupti_ts)
-                                             : 0,
-                          std::memory_order_relaxed);
+  g_clock_offset_ns.store(
+      r == CUPTI_SUCCESS ? before + (after - before) / 2 - static_cast<int64_t>(cupti_ts) : 0,
+      std::memory_order_relaxed);
 }
 
 bool EnableCallbacks(std::string* why) {
@@ -216,15 +213,15 @@ bool EnableCallbacks(std::string* why) {
     }
   }
   for (size_t i = 0; i < kNumResourceCallbacks; ++i) {
-    TT_CUPTI_CALL(g_api->EnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                                        kResourceCallbacks[i]));
+    TT_CUPTI_CALL(
+        g_api->EnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, kResourceCallbacks[i]));
   }
   return true;
 }
 
 bool EnableActivity(std::string* why) {
-  CUptiResult r = TT_CUPTI_CALL(
-      g_api->ActivityRegisterCallbacks(&OnBufferRequested, &OnBufferCompleted));
+  CUptiResult r =
+      TT_CUPTI_CALL(g_api->ActivityRegisterCallbacks(&OnBufferRequested, &OnBufferCompleted));
   if (r != CUPTI_SUCCESS) {
     *why = "cuptiActivityRegisterCallbacks failed: " + ResultText(r);
     return false;

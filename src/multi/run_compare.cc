@@ -27,7 +27,7 @@ bool ProfileRun(Reader& reader, RunProfile* out, std::string* error) {
   out->path = reader.path();
   // The tokens as our SQL computes them: a file's own views are not trusted (store/schema.h).
   const std::string sql = "SELECT token = 1, COUNT(*), SUM(cpu_end_ns - cpu_begin_ns) FROM (" +
-                          std::string(TokensSelectSql()) +
+                          std::string(kTokensSelectSql) +
                           ") WHERE token > 0 AND cpu_end_ns IS NOT NULL GROUP BY token = 1";
   Statement tokens;
   bool ok = tokens.Prepare(reader.db(), sql.c_str(), error);

@@ -1,13 +1,16 @@
-#include "nvtx/nvtx_injection.h"
-
+// NVTX injection: the handlers NVTX calls once our library is its injection.
+//
+// Every NVTX instance in the process (torch's, a C++ library's, our Python extension's)
+// loads the library named by NVTX_INJECTION64_PATH on its first call and calls the exported
+// InitializeInjectionNvtx2, which fills that instance's function table with these handlers.
+// The preload constructor points NVTX_INJECTION64_PATH at libtokentrace.so.
 #include <atomic>
 #include <cstring>
 #include <mutex>
 
-#include "nvtx3/nvToolsExt.h"
-
 #include "core/recorder.h"
 #include "core/site_registry.h"
+#include "nvtx3/nvToolsExt.h"
 #include "tokentrace/tokentrace.h"
 
 // Handler map (NVTX callback id -> what we do):
@@ -24,8 +27,6 @@
 
 namespace tokentrace::nvtx {
 namespace {
-
-std::atomic<uint32_t> g_instances{0};
 
 struct Domain {
   bool ours;
@@ -137,8 +138,6 @@ void Set(NvtxFunctionTable table, unsigned int size, unsigned int id, NvtxFuncti
 
 }  // namespace
 
-uint32_t AttachedInstances() { return g_instances.load(); }
-
 }  // namespace tokentrace::nvtx
 
 using namespace tokentrace::nvtx;
@@ -168,6 +167,5 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     Set(core2, core2_size, NVTX_CBID_CORE2_DomainRangePop, fp(&DomainRangePop));
     Set(core2, core2_size, NVTX_CBID_CORE2_DomainMarkEx, fp(&DomainMarkEx));
   }
-  g_instances.fetch_add(1);
   return 1;
 }

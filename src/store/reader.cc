@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -83,7 +83,7 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   // A reader leaves the file as it found it: no checkpoint of a killed writer's WAL on close.
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   // Only tables are read (a view in a crafted file could be made to never end); the tokens
-  // view is computed from them with our own SQL (TokensSelectSql).
+  // view is computed from them with our own SQL (kTokensSelectSql).
   Statement views;
   std::string msg;
   if (views.Prepare(db,
@@ -163,9 +163,10 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
                  ("SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
-                 "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
-                     std::string(TokensSelectSql()) + ")), "
-                 "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
+                  "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
+                  std::string(kTokensSelectSql) +
+                  ")), "
+                  "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
                      .c_str(),
                  error)) {
     *error = Fail(*error);
@@ -183,7 +184,7 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
                  ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
-                  std::string(TokensSelectSql()) + ") ORDER BY token")
+                  std::string(kTokensSelectSql) + ") ORDER BY token")
                      .c_str(),
                  error)) {
     *error = Fail(*error);
@@ -293,8 +294,7 @@ bool Reader::ForEachCall(uint32_t first, uint32_t last,
 }
 
 bool Reader::ForEachKernel(uint32_t first, uint32_t last,
-                           const std::function<void(const KernelEvent&)>& fn,
-                           std::string* error) {
+                           const std::function<void(const KernelEvent&)>& fn, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
                  "SELECT k.kind, k.token, k.device, k.stream, k.gpu_begin_ns, k.gpu_end_ns, "

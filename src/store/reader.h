@@ -81,8 +81,7 @@ class Reader {
   // when it has kernels. Sites without GPU work are listed too, after those with.
   bool TopSites(int limit, std::vector<SiteGpu>* out, std::string* error);
   // Earliest call begin or GPU begin among tokens [first, last]; false in *found when none.
-  bool FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
-                      std::string* error);
+  bool FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found, std::string* error);
   // Streams calls / GPU rows whose token is in [first, last], in storage order.
   bool ForEachCall(uint32_t first, uint32_t last, const std::function<void(const CallEvent&)>& fn,
                    std::string* error);

@@ -1,5 +1,7 @@
-// Schema of a tokentrace file, version 2 (the DDL lives in schema.cc). Version 2 adds
-// call_inputs; readers open version 1 files too (they have no inputs).
+// Schema of a tokentrace file, version 2. The DDL is schema.sql, embedded at build time as
+// kSchemaSql / kTokensSelectSql (generated store/schema_sql.h); Python reads both and the
+// version from the extension. Version 2 adds call_inputs; readers open version 1 files too
+// (they have no inputs).
 //
 // Invariants the writer keeps and readers rely on:
 //  * meta.schema_version is the version that wrote the file ("1" or "2"); a SQLite file
@@ -11,17 +13,15 @@
 //    included) and from escape rows, so per-token totals never need a scan of kernels.
 #pragma once
 
+#include "store/schema_sql.h"
+
 namespace tokentrace {
 
 inline constexpr const char* kSchemaVersion = "2";
 // The oldest version readers still open (a file's version is meta.schema_version).
 inline constexpr int kOldestReadableSchema = 1;
 
-// DDL applied to a fresh file: tables, indices, the tokens view. One SQL script.
-const char* SchemaSql();
-
-// The tokens view's SELECT. Readers run it themselves rather than trust a view in a file,
-// which a crafted file could define to never end.
-const char* TokensSelectSql();
+// kSchemaSql is applied to a fresh file. Readers run kTokensSelectSql themselves rather than
+// trust the tokens view in a file, which a crafted file could define to never end.
 
 }  // namespace tokentrace

@@ -19,16 +19,11 @@ class Statement {
   bool Prepare(sqlite3* db, const char* sql, std::string* error) {
     sqlite3_finalize(stmt_);
     stmt_ = nullptr;
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) !=
-        SQLITE_OK) {
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr) != SQLITE_OK) {
       *error = sqlite3_errmsg(db);
       return false;
     }
     return true;
-  }
-  void Finalize() {
-    sqlite3_finalize(stmt_);
-    stmt_ = nullptr;
   }
 
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }

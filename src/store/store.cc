@@ -17,8 +17,8 @@ namespace tokentrace {
 
 struct Store::Statements {
   Statement begin, commit, rollback;
-  Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape,
-      output, output_block, loss, token_stats;
+  Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape, output,
+      output_block, loss, token_stats;
 };
 
 namespace {
@@ -87,10 +87,16 @@ void BindCall(Statement& c, int first, const CallRow& r) {
   c.Bind(first + 1, r.site_id);
   c.Bind(first + 2, r.k);
   c.Bind(first + 3, r.token);
-  if (r.parent_id == 0) c.BindNull(first + 4); else c.Bind(first + 4, static_cast<int64_t>(r.parent_id));
+  if (r.parent_id == 0)
+    c.BindNull(first + 4);
+  else
+    c.Bind(first + 4, static_cast<int64_t>(r.parent_id));
   c.Bind(first + 5, r.thread);
   c.Bind(first + 6, r.cpu_begin_ns);
-  if (r.cpu_end_ns == -1) c.BindNull(first + 7); else c.Bind(first + 7, r.cpu_end_ns);
+  if (r.cpu_end_ns == -1)
+    c.BindNull(first + 7);
+  else
+    c.Bind(first + 7, r.cpu_end_ns);
 }
 
 void BindOutput(Statement& o, int first, const OutputRow& r) {
@@ -102,7 +108,10 @@ void BindOutput(Statement& o, int first, const OutputRow& r) {
 
 // Binds one kernel row at parameters first .. first+10.
 void BindKernel(Statement& k, int first, const KernelRow& r) {
-  if (r.call_id == 0) k.BindNull(first); else k.Bind(first, static_cast<int64_t>(r.call_id));
+  if (r.call_id == 0)
+    k.BindNull(first);
+  else
+    k.Bind(first, static_cast<int64_t>(r.call_id));
   k.Bind(first + 1, r.token);
   k.Bind(first + 2, r.name_id);
   k.Bind(first + 3, static_cast<int64_t>(r.kind));
@@ -141,8 +150,9 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
     return nullptr;
   }
   if (BeingWritten(path)) {
-    *error = CannotWrite(path, "another process is writing it (a trace being recorded is never "
-                               "replaced; choose another path)");
+    *error = CannotWrite(path,
+                         "another process is writing it (a trace being recorded is never "
+                         "replaced; choose another path)");
     return nullptr;
   }
   // Truncate: a previous run's WAL must not be replayed into the new file.
@@ -156,9 +166,8 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
   sqlite3* db = nullptr;
   // NOMUTEX: a Store is used by one thread at a time (the background writer), so SQLite's
   // per-connection mutex is pure overhead (~20% of a kernel row's cost).
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     int sys = db != nullptr ? sqlite3_system_errno(db) : 0;
     *error = CannotWrite(path, sys != 0 ? std::strerror(sys) : sqlite3_errstr(rc));
@@ -181,8 +190,7 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
   const std::string setup = std::string(
                                 "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; "
                                 "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-4096; BEGIN;") +
-                            SchemaSql() +
-                            "INSERT OR REPLACE INTO meta VALUES('schema_version','" +
+                            kSchemaSql + "INSERT OR REPLACE INTO meta VALUES('schema_version','" +
                             kSchemaVersion + "'); COMMIT;";
   if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
     int sys = sqlite3_system_errno(db);
@@ -218,8 +226,8 @@ bool Store::Prepare(std::string* error) {
          s.call_block.Prepare(db_, InsertSql(kCallsInsert, kBlockRows, kCallColumns).c_str(),
                               error) &&
          s.kernel.Prepare(db_, InsertSql(kKernelsInsert, 1, kKernelColumns).c_str(), error) &&
-         s.kernel_block.Prepare(
-             db_, InsertSql(kKernelsInsert, kBlockRows, kKernelColumns).c_str(), error) &&
+         s.kernel_block.Prepare(db_, InsertSql(kKernelsInsert, kBlockRows, kKernelColumns).c_str(),
+                                error) &&
          // All right-hand sides see the old row, so `kernels = 0` means "no kernel yet":
          // a delta without kernels must not pull first_begin down to its 0.
          s.call_gpu.Prepare(
@@ -236,8 +244,8 @@ bool Store::Prepare(std::string* error) {
              error) &&
          s.escape.Prepare(db_, "INSERT INTO escapes VALUES(?1,?2,?3,?4,?5)", error) &&
          s.output.Prepare(db_, InsertSql(kOutputsInsert, 1, kOutputColumns).c_str(), error) &&
-         s.output_block.Prepare(
-             db_, InsertSql(kOutputsInsert, kBlockRows, kOutputColumns).c_str(), error) &&
+         s.output_block.Prepare(db_, InsertSql(kOutputsInsert, kBlockRows, kOutputColumns).c_str(),
+                                error) &&
          s.loss.Prepare(db_,
                         "INSERT INTO losses VALUES(?1,?2) "
                         "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",

@@ -1,4 +1,4 @@
-// Writer of a tokentrace file (schema v1). Owned by the background thread: one Store per
+// Writer of a tokentrace file (schema: schema.sql). Owned by the background thread: one Store per
 // output file, used from one thread at a time, never from the hot path.
 //
 // Durability: WAL mode with synchronous=NORMAL. Every Write() is one transaction, so after a

@@ -44,8 +44,10 @@ inline CliResult RunCli(const std::vector<std::string>& args,
   if (pid == 0) {
     for (const std::string& e : env) {
       size_t eq = e.find('=');
-      if (eq == std::string::npos) unsetenv(e.c_str());
-      else setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
+      if (eq == std::string::npos)
+        unsetenv(e.c_str());
+      else
+        setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
     }
     int fo = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int fe = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -11,9 +11,11 @@ TEST(FormatTest, JsonStringReplacesBytesThatAreNotUtf8) {
   const std::string fffd = "\xEF\xBF\xBD";
   EXPECT_EQ(JsonString("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
             "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");  // valid: kept
-  EXPECT_EQ(JsonString("a\xFF" "b"), "\"a" + fffd + "b\"");
-  EXPECT_EQ(JsonString("\xC3"), "\"" + fffd + "\"");                  // cut short
-  EXPECT_EQ(JsonString("\xC0\xAF"), "\"" + fffd + fffd + "\"");      // overlong
+  EXPECT_EQ(JsonString("a\xFF"
+                       "b"),
+            "\"a" + fffd + "b\"");
+  EXPECT_EQ(JsonString("\xC3"), "\"" + fffd + "\"");                        // cut short
+  EXPECT_EQ(JsonString("\xC0\xAF"), "\"" + fffd + fffd + "\"");             // overlong
   EXPECT_EQ(JsonString("\xED\xA0\x80"), "\"" + fffd + fffd + fffd + "\"");  // surrogate
 }
 
@@ -47,8 +49,9 @@ TEST(FormatTest, KeyValuesAreLeftAlignedAndLongValuesWrap) {
             "kernel_mode  summary\n"
             "cupti\n");
   // Width 30, value column 5: 25 columns of value per line; a longer word stays whole.
-  EXPECT_EQ(FormatKeyValues({{"why", "no NVIDIA driver (libcuda.so.1: cannot open shared "
-                                     "object file) /a/very/long/path/to/libcupti.so.13"}},
+  EXPECT_EQ(FormatKeyValues({{"why",
+                              "no NVIDIA driver (libcuda.so.1: cannot open shared "
+                              "object file) /a/very/long/path/to/libcupti.so.13"}},
                             30, ""),
             "why  no NVIDIA driver\n"
             "     (libcuda.so.1: cannot\n"

@@ -36,7 +36,8 @@ TEST(InfoTest, MetaValuesAreLeftAlignedAndWrapped) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\n  pid             4242\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\n  kernels_status  tokentrace: kernels are off: no NVIDIA driver"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   size_t start = 0;
   while (start < r.out.size()) {
     size_t end = r.out.find('\n', start);
@@ -63,9 +64,9 @@ TEST(FileErrorTest, MissingNonSqliteAndForeignSqliteFiles) {
                {foreign, "not a tokentrace trace"},
                {dir, "is a directory"}};
   for (const Case& c : cases) {
-    for (std::vector<std::string> args :
-         {std::vector<std::string>{"report", c.file}, {"info", c.file},
-          {"export", c.file, "--chrome", dir + "/x.json"}}) {
+    for (std::vector<std::string> args : {std::vector<std::string>{"report", c.file},
+                                          {"info", c.file},
+                                          {"export", c.file, "--chrome", dir + "/x.json"}}) {
       auto r = RunCli(args);
       EXPECT_EQ(r.status, 1) << args[0] << " " << c.file;
       EXPECT_EQ(r.err.rfind("tokentrace: ", 0), 0u) << r.err;

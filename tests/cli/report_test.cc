@@ -19,9 +19,11 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   auto r = RunCli({"report", path});
   ASSERT_EQ(r.status, 0) << r.err;
   std::string out = Squeeze(r.out);
-  EXPECT_NE(out.find("kernel mode full, pid 4242, schema 2, written by tokentrace " TOKENTRACE_VERSION
-                     "\nGPU kernels: recorded\n"),
-            std::string::npos) << r.out;
+  EXPECT_NE(
+      out.find("kernel mode full, pid 4242, schema 2, written by tokentrace " TOKENTRACE_VERSION
+               "\nGPU kernels: recorded\n"),
+      std::string::npos)
+      << r.out;
   EXPECT_NE(out.find("tokens: 3\n"), std::string::npos) << r.out;
   // token, cpu ms, gpu busy ms, kernels, escapes
   EXPECT_NE(out.find("\n1 4.000 0.300 3 0\n"), std::string::npos) << r.out;
@@ -29,8 +31,7 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   EXPECT_NE(out.find("\n3 1.250 0.300 3 1\n"), std::string::npos) << r.out;
   // phase, tokens, mean cpu, median cpu, mean gpu, kernels/token
   EXPECT_NE(out.find("prefill (token 1) 1 4.000 4.000 0.300 3.0"), std::string::npos) << r.out;
-  EXPECT_NE(out.find("decode (tokens >= 2) 2 1.375 1.375 0.300 3.0"), std::string::npos)
-      << r.out;
+  EXPECT_NE(out.find("decode (tokens >= 2) 2 1.375 1.375 0.300 3.0"), std::string::npos) << r.out;
   // site, kind, calls, kernels, gpu ms: mlp (0.6 ms) before attn (0.3 ms)
   size_t mlp = out.find("h.0.mlp module 3 6 0.600");
   size_t attn = out.find("h.0.attn module 3 3 0.300");
@@ -47,21 +48,24 @@ TEST(ReportTest, SaysWhichVersionWroteAFileOfAnotherVersion) {
   auto r = RunCli({"report", path});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("written by tokentrace 0.0.9 (this is " TOKENTRACE_VERSION ")\n"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
 }
 
 // Why kernels are missing, in the words of meta kernels_off; the long detail is info's.
 TEST(ReportTest, SaysInAFewWordsWhyKernelsWereNotRecorded) {
   std::string path = testing::TempDir() + "/nogpu.sqlite";
   testing::WriteSmallTrace(path, false,
-                           {{"kernels_status", "tokentrace: kernels are off: no NVIDIA driver "
-                                               "(libcuda.so.1: cannot open shared object file)"},
+                           {{"kernels_status",
+                             "tokentrace: kernels are off: no NVIDIA driver "
+                             "(libcuda.so.1: cannot open shared object file)"},
                             {"kernels_off", "no NVIDIA GPU here"}});
   auto r = RunCli({"report", path});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\n  GPU kernels: not recorded: no NVIDIA GPU here (`tokentrace info` has "
                        "the detail)\n"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("libcuda"), std::string::npos) << r.out;
 }
 
@@ -87,7 +91,9 @@ TEST(ReportTest, CraftedTraceIsPrintedSafelyAndViewsInItAreNotTrusted) {
   const std::string huge(1 << 20, 'n');
   const std::string sql =
       "UPDATE sites SET name = 'h.0.\x1b[31mred\nline' WHERE id = 3;"
-      "UPDATE sites SET name = '" + huge + "' WHERE id = 2;"
+      "UPDATE sites SET name = '" +
+      huge +
+      "' WHERE id = 2;"
       "UPDATE meta SET value = 'x\x1b]0;title\x07' WHERE key = 'kernel_mode';"
       "DROP VIEW tokens; CREATE VIEW tokens AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
       "SELECT x + 1 FROM r) SELECT x AS token, 0 AS cpu_begin_ns, 0 AS cpu_end_ns, 0 AS kernels, "
@@ -169,8 +175,8 @@ TEST(ReportTest, TenThousandTokenFullTraceIsReported) {
     Batch sites;
     sites.sites.push_back({1, "self", SiteKind::kRoot, true});
     for (uint32_t s = 2; s <= 100; ++s) {
-      sites.sites.push_back({s, "model.layers." + std::to_string(s) + ".mlp", SiteKind::kModule,
-                             false});
+      sites.sites.push_back(
+          {s, "model.layers." + std::to_string(s) + ".mlp", SiteKind::kModule, false});
     }
     ASSERT_TRUE(store->Write(sites, &error));
     int64_t now = 1000000000;
@@ -188,15 +194,15 @@ TEST(ReportTest, TenThousandTokenFullTraceIsReported) {
           b.kernels.push_back({id, t, 1, GpuOpKind::kKernel, 0, 7, begin + k * 10000,
                                begin + k * 10000 + 5000, corr++, 0, 0});
         }
-        b.call_gpu.push_back({id, t, static_cast<uint32_t>(n), n * 5000LL, begin,
-                              begin + n * 10000});
+        b.call_gpu.push_back(
+            {id, t, static_cast<uint32_t>(n), n * 5000LL, begin, begin + n * 10000});
       }
       ASSERT_TRUE(store->Write(b, &error)) << error;
       now += 25000000;
     }
   }
-  std::printf("built in %.1f s\n", std::chrono::duration<double>(
-                                       std::chrono::steady_clock::now() - build).count());
+  std::printf("built in %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - build).count());
   auto start = std::chrono::steady_clock::now();
   auto r = RunCli({"report", path});
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -19,8 +19,8 @@ const std::string kShimEnv = std::string("TOKENTRACE_LIB=") + TEST_SHIM;
 
 TEST(RunTest, ExecsTheCommandWithTheModeAndPropagatesItsStatus) {
   std::string dir = testing::TempDir();
-  auto r = RunCli({"run", "--kernels", "sample:4", "--out", dir + "/t-%p.sqlite", "--",
-                   "/bin/sh", "-c", "echo $TOKENTRACE_KERNELS; exit 7"},
+  auto r = RunCli({"run", "--kernels", "sample:4", "--out", dir + "/t-%p.sqlite", "--", "/bin/sh",
+                   "-c", "echo $TOKENTRACE_KERNELS; exit 7"},
                   {kShimEnv, "TOKENTRACE_KERNELS"});
   EXPECT_EQ(r.status, 7) << r.err;
   EXPECT_EQ(r.out, "sample:4\n");
@@ -31,14 +31,14 @@ TEST(RunTest, SetsTheEnvironmentAndKeepsThePid) {
   std::string dir = testing::TempDir();
   std::string patches = dir + "/p.json";
   std::ofstream(patches) << "[]";
-  auto r = RunCli({"run", "--out=" + dir + "/t-%p.sqlite", "--sites", "model.*", "--save",
-                   "model.layers.0.*", "--patches", patches, "--token-range", "step_[0-9]+",
-                   "--inputs", "model.layers.1.*", "--", "/bin/sh", "-c",
-                   "echo $$; echo $TOKENTRACE_OUT; echo $TOKENTRACE_SITES; echo $TOKENTRACE_SAVE;"
-                   " echo $TOKENTRACE_PATCHES; echo $TOKENTRACE_TOKEN_RANGE; echo $LD_PRELOAD;"
-                   " echo $PYTHONPATH; echo $TOKENTRACE_INPUTS"},
-                  {kShimEnv, "LD_PRELOAD=libold.so", "PYTHONPATH=/old/py",
-                   "TOKENTRACE_BOOT_DIR=/boot/dir"});
+  auto r = RunCli(
+      {"run", "--out=" + dir + "/t-%p.sqlite", "--sites", "model.*", "--save", "model.layers.0.*",
+       "--patches", patches, "--token-range", "step_[0-9]+", "--inputs", "model.layers.1.*", "--",
+       "/bin/sh", "-c",
+       "echo $$; echo $TOKENTRACE_OUT; echo $TOKENTRACE_SITES; echo $TOKENTRACE_SAVE;"
+       " echo $TOKENTRACE_PATCHES; echo $TOKENTRACE_TOKEN_RANGE; echo $LD_PRELOAD;"
+       " echo $PYTHONPATH; echo $TOKENTRACE_INPUTS"},
+      {kShimEnv, "LD_PRELOAD=libold.so", "PYTHONPATH=/old/py", "TOKENTRACE_BOOT_DIR=/boot/dir"});
   ASSERT_EQ(r.status, 0) << r.err;
   char shim[PATH_MAX];
   ASSERT_NE(realpath(TEST_SHIM, shim), nullptr);
@@ -64,9 +64,9 @@ TEST(RunTest, BadInheritedKernelModeNamesTheVariable) {
 
 TEST(RunTest, BadRegexIsRejectedBeforeTheJobStarts) {
   std::string dir = testing::TempDir();
-  auto r = RunCli({"run", "--token-range", "step_(", "--", "/bin/sh", "-c",
-                   "touch " + dir + "/ran"},
-                  {kShimEnv});
+  auto r =
+      RunCli({"run", "--token-range", "step_(", "--", "/bin/sh", "-c", "touch " + dir + "/ran"},
+             {kShimEnv});
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("--token-range='step_('"), std::string::npos) << r.err;
@@ -85,8 +85,8 @@ TEST(RunTest, BadOnFullIsRejectedBeforeTheJobStarts) {
 }
 
 TEST(RunTest, MissingOutDirectoryIsRejected) {
-  auto r = RunCli({"run", "--out", "/tmp/tt_no_such_dir_xyz/t.sqlite", "--", "/bin/true"},
-                  {kShimEnv});
+  auto r =
+      RunCli({"run", "--out", "/tmp/tt_no_such_dir_xyz/t.sqlite", "--", "/bin/true"}, {kShimEnv});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--out='/tmp/tt_no_such_dir_xyz/t.sqlite'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
@@ -105,8 +105,8 @@ TEST(RunTest, BadOutPathsAreRejectedBeforeTheJobStarts) {
       {dir + "/" + std::string(250, 'x') + ".sqlite", "the file name is 257 bytes long"},
       {"/dev/null", "it is under /dev"}};
   for (const auto& [out, why] : cases) {
-    auto r = RunCli({"run", "--out", out, "--", "/bin/sh", "-c", "touch " + dir + "/ran"},
-                    {kShimEnv});
+    auto r =
+        RunCli({"run", "--out", out, "--", "/bin/sh", "-c", "touch " + dir + "/ran"}, {kShimEnv});
     EXPECT_EQ(r.status, 2) << out;
     EXPECT_EQ(testing::CountLines(r.err), 1u) << r.err;
     EXPECT_NE(r.err.find("--out='" + out + "': " + why), std::string::npos) << r.err;
@@ -114,8 +114,8 @@ TEST(RunTest, BadOutPathsAreRejectedBeforeTheJobStarts) {
   auto r = RunCli({"run", "--", "/bin/sh", "-c", "touch " + dir + "/ran"},
                   {kShimEnv, "TOKENTRACE_CUPTI=/no/such/libcupti.so"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("TOKENTRACE_CUPTI='/no/such/libcupti.so' is not a file"),
-            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("TOKENTRACE_CUPTI='/no/such/libcupti.so' is not a file"), std::string::npos)
+      << r.err;
   EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0);  // the command never ran
   std::ifstream kept(notes);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "mine\n");
@@ -135,11 +135,11 @@ TEST(RunTest, UnwritableOutDirectoryIsRejected) {
 }
 
 TEST(RunTest, MissingPatchFileIsRejected) {
-  auto r = RunCli({"run", "--patches", "/tmp/tt_no_such_patches.json", "--", "/bin/true"},
-                  {kShimEnv});
+  auto r =
+      RunCli({"run", "--patches", "/tmp/tt_no_such_patches.json", "--", "/bin/true"}, {kShimEnv});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("--patches='/tmp/tt_no_such_patches.json' is not a file"),
-            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--patches='/tmp/tt_no_such_patches.json' is not a file"), std::string::npos)
+      << r.err;
 }
 
 TEST(RunTest, UnknownOptionAndMissingCommandAreUsageErrors) {
@@ -160,8 +160,8 @@ TEST(RunTest, CommandNotFoundExits127) {
 TEST(RunTest, MissingShimIsAClearError) {
   auto r = RunCli({"run", "--", "/bin/true"}, {"TOKENTRACE_LIB=/tmp/tt_no_such_shim.so"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("TOKENTRACE_LIB='/tmp/tt_no_such_shim.so' is not a file"),
-            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("TOKENTRACE_LIB='/tmp/tt_no_such_shim.so' is not a file"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace

@@ -17,13 +17,16 @@ namespace tokentrace::testing {
 //            mlp call 10t+2 (thread 1): two "gemm" kernels of 0.1 ms each, stream 7
 //   token 3 also has one escape. Kernel mode full, pid 4242.
 //   Meta: written by this build's version; `extra_meta` adds rows or replaces them.
-inline void WriteSmallTrace(const std::string& path, bool with_losses,
-                            const std::vector<std::pair<std::string, std::string>>& extra_meta = {}) {
+inline void WriteSmallTrace(
+    const std::string& path, bool with_losses,
+    const std::vector<std::pair<std::string, std::string>>& extra_meta = {}) {
   std::string error;
   auto store = Store::Open(path, &error);
   ASSERT_NE(store, nullptr) << error;
   Batch b;
-  b.meta = {{"kernel_mode", "full"}, {"pid", "4242"}, {"tool_version", TOKENTRACE_VERSION},
+  b.meta = {{"kernel_mode", "full"},
+            {"pid", "4242"},
+            {"tool_version", TOKENTRACE_VERSION},
             {"kernels_status", ""}};
   b.meta.insert(b.meta.end(), extra_meta.begin(), extra_meta.end());
   b.sites = {{1, "self", SiteKind::kRoot, true},
@@ -36,12 +39,12 @@ inline void WriteSmallTrace(const std::string& path, bool with_losses,
     b.calls.push_back({10u * t, 1, t, t, 0, 0, base, base + dur[t - 1]});
     b.calls.push_back({10u * t + 1, 2, t, t, 10u * t, 0, base + 1000, base + 2000});
     b.calls.push_back({10u * t + 2, 3, t, t, 10u * t, 1, base + 3000, base + 4000});
-    b.kernels.push_back({10u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 10000,
-                         base + 110000, 1, 0, 0});
-    b.kernels.push_back({10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 200000,
-                         base + 300000, 2, 0, 0});
-    b.kernels.push_back({10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 300000,
-                         base + 400000, 3, 0, 0});
+    b.kernels.push_back(
+        {10u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 10000, base + 110000, 1, 0, 0});
+    b.kernels.push_back(
+        {10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 200000, base + 300000, 2, 0, 0});
+    b.kernels.push_back(
+        {10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 300000, base + 400000, 3, 0, 0});
     b.call_gpu.push_back({10u * t + 1, t, 1, 100000, base + 10000, base + 110000});
     b.call_gpu.push_back({10u * t + 2, t, 2, 200000, base + 200000, base + 400000});
   }

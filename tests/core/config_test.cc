@@ -55,7 +55,8 @@ TEST(ConfigTest, OnFullIsDropOrWait) {
   std::string error;
   EXPECT_FALSE(ConfigFromEnvironment(&error));
   EXPECT_NE(error.find("TOKENTRACE_ON_FULL='stall' is not accepted (accepted: drop"),
-            std::string::npos) << error;
+            std::string::npos)
+      << error;
   setenv("TOKENTRACE_ON_FULL", "wait", 1);
   auto config = ConfigFromEnvironment(&error);
   ASSERT_TRUE(config);

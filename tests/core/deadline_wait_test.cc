@@ -34,8 +34,7 @@ TEST(DeadlineWaitTest, ReturnsAsSoonAsTheWorkIsDone) {
 
 TEST(DeadlineWaitTest, WorkAlreadyDoneNeedsNoNap) {
   int naps = 0;
-  EXPECT_TRUE(WaitUntilDone([] { return true; }, [] { return int64_t{0}; }, [&] { ++naps; },
-                            0));
+  EXPECT_TRUE(WaitUntilDone([] { return true; }, [] { return int64_t{0}; }, [&] { ++naps; }, 0));
   EXPECT_EQ(naps, 0);
 }
 

@@ -148,13 +148,14 @@ inline void SetBits(Tensor* t, int64_t i, uint32_t f32_bits) {
   if (t->dtype == DType::kF32) {
     std::memcpy(t->bytes.data() + 4 * i, &f32_bits, 4);
   } else {
-    const uint16_t h = t->dtype == DType::kF16 ? static_cast<uint16_t>(
-                                                     (f32_bits >> 16 & 0x8000u) | 0x7e01u)
-                                               : static_cast<uint16_t>(f32_bits >> 16);
+    const uint16_t h = t->dtype == DType::kF16
+                           ? static_cast<uint16_t>((f32_bits >> 16 & 0x8000u) | 0x7e01u)
+                           : static_cast<uint16_t>(f32_bits >> 16);
     const bool nan = (f32_bits & 0x7fffffffu) > 0x7f800000u;
     uint16_t bits = h;
-    if (!nan) bits = t->dtype == DType::kF16 ? FloatToHalf(BitsFloat(f32_bits))
-                                             : FloatToBf16(BitsFloat(f32_bits));
+    if (!nan)
+      bits = t->dtype == DType::kF16 ? FloatToHalf(BitsFloat(f32_bits))
+                                     : FloatToBf16(BitsFloat(f32_bits));
     std::memcpy(t->bytes.data() + 2 * i, &bits, 2);
   }
 }

@@ -50,7 +50,8 @@ struct Setup {
       error = cudaGetErrorString(cudaGetLastError());
       return;
     }
-    UploadPatchTable(BenchEntries(one_position, enabled), 2, &table, &error);  // waits for the memset
+    UploadPatchTable(BenchEntries(one_position, enabled), 2, &table,
+                     &error);  // waits for the memset
   }
   ~Setup() {
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -58,8 +59,7 @@ struct Setup {
     cudaFree(scratch);
   }
   cudaError_t Apply() {
-    return ApplyPatchesDevice(table, 0, buf, DType::kBF16, 3, shape.data(), strides.data(),
-                              stream);
+    return ApplyPatchesDevice(table, 0, buf, DType::kBF16, 3, shape.data(), strides.data(), stream);
   }
 };
 
@@ -70,7 +70,7 @@ double LaunchMicros(Setup& s) {
     for (int i = 0; i < 256; ++i) s.Apply();
     const auto t1 = std::chrono::steady_clock::now();
     cudaStreamSynchronize(s.stream);  // keeps the launch queue from filling; not timed
-    if (round > 0) {  // the first is a warm-up
+    if (round > 0) {                  // the first is a warm-up
       per_batch.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 256);
     }
   }
@@ -129,9 +129,10 @@ int Run() {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   std::printf("## Device patch table (%s): what an edit costs\n\n", prop.name);
-  std::printf("bf16 outputs: one-position box = column 1 of [1, 512, 2048] (`tt.zero`); full "
-              "scale = all of [1, 4096, 4096] (32 MiB). Disabled: the entry is on another site, "
-              "so the apply only advances the call counter.\n\n");
+  std::printf(
+      "bf16 outputs: one-position box = column 1 of [1, 512, 2048] (`tt.zero`); full "
+      "scale = all of [1, 4096, 4096] (32 MiB). Disabled: the entry is on another site, "
+      "so the apply only advances the call counter.\n\n");
   std::printf("| what | enabled | disabled | target | |\n|---|---|---|---|---|\n");
   double launch[2][2] = {}, device[2][2] = {};
   for (int one = 1; one >= 0; --one) {
@@ -171,9 +172,10 @@ int Run() {
   const double scale_us = GraphMicros(scale, s.stream), copy_us = GraphMicros(copy, s.stream);
   const double scale_gbps = 2.0 * s.bytes / (scale_us * 1e-6) / 1e9;  // read + write
   const double copy_gbps = 2.0 * s.bytes / (copy_us * 1e-6) / 1e9;
-  std::printf("| full scale vs device-to-device copy of the same bytes (bandwidth ratio) | "
-              "%.2f (scale %.0f GB/s, copy %.0f GB/s) | — | ≥ 0.70 | %s |\n\n",
-              copy_us / scale_us, scale_gbps, copy_gbps, Verdict(copy_us / scale_us >= 0.70));
+  std::printf(
+      "| full scale vs device-to-device copy of the same bytes (bandwidth ratio) | "
+      "%.2f (scale %.0f GB/s, copy %.0f GB/s) | — | ≥ 0.70 | %s |\n\n",
+      copy_us / scale_us, scale_gbps, copy_gbps, Verdict(copy_us / scale_us >= 0.70));
   cudaGraphExecDestroy(scale);
   cudaGraphExecDestroy(copy);
   return 0;

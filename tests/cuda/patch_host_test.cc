@@ -89,7 +89,8 @@ TEST(PatchSpecialValuesTest, NaNsAreStoredWithOneBitPattern) {
     EXPECT_EQ(nans, 5 + 4 + 2) << name;
     // -0.0 + -0.0 stays -0.0; -0.0 * 0 is -0.0; clamp keeps -0.0.
     EXPECT_TRUE(std::signbit(t.Get({0, 3})) && std::signbit(t.Get({1, 3})) &&
-                std::signbit(t.Get({2, 3}))) << name;
+                std::signbit(t.Get({2, 3})))
+        << name;
   }
 }
 

@@ -25,10 +25,10 @@ struct CollectingSink : ActivitySink {
 // Stand-in for cuptiActivityGetNextRecord over a buffer of back-to-back records, each
 // preceded by its size (our fabricated layout, not CUPTI's).
 CUptiResult FakeNext(uint8_t* buffer, size_t valid, CUpti_Activity** record) {
-  uint8_t* at = *record == nullptr ? buffer
-                                   : reinterpret_cast<uint8_t*>(*record) +
-                                         *reinterpret_cast<uint32_t*>(
-                                             reinterpret_cast<uint8_t*>(*record) - 8);
+  uint8_t* at = *record == nullptr
+                    ? buffer
+                    : reinterpret_cast<uint8_t*>(*record) +
+                          *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(*record) - 8);
   if (at + 8 > buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
   *record = reinterpret_cast<CUpti_Activity*>(at + 8);
   return CUPTI_SUCCESS;
@@ -66,8 +66,8 @@ TEST(DeliverRecords, ConvertsKeptKindsInOrder) {
   std::memcpy(aligned.data(), buf.data(), buf.size());
 
   CollectingSink sink;
-  const size_t n = DeliverRecords(reinterpret_cast<uint8_t*>(aligned.data()), buf.size(),
-                                  &FakeNext, 5, &sink);
+  const size_t n =
+      DeliverRecords(reinterpret_cast<uint8_t*>(aligned.data()), buf.size(), &FakeNext, 5, &sink);
   ASSERT_EQ(n, 2u);
   EXPECT_EQ(sink.got[0].correlation_id, 1u);
   EXPECT_EQ(sink.names[0], "first");

@@ -70,12 +70,9 @@ TEST(ActivityConvert, Memcpy) {
   struct Case {
     uint8_t cupti;
     uint8_t ours;
-  } cases[] = {{CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 1},
-               {CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, 2},
-               {CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, 8},
-               {CUPTI_ACTIVITY_MEMCPY_KIND_HTOH, 0},
-               {CUPTI_ACTIVITY_MEMCPY_KIND_PTOP, 0},
-               {CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN, 0}};
+  } cases[] = {{CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 1}, {CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, 2},
+               {CUPTI_ACTIVITY_MEMCPY_KIND_DTOD, 8}, {CUPTI_ACTIVITY_MEMCPY_KIND_HTOH, 0},
+               {CUPTI_ACTIVITY_MEMCPY_KIND_PTOP, 0}, {CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN, 0}};
   for (const Case& c : cases) {
     MemcpyRecord m = {};
     m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;

@@ -9,12 +9,11 @@ constexpr auto kRt = CUPTI_CB_DOMAIN_RUNTIME_API;
 constexpr auto kDrv = CUPTI_CB_DOMAIN_DRIVER_API;
 
 TEST(ClassifyCallback, Launches) {
-  for (CUpti_CallbackId id :
-       {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-        CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
-        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000}) {
+  for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+                              CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000}) {
     EXPECT_EQ(ClassifyCallback(kRt, id, nullptr).kind, Action::kLaunch) << id;
   }
   for (CUpti_CallbackId id :
@@ -76,11 +75,11 @@ TEST(ClassifyCallback, RuntimeMemcpyByKind) {
   // Async copies and memsets (torch's copies and zero fills) are launches, never escapes.
   cudaMemcpyAsync_v3020_params pa = {};
   pa.kind = cudaMemcpyDeviceToHost;
-  for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
-                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
-                              CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020,
-                              CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020,
-                              CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000}) {
+  for (CUpti_CallbackId id :
+       {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+        CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
+        CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020,
+        CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyBatchAsync_v13000}) {
     EXPECT_EQ(ClassifyCallback(kRt, id, &pa).kind, Action::kLaunch) << id;
   }
 }
@@ -92,10 +91,9 @@ TEST(ClassifyCallback, DriverMemcpy) {
             Action::kLaunchEscape);
   EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, nullptr).kind,
             Action::kLaunch);
-  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
-                              CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
-                              CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
-                              CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds}) {
+  for (CUpti_CallbackId id :
+       {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+        CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds}) {
     EXPECT_EQ(ClassifyCallback(kDrv, id, nullptr).kind, Action::kLaunch) << id;
   }
   CUDA_MEMCPY2D copy = {};
@@ -125,8 +123,7 @@ TEST(ClassifyCallback, GraphLaunchCarriesExec) {
 TEST(ClassifyCallback, OthersAreNone) {
   EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, nullptr).kind,
             Action::kNone);
-  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, nullptr)
-                .kind,
+  EXPECT_EQ(ClassifyCallback(kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, nullptr).kind,
             Action::kNone);
   EXPECT_EQ(ClassifyCallback(kDrv, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, nullptr).kind,
             Action::kNone);

@@ -51,6 +51,5 @@ void GraphCloned(uint32_t original, uint32_t clone) {
   fake::Add({RecorderCall::kGraphCloned, original, clone, 0});
 }
 CurrentCall Current() { return {}; }
-uint32_t CurrentToken() { return 0; }
 }  // namespace recorder
 }  // namespace tokentrace

@@ -12,7 +12,15 @@
 namespace tokentrace::fake {
 
 struct RecorderCall {
-  enum What { kLaunch, kGraphLaunch, kEscape, kNodeCreated, kNodeCloned, kExecCreated, kGraphCloned } what;
+  enum What {
+    kLaunch,
+    kGraphLaunch,
+    kEscape,
+    kNodeCreated,
+    kNodeCloned,
+    kExecCreated,
+    kGraphCloned
+  } what;
   uint64_t a = 0;  // correlation id / graph id / original node id
   uint64_t b = 0;  // graph exec id / node id / escape kind
   uint64_t c = 0;  // cloned: new node id

@@ -96,16 +96,17 @@ TEST(SubscriberGpu, LaunchesCopiesSyncsAndGraphs) {
   Stop();
 
   for (const RecorderCall& c : calls) {
-    std::printf("recorder call %d a=%llu b=%llu c=%llu\n", int(c.what),
-                (unsigned long long)c.a, (unsigned long long)c.b, (unsigned long long)c.c);
+    std::printf("recorder call %d a=%llu b=%llu c=%llu\n", int(c.what), (unsigned long long)c.a,
+                (unsigned long long)c.b, (unsigned long long)c.c);
   }
   for (size_t i = 0; i < sink.got.size(); ++i) {
     const GpuActivity& a = sink.got[i];
-    std::printf("activity kind=%d corr=%llu graph=%u node=%llu bytes=%llu copy=%u name=%s "
-                "dur=%lld\n",
-                int(a.kind), (unsigned long long)a.correlation_id, a.graph_id,
-                (unsigned long long)a.graph_node_id, (unsigned long long)a.bytes, a.copy_kind,
-                sink.names[i].c_str(), (long long)(a.end_ns - a.begin_ns));
+    std::printf(
+        "activity kind=%d corr=%llu graph=%u node=%llu bytes=%llu copy=%u name=%s "
+        "dur=%lld\n",
+        int(a.kind), (unsigned long long)a.correlation_id, a.graph_id,
+        (unsigned long long)a.graph_node_id, (unsigned long long)a.bytes, a.copy_kind,
+        sink.names[i].c_str(), (long long)(a.end_ns - a.begin_ns));
   }
 
   // The direct launch: recorder saw its correlation id, the kernel record carries it.

@@ -25,7 +25,7 @@ struct File {
 sqlite3_vfs* g_real = nullptr;
 sqlite3_io_methods g_methods;
 std::atomic<int64_t> g_grown{0};
-int64_t g_budget = -1;  // < 0: no limit
+int64_t g_budget = -1;                     // < 0: no limit
 std::atomic<int64_t> g_refusals_left{-1};  // < 0: refuse for ever
 
 std::atomic<int> g_reserve_fd{-1};  // the one file posix_fallocate grew (the store's reserve)
@@ -36,8 +36,8 @@ sqlite3_file* Real(sqlite3_file* f) { return reinterpret_cast<File*>(f)->real; }
 int Write(sqlite3_file* f, const void* data, int n, sqlite3_int64 offset) {
   sqlite3_file* real = Real(f);
   sqlite3_int64 size = 0;
-  if (g_budget >= 0 && real->pMethods->xFileSize(real, &size) == SQLITE_OK &&
-      offset + n > size && g_refusals_left.load() != 0) {
+  if (g_budget >= 0 && real->pMethods->xFileSize(real, &size) == SQLITE_OK && offset + n > size &&
+      g_refusals_left.load() != 0) {
     const int64_t growth = offset + n - size;
     if (g_grown.load() + growth > g_budget) {
       if (g_refusals_left.load() > 0) g_refusals_left.fetch_sub(1);
@@ -118,10 +118,25 @@ __attribute__((constructor)) void Install() {
   if (const char* v = getenv("TT_DISK_FULL_REFUSALS")) g_refusals_left = atoll(v);
   g_real = sqlite3_vfs_find(nullptr);
   if (g_real == nullptr) return;
-  g_methods = {3,        Close,     Read,         Write,       Truncate,
-               Sync,     FileSize,  Lock,         Unlock,      CheckReserved,
-               FileControl, SectorSize, DeviceCharacteristics, ShmMap, ShmLock,
-               ShmBarrier, ShmUnmap, Fetch,      Unfetch};
+  g_methods = {3,
+               Close,
+               Read,
+               Write,
+               Truncate,
+               Sync,
+               FileSize,
+               Lock,
+               Unlock,
+               CheckReserved,
+               FileControl,
+               SectorSize,
+               DeviceCharacteristics,
+               ShmMap,
+               ShmLock,
+               ShmBarrier,
+               ShmUnmap,
+               Fetch,
+               Unfetch};
   g_vfs = *g_real;
   g_vfs.iVersion = 2;  // no xSetSystemCall & co.
   g_vfs.szOsFile = static_cast<int>(sizeof(File)) + g_real->szOsFile;
@@ -146,7 +161,8 @@ __attribute__((constructor)) void Install() {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) int posix_fallocate(int fd, off_t offset, off_t len) {
+extern "C" __attribute__((visibility("default"))) int posix_fallocate(int fd, off_t offset,
+                                                                      off_t len) {
   using Fn = int (*)(int, off_t, off_t);
   static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "posix_fallocate"));
   if (g_budget >= 0 && g_refusals_left.load() != 0) {
@@ -157,7 +173,8 @@ extern "C" __attribute__((visibility("default"))) int posix_fallocate(int fd, of
   }
   return real(fd, offset, len);
 }
-extern "C" __attribute__((visibility("default"))) int posix_fallocate64(int fd, off_t offset, off_t len) {
+extern "C" __attribute__((visibility("default"))) int posix_fallocate64(int fd, off_t offset,
+                                                                        off_t len) {
   return posix_fallocate(fd, offset, len);
 }
 
@@ -170,4 +187,3 @@ extern "C" __attribute__((visibility("default"))) int close(int fd) {
   }
   return real(fd);
 }
-

@@ -19,11 +19,11 @@ constexpr int64_t kFullAfter = 900000;
 TEST(FaultTest, ShortLivedThreadsLoseNothing) {
   for (int run = 0; run < 5; ++run) {
     const std::string out = RunPreloaded("short_threads 20", "TOKENTRACE_FLUSH_MS=1");
-    ASSERT_EQ(One(out, "SELECT COUNT(*) FROM calls"), std::to_string(64 * 14 * 20 * 5)) << "run " << run;
+    ASSERT_EQ(One(out, "SELECT COUNT(*) FROM calls"), std::to_string(64 * 14 * 20 * 5))
+        << "run " << run;
     EXPECT_EQ(One(out, "SELECT COALESCE(SUM(count),0) FROM losses"), "0");
   }
 }
-
 
 // Runs `paced 300` (2100 calls) with the disk full after kFullAfter bytes of growth (space
 // returns after REFUSALS refused writes; 0: never). Every call must be in the file or counted
@@ -60,7 +60,8 @@ TEST(FaultTest, FullDiskToTheEndStillCountsInTheFile) { ExpectEveryCallKeptOrCou
 // 65,536-event ring): with --on-full wait every token is kept; with the default (drop) the
 // losses are counted, and stderr and the report say what share was lost.
 TEST(FaultTest, BurstIsCompleteWithWaitAndItsShareLostIsSaidWithDrop) {
-  const std::string kept = RunPreloaded("hooks 50000", "TOKENTRACE_FLUSH_MS=200 TOKENTRACE_ON_FULL=wait");
+  const std::string kept =
+      RunPreloaded("hooks 50000", "TOKENTRACE_FLUSH_MS=200 TOKENTRACE_ON_FULL=wait");
   EXPECT_EQ(One(kept, "SELECT COUNT(*) FROM tokens"), "50000");
   EXPECT_EQ(One(kept, "SELECT COUNT(*) FROM calls"), "350000");
   EXPECT_EQ(One(kept, "SELECT COALESCE(SUM(count),0) FROM losses"), "0");
@@ -71,7 +72,8 @@ TEST(FaultTest, BurstIsCompleteWithWaitAndItsShareLostIsSaidWithDrop) {
   ASSERT_NE(lost, "") << "the ring no longer fills in this burst; make it longer";
   EXPECT_EQ(One(dropped, "SELECT value FROM meta WHERE key='events'"), "700000");
   EXPECT_NE(r.output.find("of the job's events were lost to full buffers (" + lost + " of 700000"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   const Result report = Shell(kCli + " report " + dropped);
   EXPECT_NE(report.output.find("buffer_full: " + lost + " ("), std::string::npos) << report.output;
   EXPECT_NE(report.output.find("% of 700000 events)"), std::string::npos) << report.output;
@@ -117,8 +119,9 @@ TEST(FaultTest, TokenOfAKilledJobReadsAsUnfinished) {
                          "pid=$!; for i in $(seq 200); do grep -q ready " + log +
                          " && break; sleep 0.01; done; sleep 0.3; kill -KILL $pid");
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "2");
-  EXPECT_EQ(One(out, "SELECT cpu_begin_ns IS NOT NULL AND cpu_end_ns IS NULL FROM tokens "
-                     "WHERE token = 2"),
+  EXPECT_EQ(One(out,
+                "SELECT cpu_begin_ns IS NOT NULL AND cpu_end_ns IS NULL FROM tokens "
+                "WHERE token = 2"),
             "1");
   const Result report = Shell(kCli + " report " + out);
   EXPECT_EQ(report.output.find("graph"), std::string::npos) << report.output;

@@ -1,12 +1,11 @@
 // End to end without a GPU: nvtx_generate runs under LD_PRELOAD=libtokentrace.so (directly,
 // and through `tokentrace run`), and the SQLite file it leaves is checked.
 #include <glob.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -87,7 +86,9 @@ TEST(PreloadTest, ForkedChildWritesItsOwnFile) {
   Result ls = Shell("ls " + dir);
   int files = 0;
   for (size_t p = 0; (p = ls.output.find(".sqlite", p)) != std::string::npos; ++p) {
-    if (ls.output.compare(p, 11, ".sqlite-wal") != 0 && ls.output.compare(p, 11, ".sqlite-shm") != 0) ++files;
+    if (ls.output.compare(p, 11, ".sqlite-wal") != 0 &&
+        ls.output.compare(p, 11, ".sqlite-shm") != 0)
+      ++files;
   }
   EXPECT_EQ(files, 2) << ls.output;
 }
@@ -110,8 +111,8 @@ TEST(PreloadTest, SigkilledRunLeavesAReadableFile) {
 // the shell reports it ("status=N"; 143 = killed by SIGTERM).
 Result RunThenTerminate(const std::string& mode, const std::string& out) {
   const std::string log = out + ".stdout";
-  return Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " " + mode + " > " +
-               log + " 2>&1 & pid=$!; for i in $(seq 200); do grep -q ready " + log +
+  return Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " " + mode + " > " + log +
+               " 2>&1 & pid=$!; for i in $(seq 200); do grep -q ready " + log +
                " && break; sleep 0.01; done; kill -TERM $pid; wait $pid; echo status=$?");
 }
 
@@ -179,8 +180,8 @@ std::vector<std::string> TraceFiles(const std::string& dir, const std::string& p
   if (glob((dir + "/" + prefix + "*").c_str(), 0, nullptr, &g) == 0) {
     for (size_t i = 0; i < g.gl_pathc; ++i) {
       const std::string f = g.gl_pathv[i];
-      if (f.size() > 4 && (f.compare(f.size() - 4, 4, "-wal") == 0 ||
-                           f.compare(f.size() - 4, 4, "-shm") == 0))
+      if (f.size() > 4 &&
+          (f.compare(f.size() - 4, 4, "-wal") == 0 || f.compare(f.size() - 4, 4, "-shm") == 0))
         continue;
       files.push_back(f);
     }
@@ -209,8 +210,8 @@ TEST(PreloadTest, ProcessesOfOneRunNeverShareAFile) {
   EXPECT_EQ(tokens, (std::multiset<std::string>{"2", "3", "4"}));
   EXPECT_EQ(run_ids.count(*run_ids.begin()), 3u);  // one run
   size_t notes = 0;
-  for (size_t at = 0; (at = r.output.find("belongs to another process of this run", at)) !=
-                      std::string::npos;
+  for (size_t at = 0;
+       (at = r.output.find("belongs to another process of this run", at)) != std::string::npos;
        ++at)
     ++notes;
   EXPECT_EQ(notes, 2u) << r.output;
@@ -238,7 +239,8 @@ TEST(PreloadTest, AFileThatIsNotATraceIsNotReplaced) {
   EXPECT_EQ(One(files[1], "SELECT COUNT(*) FROM tokens"), "2");
   // It says why (it once said the file "could not be checked for another writer").
   EXPECT_NE(r.output.find("is not a tokentrace trace (or cannot be read), so it is kept"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
 }
 
 // A fork while the first write is creating the file (here held up by another program's lock
@@ -317,7 +319,8 @@ TEST(PreloadTest, AnotherToolsCudaInjectionIsNamed) {
 TEST(PreloadTest, CliRunTracesAndPropagatesExitStatus) {
   if (access(kCli.c_str(), X_OK) != 0) GTEST_SKIP() << "tokentrace program not built";
   std::string out = TempDir() + "/cli.sqlite";
-  Result r = Shell("env -u CUDA_INJECTION64_PATH " + kCli + " run --out " + out + " -- " + kProgram + " hooks 2");
+  Result r = Shell("env -u CUDA_INJECTION64_PATH " + kCli + " run --out " + out + " -- " +
+                   kProgram + " hooks 2");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "2");
   r = Shell(kCli + " run --out " + out + " -- " + kProgram + " quick_exit");

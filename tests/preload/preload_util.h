@@ -2,11 +2,10 @@
 // query the SQLite file it leaves.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -47,7 +46,8 @@ inline std::string Preloaded(const std::string& out, const std::string& extra = 
 }
 
 // Rows of a query as strings.
-inline std::vector<std::vector<std::string>> Query(const std::string& path, const std::string& sql) {
+inline std::vector<std::vector<std::string>> Query(const std::string& path,
+                                                   const std::string& sql) {
   std::vector<std::vector<std::string>> rows;
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
@@ -80,14 +80,16 @@ inline std::string One(const std::string& path, const std::string& sql) {
 
 // How many calls of `site` the file holds.
 inline std::string CallsOf(const std::string& path, const std::string& site) {
-  return One(path, "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
-                   "WHERE s.name='" + site + "'");
+  return One(path,
+             "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id=c.site_id "
+             "WHERE s.name='" +
+                 site + "'");
 }
 
 // Runs nvtx_generate ARGS under the preload with EXTRA environment and expects it to succeed;
 // returns the file it was told to write, OUT or a fresh one (its output in *result, if asked).
 inline std::string RunPreloaded(const std::string& args, const std::string& extra = "",
-                         Result* result = nullptr, std::string out = "") {
+                                Result* result = nullptr, std::string out = "") {
   if (out.empty()) out = TempDir() + "/t.sqlite";
   const Result r = Shell(Preloaded(out, extra) + kProgram + " " + args);
   EXPECT_EQ(r.status, 0) << r.output;

@@ -133,7 +133,7 @@ def test_python_rows_are_added_in_one_transaction(tmp_path):
     from tokentrace import _store
     path = str(tmp_path / "t.sqlite")
     con = sqlite3.connect(path)
-    con.executescript(_store._CORE_SCHEMA)  # what the shim writes: no Python tables yet
+    _store.write_schema(con)  # what the shim writes
     con.close()
 
     def change_counter():  # bytes 24..27 of the header: +1 per committed write transaction

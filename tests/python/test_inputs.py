@@ -42,7 +42,7 @@ def test_root_inputs_by_path_with_the_cache_per_layer(llama, prompt):
             assert list(entry.shape) == [1, 2, 5, 8]
             assert entry.dtype == torch.float32 and entry.device == "cpu"
     assert inputs["use_cache"].kind == "value" and inputs["use_cache"].value is True
-    assert trace.schema_version == int(_store.SCHEMA_VERSION)
+    assert trace.schema_version == _store.schema().SCHEMA_VERSION
 
 
 def test_other_sites_on_request_only(llama, prompt):
@@ -146,7 +146,7 @@ def test_record_streams_saved_inputs(llama, prompt):
 
 def test_previous_schema_version_opens(llama, prompt, tmp_path):
     trace = _decode_step(llama, _prefill_cache(llama, prompt))
-    assert trace.meta["schema_version"] == _store.SCHEMA_VERSION  # the shim's kSchemaVersion
+    assert trace.meta["schema_version"] == str(_store.schema().SCHEMA_VERSION)  # kSchemaVersion
     old = str(tmp_path / "v1.sqlite")
     shutil.copy(trace.path, old)
     with sqlite3.connect(old) as con:

@@ -86,13 +86,24 @@ def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
     tokens = tt.load(path).tokens
     assert [(t.token, t.finished, t.cpu_ms) for t in tokens] == [
         (1, True, 9.0), (2, True, 9.0), (3, False, 0.0)]
-    # a token with no root call at all (a CUDA-graph replay, or a killed run's file from
-    # before open token calls were written) has no begin either: it used to raise TypeError
+    # a token with no root call at all (a CUDA-graph replay: one launch is one token, its
+    # kernels counted in token_stats) has no begin either: it used to raise TypeError, and a
+    # hand copy of the tokens view once dropped it
     path = _crafted_trace(str(tmp_path / "rootless.sqlite"),
+                          "INSERT INTO token_stats VALUES (3, 5, 2000000, 1)")
+    tokens = tt.load(path).tokens
+    assert [(t.token, t.finished, t.cpu_ms, t.kernels, t.escapes) for t in tokens][2:] == [
+        (3, True, 0.0, 5, 1)]
+
+
+def test_the_files_tokens_view_is_not_trusted(tmp_path):
+    """tt.load reads tokens with the C++ readers' SELECT (from the extension), as `tokentrace
+    report` does, not with whatever view a file defines."""
+    path = _crafted_trace(str(tmp_path / "crafted.sqlite"),
                           "DROP VIEW tokens; CREATE VIEW tokens AS SELECT 4 AS token, NULL AS "
                           "cpu_begin_ns, NULL AS cpu_end_ns, 0 AS kernels, 0 AS gpu_busy_ns, "
                           "1 AS escapes")
-    assert [(t.token, t.finished, t.cpu_ms) for t in tt.load(path).tokens] == [(4, True, 0.0)]
+    assert [t.token for t in tt.load(path).tokens] == [1, 2]
 
 
 def test_names_that_are_not_utf8_and_no_files_left_behind(tmp_path):

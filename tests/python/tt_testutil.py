@@ -13,7 +13,8 @@ if PYDIR not in sys.path:
 
 
 def make_trace_file(path, *, kernels=True, saved=None):
-    """A schema-v1 file written by hand, as the shim would: root `self` with two tokens,
+    """A schema-v1 file written by hand (tables from the one schema, src/store/schema.sql,
+    through the extension), as the shim would: root `self` with two tokens,
     `layer` called once per token, `layer.mlp` twice per token (re-entrant numbering)."""
     con = sqlite3.connect(path)
     from tokentrace import _store

@@ -32,12 +32,12 @@ std::string MakeTrace() {
     b.calls.push_back({10u * t, 1, t, t, 0, 0, base, base + t * 1000000});
     b.calls.push_back({10u * t + 1, 2, t, t, 10u * t, 0, base + 10, base + 20});
     b.calls.push_back({10u * t + 2, 3, t, t, 10u * t, 1, base + 30, base + 40});
-    b.kernels.push_back({10u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 100, base + 3100,
-                         1, 0, 0});
-    b.kernels.push_back({10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 4000, base + 9000,
-                         2, 0, 0});
-    b.kernels.push_back({10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 9000,
-                         base + 14000, 3, 0, 0});
+    b.kernels.push_back(
+        {10u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 100, base + 3100, 1, 0, 0});
+    b.kernels.push_back(
+        {10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 4000, base + 9000, 2, 0, 0});
+    b.kernels.push_back(
+        {10u * t + 2, t, 2, GpuOpKind::kKernel, 0, 7, base + 9000, base + 14000, 3, 0, 0});
     b.call_gpu.push_back({10u * t + 1, t, 1, 3000, base + 100, base + 3100});
     b.call_gpu.push_back({10u * t + 2, t, 2, 10000, base + 4000, base + 14000});
     b.call_gpu.push_back({0, t, 1, 1000, base + 20000, base + 21000});
@@ -100,8 +100,8 @@ TEST(ReaderTest, CountsMetaAndLosses) {
   EXPECT_EQ(c.escapes, 1);
   std::vector<std::pair<std::string, std::string>> meta;
   ASSERT_TRUE(reader->Meta(&meta, &error));
-  EXPECT_NE(std::find(meta.begin(), meta.end(), std::make_pair(std::string("kernel_mode"),
-                                                               std::string("full"))),
+  EXPECT_NE(std::find(meta.begin(), meta.end(),
+                      std::make_pair(std::string("kernel_mode"), std::string("full"))),
             meta.end());
   std::vector<std::pair<std::string, int64_t>> losses;
   ASSERT_TRUE(reader->Losses(&losses, &error));
@@ -114,13 +114,13 @@ TEST(ReaderTest, ForEachFiltersByToken) {
   auto reader = Reader::Open(path, &error);
   ASSERT_NE(reader, nullptr) << error;
   std::vector<CallEvent> calls;
-  ASSERT_TRUE(reader->ForEachCall(2, 3, [&](const CallEvent& e) { calls.push_back(e); },
-                                  &error));
+  ASSERT_TRUE(reader->ForEachCall(
+      2, 3, [&](const CallEvent& e) { calls.push_back(e); }, &error));
   EXPECT_EQ(calls.size(), 6u);
   for (const CallEvent& e : calls) EXPECT_GE(e.token, 2u);
   std::vector<KernelEvent> kernels;
-  ASSERT_TRUE(reader->ForEachKernel(2, 2, [&](const KernelEvent& e) { kernels.push_back(e); },
-                                    &error));
+  ASSERT_TRUE(reader->ForEachKernel(
+      2, 2, [&](const KernelEvent& e) { kernels.push_back(e); }, &error));
   ASSERT_EQ(kernels.size(), 3u);
   EXPECT_EQ(kernels[0].name, "flash_fwd");
   EXPECT_EQ(kernels[0].call, "h.0.attn:2");
@@ -136,8 +136,9 @@ TEST(ReaderTest, ForEachFiltersByToken) {
 TEST(ReaderTest, MissingFileIsOneLineError) {
   std::string error;
   EXPECT_EQ(Reader::Open("/tmp/definitely/missing.sqlite", &error), nullptr);
-  EXPECT_EQ(error, "tokentrace: cannot open '/tmp/definitely/missing.sqlite': "
-                   "No such file or directory");
+  EXPECT_EQ(error,
+            "tokentrace: cannot open '/tmp/definitely/missing.sqlite': "
+            "No such file or directory");
 }
 
 TEST(ReaderTest, NonSqliteFileIsRejected) {
@@ -151,8 +152,8 @@ TEST(ReaderTest, SqliteFileWithoutMetaIsRejected) {
   std::string path = TempPath("other.sqlite"), error;
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_exec(db, "CREATE TABLE t(x); CREATE TABLE meta(key TEXT, value TEXT);", nullptr,
-               nullptr, nullptr);
+  sqlite3_exec(db, "CREATE TABLE t(x); CREATE TABLE meta(key TEXT, value TEXT);", nullptr, nullptr,
+               nullptr);
   sqlite3_close(db);
   EXPECT_EQ(Reader::Open(path, &error), nullptr);
   EXPECT_NE(error.find("not a tokentrace trace"), std::string::npos) << error;

@@ -66,8 +66,10 @@ void BM_WriteKernelRows(benchmark::State& state) {
   sqlite3* db = nullptr;
   sqlite3_open(temp.path.c_str(), &db);
   sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db, "SELECT (SELECT page_count FROM pragma_page_count()) * "
-                         "(SELECT page_size FROM pragma_page_size())", -1, &st, nullptr);
+  sqlite3_prepare_v2(db,
+                     "SELECT (SELECT page_count FROM pragma_page_count()) * "
+                     "(SELECT page_size FROM pragma_page_size())",
+                     -1, &st, nullptr);
   int64_t bytes = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
   sqlite3_finalize(st);
   sqlite3_close(db);
@@ -95,8 +97,8 @@ void BM_WriteCallRows(benchmark::State& state) {
     b.outputs.reserve(rows);
     for (int i = 0; i < rows; ++i, ++id) {
       const uint32_t token = static_cast<uint32_t>((id & 0xffffffffff) / 230 + 1);
-      b.calls.push_back({id, static_cast<uint32_t>(id % 230 + 1), token, token, id - 1, 0, now,
-                         now + 4000});
+      b.calls.push_back(
+          {id, static_cast<uint32_t>(id % 230 + 1), token, token, id - 1, 0, now, now + 4000});
       b.outputs.push_back({id, "", "[1, 1, 2048]", "bfloat16"});
       now += 5000;
     }

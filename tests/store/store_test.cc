@@ -28,8 +28,8 @@ Batch TwoTokens() {
     int64_t base = t * 1000000;
     b.calls.push_back({100u * t, 1, t, t, 0, 0, base, base + 500000});
     b.calls.push_back({100u * t + 1, 2, t, t, 100u * t, 0, base + 1000, base + 9000});
-    b.kernels.push_back({100u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 2000,
-                         base + 3000, 10u * t, 0, 0});
+    b.kernels.push_back(
+        {100u * t + 1, t, 1, GpuOpKind::kKernel, 0, 7, base + 2000, base + 3000, 10u * t, 0, 0});
     b.call_gpu.push_back({100u * t + 1, t, 1, 1000, base + 2000, base + 3000});
   }
   return b;
@@ -42,6 +42,17 @@ TEST(StoreTest, OpenFailsWithOneLineMessageWhenParentMissing) {
   EXPECT_EQ(error.rfind("tokentrace: cannot write '/nonexistent_dir_tt/x.sqlite': ", 0), 0u)
       << error;
   EXPECT_EQ(error.find('\n'), std::string::npos);
+}
+
+TEST(StoreTest, TheFilesTokensViewIsTheReadersSelect) {
+  std::string path = TempPath("view.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  store->Close();
+  // Both come from schema.sql: the view a file carries is what the readers run themselves.
+  const std::string view = QueryText(path, "SELECT sql FROM sqlite_master WHERE name='tokens'");
+  EXPECT_EQ(view, std::string("CREATE VIEW tokens AS\n  ") + kTokensSelectSql) << view;
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM sqlite_master WHERE name='calls_site_k'"), 0);
 }
 
 TEST(StoreTest, WritesRowsWithNullsForAbsentValues) {
@@ -121,8 +132,7 @@ TEST(StoreTest, TokensViewJoinsRootCallsWithStatsAndEscapes) {
   EXPECT_EQ(QueryInt(path, "SELECT escapes FROM tokens WHERE token=2"), 2);
   EXPECT_EQ(QueryInt(path, "SELECT escapes FROM tokens WHERE token=1"), 0);
   EXPECT_EQ(QueryInt(path, "SELECT kernels FROM tokens WHERE token=3"), 0);
-  EXPECT_EQ(QueryInt(path, "SELECT cpu_end_ns - cpu_begin_ns FROM tokens WHERE token=2"),
-            500000);
+  EXPECT_EQ(QueryInt(path, "SELECT cpu_end_ns - cpu_begin_ns FROM tokens WHERE token=2"), 500000);
   EXPECT_EQ(QueryText(path, "SELECT kind FROM escapes LIMIT 1"), "memcpy_dtoh_sync");
 }
 
@@ -139,8 +149,7 @@ TEST(StoreTest, LossesAddAndMetaIsUpserted) {
   store->Close();
   EXPECT_EQ(QueryInt(path, "SELECT count FROM losses WHERE kind='ring_overflow'"), 7);
   EXPECT_EQ(QueryInt(path, "SELECT count FROM losses WHERE kind='cupti_dropped'"), 1);
-  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernels_status'"),
-            "off: no driver");
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernels_status'"), "off: no driver");
 }
 
 TEST(StoreTest, OpenTruncatesAPreviousFile) {

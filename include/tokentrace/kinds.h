@@ -1,0 +1,53 @@
+/* Kinds shared by the C++ recorder, the trace file and the Python layer: the one copy.
+ *
+ * Site kinds are sites.kind in the trace file; escape kinds name escapes.kind; loss kinds are
+ * the keys of the losses table. The Python extension exports all three (tokentrace._native:
+ * SITE_KINDS, ESCAPE_KINDS, LOSS_KINDS); README.md says what each loss means. C-compatible
+ * (the C API takes a site kind and an escape kind): no header beyond this one. */
+#ifndef TOKENTRACE_KINDS_H_
+#define TOKENTRACE_KINDS_H_
+
+/* X(ENUMERATOR, value, "name"): the list macros let C++ and the extension build their tables
+ * from the one list. */
+#define TOKENTRACE_SITE_KINDS(X)                                \
+  X(TOKENTRACE_SITE_ROOT, 0, "root") /* one call = one token */ \
+  X(TOKENTRACE_SITE_MODULE, 1, "module")                        \
+  X(TOKENTRACE_SITE_RANGE, 2, "range")                          \
+  X(TOKENTRACE_SITE_OP, 3, "op") /* an ATen op (op records), nested in a module call */
+
+/* Where the host waited for, or read, device state. */
+#define TOKENTRACE_ESCAPE_KINDS(X)                                                            \
+  X(TOKENTRACE_ESCAPE_MEMCPY_DTOH_SYNC, 0, "memcpy_dtoh_sync") /* cudaMemcpy, cuMemcpyDtoH */ \
+  X(TOKENTRACE_ESCAPE_STREAM_SYNC, 1, "stream_sync")           /* cudaStreamSynchronize */    \
+  X(TOKENTRACE_ESCAPE_DEVICE_SYNC, 2, "device_sync")           /* cudaDeviceSynchronize */    \
+  X(TOKENTRACE_ESCAPE_EVENT_SYNC, 3, "event_sync")             /* cudaEventSynchronize */     \
+  X(TOKENTRACE_ESCAPE_HOST_READ, 4, "host_read")               /* reported by the Python layer */
+
+/* What could not be recorded, or not fully (never silent: counted in the losses table). */
+#define TOKENTRACE_LOSS_KINDS(X)                                                          \
+  X(TOKENTRACE_LOSS_BUFFER_FULL, 0, "buffer_full")                                        \
+  X(TOKENTRACE_LOSS_CUPTI_DROPPED, 1, "cupti_dropped")                                    \
+  X(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, 2, "gpu_wait_timeout")                              \
+  X(TOKENTRACE_LOSS_UNKNOWN_CORRELATION, 3, "unknown_correlation")                        \
+  X(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE, 4, "unknown_graph_node")                          \
+  X(TOKENTRACE_LOSS_GPU_TIME_MISSING, 5, "gpu_time_missing")                              \
+  X(TOKENTRACE_LOSS_UNBALANCED_POP, 6, "unbalanced_pop")                                  \
+  X(TOKENTRACE_LOSS_UNCLOSED_RANGE, 7, "unclosed_range")                                  \
+  X(TOKENTRACE_LOSS_DEPTH_OVERFLOW, 8, "depth_overflow")                                  \
+  X(TOKENTRACE_LOSS_SITE_OVERFLOW, 9, "site_overflow")                                    \
+  X(TOKENTRACE_LOSS_AFTER_THREAD_EXIT, 10, "after_thread_exit")                           \
+  X(TOKENTRACE_LOSS_OUTPUT_DIMS_TRUNCATED, 11, "output_dims_truncated")                   \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_CALLS, 12, "write_failed_calls")                         \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS, 13, "write_failed_kernels")                     \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES, 14, "write_failed_escapes")                     \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS, 15, "write_failed_outputs")                     \
+  X(TOKENTRACE_LOSS_SAVE_FAILED, 16, "save_failed")     /* counted by the Python layer */ \
+  X(TOKENTRACE_LOSS_INPUTS_FAILED, 17, "inputs_failed") /* counted by the Python layer */
+
+#define TOKENTRACE_KIND_ENUMERATOR_(name, value, text) name = value,
+enum tokentrace_site_kind { TOKENTRACE_SITE_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };
+enum tokentrace_escape_kind { TOKENTRACE_ESCAPE_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };
+enum tokentrace_loss_kind { TOKENTRACE_LOSS_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };
+#undef TOKENTRACE_KIND_ENUMERATOR_
+
+#endif /* TOKENTRACE_KINDS_H_ */
