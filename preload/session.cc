@@ -6,13 +6,16 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/buffer_registry.h"
 #include "core/clock.h"
+#include "core/deadline_wait.h"
 #include "core/recorder.h"
 #include "core/site_registry.h"
 #include "cupti/subscriber.h"
@@ -31,6 +34,7 @@ std::atomic<int> g_wake_fd{-1};
 // handlers), so no child is made mid-claim.
 std::mutex g_claim_mutex;
 std::atomic<int> g_stop_signal{0};      // set by RequestStopFromSignal
+std::atomic<int64_t> g_stop_signal_ns{0};  // when (CLOCK_MONOTONIC): the drain's deadline counts from it
 std::atomic<bool> g_loop_running{false};
 std::atomic<bool> g_signal_stop_done{false};
 
@@ -57,6 +61,21 @@ std::string DirOf(const std::string& path) {
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
 }
+
+// TOKENTRACE_TEST_SLOW_DRAIN_MS (0 when unset): for tests only, see session.h.
+int TestSlowDrainMs() {
+  const char* v = getenv("TOKENTRACE_TEST_SLOW_DRAIN_MS");
+  return v != nullptr ? atoi(v) : 0;
+}
+
+void SleepMs(int ms) {
+  if (ms <= 0) return;
+  const timespec t{ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, nullptr);
+}
+
+// A signal stop's drain takes at most this many events from a ring before writing them.
+constexpr uint64_t kSignalDrainStep = 16384;
 
 // TOKENTRACE_RUN_ID ("" when unset).
 std::string RunIdFromEnvironment() {
@@ -127,7 +146,8 @@ Session::Session(const Config& config, bool preload, std::string out_path)
       preload_(preload),
       out_path_(std::move(out_path)),
       run_id_(preload ? RunIdFromEnvironment() : ""),
-      joiner_(config.kernels, &clock::TicksToNs) {}
+      joiner_(config.kernels, &clock::TicksToNs),
+      test_slow_drain_ms_(TestSlowDrainMs()) {}
 
 std::string Session::out_path() const {
   std::lock_guard<std::mutex> lock(path_mutex_);
@@ -211,7 +231,7 @@ std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
       {"mode", preload_ ? "preload" : "in-process"},
       {"out_path", out_path()},
       // Events the job's threads produced (recorded or dropped): the base of loss shares.
-      {"events", std::to_string(events_drained_ + events_dropped_)},
+      {"events", std::to_string(events_drained_ + events_dropped_ + events_left_)},
       {kMetaAnchorStart, FormatAnchor(start_anchor_)}};
   for (auto& row : LaunchMetaRows(launch_)) rows.push_back(std::move(row));
   return rows;
@@ -307,6 +327,8 @@ void Session::StopFromSignal(int sig) {
       const std::string name = sig == SIGTERM  ? "SIGTERM"
                                : sig == SIGHUP ? "SIGHUP"
                                                : std::to_string(sig);
+      DrainBudget budget(g_stop_signal_ns.load() + kSignalDrainNs, &MonotonicNs, kSignalDrainStep);
+      DrainStepsLocked(&budget);
       std::string error;
       WriteFinalLocked({{"exit_signal", name}}, &error);
       if (store_) store_->Close();
@@ -318,6 +340,7 @@ void Session::StopFromSignal(int sig) {
 bool Session::RequestStopFromSignal(int sig) {
   if (!g_loop_running.load()) return false;
   int expected = 0;
+  if (g_stop_signal_ns.load() == 0) g_stop_signal_ns.store(MonotonicNs());
   g_stop_signal.compare_exchange_strong(expected, sig);
   Wake();
   return true;
@@ -331,6 +354,7 @@ void Session::AfterForkInChild() {
   if (fd >= 0) close(fd);
   g_loop_running.store(false);
   g_stop_signal.store(0);
+  g_stop_signal_ns.store(0);
   g_signal_stop_done.store(false);
 }
 
@@ -346,15 +370,11 @@ bool Session::DrainLocked(bool final, std::string* error) {
     activities.swap(activities_);
     names.swap(activity_names_);
   }
-  const uint8_t generation = recorder::Generation();
-  uint64_t dropped = 0;
-  buffers::ForEach([&](ThreadBuffer& ring) {
-    events_drained_ += ring.Drain([&](const Event& e) {
-      if (e.generation == generation) joiner_.OnEvent(ring.thread_index(), e, &batch);
-    });
-    dropped += ring.TakeDropped();
-  });
-  events_dropped_ += dropped;
+  // The test-only slow writer takes one step of each ring per drain, and sleeps.
+  DrainBudget slow(INT64_MAX, [] { return int64_t{0}; }, kSignalDrainStep);
+  const bool slowed = test_slow_drain_ms_ > 0 && !final;
+  const uint64_t dropped = TakeRingsLocked(&batch, slowed ? &slow : nullptr);
+  if (slowed) SleepMs(test_slow_drain_ms_);
   for (size_t i = 0; i < activities.size(); ++i) {
     if (!names[i].empty()) activities[i].name = names[i].c_str();
     joiner_.OnActivity(activities[i], &batch);
@@ -372,6 +392,37 @@ bool Session::DrainLocked(bool final, std::string* error) {
   if (uint64_t n = recorder::TakeAfterThreadExit()) batch.losses[LossKindName(TOKENTRACE_LOSS_AFTER_THREAD_EXIT)] += static_cast<int64_t>(n);
   if (uint64_t n = sites::TakeOverflows()) batch.losses[LossKindName(TOKENTRACE_LOSS_SITE_OVERFLOW)] += static_cast<int64_t>(n);
   return WriteLocked(batch, error);
+}
+
+uint64_t Session::TakeRingsLocked(Batch* batch, DrainBudget* budget) {
+  const uint8_t generation = recorder::Generation();
+  uint64_t dropped = 0;
+  buffers::ForEach([&](ThreadBuffer& ring) {
+    auto on_event = [&](const Event& e) {
+      if (e.generation == generation) joiner_.OnEvent(ring.thread_index(), e, batch);
+    };
+    events_drained_ += budget != nullptr ? budget->Take(ring, on_event) : ring.Drain(on_event);
+    dropped += ring.TakeDropped();
+  });
+  events_dropped_ += dropped;
+  return dropped;
+}
+
+void Session::DrainStepsLocked(DrainBudget* budget) {
+  const auto step = [&] {
+    Batch batch;
+    if (uint64_t dropped = TakeRingsLocked(&batch, budget)) {
+      batch.losses["buffer_full"] += static_cast<int64_t>(dropped);
+    }
+    if (const uint64_t left = budget->TakeLeft()) {
+      events_left_ += left;
+      batch.losses["signal_deadline"] += static_cast<int64_t>(left);
+    }
+    joiner_.EndDrain(&batch);
+    std::string error;
+    WriteLocked(batch, &error);  // a failed write is counted (Unwritten) and retried at the end
+  };
+  budget->Run(step, [&] { SleepMs(test_slow_drain_ms_); });
 }
 
 bool Session::WriteLocked(Batch& batch, std::string* error) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/drain_budget.h"
 #include "core/joiner.h"
 #include "core/kernels_off.h"
 #include "core/launch_meta.h"
@@ -65,6 +66,12 @@ class Session : public cupti::ActivitySink {
   void Loop();
   void StopFromSignal(int sig);
   bool DrainLocked(bool final, std::string* error);  // requires drain_mutex_
+  // The final drain of a signal stop, in steps until the rings are empty or the deadline
+  // (core/drain_budget.h); what is left is counted as `signal_deadline`. Requires drain_mutex_.
+  void DrainStepsLocked(DrainBudget* budget);
+  // The rings into `batch` (all of each ring, or a step of it with `budget`); returns the
+  // events dropped on full rings since the last drain.
+  uint64_t TakeRingsLocked(Batch* batch, DrainBudget* budget);
   // The final drain and the meta rows (plus `extra_meta`); requires drain_mutex_.
   bool WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
                         std::string* error);
@@ -86,6 +93,11 @@ class Session : public cupti::ActivitySink {
   Unwritten unwritten_;          // what failed writes could not store (drain_mutex_)
   uint64_t events_drained_ = 0;  // events read from the rings (drain_mutex_)
   uint64_t events_dropped_ = 0;  // events dropped on full rings (drain_mutex_)
+  uint64_t events_left_ = 0;     // events left in the rings at a signal stop's deadline
+  // TOKENTRACE_TEST_SLOW_DRAIN_MS, for tests only: every drain takes at most one step
+  // (kSignalDrainStep events) of each ring and then sleeps this long, as does every step of a
+  // signal stop's drain, so a test can make the writer far slower than the job.
+  const int test_slow_drain_ms_;
   bool stopped_ = false;
   bool meta_written_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop

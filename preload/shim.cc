@@ -19,6 +19,7 @@
 
 #include "core/config.h"
 #include "core/deadline_wait.h"
+#include "core/drain_budget.h"
 #include "core/recorder.h"
 #include "preload/injection.h"
 #include "preload/session.h"
@@ -63,13 +64,13 @@ void StopAtExit() {
 
 // SIGTERM and SIGHUP (what `kill`, `timeout`, batch schedulers and a closed terminal send)
 // end a job without atexit. When the job has no handler of its own for them, ours asks the
-// background thread to write everything and close the file, waits for that (at most
-// kSignalWaitMs: the interrupted thread may hold a lock the writer needs), then restores the
+// background thread to write what fits and close the file, waits for that (at most
+// kSignalWaitNs: the interrupted thread may hold a lock the writer needs; the writer stops
+// taking rows at kSignalDrainNs and counts the rest, core/drain_budget.h), then restores the
 // default action and re-raises, so the job still ends by that signal. The wait is a deadline
 // on CLOCK_MONOTONIC, not a count of naps (core/deadline_wait.h). Only async-signal-safe
 // calls here. SIGINT is left alone: Python turns it into KeyboardInterrupt (and then exits
 // through atexit) only when it finds SIGINT at its default at start-up.
-constexpr int64_t kSignalWaitNs = int64_t{5000} * 1000000;
 
 void OnTerminationSignal(int sig) {
   if (Session::RequestStopFromSignal(sig)) {

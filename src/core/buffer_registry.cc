@@ -35,7 +35,8 @@ void ForEach(const std::function<void(ThreadBuffer&)>& fn) {
   for (size_t i = 0; i < r.rings.size(); ++i) {
     const bool retired_before = r.rings[i]->retired.load(std::memory_order_acquire);
     fn(*r.rings[i]);
-    if (!retired_before) r.rings[kept++] = std::move(r.rings[i]);
+    // A drain in steps (core/drain_budget.h) may leave events in it: kept for the next step.
+    if (!retired_before || r.rings[i]->Pending() > 0) r.rings[kept++] = std::move(r.rings[i]);
   }
   r.rings.resize(kept);
 }

@@ -48,11 +48,23 @@ class ThreadBuffer {
   // Consumer side: calls fn(const Event&) for every event written so far, in order.
   template <typename Fn>
   uint64_t Drain(Fn&& fn) {
+    return DrainUpTo(UINT64_MAX, fn);
+  }
+
+  // Consumer side: the same for at most `max` events (the oldest); returns how many.
+  template <typename Fn>
+  uint64_t DrainUpTo(uint64_t max, Fn&& fn) {
     const uint64_t tail = tail_.load(std::memory_order_relaxed);
     const uint64_t head = head_.load(std::memory_order_acquire);
-    for (uint64_t i = tail; i != head; ++i) fn(slots_[i & mask_]);
-    tail_.store(head, std::memory_order_release);
-    return head - tail;
+    const uint64_t end = head - tail > max ? tail + max : head;
+    for (uint64_t i = tail; i != end; ++i) fn(slots_[i & mask_]);
+    tail_.store(end, std::memory_order_release);
+    return end - tail;
+  }
+
+  // Consumer side: events written and not yet drained.
+  uint64_t Pending() const {
+    return head_.load(std::memory_order_acquire) - tail_.load(std::memory_order_relaxed);
   }
 
   // Consumer side: drops counted since the last call.

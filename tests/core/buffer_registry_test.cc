@@ -34,5 +34,23 @@ TEST(BufferRegistryTest, RingRetiredDuringTheDrainIsReadBeforeItIsFreed) {
   EXPECT_EQ(still_there, 0);  // freed once read
 }
 
+// A signal stop drains in steps (core/drain_budget.h): a retired ring that a step left
+// events in is kept for the next step, not freed with them unread.
+TEST(BufferRegistryTest, RetiredRingDrainedInStepsIsKeptUntilEmpty) {
+  ThreadBuffer* ring = buffers::Register(64);
+  const uint32_t index = ring->thread_index();
+  for (uint64_t n = 0; n < 10; ++n) {
+    ASSERT_TRUE(ring->Append(MakeEvent(EventKind::kPush, 0, n, 0, 0, 0, 0, 0, 0)));
+  }
+  ring->retired.store(true, std::memory_order_release);
+  uint64_t seen = 0;
+  for (int step = 0; step < 3; ++step) {
+    buffers::ForEach([&](ThreadBuffer& r) {
+      if (r.thread_index() == index) seen += r.DrainUpTo(4, [](const Event&) {});
+    });
+  }
+  EXPECT_EQ(seen, 10u);
+}
+
 }  // namespace
 }  // namespace tokentrace

@@ -3,6 +3,8 @@
 // the file it leaves must hold, or count, every call.
 #include <signal.h>
 
+#include <cstdio>
+
 #include <string>
 
 #include "preload_util.h"
@@ -109,6 +111,39 @@ TEST(FaultTest, OverlappingRunsWithOneOutKeepBothTraces) {
   ASSERT_NE(at, std::string::npos) << r.output;
   const std::string second = r.output.substr(at + 8, r.output.find('\'', at + 8) - at - 8);
   EXPECT_EQ(One(second, "SELECT COUNT(*) FROM tokens"), "2");
+}
+
+// SIGTERM while the rings hold far more than the writer can write in the handler's time
+// (issue 13.9): a 1M-event ring kept full by a busy thread, and a writer made slow by the
+// test-only TOKENTRACE_TEST_SLOW_DRAIN_MS (each drain step sleeps 500 ms). The stop writes what
+// fits by its deadline and counts the rest as signal_deadline: the job dies by the signal
+// within the bound, the file opens with exit_signal in its meta, and every event the job
+// produced is written or counted.
+TEST(FaultTest, SigtermWithFullRingsWritesWhatFitsAndCountsTheRest) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite", log = dir + "/job.log";
+  const Result r = Shell(
+      Preloaded(out, "TOKENTRACE_BUFFER_EVENTS=1048576 TOKENTRACE_TEST_SLOW_DRAIN_MS=500") +
+      kProgram + " busy > " + log + " 2>&1 & pid=$!; for i in $(seq 500); do grep -q ready " +
+      log + " && break; sleep 0.01; done; sleep 1; t0=$(date +%s%N); kill -TERM $pid; " +
+      "wait $pid; echo status=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))");
+  EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;
+  const size_t at = r.output.find("ms=");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int ms = std::stoi(r.output.substr(at + 3));
+  std::printf("SIGTERM to death: %d ms\n", ms);
+  EXPECT_LT(ms, 6000) << r.output;  // the handler's 5 s, and the time to exit
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='exit_signal'"), "SIGTERM");
+  const std::string left = One(out, "SELECT count FROM losses WHERE kind='signal_deadline'");
+  ASSERT_NE(left, "") << r.output;
+  EXPECT_GT(std::stoll(left), 0);
+  // Events produced = taken by the drains + dropped on the full ring + left at the deadline;
+  // a call is a push and a pop, and an open one is counted as unclosed_range.
+  const int64_t events = std::stoll(One(out, "SELECT value FROM meta WHERE key='events'"));
+  const int64_t calls = std::stoll(One(out, "SELECT COUNT(*) FROM calls"));
+  const int64_t dropped =
+      std::stoll(One(out, "SELECT COALESCE(SUM(count),0) FROM losses WHERE kind='buffer_full'"));
+  EXPECT_GT(calls, 0);
+  EXPECT_GE(events - dropped - std::stoll(left), 2 * calls - 64) << r.output;
 }
 
 // A job killed inside a token: the token reads as unfinished (its root call is in the file,

@@ -6,6 +6,7 @@
 //   nvtx_generate foreign [tokens] plain ranges only: decode_step > layer_{0,1}
 //   nvtx_generate fork             2 tokens, fork; the child records 1 token of its own
 //   nvtx_generate hang             1 token, then sleeps (the test SIGKILLs or SIGTERMs it)
+//   nvtx_generate busy             tokens without end (the test SIGTERMs it)
 //   nvtx_generate hang_in_token    1 token, then a second one's root and a block, then sleeps
 //                                  inside that token (the test SIGKILLs it)
 //   nvtx_generate hang_own_handler the same with its own SIGTERM handler, which calls exit(7)
@@ -117,6 +118,11 @@ int main(int argc, char** argv) {
     printf("ready\n");
     fflush(stdout);
     for (;;) pause();
+  } else if (mode == "busy") {
+    HookToken();
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) HookToken();  // until a signal ends it
   } else if (mode == "hang_in_token") {
     HookToken();
     PushRegistered("self", kCategoryRoot);  // a second token, killed before its root closes
