@@ -72,14 +72,17 @@ def walk_call(names, args, kwargs):
     return out
 
 
-_LEAF, _SEQ, _DICT, _CACHE, _DATACLASS, _OBJECT = range(6)
+# Kinds start at 1, so `_KINDS.get(cls) or _kind_of(cls)` is the whole lookup on the hot path.
+_TENSOR, _LEAF, _SEQ, _DICT, _CACHE, _DATACLASS, _OBJECT = range(1, 8)
 _KINDS = {}  # type -> how to walk it (types are few; the walk runs at every recorded call)
 
 
 def _kind_of(cls):
     kind = _KINDS.get(cls)
     if kind is None:
-        if issubclass(cls, (torch.Tensor, str) + _SCALARS):
+        if issubclass(cls, torch.Tensor):
+            kind = _TENSOR
+        elif issubclass(cls, (str,) + _SCALARS):
             kind = _LEAF
         elif issubclass(cls, (tuple, list)):
             kind = _SEQ
@@ -100,37 +103,56 @@ def _kind_of(cls):
 
 def _holds_state(value):
     """Whether a cache attribute is worth a path: tensors, layers, caches, lists of those."""
-    kind = _kind_of(type(value))
+    kind = _KINDS.get(type(value)) or _kind_of(type(value))
     if kind == _SEQ:
-        return any(_kind_of(type(x)) == _CACHE or isinstance(x, torch.Tensor) for x in value)
-    return kind == _CACHE or isinstance(value, torch.Tensor)
+        return any((_KINDS.get(type(x)) or _kind_of(type(x))) in (_CACHE, _TENSOR)
+                   for x in value)
+    return kind == _CACHE or kind == _TENSOR
 
 
 def _join(path, key):
     return f"{path}.{key}" if path else str(key)
 
 
+_PATHS = {}  # (path, str or int key) -> the child's path, made once and shared by every row
+_MAX_PATHS = 1 << 16  # a job that keeps making new keys gets a fresh memo, not a growing one
+
+
+def _child(path, key):
+    """The path of key (an attribute or str key: ".key"; an index or int key: "[i]") inside
+    path. Memoised: a decoding step's 65 cache paths are the same strings at every token, so
+    they are neither formatted again nor held once per row."""
+    text = _PATHS.get((path, key))
+    if text is None:
+        if len(_PATHS) >= _MAX_PATHS:
+            _PATHS.clear()
+        text = _PATHS[(path, key)] = _join(path, key) if type(key) is str else f"{path}[{key!r}]"
+    return text
+
+
 def _walk(value, path, depth, out):
-    kind = _kind_of(type(value))
-    if kind == _LEAF or kind == _OBJECT or depth >= _MAX_DEPTH or (
+    kind = _KINDS.get(type(value)) or _kind_of(type(value))
+    if kind <= _LEAF or kind == _OBJECT or depth >= _MAX_DEPTH or (
             kind in (_SEQ, _DICT) and len(value) > _MAX_ITEMS):
         out.append((path, value))
     elif kind == _SEQ:
         for i, item in enumerate(value):
-            _walk(item, f"{path}[{i}]", depth + 1, out)
+            _walk(item, _PATHS.get((path, i)) or _child(path, i), depth + 1, out)
     elif kind == _DICT:
         for key, item in value.items():
-            _walk(item, _join(path, key) if isinstance(key, str) else f"{path}[{key!r}]",
-                  depth + 1, out)
+            plain = type(key) is str or type(key) is int  # True is 1 to a dict: no memo
+            _walk(item, (_PATHS.get((path, key)) or _child(path, key)) if plain else
+                  f"{path}[{key!r}]", depth + 1, out)
     elif kind == _CACHE:  # per layer: keys, values and a few flags; the tensors go straight in
         for key, item in vars(value).items():
-            if isinstance(item, torch.Tensor):
-                out.append((f"{path}.{key}", item))
-            elif _holds_state(item):
-                _walk(item, f"{path}.{key}", depth + 1, out)
+            item_kind = _KINDS.get(type(item)) or _kind_of(type(item))
+            if item_kind == _TENSOR:
+                out.append((_PATHS.get((path, key)) or _child(path, key), item))
+            elif item_kind == _CACHE or (item_kind == _SEQ and _holds_state(item)):
+                _walk(item, _PATHS.get((path, key)) or _child(path, key), depth + 1, out)
     else:  # a dataclass
         for field in dataclasses.fields(value):
-            _walk(getattr(value, field.name, None), _join(path, field.name), depth + 1, out)
+            _walk(getattr(value, field.name, None), _child(path, field.name), depth + 1, out)
 
 
 _TEXT = {}  # dtypes and devices -> their text (few; str() of a device costs more than a walk)
@@ -141,6 +163,9 @@ def _text(obj):
     if text is None:
         text = _TEXT[obj] = dtype_name(obj) if isinstance(obj, torch.dtype) else str(obj)
     return text
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # rows as describe makes them, inline
 
 
 def describe(path, value):
@@ -192,19 +217,30 @@ class InputRecorder:
             if not call_id:
                 return
             for path, value in walk_call(names, args, kwargs):
-                row = describe(path, value)
-                key = None
-                if sink is not None and row[1] == "tensor":
-                    key = f"{call_id}:{path}"
-                    try:
-                        sink.save(call_id, value, key=key)
-                    except Exception:  # e.g. a meta tensor: its metadata is still kept
-                        self.failed += 1
-                        key = None
-                rows.append((call_id,) + row + (key,))
+                if type(value) in _PLAIN_TENSORS:  # most rows: one tuple, no call of describe
+                    dtype, device = value.dtype, value.device
+                    rows.append((call_id, path, "tensor", type(value).__name__,
+                                 tuple(value.shape), _TEXT.get(dtype) or _text(dtype),
+                                 _TEXT.get(device) or _text(device), None,
+                                 None if sink is None else self._save(call_id, path, value)))
+                else:
+                    row = describe(path, value)
+                    rows.append((call_id,) + row + (
+                        None if sink is None or row[1] != "tensor" else
+                        self._save(call_id, path, value),))
             if len(rows) >= _FLUSH_ROWS and self._trace_path is not None:
                 self.flush()
         return on_input
+
+    def _save(self, call_id, path, tensor):
+        """The key of a saved input tensor, or None where it could not be saved."""
+        key = f"{call_id}:{path}"
+        try:
+            self._sink.save(call_id, tensor, key=key)
+        except Exception:  # e.g. a meta tensor: its metadata is still kept
+            self.failed += 1
+            return None
+        return key
 
     def flush(self):
         """Writes the rows that are ready, up to the first of a saved tensor still in memory

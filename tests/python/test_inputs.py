@@ -215,3 +215,28 @@ def test_inputs_that_cannot_be_saved_are_counted():
     assert entry.kind == "tensor" and entry.device == "meta" and list(entry.shape) == [3]
     assert isinstance(trace["self:1"].inputs["x"], torch.Tensor)
     assert trace.losses["inputs_failed"] == 1
+
+
+def test_a_cache_is_read_afresh_at_every_step_and_its_paths_are_shared():
+    from transformers import DynamicCache
+
+    from tokentrace._inputs import InputRecorder
+    cache = DynamicCache()
+    cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), 0)
+    recorder = InputRecorder(lambda: (1, 1, 1))
+    on_input = recorder.hook(lambda input_ids, past_key_values=None: None, False)
+    on_input(torch.zeros(1, 1), past_key_values=cache)
+    cache.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4), 0)  # a position more
+    half = torch.zeros(1, 2, 5, 4, dtype=torch.float16)
+    cache.update(half, half, 1)  # and a layer more
+    on_input(torch.zeros(1, 1), past_key_values=cache)
+    first, second = recorder.rows[:3], recorder.rows[3:]
+    assert [(r[1], r[4], r[5]) for r in second] == [
+        ("input_ids", (1, 1), "float32"),
+        ("past_key_values.layers[0].keys", (1, 2, 4, 4), "float32"),
+        ("past_key_values.layers[0].values", (1, 2, 4, 4), "float32"),
+        ("past_key_values.layers[1].keys", (1, 2, 5, 4), "float16"),
+        ("past_key_values.layers[1].values", (1, 2, 5, 4), "float16")]
+    assert [r[4] for r in first[1:]] == [(1, 2, 3, 4)] * 2
+    # one string per path for the whole run, not one per row (a long run holds many rows)
+    assert all(a[1] is b[1] for a, b in zip(first, second))
