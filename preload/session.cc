@@ -33,8 +33,9 @@ std::atomic<int> g_wake_fd{-1};
 // Held while a file is claimed under a directory lock, and by fork() (shim.cc's atfork
 // handlers), so no child is made mid-claim.
 std::mutex g_claim_mutex;
-std::atomic<int> g_stop_signal{0};      // set by RequestStopFromSignal
-std::atomic<int64_t> g_stop_signal_ns{0};  // when (CLOCK_MONOTONIC): the drain's deadline counts from it
+std::atomic<int> g_stop_signal{0};  // set by RequestStopFromSignal
+std::atomic<int64_t> g_stop_signal_ns{
+    0};  // when (CLOCK_MONOTONIC): the drain's deadline counts from it
 std::atomic<bool> g_loop_running{false};
 std::atomic<bool> g_signal_stop_done{false};
 
@@ -189,7 +190,7 @@ bool Session::OpenStoreLocked(std::string* error) {
             owner == run_id_ ? "belongs to another process of this run"
             : in_use         ? "is being written by another run"
             : !known         ? "is not a tokentrace trace (or cannot be read), so it is kept"
-                     : "could not be locked to check for another writer, so it is kept",
+                             : "could not be locked to check for another writer, so it is kept",
             static_cast<int>(getpid()), mine.c_str());
     path = mine;
     std::lock_guard<std::mutex> lock(path_mutex_);
@@ -371,7 +372,8 @@ bool Session::DrainLocked(bool final, std::string* error) {
     names.swap(activity_names_);
   }
   // The test-only slow writer takes one step of each ring per drain, and sleeps.
-  DrainBudget slow(INT64_MAX, [] { return int64_t{0}; }, kSignalDrainStep);
+  DrainBudget slow(
+      INT64_MAX, [] { return int64_t{0}; }, kSignalDrainStep);
   const bool slowed = test_slow_drain_ms_ > 0 && !final;
   const uint64_t dropped = TakeRingsLocked(&batch, slowed ? &slow : nullptr);
   if (slowed) SleepMs(test_slow_drain_ms_);
@@ -384,13 +386,20 @@ bool Session::DrainLocked(bool final, std::string* error) {
   } else {
     joiner_.EndDrain(&batch);
   }
-  if (dropped) batch.losses[LossKindName(TOKENTRACE_LOSS_BUFFER_FULL)] += static_cast<int64_t>(dropped);
-  if (uint64_t n = cupti_dropped_.exchange(0)) batch.losses[LossKindName(TOKENTRACE_LOSS_CUPTI_DROPPED)] += static_cast<int64_t>(n);
-  if (uint64_t n = cupti::TakeDeviceWaitTimeouts()) batch.losses[LossKindName(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT)] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeUnbalancedPops()) batch.losses[LossKindName(TOKENTRACE_LOSS_UNBALANCED_POP)] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeDepthOverflows()) batch.losses[LossKindName(TOKENTRACE_LOSS_DEPTH_OVERFLOW)] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeAfterThreadExit()) batch.losses[LossKindName(TOKENTRACE_LOSS_AFTER_THREAD_EXIT)] += static_cast<int64_t>(n);
-  if (uint64_t n = sites::TakeOverflows()) batch.losses[LossKindName(TOKENTRACE_LOSS_SITE_OVERFLOW)] += static_cast<int64_t>(n);
+  if (dropped)
+    batch.losses[LossKindName(TOKENTRACE_LOSS_BUFFER_FULL)] += static_cast<int64_t>(dropped);
+  if (uint64_t n = cupti_dropped_.exchange(0))
+    batch.losses[LossKindName(TOKENTRACE_LOSS_CUPTI_DROPPED)] += static_cast<int64_t>(n);
+  if (uint64_t n = cupti::TakeDeviceWaitTimeouts())
+    batch.losses[LossKindName(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT)] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeUnbalancedPops())
+    batch.losses[LossKindName(TOKENTRACE_LOSS_UNBALANCED_POP)] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeDepthOverflows())
+    batch.losses[LossKindName(TOKENTRACE_LOSS_DEPTH_OVERFLOW)] += static_cast<int64_t>(n);
+  if (uint64_t n = recorder::TakeAfterThreadExit())
+    batch.losses[LossKindName(TOKENTRACE_LOSS_AFTER_THREAD_EXIT)] += static_cast<int64_t>(n);
+  if (uint64_t n = sites::TakeOverflows())
+    batch.losses[LossKindName(TOKENTRACE_LOSS_SITE_OVERFLOW)] += static_cast<int64_t>(n);
   return WriteLocked(batch, error);
 }
 
@@ -416,7 +425,7 @@ void Session::DrainStepsLocked(DrainBudget* budget) {
     }
     if (const uint64_t left = budget->TakeLeft()) {
       events_left_ += left;
-      batch.losses["signal_deadline"] += static_cast<int64_t>(left);
+      batch.losses[LossKindName(TOKENTRACE_LOSS_SIGNAL_DEADLINE)] += static_cast<int64_t>(left);
     }
     joiner_.EndDrain(&batch);
     std::string error;
@@ -427,8 +436,8 @@ void Session::DrainStepsLocked(DrainBudget* budget) {
 
 bool Session::WriteLocked(Batch& batch, std::string* error) {
   // Sites are emitted only once the file exists (preload creates it on first use).
-  const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() || !batch.outputs.empty() ||
-                        !batch.call_gpu.empty() || !batch.losses.empty();
+  const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() ||
+                        !batch.outputs.empty() || !batch.call_gpu.empty() || !batch.losses.empty();
   if (!store_) {
     if (!has_work) return true;
     if (!OpenStoreLocked(error)) {

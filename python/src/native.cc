@@ -467,9 +467,13 @@ NB_MODULE(_native, m) {
   // not link libtokentrace.so, and ours is not in the global symbol scope.
   m.def("c_api", [] {
     auto addr = [](auto* fn) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(fn)); };
-    return std::vector<int64_t>{1, addr(&tokentrace_site), addr(&tokentrace_push),
-                                addr(&tokentrace_pop), addr(&tokentrace_text),
-                                addr(&tokentrace_output_current), addr(&tokentrace_escape)};
+    return std::vector<int64_t>{1,
+                                addr(&tokentrace_site),
+                                addr(&tokentrace_push),
+                                addr(&tokentrace_pop),
+                                addr(&tokentrace_text),
+                                addr(&tokentrace_output_current),
+                                addr(&tokentrace_escape)};
   });
   g_wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_wrapper_spec));
   if (g_wrapper_type == nullptr) throw nb::python_error();

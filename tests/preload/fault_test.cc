@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include <cstdio>
-
 #include <string>
 
 #include "preload_util.h"
@@ -121,11 +120,11 @@ TEST(FaultTest, OverlappingRunsWithOneOutKeepBothTraces) {
 // produced is written or counted.
 TEST(FaultTest, SigtermWithFullRingsWritesWhatFitsAndCountsTheRest) {
   const std::string dir = TempDir(), out = dir + "/t.sqlite", log = dir + "/job.log";
-  const Result r = Shell(
-      Preloaded(out, "TOKENTRACE_BUFFER_EVENTS=1048576 TOKENTRACE_TEST_SLOW_DRAIN_MS=500") +
-      kProgram + " busy > " + log + " 2>&1 & pid=$!; for i in $(seq 500); do grep -q ready " +
-      log + " && break; sleep 0.01; done; sleep 1; t0=$(date +%s%N); kill -TERM $pid; " +
-      "wait $pid; echo status=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))");
+  const Result r =
+      Shell(Preloaded(out, "TOKENTRACE_BUFFER_EVENTS=1048576 TOKENTRACE_TEST_SLOW_DRAIN_MS=500") +
+            kProgram + " busy > " + log + " 2>&1 & pid=$!; for i in $(seq 500); do grep -q ready " +
+            log + " && break; sleep 0.01; done; sleep 1; t0=$(date +%s%N); kill -TERM $pid; " +
+            "wait $pid; echo status=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))");
   EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;
   const size_t at = r.output.find("ms=");
   ASSERT_NE(at, std::string::npos) << r.output;
