@@ -190,6 +190,16 @@ int main(int argc, char** argv) {
       }
       for (auto& w : workers) w.join();
     }
+  } else if (mode == "threads16") {
+    // 16 busy threads, each records `tokens` foreign tokens (issue 13's burst case: with
+    // --on-full wait every call is kept, with drop the share lost is counted).
+    std::thread workers[16];
+    for (auto& w : workers) {
+      w = std::thread([tokens] {
+        for (int t = 0; t < tokens; ++t) ForeignToken();
+      });
+    }
+    for (auto& w : workers) w.join();
   } else {
     fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
