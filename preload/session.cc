@@ -455,7 +455,10 @@ bool Session::WriteLocked(Batch& batch, std::string* error) {
   if (batch.empty()) return true;
   // The periodic clock anchor rides on batches that are written anyway (launch_meta.h).
   batch.meta.emplace_back(kMetaAnchorLast, FormatAnchor(TakeClockAnchor()));
-  if (store_->Write(batch, error)) return true;
+  if (store_->Write(batch, error)) {
+    unwritten_.Written(batch);
+    return true;
+  }
   // A full disk (or another write error): the rows are counted and the counts retried with
   // the next write. The background loop says it once.
   *error += "; what cannot be written is counted in the file's losses (write_failed_*)";

@@ -14,8 +14,20 @@ void Append(std::vector<T>& to, std::vector<T>& from) {
 void Unwritten::Add(Batch&& failed) {
   int64_t kernels = 0;
   for (const CallGpuDelta& d : failed.call_gpu) kernels += d.kernels;  // every mode but off
+  int64_t calls = 0;
+  for (const CallRow& c : failed.calls) {
+    const bool open = c.cpu_end_ns == -1;
+    if (open_in_file_.count(c.id) != 0) {  // the file has it (open): not lost
+      if (!open) open_in_file_.erase(c.id);
+    } else if (open_counted_.count(c.id) != 0) {  // counted when its open row failed
+      if (!open) open_counted_.erase(c.id);
+    } else {
+      ++calls;
+      if (open) open_counted_.insert(c.id);
+    }
+  }
   const std::pair<const char*, int64_t> rows[] = {
-      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_CALLS), static_cast<int64_t>(failed.calls.size())},
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_CALLS), calls},
       {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS), kernels},
       {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES),
        static_cast<int64_t>(failed.escapes.size())},
@@ -24,11 +36,29 @@ void Unwritten::Add(Batch&& failed) {
   for (const auto& [kind, n] : rows) {
     if (n > 0) kept_.losses[kind] += n;
   }
-  calls_total_ += static_cast<int64_t>(failed.calls.size());
+  calls_total_ += calls;
   for (const auto& [kind, n] : failed.losses) kept_.losses[kind] += n;
   Append(kept_.sites, failed.sites);
   Append(kept_.strings, failed.strings);
   Append(kept_.meta, failed.meta);
+}
+
+void Unwritten::Uncount(uint64_t call_id) {
+  if (open_counted_.erase(call_id) == 0) return;
+  // The count may already be in the file: the losses table adds what each write carries.
+  kept_.losses[LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_CALLS)] -= 1;
+  --calls_total_;
+}
+
+void Unwritten::Written(const Batch& batch) {
+  for (const CallRow& c : batch.calls) {
+    Uncount(c.id);  // counted lost, but the file has it now
+    if (c.cpu_end_ns == -1) {
+      open_in_file_.insert(c.id);
+    } else {
+      open_in_file_.erase(c.id);
+    }
+  }
 }
 
 void Unwritten::MoveInto(Batch* next) {

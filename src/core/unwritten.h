@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_set>
 
 #include "core/records.h"
 
@@ -15,6 +16,11 @@ class Unwritten {
  public:
   // `failed` was not written (its transaction was rolled back): keeps what must be retried.
   void Add(Batch&& failed);
+  // `batch` was written. A token call is written open at a drain and again when it closes
+  // (joiner.cc), so one call can fail once and reach the file later, or reach the file open
+  // and then fail closed: each call is counted in write_failed_calls at most once, and only
+  // while the file has no row of it.
+  void Written(const Batch& batch);
   // Moves what is kept into `next` (the next write); if that write fails too, Add it again.
   void MoveInto(Batch* next);
   // Only the loss counters, for the smallest write at exit.
@@ -24,8 +30,12 @@ class Unwritten {
   int64_t calls() const { return calls_total_; }
 
  private:
+  void Uncount(uint64_t call_id);
+
   Batch kept_;  // sites, strings, losses and meta
   int64_t calls_total_ = 0;
+  std::unordered_set<uint64_t> open_in_file_;  // open rows the file has (a few tokens)
+  std::unordered_set<uint64_t> open_counted_;  // open rows counted as write_failed_calls
 };
 
 }  // namespace tokentrace

@@ -149,7 +149,7 @@ bool Reader::Meta(std::vector<std::pair<std::string, std::string>>* out, std::st
 
 bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::string* error) {
   Statement q;
-  if (!q.Prepare(db_, "SELECT kind, count FROM losses ORDER BY kind", error)) {
+  if (!q.Prepare(db_, "SELECT kind, count FROM losses WHERE count != 0 ORDER BY kind", error)) {
     *error = Fail(*error);
     return false;
   }

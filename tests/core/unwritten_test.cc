@@ -10,7 +10,7 @@ namespace {
 TEST(UnwrittenTest, CountsFailedRowsAndCarriesCountersToTheNextWrite) {
   Unwritten unwritten;
   Batch failed;
-  failed.calls.resize(3);
+  for (uint64_t id = 1; id <= 3; ++id) failed.calls.push_back(CallRow{id, 2, 1, 1, 0, 0, 10, 20});
   failed.call_gpu.push_back(CallGpuDelta{1, 1, 5, 0, 0, 0});
   failed.escapes.resize(2);
   failed.losses["buffer_full"] = 7;
@@ -37,6 +37,50 @@ TEST(UnwrittenTest, CountsFailedRowsAndCarriesCountersToTheNextWrite) {
   ASSERT_EQ(next.meta.size(), 2u);
   EXPECT_EQ(next.meta.back().second, "new");
   EXPECT_EQ(next.calls.size(), 1u);
+}
+
+CallRow TokenCall(int64_t end_ns) { return CallRow{7, 1, 1, 1, 0, 0, 10, end_ns}; }
+
+int64_t FailedCalls(const Unwritten& u) {
+  const auto losses = u.LossesOnly().losses;
+  const auto it = losses.find("write_failed_calls");
+  return it == losses.end() ? 0 : it->second;
+}
+
+// A token call is written open at a drain and again when it closes. Its open row fails, its
+// closed row reaches the file: the call is not lost, so the count it took is given back.
+TEST(UnwrittenTest, AnOpenRowThatFailsIsUncountedWhenItsClosedRowIsWritten) {
+  Unwritten unwritten;
+  Batch open_row;
+  open_row.calls.push_back(TokenCall(-1));
+  unwritten.Add(std::move(open_row));
+  EXPECT_EQ(FailedCalls(unwritten), 1);
+  Batch closed;
+  closed.calls.push_back(TokenCall(20));
+  unwritten.Written(closed);
+  EXPECT_EQ(FailedCalls(unwritten), 0);
+  EXPECT_EQ(unwritten.calls(), 0);
+}
+
+// Its open row reaches the file, its closed row fails: the file has the call (open), so it is
+// not counted as lost.
+TEST(UnwrittenTest, AClosedRowThatFailsIsNotCountedWhenTheFileHasItsOpenRow) {
+  Unwritten unwritten;
+  Batch open_row;
+  open_row.calls.push_back(TokenCall(-1));
+  unwritten.Written(open_row);
+  Batch closed;
+  closed.calls.push_back(TokenCall(20));
+  unwritten.Add(std::move(closed));
+  EXPECT_EQ(FailedCalls(unwritten), 0);
+  // Both rows fail: one call, counted once.
+  Unwritten twice;
+  Batch a, b;
+  a.calls.push_back(TokenCall(-1));
+  b.calls.push_back(TokenCall(20));
+  twice.Add(std::move(a));
+  twice.Add(std::move(b));
+  EXPECT_EQ(FailedCalls(twice), 1);
 }
 
 }  // namespace
