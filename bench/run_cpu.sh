@@ -8,7 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build-bench}"
-python="${PYTHON:-/root/.cache/tokentrace/venv/bin/python}"
+python="${PYTHON:-${TOKENTRACE_VENV:-$HOME/.cache/tokentrace/venv}/bin/python}"
 [ -x "$python" ] || python=python3
 min_time="${MIN_TIME:-0.05}"
 jobs="${JOBS:-2}"

@@ -4,8 +4,8 @@
 #   cuda/torch/build.sh [BUILD_DIR] [PYTHON]          (defaults: build-torchop, see below)
 #   TOKENTRACE_TORCH_OPS_CUDA=OFF cuda/torch/build.sh  (CPU only, e.g. for a CPU-only torch)
 #
-# PYTHON defaults to the dev venv (/root/.cache/tokentrace/venv/bin/python) when it exists, else
-# python3. CUDA is on when nvcc is found (PATH or /usr/local/cuda/bin) and the torch is a CUDA
+# PYTHON defaults to the dev venv ($TOKENTRACE_VENV, else ~/.cache/tokentrace/venv, as
+# scripts/setup.sh makes it) when it exists, else python3. CUDA is on when nvcc is found (PATH or /usr/local/cuda/bin) and the torch is a CUDA
 # build; CMAKE_CUDA_ARCHITECTURES (env) overrides the default (90).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,7 +13,8 @@ root="$(cd "$here/../.." && pwd)"
 build="${1:-$root/build-torchop}"
 py="${2:-}"
 if [[ -z "$py" ]]; then
-  if [[ -x /root/.cache/tokentrace/venv/bin/python ]]; then py=/root/.cache/tokentrace/venv/bin/python
+  venv="${TOKENTRACE_VENV:-$HOME/.cache/tokentrace/venv}"
+  if [[ -x "$venv/bin/python" ]]; then py="$venv/bin/python"
   else py=python3; fi
 fi
 read -r torch_dir abi torch_cuda < <("$py" -c \
