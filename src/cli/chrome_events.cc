@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -114,8 +115,15 @@ bool CloseTraceFile(FILE* f, const std::string& path, bool events_ok, const std:
 
 bool ParseTokenRange(const std::string& s, uint32_t* first, uint32_t* last) {
   size_t colon = s.find(':');
-  return colon != std::string::npos && ParseU32(s.substr(0, colon), first) &&
-         ParseU32(s.substr(colon + 1), last) && *first <= *last;
+  if (colon != std::string::npos && ParseU32(s.substr(0, colon), first) &&
+      ParseU32(s.substr(colon + 1), last) && *first <= *last) {
+    return true;
+  }
+  std::fprintf(stderr,
+               "tokentrace: --tokens '%s' is not a token range (accepted: A:B with A <= B, "
+               "e.g. 2:10)\n",
+               s.c_str());
+  return false;
 }
 
 }  // namespace tokentrace::cli

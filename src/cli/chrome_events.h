@@ -58,7 +58,8 @@ FILE* OpenTraceFile(const std::string& path);
 // events failed (!events_ok), else the write error.
 bool CloseTraceFile(FILE* f, const std::string& path, bool events_ok, const std::string& error);
 
-// Parses "A:B" (A <= B) into a token range; false otherwise.
+// Parses the --tokens value "A:B" (A <= B) into a token range; false otherwise, after saying on
+// stderr, in one line, what was wrong and what is accepted.
 bool ParseTokenRange(const std::string& s, uint32_t* first, uint32_t* last);
 
 }  // namespace tokentrace::cli

@@ -61,13 +61,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::string tokens;
     if (value("--chrome", &out_path)) continue;
     if (value("--tokens", &tokens)) {
-      if (!ParseTokenRange(tokens, &first, &last)) {
-        std::fprintf(stderr,
-                     "tokentrace: --tokens '%s' is not a token range (accepted: A:B "
-                     "with A <= B, e.g. 2:10)\n",
-                     tokens.c_str());
-        return 2;
-      }
+      if (!ParseTokenRange(tokens, &first, &last)) return 2;
       continue;
     }
     if (a.rfind("-", 0) == 0 || !file.empty()) {

@@ -30,13 +30,7 @@ int RanksExportCommand(const std::vector<std::string>& args) {
     if (a == "--chrome" && i + 1 < args.size()) {
       out_path = args[++i];
     } else if (a == "--tokens" && i + 1 < args.size()) {
-      if (!ParseTokenRange(args[++i], &first, &last)) {
-        std::fprintf(stderr,
-                     "tokentrace: --tokens '%s' is not a token range (accepted: A:B "
-                     "with A <= B, e.g. 2:10)\n",
-                     args[i].c_str());
-        return 2;
-      }
+      if (!ParseTokenRange(args[++i], &first, &last)) return 2;
     } else if (a.rfind("-", 0) == 0) {
       std::fprintf(stderr, "tokentrace: unexpected argument '%s' for export\n%s", a.c_str(),
                    kExportUsage);
