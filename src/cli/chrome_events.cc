@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/comm_kernels.h"
 #include "core/records.h"
 
 namespace tokentrace::cli {
@@ -53,7 +54,10 @@ bool WriteFileEvents(Reader& reader, uint32_t first, uint32_t last, const Tracks
                    last_ns = std::max(last_ns, k.gpu_end_ns);
                    ++counts->gpu;
                    const char* kind = GpuOpKindName(static_cast<GpuOpKind>(k.kind));
-                   w.Event("{\"ph\":\"X\",\"cat\":\"" + std::string(kind) +
+                   // NCCL's kernels are communication (waiting for peers), not work.
+                   const bool comm =
+                       k.kind == static_cast<int>(GpuOpKind::kKernel) && IsCommKernel(k.name);
+                   w.Event("{\"ph\":\"X\",\"cat\":\"" + std::string(comm ? "comm" : kind) +
                            "\",\"name\":" + JsonString(k.name.empty() ? kind : k.name) +
                            ",\"pid\":" + std::to_string(tracks.gpu_pid_base + k.device) +
                            ",\"tid\":" + std::to_string(k.stream) +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/comm_kernels.h"
 #include "core/recorder.h"
 #include "core/site_registry.h"
 
@@ -159,7 +160,11 @@ uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
     }
   }
   auto [it, inserted] = names_.emplace(name, static_cast<uint32_t>(names_.size() + 1));
-  if (inserted) out->strings.push_back(StringRow{it->second, name});
+  if (inserted) {
+    out->strings.push_back(StringRow{it->second, name});
+    comm_names_.resize(it->second + 1, false);
+    comm_names_[it->second] = a.kind == GpuOpKind::kKernel && IsCommKernel(name);
+  }
   return it->second;
 }
 
@@ -190,7 +195,9 @@ void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id,
     d.last_end_ns = a.end_ns;
   }
   d.kernels += 1;
-  d.busy_ns += std::max<int64_t>(0, a.end_ns - a.begin_ns);
+  const int64_t busy = std::max<int64_t>(0, a.end_ns - a.begin_ns);
+  d.busy_ns += busy;
+  if (name_id < comm_names_.size() && comm_names_[name_id]) d.comm_ns += busy;
   d.first_begin_ns = std::min(d.first_begin_ns, a.begin_ns);
   d.last_end_ns = std::max(d.last_end_ns, a.end_ns);
 }

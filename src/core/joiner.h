@@ -18,7 +18,10 @@
 //  - graph nodes created inside a call belong to it; instantiation clones inherit, and a
 //    clone's owner is never overwritten by a later creation event for the same node; a kernel
 //    replayed from a graph is attributed to its node's call, and to the graph launch's token.
-//  - the kernel mode decides per record: a full row, and/or a per-call summary delta.
+//  - the kernel mode decides per record: a full row, and/or a per-call summary delta. The
+//    delta also sums the busy time of communication kernels (NCCL's, by name:
+//    core/comm_kernels.h), so that summary mode, which keeps no names, still tells
+//    communication from work.
 #pragma once
 
 #include <cstdint>
@@ -108,6 +111,7 @@ class Joiner {
   std::unordered_map<uint64_t, NodeOwner> node_calls_;  // graph node id -> owning call
   std::vector<Pending> pending_;
   std::unordered_map<std::string, uint32_t> names_;
+  std::vector<bool> comm_names_;  // by name id: IsCommKernel, decided once per name
   std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
   std::vector<uint32_t> site_calls_;                      // calls seen so far, by site id
   std::vector<uint32_t> new_sites_;

@@ -113,6 +113,7 @@ struct CallGpuDelta {
   int64_t busy_ns = 0;
   int64_t first_begin_ns = 0;
   int64_t last_end_ns = 0;
+  int64_t comm_ns = 0;  // the part of busy_ns in communication kernels (core/comm_kernels.h)
 };
 
 // The first output tensor of a call, as the Python hooks saw it.

@@ -42,7 +42,15 @@ class TokenCursor {
     // counted once: only calls whose parent is not a collective add to the wait.
     // GPU: call_gpu holds each call's own (self) kernel time, so the GPU time of a
     // collective is that of every collective call, nested or not (NCCL kernels launched
-    // inside c10d::all_reduce go to it).
+    // inside c10d::all_reduce go to it), plus, in any other call, the time of kernels that
+    // are communication by name (gpu_comm_ns: NCCL kernels launched by code we do not wrap).
+    Statement column;
+    if (!column.Prepare(
+            db, "SELECT 1 FROM pragma_table_info('call_gpu') WHERE name = 'gpu_comm_ns'", error)) {
+      return Fail(f, error);
+    }
+    const std::string comm =
+        column.Step() == SQLITE_ROW ? "COALESCE(g.gpu_comm_ns, 0)" : "0";  // older files: 0
     const std::string outermost = "c.site_id IN (" + ids +
                                   ") AND (c.parent_id IS NULL OR (SELECT site_id FROM calls "
                                   "WHERE id = c.parent_id) NOT IN (" +
@@ -54,8 +62,8 @@ class TokenCursor {
         " THEN c.cpu_end_ns - c.cpu_begin_ns ELSE 0 END), "
         "SUM(COALESCE(g.gpu_busy_ns, 0)), "
         "SUM(CASE WHEN c.site_id IN (" +
-        ids +
-        ") THEN COALESCE(g.gpu_busy_ns, 0) ELSE 0 END) "
+        ids + ") THEN COALESCE(g.gpu_busy_ns, 0) ELSE " + comm +
+        " END) "
         "FROM calls c JOIN sites s ON s.id = c.site_id "
         "LEFT JOIN call_gpu g ON g.call_id = c.id "
         "WHERE c.token > 0 GROUP BY c.token ORDER BY c.token";

@@ -31,8 +31,9 @@ struct RankTotals {
   int64_t tokens = 0;       // tokens with a closed token call
   uint32_t last_token = 0;  // the highest of them
   int64_t time_ns = 0, wait_ns = 0;
-  // GPU busy time of the calls of its tokens, and the part in collective calls (NCCL
-  // kernels launched inside c10d::<name>): on the GPU a waiting rank's collective kernels
+  // GPU busy time of the calls of its tokens, and the part in communication: all of it in
+  // collective calls (kernels launched inside c10d::<name>), and NCCL kernels (by name,
+  // core/comm_kernels.h) in any other call. On the GPU a waiting rank's collective kernels
   // run longer.
   int64_t gpu_ns = 0, gpu_collective_ns = 0;
   int64_t slowest = 0;  // tokens at which this rank had the most work (ties not counted)

@@ -22,9 +22,11 @@ CREATE TABLE IF NOT EXISTS kernels(call_id INTEGER, token INTEGER, name_id INTEG
                                    gpu_begin_ns INTEGER, gpu_end_ns INTEGER,
                                    correlation_id INTEGER, graph_id INTEGER,
                                    graph_node_id INTEGER);
+-- gpu_comm_ns: the part of gpu_busy_ns in communication kernels (NCCL's, recognised by name:
+-- src/core/comm_kernels.h). Files written before it was added lack the column (read as 0).
 CREATE TABLE IF NOT EXISTS call_gpu(call_id INTEGER PRIMARY KEY, kernels INTEGER,
                                     gpu_busy_ns INTEGER, gpu_first_begin_ns INTEGER,
-                                    gpu_last_end_ns INTEGER);
+                                    gpu_last_end_ns INTEGER, gpu_comm_ns INTEGER);
 CREATE TABLE IF NOT EXISTS escapes(call_id INTEGER, token INTEGER, thread INTEGER,
                                    ts_ns INTEGER, kind TEXT);
 CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);

@@ -232,9 +232,10 @@ bool Store::Prepare(std::string* error) {
          // a delta without kernels must not pull first_begin down to its 0.
          s.call_gpu.Prepare(
              db_,
-             "INSERT INTO call_gpu VALUES(?1,?2,?3,?4,?5) ON CONFLICT(call_id) DO UPDATE SET "
+             "INSERT INTO call_gpu VALUES(?1,?2,?3,?4,?5,?6) ON CONFLICT(call_id) DO UPDATE SET "
              "kernels = kernels + excluded.kernels, "
              "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+             "gpu_comm_ns = gpu_comm_ns + excluded.gpu_comm_ns, "
              "gpu_first_begin_ns = CASE WHEN excluded.kernels = 0 THEN gpu_first_begin_ns "
              "  WHEN kernels = 0 THEN excluded.gpu_first_begin_ns "
              "  ELSE min(gpu_first_begin_ns, excluded.gpu_first_begin_ns) END, "
@@ -312,6 +313,7 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.call_gpu.Bind(3, d.busy_ns);
     s.call_gpu.Bind(4, d.first_begin_ns);
     s.call_gpu.Bind(5, d.last_end_ns);
+    s.call_gpu.Bind(6, d.comm_ns);
     if (!s.call_gpu.Run()) return fail();
     TokenDelta& t = tokens[d.token];
     t.kernels += d.kernels;

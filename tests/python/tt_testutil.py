@@ -43,7 +43,7 @@ def make_trace_file(path, *, kernels=True, saved=None):
         con.execute("INSERT INTO strings VALUES (1, 'gemm_kernel')")
         gpu = [(c[0], 1, 500_000, c[6], c[6] + 500_000) for c in calls if c[1] == 3]
         gpu += [(c[0], 2, 250_000, c[6], c[6] + 250_000) for c in calls if c[1] == 2]
-        con.executemany("INSERT INTO call_gpu VALUES (?,?,?,?,?)", gpu)
+        con.executemany("INSERT INTO call_gpu VALUES (?,?,?,?,?,0)", gpu)
         con.executemany("INSERT INTO kernels VALUES (?,?,1,0,0,7,?,?,0,0,0)",
                         [(c[0], c[3], c[6], c[6] + 500_000) for c in calls if c[1] == 3])
         con.executemany("INSERT INTO token_stats VALUES (?,?,?,?)",

@@ -1,0 +1,52 @@
+#include "core/comm_kernels.h"
+
+#include <cctype>
+
+namespace tokentrace {
+namespace {
+
+constexpr std::string_view kNcclPrefixes[] = {"ncclDevKernel_", "ncclKernel_", "ncclSymkDevKernel_",
+                                              "ncclSymDevKernel_"};
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// The identifier that names the function: "_Z<len><id>..." (a mangled free function) gives
+// <id>; anything else (a demangled name, "void f(...)" with its return type) the text up to
+// the first '(' or '<' after an optional "void ".
+std::string_view FunctionIdentifier(std::string_view name) {
+  if (StartsWith(name, "_Z") && name.size() > 2 &&
+      std::isdigit(static_cast<unsigned char>(name[2]))) {
+    size_t i = 2, len = 0;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+      len = len * 10 + static_cast<size_t>(name[i] - '0');
+      if (len > name.size()) return {};
+      ++i;
+    }
+    return name.substr(i, len);
+  }
+  if (StartsWith(name, "void ")) name.remove_prefix(5);
+  return name.substr(0, name.find_first_of("(<"));
+}
+
+// oneRankReduce is in an anonymous namespace, so its mangled name is nested
+// (_ZN<len>_GLOBAL__N_..._onerank_cu_...13oneRankReduceI...) and its demangled one is
+// "(anonymous namespace)::oneRankReduce<FuncPreMulSum<float>>(...)".
+bool IsOneRankReduce(std::string_view name) {
+  if (StartsWith(name, "_ZN")) return name.find("13oneRankReduceI") != std::string_view::npos;
+  const size_t at = name.find("oneRankReduce<");
+  return at != std::string_view::npos && (at == 0 || name[at - 1] == ':' || name[at - 1] == ' ');
+}
+
+}  // namespace
+
+bool IsCommKernel(std::string_view name) {
+  const std::string_view id = FunctionIdentifier(name);
+  for (std::string_view p : kNcclPrefixes) {
+    if (StartsWith(id, p)) return true;
+  }
+  return IsOneRankReduce(name);
+}
+
+}  // namespace tokentrace
