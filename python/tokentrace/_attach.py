@@ -1,7 +1,7 @@
 """What a trace puts on its model, and finding that model when only a function is given.
 
 Attachment holds the per-model pieces of a tt.trace/tt.record run (recording hooks, bound
-edits, the input recorder, the saved-tensor sink, op records) so that they can go on either
+edits, the input recorder, the saved-tensor sink, op records, the torch.distributed wrappers) so that they can go on either
 before the traced function runs (the model is known: a model, a bound method, model=) or
 at the first module call (any other callable: the first root module called is the model, as
 in a preloaded job; see python/tokentrace/preload.py). That call is then token 1.
@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from . import _ops
+from . import _collectives, _ops
 from ._inputs import InputRecorder
 from ._session import HookSet
 from ._sink import TensorSink
@@ -31,7 +31,7 @@ class Attachment:
         self.select, self.intervene, self.escapes, self.ops = select, intervene, escapes, ops
         self.model = None
         self.inputs = set()
-        self.sink = self.hooks = self.edits = None
+        self.sink = self.hooks = self.edits = self.collectives = None
         self.recorder = InputRecorder(backend.current, None, backend.settled_path)
         self.on_cpu = True
         self.ops_on = False
@@ -55,8 +55,13 @@ class Attachment:
         if self.ops:
             _ops.start(self.backend, host_reads=self.on_cpu)
             self.ops_on = True
+        # torch.distributed collectives and Work.wait as calls: wait, not work (multi-rank)
+        self.collectives = _collectives.install(self.backend)
 
     def detach(self):
+        if self.collectives is not None:
+            self.collectives.remove()
+            self.collectives = None
         if self.ops_on:
             _ops.stop()
             self.ops_on = False
