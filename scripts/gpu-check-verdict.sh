@@ -53,6 +53,18 @@ test_answer() {
   fi
 }
 
+# device_answer LOG TEST NEED HAVE: test_answer for a test that needs NEED GPUs on a machine
+# with HAVE: its skip there is "not checked: HAVE GPU(s), needs NEED", which fails nothing.
+device_answer() {
+  local a
+  a=$(test_answer "$1" "$2")
+  if [ "$a" = "NO (skipped)" ] && [ "${4:-0}" -lt "$3" ]; then
+    echo "not checked: ${4:-0} GPU(s), needs $3"
+  else
+    echo "$a"
+  fi
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   if [ $# -ne 4 ]; then
     echo "usage: scripts/gpu-check-verdict.sh NAME RC LIMIT LOG" >&2

@@ -6,10 +6,14 @@
 #   3. does the seed's second example give the same logits on CUDA through the device patch
 #      table as through a plain hook;
 #   4. does a CUDA-graph decode attribute replayed kernels to modules;
-#   5. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
+#   5. are NCCL's kernels communication (name rule, src/core/comm_kernels.h): a world-size-1
+#      NCCL all_reduce on one GPU, and a 2-rank one when there are 2 GPUs (else "not checked");
+#   6. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
 #      torch.profiler, on GPT-2-small and the Llama-1B shape.
 # Answers 2-4 are tests of the `gpu` pytest run (named in ANSWERS below), which runs their
-# files first, so they are in even when the run is cut off.
+# files first, so they are in even when the run is cut off. Answer 5 is a step of its own
+# (NCCL_FILE), short, right after: its 2-GPU test skips on one GPU, which the gpu steps
+# would count as a failure.
 #
 #   OUT=<dir> scripts/gpu-check.sh [all|tests|bench|long]  (default all; $OUT: ./gpu-out)
 #
@@ -62,6 +66,9 @@ ANSWERS=(
   "a CUDA-graph decode attributes replayed kernels to modules|test_gpu_graphs.py::test_replayed_kernels_keep_their_modules_and_count_as_tokens"
 )
 FIRST_FILES=("$ROOT/tests/python/test_gpu.py" "$ROOT/tests/python/test_gpu_graphs.py")
+NCCL_FILE=$ROOT/tests/python/test_gpu_nccl.py
+NCCL_ONE="NCCL kernels of a world-size-1 all_reduce are communication (comm column, export category)|test_gpu_nccl.py::test_one_rank_nccl_kernels_are_communication"
+NCCL_TWO="NCCL kernels of a 2-rank all_reduce are each rank's gpu coll column|test_gpu_nccl.py::test_two_ranks_nccl_kernels_are_the_gpu_comm_column"
 # What the check runs: the library, the extension, the program, the two gpu test binaries
 # and the bare CUPTI subscriber (setup.sh also builds the torch ops). The benchmarks build
 # their own extra targets only when they run.
@@ -135,8 +142,12 @@ step() {
   return $rc
 }
 
-# answer QUESTION VALUE
-answer() { answers+=("| $1 | $2 |"); [ "$2" = yes ] || [ -n "${SKIP_GPU:-}" ] || failed=1; write_summary; }
+# answer QUESTION VALUE ("not checked: ..." when the machine cannot check it, e.g. 1 GPU of 2)
+answer() {
+  answers+=("| $1 | $2 |")
+  [ "$2" = yes ] || [[ $2 == "not checked: "* ]] || [ -n "${SKIP_GPU:-}" ] || failed=1
+  write_summary
+}
 
 gpu_tests() {
   local ctest_rc pytest_rc others=()
@@ -145,7 +156,7 @@ gpu_tests() {
   # Every other test file too (-m gpu keeps the gpu tests): a gpu mark added anywhere runs.
   local f
   for f in "$ROOT"/tests/python/test_*.py "$ROOT"/tests/torch_op/test_*.py; do
-    [[ " ${FIRST_FILES[*]} " == *" $f "* ]] || others+=("$f")
+    [[ " ${FIRST_FILES[*]} $NCCL_FILE " == *" $f "* ]] || others+=("$f")
   done
   step -g pytest-gpu 170 40 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider -m gpu \
     "${FIRST_FILES[@]}" "${others[@]}"
@@ -163,6 +174,21 @@ gpu_tests() {
   done
 }
 
+# The NCCL step (a name without "gpu": the 2-GPU test may skip). Two processes start NCCL
+# and trace 4 tokens each: ~10 s per test on a warm machine.
+nccl_check() {
+  step -g nccl 60 25 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider "$NCCL_FILE"
+  if [ -n "${SKIP_GPU:-}" ]; then
+    answer "${NCCL_ONE%%|*}" "skipped here (SKIP_GPU)"
+    answer "${NCCL_TWO%%|*}" "skipped here (SKIP_GPU)"
+    return
+  fi
+  answer "${NCCL_ONE%%|*}" "$(test_answer "$WORK/nccl.log" "${NCCL_ONE#*|}" 2>/dev/null)"
+  local gpus
+  gpus=$("$TOKENTRACE_PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)
+  answer "${NCCL_TWO%%|*}" "$(device_answer "$WORK/nccl.log" "${NCCL_TWO#*|}" 2 "${gpus:-0}")"
+}
+
 write_summary
 step build 300 60 "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }
 # shellcheck disable=SC1091
@@ -172,6 +198,7 @@ BENCH=(env OUT="$OUT" LOG_DIR="$WORK/bench" BUILD_DIR="$BUILD_DIR" PYTHON="$TOKE
 GPU_BENCH=$ROOT/bench/gpu_bench.sh
 if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
   gpu_tests
+  nccl_check
 fi
 if [ "$PHASE" = all ] || [ "$PHASE" = bench ]; then
   # gpu_bench.sh keeps to the step's deadline itself (STEP_DEADLINE), part by part.

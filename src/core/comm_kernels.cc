@@ -30,11 +30,13 @@ std::string_view FunctionIdentifier(std::string_view name) {
   return name.substr(0, name.find_first_of("(<"));
 }
 
-// oneRankReduce is in an anonymous namespace, so its mangled name is nested
-// (_ZN<len>_GLOBAL__N_..._onerank_cu_...13oneRankReduceI...) and its demangled one is
-// "(anonymous namespace)::oneRankReduce<FuncPreMulSum<float>>(...)".
+// oneRankReduce is in an anonymous namespace, so its mangled name is nested, and NCCL's
+// relocatable device code renames such internal kernels with a "__nv_static_<n>__<file>_"
+// prefix: "__nv_static_32__b4148644_10_onerank_cu_fdf47990__ZN43_GLOBAL__N__b4148644_10_
+// onerank_cu_fdf4799013oneRankReduceI13FuncPreMulSumIfEEEvPvS3_mmb" (libnccl 2.28.9), or the
+// same without the prefix. Demangled: "(anonymous namespace)::oneRankReduce<...>(...)".
 bool IsOneRankReduce(std::string_view name) {
-  if (StartsWith(name, "_ZN")) return name.find("13oneRankReduceI") != std::string_view::npos;
+  if (name.find("13oneRankReduceI") != std::string_view::npos) return true;  // mangled
   const size_t at = name.find("oneRankReduce<");
   return at != std::string_view::npos && (at == 0 || name[at - 1] == ':' || name[at - 1] == ' ');
 }

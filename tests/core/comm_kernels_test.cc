@@ -31,6 +31,10 @@ TEST(CommKernelsTest, NcclKernelsAreCommunication) {
            // One rank, PreMulSum (all_reduce AVG): src/device/onerank.cu.
            "_ZN43_GLOBAL__N__b4148644_10_onerank_cu_"
            "fdf4799013oneRankReduceI13FuncPreMulSumIfEEEvPvS3_mmb",
+           "__nv_static_32__b4148644_10_onerank_cu_fdf47990__ZN43_GLOBAL__N__b4148644_10_onerank_"
+           "cu_fdf4799013oneRankReduceI13FuncPreMulSumIfEEEvPvS3_mmb",
+           "(anonymous namespace)::oneRankReduce<FuncPreMulSum<__half>>(void*, void*, unsigned "
+           "long, unsigned long, bool)",
            "void (anonymous namespace)::oneRankReduce<FuncPreMulSum<float>>(void*, void*, "
            "unsigned long, unsigned long, bool)",
        }) {

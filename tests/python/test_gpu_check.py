@@ -144,3 +144,25 @@ def test_gpu_ctest_step_is_a_few_processes():
              if line.strip().startswith("Test") and "#" in line]
     assert names, r.stdout
     assert len(names) <= 4, names
+
+
+NCCL_LOG = """\
+tests/python/test_gpu_nccl.py::test_one_rank_nccl_kernels_are_communication PASSED [ 50%]
+tests/python/test_gpu_nccl.py::test_two_ranks_nccl_kernels_are_the_gpu_comm_column SKIPPED (needs 2 GPUs) [100%]
+"""
+
+
+@pytest.mark.parametrize("log, have, answer", [
+    (NCCL_LOG, 1, "not checked: 1 GPU(s), needs 2"),  # the one-H200 machine: fails nothing
+    (NCCL_LOG, 2, "NO (skipped)"),  # 2 GPUs there and still skipped: a failure
+    (NCCL_LOG.replace("SKIPPED (needs 2 GPUs)", "PASSED"), 1, "yes"),
+    (NCCL_LOG.replace("SKIPPED (needs 2 GPUs)", "FAILED"), 2, "NO (failed)"),
+])
+def test_a_test_needing_more_gpus_than_there_are_is_not_checked(tmp_path, log, have, answer):
+    path = tmp_path / "nccl.log"
+    path.write_text(log)
+    test = "test_gpu_nccl.py::test_two_ranks_nccl_kernels_are_the_gpu_comm_column"
+    r = subprocess.run(["bash", "-c", f'source "{VERDICT}"; device_answer "{path}" "{test}" 2 {have}'],
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == answer, r.stdout + r.stderr
+
