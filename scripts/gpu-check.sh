@@ -175,9 +175,9 @@ gpu_tests() {
 }
 
 # The NCCL step (a name without "gpu": the 2-GPU test may skip). Two processes start NCCL
-# and trace 4 tokens each: ~10 s per test on a warm machine.
+# and trace 4 tokens each: ~10-15 s per test (estimated; the 2-GPU test skips on one GPU).
 nccl_check() {
-  step -g nccl 60 25 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider "$NCCL_FILE"
+  step -g nccl 45 25 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider "$NCCL_FILE"
   if [ -n "${SKIP_GPU:-}" ]; then
     answer "${NCCL_ONE%%|*}" "skipped here (SKIP_GPU)"
     answer "${NCCL_TWO%%|*}" "skipped here (SKIP_GPU)"
