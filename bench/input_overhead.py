@@ -3,9 +3,12 @@
 Times the recorder itself (tokentrace._inputs.InputRecorder, as the native forward wrapper
 calls it: inside the call, with the call's arguments) on three argument sets: one tensor (a
 module's `x`), and a Llama decoding step's root call (input_ids, a DynamicCache of L layers
-holding 128 positions, use_cache) for L = 2 and 32. Sites not recorded pay nothing: the
-wrapper skips a null callback (see hook_overhead.py for that path). Prints a markdown table:
-median ns per recorded call, and per tensor recorded.
+holding 128 positions, use_cache) for L = 2 and 32, with the native walk (what a site whose
+inputs are not saved gets, the root's by default; python/src/inputs_walk.cc) and with the
+Python one (the reference, what saved sites get). Sites not recorded pay nothing: the wrapper
+skips a null callback (see hook_overhead.py for that path). The rows are drained after each
+repeat, outside the timing (the recorder does that when it writes them, off the call path).
+Prints a markdown table: median ns per recorded call, and per tensor recorded.
 
     python bench/input_overhead.py [--calls 2000] [--repeats 7]
 """
@@ -31,13 +34,14 @@ def _forward(input_ids=None, past_key_values=None, use_cache=None, x=None):
     return None
 
 
-def _time(on_input, args, kwargs, calls, repeats):
+def _time(recorder, on_input, args, kwargs, calls, repeats):
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter_ns()
         for _ in range(calls):
             on_input(*args, **kwargs)
         runs.append((time.perf_counter_ns() - t0) / calls)
+        recorder.rows.clear()  # drains the native walk's buffer, then drops the rows
     return statistics.median(runs)
 
 
@@ -51,12 +55,15 @@ def main():
         cases.append((f"Llama step root: DynamicCache of {layers} layers", (torch.zeros(1, 1),),
                       {"past_key_values": _cache(layers), "use_cache": True}, 2 * layers + 1))
     print(f"## Input recording per call (median of {a.repeats} x {a.calls} calls)\n")
-    print("| arguments | tensors | ns per call | ns per tensor |")
-    print("|---|---|---|---|")
+    print("| arguments | tensors | walk | ns per call | ns per tensor |")
+    print("|---|---|---|---|---|")
     for name, args, kwargs, tensors in cases:
-        recorder = InputRecorder(lambda: (1, 1, 1))
-        ns = _time(recorder.hook(_forward, False), args, kwargs, a.calls, a.repeats)
-        print(f"| {name} | {tensors} | {ns:.0f} | {ns / tensors:.0f} |")
+        for native in (True, False):
+            recorder = InputRecorder(lambda: (1, 1, 1), native=native)
+            on_input = recorder.hook(_forward, False)
+            ns = _time(recorder, on_input, args, kwargs, a.calls, a.repeats)
+            walk = "native" if type(on_input).__name__ == "InputWalker" else "Python"
+            print(f"| {name} | {tensors} | {walk} | {ns:.0f} | {ns / tensors:.0f} |")
 
 
 if __name__ == "__main__":
