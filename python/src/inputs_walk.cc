@@ -70,8 +70,10 @@ class InputBuffer {
   // python: (kind_of, describe, text, fields_of), the reference's functions; flush: a weak
   // method (None, or the recorder's flush once it exists) called when flush_rows are pending.
   InputBuffer(nb::object current, nb::tuple kinds, nb::tuple python, nb::tuple plain_tensors,
-              int max_depth, size_t max_items, nb::object flush, size_t flush_rows)
-      : current_(std::move(current)),
+              int max_depth, size_t max_items, nb::object flush, size_t flush_rows,
+              uintptr_t tensor_meta)
+      : meta_(reinterpret_cast<TensorMeta>(tensor_meta)),
+        current_(std::move(current)),
         flush_(std::move(flush)),
         flush_rows_(flush_rows),
         max_depth_(max_depth),
@@ -201,12 +203,16 @@ class InputBuffer {
   }
 
   int Kind(PyObject* value) {
-    PyTypeObject* type = Py_TYPE(value);
-    auto it = kinds_.find(reinterpret_cast<PyObject*>(type));
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(value));
+    for (size_t i = 0; i < kFewTypes && i < recent_.size(); ++i) {  // most calls: a few types
+      if (recent_[i].first == type) return recent_[i].second;
+    }
+    auto it = kinds_.find(type);
     if (it != kinds_.end()) return it->second;
-    nb::object kind = kind_of_(nb::handle(reinterpret_cast<PyObject*>(type)));
+    nb::object kind = kind_of_(nb::handle(type));
     const int code = nb::cast<int>(kind);
-    kinds_.emplace(Py_NewRef(reinterpret_cast<PyObject*>(type)), code);
+    kinds_.emplace(Py_NewRef(type), code);
+    if (recent_.size() < kFewTypes) recent_.emplace_back(type, code);  // kinds_ holds it
     return code;
   }
   bool Is(int kind, int which) const { return kind == kind_codes_[which]; }
@@ -238,7 +244,10 @@ class InputBuffer {
       });
     }
     if (Is(kind, kCacheKind)) {  // as _walk: tensors, caches and sequences holding state
-      nb::object attrs = nb::steal(PyObject_GetAttrString(value, "__dict__"));
+      PyObject** dict = _PyObject_GetDictPtr(value);  // vars(value), no attribute lookup
+      nb::object attrs = dict != nullptr && *dict != nullptr
+                             ? nb::borrow(*dict)
+                             : nb::steal(PyObject_GetAttrString(value, "__dict__"));
       if (!attrs.is_valid()) return false;
       return Items(attrs.ptr(), [&](PyObject* key, PyObject* item) {
         const int item_kind = Kind(item);
@@ -313,6 +322,31 @@ class InputBuffer {
       return nb::steal(g != nullptr ? g->get[i](t, g->closure[i])
                                     : PyObject_GetAttrString(t, name));
     };
+    if (g != nullptr && meta_ != nullptr) {  // a plain tensor: its C++ tensor's metadata
+      int64_t sizes[kMaxDims];
+      int32_t dtype = 0, device = 0;
+      const int ndim = meta_(t, sizes, kMaxDims, &dtype, &device);
+      if (ndim >= 0) {
+        Leaf leaf{call_id_, path, kTensor, static_cast<uint8_t>(ndim),
+                  0,        0,    0,       static_cast<uint32_t>(dims_.size()),
+                  nullptr};
+        auto first = [&](std::vector<Named>* table, int i, const char* name) {
+          nb::object object = read(i, name);
+          return object.is_valid() ? Intern(table, object.ptr()) : uint16_t{0};
+        };
+        const int dtype_id =
+            ByCode(&dtype_codes_, dtype, [&] { return first(&dtypes_, 1, "dtype"); });
+        const int device_id =
+            ByCode(&device_codes_, device, [&] { return first(&devices_, 2, "device"); });
+        if (dtype_id < 0 || device_id < 0) return false;
+        leaf.type = Intern(&tensor_types_, reinterpret_cast<PyObject*>(Py_TYPE(t)));
+        leaf.dtype = static_cast<uint16_t>(dtype_id);
+        leaf.device = static_cast<uint16_t>(device_id);
+        dims_.insert(dims_.end(), sizes, sizes + ndim);
+        leaves_.push_back(leaf);
+        return true;
+      }
+    }
     nb::object shape = read(0, "shape");
     if (!shape.is_valid()) return false;
     nb::object dtype = read(1, "dtype");
@@ -354,6 +388,19 @@ class InputBuffer {
     if (row == nullptr) return false;
     leaves_.push_back(Leaf{call_id_, path, kRow, 0, 0, 0, 0, 0, row});
     return true;
+  }
+
+  // The table index a dtype's or device's code (from meta_) stands for; the first tensor with
+  // a new code pays one read of the Python attribute (make), -1 where that read failed.
+  template <typename Make>
+  static int ByCode(std::unordered_map<int32_t, uint16_t>* codes, int32_t code, Make make) {
+    auto it = codes->find(code);
+    if (it != codes->end()) return it->second;
+    if (PyErr_Occurred()) return -1;
+    const uint16_t id = make();
+    if (PyErr_Occurred()) return -1;
+    codes->emplace(code, id);
+    return id;
   }
 
   // The index of `object` in `table` (identity, then equality: torch makes a new device
@@ -438,6 +485,11 @@ class InputBuffer {
     leaves_.resize(mark);
   }
 
+  // tokentrace_tensor_meta (cuda/torch/tensor_meta.cc), or nullptr without that library.
+  using TensorMeta = int (*)(PyObject*, int64_t*, int, int32_t*, int32_t*);
+  static constexpr int kMaxDims = 64;
+  TensorMeta meta_;
+  std::unordered_map<int32_t, uint16_t> dtype_codes_, device_codes_;
   nb::object current_, flush_, kind_of_, describe_, text_, fields_of_;
   size_t flush_rows_;
   int max_depth_;
@@ -448,7 +500,9 @@ class InputBuffer {
   std::vector<Leaf> leaves_;
   std::vector<int64_t> dims_;
   std::vector<Named> tensor_types_, dtypes_, devices_;
-  std::unordered_map<PyObject*, int> kinds_;  // types, owned
+  static constexpr size_t kFewTypes = 16;
+  std::vector<std::pair<PyObject*, int>> recent_;  // the first kFewTypes of kinds_
+  std::unordered_map<PyObject*, int> kinds_;       // types, owned
   std::unordered_map<PyObject*, nb::object> fields_;
   std::vector<std::string> path_text_;  // path id -> text; id 0 is the top ("")
   std::vector<nb::object> path_str_;    // path id -> the str every row of that path shares
@@ -554,9 +608,10 @@ void RegisterInputsWalk(nb::module_& m) {
   m.def(
       "InputBuffer",
       [](nb::object current, nb::tuple kinds, nb::tuple python, nb::tuple plain_tensors,
-         int max_depth, size_t max_items, nb::object flush, size_t flush_rows) {
+         int max_depth, size_t max_items, nb::object flush, size_t flush_rows,
+         uintptr_t tensor_meta) {
         auto* buffer = new InputBuffer(current, kinds, python, plain_tensors, max_depth, max_items,
-                                       flush, flush_rows);
+                                       flush, flush_rows, tensor_meta);
         auto* o = PyObject_New(BufferObject, g_buffer_type);
         if (o == nullptr) {
           delete buffer;
@@ -566,7 +621,8 @@ void RegisterInputsWalk(nb::module_& m) {
         return nb::steal(reinterpret_cast<PyObject*>(o));
       },
       nb::arg("current").none(), nb::arg("kinds"), nb::arg("python"), nb::arg("plain_tensors"),
-      nb::arg("max_depth"), nb::arg("max_items"), nb::arg("flush").none(), nb::arg("flush_rows"));
+      nb::arg("max_depth"), nb::arg("max_items"), nb::arg("flush").none(), nb::arg("flush_rows"),
+      nb::arg("tensor_meta") = 0);
 }
 
 }  // namespace tokentrace_py

@@ -14,6 +14,7 @@ for small scalars (bool, int, float, None, short strings).
 An entry is a row (path, kind, type, shape, dtype, device, value); shape is a list of ints.
 """
 
+import ctypes
 import dataclasses
 import inspect
 import weakref
@@ -156,6 +157,27 @@ def _walk(value, path, depth, out):
             _walk(getattr(value, field.name, None), _child(path, field.name), depth + 1, out)
 
 
+_META = {}  # "address": tokentrace_tensor_meta's, once looked up
+
+
+def _tensor_meta():
+    """The address of tokentrace_tensor_meta (cuda/torch/tensor_meta.cc: a tensor's sizes,
+    dtype and device read in C++, ~100x cheaper than tensor.shape/.dtype/.device) in the torch
+    ops library, or 0 where that library is not built or does not load into this torch (the
+    native walk then reads the Python attributes)."""
+    if "address" not in _META:
+        from . import _torch_ops
+        # the library edits load, when they did already (one path per process: two copies
+        # would register torch.ops.tokentrace twice)
+        path = _torch_ops._state["loaded"] or _torch_ops.find_library()[0]
+        try:  # the same handle torch.ops.load_library gets later, if edits need the library
+            _META["address"] = ctypes.cast(ctypes.CDLL(path).tokentrace_tensor_meta,
+                                           ctypes.c_void_p).value if path else 0
+        except (OSError, AttributeError):  # another torch's build, or one older than this
+            _META["address"] = 0
+    return _META["address"]
+
+
 def _field_names(cls):
     """A dataclass's field names, in order (the native walk asks once per type)."""
     return tuple(field.name for field in dataclasses.fields(cls))
@@ -270,7 +292,7 @@ class InputRecorder:
                 (_TENSOR, _LEAF, _SEQ, _DICT, _CACHE, _DATACLASS, _OBJECT),
                 (_kind_of, describe, _text, _field_names), _PLAIN_TENSORS, _MAX_DEPTH,
                 _MAX_ITEMS, weakref.WeakMethod(self.flush) if self._trace_path else None,
-                _FLUSH_ROWS)
+                _FLUSH_ROWS, _tensor_meta())
         return self._buffer if self._buffer is not False else None
 
     def _save(self, call_id, path, tensor):
