@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "input_paths.h"
 #include "tokentrace/tokentrace.h"
 
 namespace nb = nanobind;
@@ -56,12 +57,6 @@ struct Getters {
   PyTypeObject* type;
   getter get[3];
   void* closure[3];
-};
-
-struct PairHash {
-  size_t operator()(const std::pair<uint32_t, PyObject*>& p) const {
-    return std::hash<void*>()(p.second) * 31 + p.first;
-  }
 };
 
 class InputBuffer {
@@ -94,14 +89,11 @@ class InputBuffer {
       }
       if (ok) getters_.push_back(g);
     }
-    path_text_.emplace_back();
-    path_str_.push_back(nb::str(""));
   }
 
   ~InputBuffer() {
     Release(0);
     for (auto& [type, kind] : kinds_) Py_DECREF(type);
-    for (auto& [key, id] : key_memo_) Py_DECREF(key.second);
   }
 
   size_t pending() const { return leaves_.size(); }
@@ -145,14 +137,15 @@ class InputBuffer {
         for (int d = 0; d < leaf.ndim; ++d) {
           PyTuple_SET_ITEM(shape.ptr(), d, PyLong_FromLongLong(dims_[leaf.dims + d]));
         }
-        rows.append(nb::make_tuple(id, path_str_[leaf.path], "tensor",
+        rows.append(nb::make_tuple(id, paths_.Str(leaf.path), "tensor",
                                    Text(&tensor_types_[leaf.type], true), shape,
                                    Text(&dtypes_[leaf.dtype], false),
                                    Text(&devices_[leaf.device], false), nb::none(), nb::none()));
         continue;
       }
-      nb::object row = leaf.form == kRow ? nb::borrow(leaf.object)
-                                         : describe_(path_str_[leaf.path], nb::handle(leaf.object));
+      nb::object row = leaf.form == kRow
+                           ? nb::borrow(leaf.object)
+                           : describe_(paths_.Str(leaf.path), nb::handle(leaf.object));
       const Py_ssize_t n = PyTuple_Size(row.ptr());
       if (n < 0) throw nb::python_error();
       nb::object full = nb::steal(PyTuple_New(n + 2));
@@ -165,7 +158,7 @@ class InputBuffer {
     }
     Release(0);
     dims_.clear();
-    if (path_text_.size() > kMaxPaths) ForgetPaths();  // nothing pending names them now
+    if (paths_.size() > kMaxPaths) paths_.Forget();  // nothing pending names them now
     return rows;
   }
 
@@ -191,13 +184,13 @@ class InputBuffer {
     const Py_ssize_t nnames = PyTuple_GET_SIZE(names);
     for (size_t i = 0; i < nargs; ++i) {
       const uint32_t path = static_cast<Py_ssize_t>(i) < nnames
-                                ? Child(0, PyTuple_GET_ITEM(names, i))
-                                : Index(0, static_cast<long long>(i));
+                                ? paths_.Child(0, PyTuple_GET_ITEM(names, i))
+                                : paths_.Index(0, static_cast<long long>(i));
       if (!Walk(args[i], path, 0)) return false;
     }
     const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; ++i) {
-      if (!Walk(args[nargs + i], Child(0, PyTuple_GET_ITEM(kwnames, i)), 0)) return false;
+      if (!Walk(args[nargs + i], paths_.Child(0, PyTuple_GET_ITEM(kwnames, i)), 0)) return false;
     }
     return true;
   }
@@ -234,13 +227,13 @@ class InputBuffer {
       const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
       for (Py_ssize_t i = 0; i < n; ++i) {
         nb::object item = nb::borrow(PySequence_Fast_GET_ITEM(seq.ptr(), i));
-        if (!Walk(item.ptr(), Index(path, i), depth + 1)) return false;
+        if (!Walk(item.ptr(), paths_.Index(path, i), depth + 1)) return false;
       }
       return true;
     }
     if (Is(kind, kDictKind)) {
       return Items(value, [&](PyObject* key, PyObject* item) {
-        return Walk(item, Key(path, key), depth + 1);
+        return Walk(item, paths_.Key(path, key), depth + 1);
       });
     }
     if (Is(kind, kCacheKind)) {  // as _walk: tensors, caches and sequences holding state
@@ -251,9 +244,9 @@ class InputBuffer {
       if (!attrs.is_valid()) return false;
       return Items(attrs.ptr(), [&](PyObject* key, PyObject* item) {
         const int item_kind = Kind(item);
-        if (Is(item_kind, kTensorKind)) return AddTensor(item, Key(path, key));
+        if (Is(item_kind, kTensorKind)) return AddTensor(item, paths_.Key(path, key));
         if (Is(item_kind, kCacheKind) || (Is(item_kind, kSeqKind) && HoldsState(item))) {
-          return Walk(item, Key(path, key), depth + 1);
+          return Walk(item, paths_.Key(path, key), depth + 1);
         }
         return !PyErr_Occurred();
       });
@@ -267,7 +260,7 @@ class InputBuffer {
         item = Py_NewRef(Py_None);
       }
       nb::object held = nb::steal(item);
-      if (!Walk(item, Child(path, name.ptr()), depth + 1)) return false;
+      if (!Walk(item, paths_.Child(path, name.ptr()), depth + 1)) return false;
     }
     return true;
   }
@@ -384,7 +377,7 @@ class InputBuffer {
 
   bool AddRow(PyObject* value, uint32_t path) {  // described now: nothing of it is kept
     PyObject* row =
-        PyObject_CallFunctionObjArgs(describe_.ptr(), path_str_[path].ptr(), value, nullptr);
+        PyObject_CallFunctionObjArgs(describe_.ptr(), paths_.Str(path).ptr(), value, nullptr);
     if (row == nullptr) return false;
     leaves_.push_back(Leaf{call_id_, path, kRow, 0, 0, 0, 0, 0, row});
     return true;
@@ -427,59 +420,6 @@ class InputBuffer {
     return named->text;
   }
 
-  // Paths, as _inputs._child makes them: "parent.key" (or "key" at the top) for a str key,
-  // "parent[repr(key)]" for any other key.
-  uint32_t Key(uint32_t parent, PyObject* key) {
-    if (PyUnicode_CheckExact(key)) return Child(parent, key);
-    if (PyLong_CheckExact(key)) {
-      const long long i = PyLong_AsLongLong(key);
-      if (!(i == -1 && PyErr_Occurred())) return Index(parent, i);
-      PyErr_Clear();
-    }
-    nb::object repr = nb::steal(PyObject_Repr(key));
-    const char* text = repr.is_valid() ? PyUnicode_AsUTF8(repr.ptr()) : nullptr;
-    if (text == nullptr) PyErr_Clear();
-    return Intern(path_text_[parent] + "[" + (text != nullptr ? text : "?") + "]");
-  }
-
-  uint32_t Child(uint32_t parent, PyObject* name) {  // name: an exact str
-    auto it = key_memo_.find({parent, name});
-    if (it != key_memo_.end()) return it->second;
-    const char* text = PyUnicode_AsUTF8(name);
-    if (text == nullptr) return PyErr_Clear(), Intern(path_text_[parent] + ".?");
-    const uint32_t id = Intern(parent == 0 ? std::string(text) : path_text_[parent] + "." + text);
-    key_memo_.emplace(std::make_pair(parent, Py_NewRef(name)), id);  // the key is kept alive
-    return id;
-  }
-
-  uint32_t Index(uint32_t parent, long long i) {
-    const uint64_t key = (static_cast<uint64_t>(parent) << 32) ^ static_cast<uint64_t>(i);
-    auto it = index_memo_.find(key);
-    if (it != index_memo_.end() && it->second.first == i) return it->second.second;
-    const uint32_t id = Intern(path_text_[parent] + "[" + std::to_string(i) + "]");
-    if (it == index_memo_.end()) index_memo_.emplace(key, std::make_pair(i, id));
-    return id;
-  }
-
-  uint32_t Intern(std::string text) {
-    auto it = path_ids_.find(text);
-    if (it != path_ids_.end()) return it->second;
-    const uint32_t id = static_cast<uint32_t>(path_text_.size());
-    path_str_.push_back(nb::str(text.data(), text.size()));
-    path_ids_.emplace(text, id);
-    path_text_.push_back(std::move(text));
-    return id;
-  }
-
-  void ForgetPaths() {
-    path_ids_.clear();
-    index_memo_.clear();
-    for (auto& [key, id] : key_memo_) Py_DECREF(key.second);
-    key_memo_.clear();
-    path_text_.resize(1);
-    path_str_.resize(1);
-  }
-
   void Release(size_t mark) {  // drops leaves from mark on, with what they hold
     for (size_t i = mark; i < leaves_.size(); ++i) Py_XDECREF(leaves_[i].object);
     leaves_.resize(mark);
@@ -504,11 +444,7 @@ class InputBuffer {
   std::vector<std::pair<PyObject*, int>> recent_;  // the first kFewTypes of kinds_
   std::unordered_map<PyObject*, int> kinds_;       // types, owned
   std::unordered_map<PyObject*, nb::object> fields_;
-  std::vector<std::string> path_text_;  // path id -> text; id 0 is the top ("")
-  std::vector<nb::object> path_str_;    // path id -> the str every row of that path shares
-  std::unordered_map<std::string, uint32_t> path_ids_;
-  std::unordered_map<uint64_t, std::pair<long long, uint32_t>> index_memo_;
-  std::unordered_map<std::pair<uint32_t, PyObject*>, uint32_t, PairHash> key_memo_;
+  InputPaths paths_;
 };
 
 // Python objects over InputBuffer, plain CPython types (not nanobind classes: a recorder alive at
