@@ -3,9 +3,13 @@
 Times the recorder itself (tokentrace._inputs.InputRecorder, as the native forward wrapper
 calls it: inside the call, with the call's arguments) on three argument sets: one tensor (a
 module's `x`), and a Llama decoding step's root call (input_ids, a DynamicCache of L layers
-holding 128 positions, use_cache) for L = 2 and 32. Sites not recorded pay nothing: the
-wrapper skips a null callback (see hook_overhead.py for that path). Prints a markdown table:
-median ns per recorded call, and per tensor recorded.
+holding 128 positions, use_cache) for L = 2 and 32, with the native walk (what a site whose
+inputs are not saved gets, the root's by default; python/src/inputs_walk.cc) and with the
+Python one (the reference, what saved sites get). Sites not recorded pay nothing: the wrapper
+skips a null callback (see hook_overhead.py for that path). The rows are drained after each
+repeat, outside the timing (the recorder does that when it writes them, off the call path).
+Prints a markdown table: median ns per recorded call (wall and this thread's CPU time), and
+CPU ns per tensor recorded.
 
     python bench/input_overhead.py [--calls 2000] [--repeats 7]
 """
@@ -31,14 +35,18 @@ def _forward(input_ids=None, past_key_values=None, use_cache=None, x=None):
     return None
 
 
-def _time(on_input, args, kwargs, calls, repeats):
-    runs = []
+def _time(recorder, on_input, args, kwargs, calls, repeats):
+    """(wall, CPU) ns per call, medians over repeats. The CPU time is this thread's: on a
+    shared VM the wall time also holds the time other jobs had the core."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         for _ in range(calls):
             on_input(*args, **kwargs)
-        runs.append((time.perf_counter_ns() - t0) / calls)
-    return statistics.median(runs)
+        cpu.append((time.thread_time_ns() - c0) / calls)
+        wall.append((time.perf_counter_ns() - t0) / calls)
+        recorder.rows.clear()  # drains the native walk's buffer, then drops the rows
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def main():
@@ -51,12 +59,15 @@ def main():
         cases.append((f"Llama step root: DynamicCache of {layers} layers", (torch.zeros(1, 1),),
                       {"past_key_values": _cache(layers), "use_cache": True}, 2 * layers + 1))
     print(f"## Input recording per call (median of {a.repeats} x {a.calls} calls)\n")
-    print("| arguments | tensors | ns per call | ns per tensor |")
-    print("|---|---|---|---|")
+    print("| arguments | tensors | walk | ns per call | CPU ns per call | CPU ns per tensor |")
+    print("|---|---|---|---|---|---|")
     for name, args, kwargs, tensors in cases:
-        recorder = InputRecorder(lambda: (1, 1, 1))
-        ns = _time(recorder.hook(_forward, False), args, kwargs, a.calls, a.repeats)
-        print(f"| {name} | {tensors} | {ns:.0f} | {ns / tensors:.0f} |")
+        for native in (True, False):
+            recorder = InputRecorder(lambda: (1, 1, 1), native=native)
+            on_input = recorder.hook(_forward, False)
+            ns, cpu = _time(recorder, on_input, args, kwargs, a.calls, a.repeats)
+            walk = "native" if type(on_input).__name__ == "InputWalker" else "Python"
+            print(f"| {name} | {tensors} | {walk} | {ns:.0f} | {cpu:.0f} | {cpu / tensors:.0f} |")
 
 
 if __name__ == "__main__":

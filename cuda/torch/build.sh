@@ -26,7 +26,7 @@ if [[ -z "$cuda" ]]; then
   if [[ -n "$nvcc" && "$torch_cuda" != none ]]; then cuda=ON; else cuda=OFF; fi
 fi
 args=(-S "$here" -B "$build" -DTORCH_PACKAGE_DIR="$torch_dir" -DTORCH_CXX11_ABI="$abi"
-      -DTOKENTRACE_TORCH_OPS_CUDA="$cuda")
+      -DTOKENTRACE_TORCH_OPS_CUDA="$cuda" -DPython_EXECUTABLE="$(command -v "$py")")
 # Ninja for a new build directory (a rebuild with nothing changed is then a no-op in ~0.1 s); an
 # existing one keeps the generator it was configured with.
 if [[ ! -f "$build/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then args+=(-G Ninja); fi

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "inputs_walk.h"
 #include "nvtx3/nvToolsExt.h"
 #include "store/schema.h"
 #include "tokentrace/tokentrace.h"
@@ -480,6 +481,7 @@ NB_MODULE(_native, m) {
   m.def("wrap_forward", &MakeWrapper, nb::arg("site"), nb::arg("name"), nb::arg("kind"),
         nb::arg("forward"), nb::arg("record"), nb::arg("on_output").none(),
         nb::arg("on_input").none() = nb::none());
+  tokentrace_py::RegisterInputsWalk(m);  // InputBuffer: python/src/inputs_walk.cc
   nb::class_<PreHook>(m, "PreHook")
       .def(nb::init<uint32_t, const std::string&, int>())
       .def("__call__", &PreHook::Call, nb::arg("module"), nb::arg("args").none());
