@@ -33,13 +33,15 @@ LOGITS_JOB = MODEL + textwrap.dedent("""
     print("LOGITS", json.dumps([l.tolist() for l in out.logits]))
 """)
 
-OTHER_SITECUSTOMIZE = "import os\nos.environ['JOBS_OWN_SITECUSTOMIZE'] = '1'\nprint('OWN-SITECUSTOMIZE')\n"
+OTHER_SITECUSTOMIZE = ("import os\nos.environ['JOBS_OWN_SITECUSTOMIZE'] = '1'\n"
+                       "print('OWN-SITECUSTOMIZE')\n")
 BOOT = os.path.join(PYDIR, "tokentrace", "boot")
 
 
 def _native_dir():
     from tokentrace import _loader
-    for d in [os.environ.get("TOKENTRACE_NATIVE_DIR")] + sorted(glob.glob(os.path.join(ROOT, "build*"))):
+    builds = sorted(glob.glob(os.path.join(ROOT, "build*")))
+    for d in [os.environ.get("TOKENTRACE_NATIVE_DIR")] + builds:
         if d and os.path.isfile(os.path.join(d, "tokentrace")) and \
                 os.path.isfile(os.path.join(d, "libtokentrace.so")):
             return os.path.abspath(d)
