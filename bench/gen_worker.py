@@ -198,6 +198,7 @@ class Worker:
 
     def run_tokentrace(self, n, path, sampler):
         import re
+
         import tokentrace as tt
         timing = {}
         layers = re.escape(self.patch_site.split(".0.")[0])  # transformer.h | model.layers
@@ -224,7 +225,8 @@ class Worker:
             model = self.model
             model.generate = lambda ids, **kw: generate_of(type(model).generate, model, ids, **kw)
             try:
-                trace = tt.record(model, self.ids, save=tt.module(*self.sites(layers + r"\.\d+\.mlp")),
+                mlps = tt.module(*self.sites(layers + r"\.\d+\.mlp"))
+                trace = tt.record(model, self.ids, save=mlps,
                                   generate_kwargs=self.generate_kwargs(n), kernels=mode, out=path)
             finally:
                 del model.generate

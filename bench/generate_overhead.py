@@ -200,7 +200,8 @@ def table(model, n, results, errors, args):
             continue
         stop = [r["stop_and_load_s"] for r in runs if "stop_and_load_s" in r]
         if stop:
-            notes.append(f"{s}: stop + open the Trace after generate: {statistics.median(stop):.2f} s")
+            notes.append(f"{s}: stop + open the Trace after generate: "
+                         f"{statistics.median(stop):.2f} s")
     if kpt:
         notes.append(f"kernels per token (tt-full): {kpt:.0f}")
     for s, e in errors.items():
@@ -222,7 +223,8 @@ def targets(summary, setups):
         if value is None:
             rows.append(f"| {name} | {text} | not measured | — |")
         else:
-            rows.append(f"| {name} | {text} | {value:.3f} | {'met' if value <= limit else 'MISSED'} |")
+            verdict = "met" if value <= limit else "MISSED"
+            rows.append(f"| {name} | {text} | {value:.3f} | {verdict} |")
 
     if plain:
         check("kernels off", med.get("tt-off", 0) / plain if "tt-off" in med else None, 1.05,

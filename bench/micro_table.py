@@ -85,8 +85,9 @@ def main(argv):
     for mode, arg in (("summary", 1), ("full", 2)):
         b = hp.get(f"BM_JoinerToken/mode:{arg}")
         if b:
+            rates = f"{b['events_per_s'] / 1e6:.2f} M, {b['kernels_per_s'] / 1e6:.2f} M"
             out.append(f"| Joiner, {mode} mode: events/s, kernel records/s (background thread) | — "
-                       f"| — | {b['events_per_s'] / 1e6:.2f} M, {b['kernels_per_s'] / 1e6:.2f} M | — | |")
+                       f"| — | {rates} | — | |")
     w = st.get("BM_WriteKernelRows/100000/real_time") or st.get("BM_WriteKernelRows/100000")
     if w:
         rate = w.get("items_per_second")

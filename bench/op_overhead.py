@@ -1,7 +1,8 @@
 """Per-op cost of op records (ops=True), next to the same trace without them.
 
 One root module runs N small ATen ops (an in-place add of two 4-element tensors: one
-aten::add_, about the cheapest dispatched op) R times inside one root call, so session start/stop and the file are amortised.
+aten::add_, about the cheapest dispatched op) R times inside one root call, so session
+start/stop and the file are amortised.
 Three setups, interleaved, each repeated: no trace; tt.trace with ops off (the default: no
 RecordFunction observer registered, torch's dispatcher skips RecordFunction); tt.trace with
 ops=True (each op: RecordFunction with outputs, our callback pushes a call of its op site,

@@ -51,7 +51,8 @@ def medians_table(runs, setups, log, fmt, target=None):
         row = f"| {s} | {fmt.format(med[s])} | {fmt.format(min(x[1] for x in v))} | {len(v)} |"
         if target:
             name, limit, text = target
-            row += (f" {text} | {'met' if med[s] <= limit else 'MISSED'} |" if s == name else " | |")
+            verdict = "met" if med[s] <= limit else "MISSED"
+            row += f" {text} | {verdict} |" if s == name else " | |"
         print(row)
     print()
     return med

@@ -51,10 +51,12 @@ fi
 #    everything (the GPU machine), else create the venv from scripts/requirements.txt.
 has_all() { "$1" -c 'import torch, transformers, nanobind, pytest, safetensors, matplotlib' >/dev/null 2>&1; }
 REQ="$ROOT/scripts/requirements.txt"
-STAMP="$VENV/.tokentrace-requirements"
+# One stamp per requirements text: a changed file (a package added) installs once, and
+# branches that differ in requirements share the cached venv without reinstalling in turn.
+STAMP="$VENV/.tokentrace-requirements-$(sha256sum "$REQ" | cut -c1-16)"
 if [ -n "${TOKENTRACE_PYTHON:-}" ]; then
   PY=$TOKENTRACE_PYTHON
-elif [ -x "$VENV/bin/python" ] && cmp -s "$REQ" "$STAMP" && has_all "$VENV/bin/python"; then
+elif [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && has_all "$VENV/bin/python"; then
   PY=$VENV/bin/python
 elif [ ! -x "$VENV/bin/python" ] && has_all python3; then
   PY=$(command -v python3)  # e.g. the GPU machine: torch preinstalled, no registry

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds everything (scripts/setup.sh) and runs every test: the C++ suites (ctest) and the
-# Python suite with the docs examples (pytest). Tests that need a GPU are labelled `gpu`
+# Builds everything (scripts/setup.sh), checks the format of the C++ (clang-format) and lints
+# the Python (ruff), then runs every test: the C++ suites (ctest) and the Python suite with the
+# docs examples (pytest). Tests that need a GPU are labelled `gpu`
 # (ctest) / marked `gpu` (pytest) and skip cleanly without one.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,6 +14,9 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 
 echo "== C++ format (clang-format) =="
 "$ROOT/scripts/check_format.sh"
+
+echo "== Python lint (ruff) =="
+"$ROOT/scripts/check_python.sh"
 
 echo "== C++ tests (ctest) =="
 (cd "$BUILD_DIR" && ctest -j"$JOBS" --output-on-failure --timeout 600 "$@") 2>&1 | grep -v -E "^\s+[0-9]+ - .*\(Skipped\)$|\*\*\*Skipped"

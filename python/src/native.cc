@@ -38,7 +38,7 @@ namespace nb = nanobind;
 
 namespace {
 
-constexpr int kMaxDepth = 4;  // same as python/tokentrace/_outputs.py
+constexpr int kMaxDepth = 4;  // output containers looked into (tests/python/test_first_tensor.py)
 
 struct SiteInfo {
   nvtxStringHandle_t name = nullptr;
@@ -62,8 +62,20 @@ SiteInfo& Site(uint32_t id) {
   return g_sites[id];
 }
 
+// A dict key in an output path as str(key) spells it ("logits", "3"); "?" if that fails.
+void AppendKey(PyObject* key, std::string* path) {
+  PyObject* str = PyUnicode_Check(key) ? Py_NewRef(key) : PyObject_Str(key);
+  const char* utf8 = str != nullptr ? PyUnicode_AsUTF8(str) : nullptr;
+  path->append(utf8 != nullptr ? utf8 : "?");
+  Py_XDECREF(str);
+  if (PyErr_Occurred()) PyErr_Clear();
+}
+
 // The first tensor in tuples/lists/dicts (ModelOutput is a dict), depth-first, with its path
-// ("", "[0]", "logits", "[0].x"). Opaque objects (caches) are skipped.
+// ("", "[0]", "logits", "[0].x"). Opaque objects (caches) are skipped. The recording's one
+// search: the shape recorded and the tensor saved (_native.first_tensor) both come from it.
+// python/tokentrace/_outputs.py keeps the edits' copy in Python (TorchDynamo traces it);
+// tests/python/test_first_tensor.py holds both to the same rules.
 bool FindTensor(PyObject* v, std::string* path, PyObject** out, int depth) {
   if (g_tensor_type != nullptr && PyObject_TypeCheck(v, g_tensor_type)) {
     *out = v;
@@ -86,12 +98,7 @@ bool FindTensor(PyObject* v, std::string* path, PyObject** out, int depth) {
     PyObject *key, *value;
     while (PyDict_Next(v, &pos, &key, &value)) {
       if (base != 0) path->append(".");
-      if (PyUnicode_Check(key)) {
-        const char* s = PyUnicode_AsUTF8(key);
-        path->append(s != nullptr ? s : "?");
-      } else {
-        path->append("?");
-      }
+      AppendKey(key, path);
       if (FindTensor(value, path, out, depth + 1)) return true;
       path->resize(base);
     }
@@ -458,6 +465,12 @@ NB_MODULE(_native, m) {
   m.def(
       "escape", [](int kind) { tokentrace_escape(kind); },
       nb::arg("kind") = static_cast<int>(TOKENTRACE_ESCAPE_HOST_READ));
+  m.def("first_tensor", [](nb::handle value) {
+    std::string path;
+    PyObject* tensor = nullptr;
+    if (!FindTensor(value.ptr(), &path, &tensor, 0)) return nb::make_tuple(nb::none(), nb::none());
+    return nb::make_tuple(nb::borrow(tensor), path);
+  });
   m.def("set_tensor_type", [](nb::handle type) {
     if (!PyType_Check(type.ptr())) throw nb::type_error("set_tensor_type takes torch.Tensor");
     Py_INCREF(type.ptr());

@@ -2,7 +2,6 @@
 
 import atexit
 import itertools
-import json
 import os
 import shutil
 import tempfile
@@ -11,11 +10,11 @@ import warnings
 import torch
 
 from . import _ops, _store
-from ._attach import Attachment, FirstRoot, warn_if_doubtful
+from ._attach import Attachment, FirstRoot, selection, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
 from ._compiled import compiled_entry
 from ._errors import fail
-from ._escapes import EscapeCounter, warn_once
+from ._escapes import warn_once
 from ._naming import ROOT, site_names
 from ._prompt import is_text, tokenize
 from ._selectors import as_selector
@@ -86,16 +85,6 @@ def _warn_if_compiled_function(fn, model):
         RuntimeWarning, stacklevel=4)
 
 
-def _warn_not_hooked(attached):
-    hooks = attached.hooks
-    if hooks is None or not hooks.not_hooked:
-        return
-    warnings.warn(
-        f"tokentrace: {len(hooks.not_hooked)} modules run inside a compiled region and are not "
-        f"recorded (first: {hooks.not_hooked[0]!r}); the compiled module's own calls are, "
-        f"from outside the region, so it runs as compiled", RuntimeWarning, stacklevel=4)
-
-
 def _call_args(model, inputs, input_kwargs, tokenizer):
     if input_kwargs is None:
         input_kwargs = {}
@@ -133,10 +122,9 @@ def _resolve(model, sites, save, default_all, inputs_of=None):
         hooked = names if default_all else [ROOT]
     else:
         hooked = as_selector(sites, "sites=").resolve(names, "sites=")
-    inputs = set(as_selector(inputs_of, "inputs_of=").resolve(names, "inputs_of=")
-                 if inputs_of is not None else []) | {ROOT}
-    chosen = set(hooked) | set(saved) | inputs
-    return [n for n in names if n in chosen], saved, inputs
+    inputs = (as_selector(inputs_of, "inputs_of=").resolve(names, "inputs_of=")
+              if inputs_of is not None else [])
+    return selection(names, hooked, saved, inputs)
 
 
 def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, intervene,
@@ -146,10 +134,10 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, inter
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
-    escapes = EscapeCounter(lambda: backend.current()[2])
     with _ops.ring_for_ops(backend, ops):
         path = backend.start(path, kernels)
-    attached = Attachment(backend, path, shard_bytes, select, intervene, escapes, ops)
+    attached = Attachment(backend, path, select, shard_bytes=shard_bytes, intervene=intervene,
+                          ops=ops)
     finder = None
     try:
         try:
@@ -157,40 +145,28 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, inter
                 attached.attach(model)
             else:
                 finder = FirstRoot(attached)
-            escapes.install()
+            attached.escapes.install()
             fn(*args, **kwargs)
         finally:
             if finder is not None:
                 finder.remove()
             attached.detach()
-            escapes.remove()
     finally:
         status = backend.kernels_status
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the last kernels' records reach the file before stop
         backend.stop()
-        sink = attached.sink
-        rows = sink.close() if sink is not None else []
-        if sink is not None and sink.failed:
-            warnings.warn(f"tokentrace: {sink.failed} saved outputs could not be written to "
-                          f"{sink.directory} ({sink.errors[0]}); they are counted in the trace's "
-                          f"losses (save_failed)", RuntimeWarning)
-        meta = {"python_save_errors": attached.save_errors, "kernels_status": status,
-                "inputs_of": json.dumps(sorted(attached.inputs))}
-        if attached.model is not None:
-            meta["model"] = type(attached.model).__name__
-        _store.write_python_rows(path, rows, escapes.rows(), meta,
-                                 {"save_failed": attached.save_errors,
-                                  "inputs_failed": attached.input_errors},
-                                 attached.recorder.table_rows(sink.files if sink else {}))
+        attached.write_rows(path, {"kernels_status": status})
     if attached.model is None:
         fail(f"{getattr(fn, '__qualname__', fn)!r} called no torch.nn.Module, so there was "
              f"no model to trace; pass a function that runs the model, or model=...")
     if model is None:
         warn_if_doubtful(fn, attached.model, stacklevel=4)
-    _warn_not_hooked(attached)
+    not_hooked = attached.not_hooked_message()
+    if not_hooked:
+        warnings.warn(not_hooked, RuntimeWarning, stacklevel=3)
     result = (Recording if kind == "record" else Trace)(path)
-    _warn_escapes(result, escapes, attached.on_cpu)
+    _warn_escapes(result, attached.escapes, attached.on_cpu)
     return result
 
 

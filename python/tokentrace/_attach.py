@@ -1,10 +1,13 @@
-"""What a trace puts on its model, and finding that model when only a function is given.
+"""What a recording puts on its model, and finding that model when only a function is given.
 
-Attachment holds the per-model pieces of a tt.trace/tt.record run (recording hooks, bound
-edits, the input recorder, the saved-tensor sink, op records, the torch.distributed wrappers) so that they can go on either
-before the traced function runs (the model is known: a model, a bound method, model=) or
-at the first module call (any other callable: the first root module called is the model, as
-in a preloaded job; see python/tokentrace/preload.py). That call is then token 1.
+Attachment is the one recording set-up, used by tt.trace/tt.record (python/tokentrace/_api.py)
+and by the preloaded job (python/tokentrace/preload.py): the per-model pieces (recording hooks,
+bound edits, the input recorder, the saved-tensor sink, op records, the escape counter, the
+torch.distributed wrappers) and the rows the Python layer adds to the trace file at the end.
+They go on either before the traced function runs (the model is known: a model, a bound method,
+model=), at the first module call (any other callable: the first root module called is the
+model), or from inside the first root call of a preloaded job. The differences between those
+are its parameters.
 
 When a function is traced without model=, the models it refers to (its closure, the globals
 it names, a bound self, a functools.partial's parts) are compared with the one found: if it
@@ -15,20 +18,44 @@ RuntimeWarning names the model traced and the others, and says to pass model=.
 import functools
 import inspect
 import itertools
+import json
 import warnings
 
 import torch
 
-from . import _collectives, _ops
+from . import _collectives, _ops, _store
+from ._errors import TokentraceError
+from ._escapes import EscapeCounter
 from ._inputs import InputRecorder
+from ._naming import ROOT
 from ._session import HookSet
-from ._sink import TensorSink
+from ._sink import DEFAULT_SHARD_BYTES, TensorSink
+
+
+def selection(names, hooked, saved, inputs_of):
+    """(hooked sites in model order, saved sites, sites whose inputs are recorded): every site
+    that is saved or has its inputs recorded is hooked too, and the root's inputs always are."""
+    inputs = set(inputs_of) | {ROOT}
+    chosen = set(hooked) | set(saved) | inputs
+    return [n for n in names if n in chosen], list(saved), inputs
 
 
 class Attachment:
-    def __init__(self, backend, path, shard_bytes, select, intervene, escapes, ops):
+    """The one recording set-up of tt.trace, tt.record and the preloaded job.
+
+    path: the trace file, or a callable giving it once the shim has settled it (preload).
+    select(model) -> (hooked, saved, inputs), see selection(). intervene: an edit spec whose
+    hooks go on first, so the recorded calls see the edited outputs. ops: record ATen ops.
+    say: None for tt.trace/tt.record, where a problem raises or warns in the caller; a
+    function (one line to stderr) for the preloaded job, which never stops over a recording
+    problem: it says so and records without that part.
+    """
+
+    def __init__(self, backend, path, select, *, shard_bytes=DEFAULT_SHARD_BYTES,
+                 intervene=None, ops=False, say=None):
         self.backend, self.path, self.shard_bytes = backend, path, shard_bytes
-        self.select, self.intervene, self.escapes, self.ops = select, intervene, escapes, ops
+        self.select, self.intervene, self.ops, self.say = select, intervene, ops, say
+        self.escapes = EscapeCounter(lambda: backend.current()[2])
         self.model = None
         self.inputs = set()
         self.sink = self.hooks = self.edits = self.collectives = None
@@ -36,29 +63,50 @@ class Attachment:
         self.on_cpu = True
         self.ops_on = False
 
-    def attach(self, model):
-        """Installs everything on `model` (before its first call)."""
+    def attach(self, model, running_root_args=None):
+        """Installs everything on `model`: before its first call, or from inside the call in
+        progress (running_root_args: its positional arguments; that call is token 1)."""
         hooked, saved, self.inputs = self.select(model)
         self.model = model
         self.edits = self.intervene.hooks_for(model) if self.intervene is not None else None
         self.sink = TensorSink(self.path, self.shard_bytes) if saved else None
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
-        # With op records on a CPU model the op observer reports each host read inside the op
-        # that made it (aten::item, ...); the Python counter then only says where they came from.
-        self.escapes.set_report(self.backend.escape if self.on_cpu and not self.ops else None)
         self.hooks = HookSet(self.backend, model, hooked, saved, self.sink, self.inputs,
                              self.recorder)
         if self.edits is not None:
             self.edits.install()
-        self.hooks.install()
+        self.hooks.install(running_root_args)
         if self.ops:
-            _ops.start(self.backend, host_reads=self.on_cpu)
-            self.ops_on = True
-        # torch.distributed collectives and Work.wait as calls: wait, not work (multi-rank)
+            self._start_ops()
+        # With op records on a CPU model the op observer reports each host read inside the op
+        # that made it (aten::item, ...); the Python counter then only says where they came from.
+        self.escapes.set_report(self.backend.escape if self.on_cpu and not self.ops_on else None)
+        # torch.distributed collectives and Work.wait as calls: wait, not work (multi-rank). In a
+        # preloaded job they are already on for the whole process; this install then adds none.
         self.collectives = _collectives.install(self.backend)
 
+    def _start_ops(self):
+        try:
+            _ops.start(self.backend, host_reads=self.on_cpu)
+        except TokentraceError as exc:
+            if self.say is None:
+                raise
+            self.say(f"{exc}; ATen ops are not recorded")
+            return
+        self.ops_on = True
+
+    def not_hooked_message(self):
+        """One line about the sites left out because they run inside a compiled region."""
+        missing = self.hooks.not_hooked if self.hooks is not None else []
+        if not missing:
+            return None
+        return (f"tokentrace: {len(missing)} modules run inside a compiled region and are not "
+                f"recorded (first: {missing[0]!r}); the compiled module's own calls are, "
+                f"from outside the region, so it runs as compiled")
+
     def detach(self):
+        """Removes what attach() and escapes.install() put on (the trace's end)."""
         if self.collectives is not None:
             self.collectives.remove()
             self.collectives = None
@@ -69,6 +117,31 @@ class Attachment:
             self.hooks.remove()
         if self.edits is not None:
             self.edits.remove()
+        self.escapes.remove()
+
+    def write_rows(self, path, meta):
+        """Adds the Python layer's rows to the trace file at `path`: saved tensors, escape
+        locations, recorded inputs, its losses, and `meta` with what every recording notes."""
+        sink = self.sink
+        rows = sink.close() if sink is not None else []
+        if sink is not None and sink.failed:
+            self._report(f"tokentrace: {sink.failed} saved outputs could not be written to "
+                         f"{sink.directory} ({sink.errors[0]}); they are counted in the trace's "
+                         f"losses (save_failed)")
+        meta = dict(meta, python_save_errors=self.save_errors,
+                    inputs_of=json.dumps(sorted(self.inputs)))
+        if self.model is not None:
+            meta["model"] = type(self.model).__name__
+        _store.write_python_rows(path, rows, self.escapes.rows(), meta,
+                                 {"save_failed": self.save_errors,
+                                  "inputs_failed": self.input_errors},
+                                 self.recorder.table_rows(sink.files if sink is not None else {}))
+
+    def _report(self, message):
+        if self.say is not None:
+            self.say(message)
+        else:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     @property
     def save_errors(self):

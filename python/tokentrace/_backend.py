@@ -89,6 +89,11 @@ class NativeBackend:
         """Counts a host read of a tensor value (escape kind host_read)."""
         self._n.escape(self._n.ESCAPE_KINDS["host_read"])
 
+    def first_tensor(self, output):
+        """(tensor, path) of the first tensor in a module output, or (None, None): the search
+        the recorded output comes from (FindTensor, python/src/native.cc)."""
+        return self._n.first_tensor(output)
+
     def wrap_forward(self, site_id, name, kind, forward, on_output=None, on_input=None):
         return self._n.wrap_forward(site_id, name, kind, forward, True, on_output, on_input)
 

@@ -2,9 +2,9 @@
 
 While installed, torch.Tensor.item/__bool__/__int__/__float__/__index__/tolist are wrapped so
 that each read is counted with the current token and the Python line that made it. On the
-CPU this is the only source of escapes (and each one is also reported to the shim as escape kind host_read);
-on CUDA the shim counts the real synchronizing copies and this table only says where they
-came from. The wrappers are removed on exit, even when the traced code raised.
+CPU this is the only source of escapes (and each one is also reported to the shim as escape
+kind host_read); on CUDA the shim counts the real synchronizing copies and this table only says
+where they came from. The wrappers are removed on exit, even when the traced code raised.
 """
 
 import os

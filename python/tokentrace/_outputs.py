@@ -4,6 +4,12 @@ Paths read like Python access: "" for a bare tensor, "[0]" for a tuple item, "lo
 ModelOutput/dict key, "[0].hidden" for nesting. Caches (DynamicCache and friends) are opaque
 objects and skipped: the first tensor is searched in tuples, lists and mappings only, so
 `(attn_out, cache)` yields "[0]" and a CausalLMOutput yields "logits".
+
+The recording searches in C (FindTensor in python/src/native.cc, `_native.first_tensor`): the
+output shape of every recorded call and the saved tensors come from there. This Python copy
+is the edits' (python/tokentrace/edits.py): TorchDynamo traces it inside a compiled model
+(torch.compile(fullgraph=True) cannot trace into the extension), and `bind` works without the
+extension. tests/python/test_first_tensor.py runs both through one table of cases.
 """
 
 import torch

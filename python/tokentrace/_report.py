@@ -1,7 +1,11 @@
 """trace.report(): the `tokentrace report` program's text, plus the Python layer's escape sites.
 
 The per-token report is written once, in C++ (src/cli/report_command.cc), and read here from
-the program that is built and installed next to the extension.
+the program that is built and installed next to the extension. It stays a process on purpose:
+through the extension, the extension would link the CLI, the store and SQLite, a second copy
+of the core next to libtokentrace.so in the traced process, to save the spawn (a report()
+takes 6 to 8 ms, 1 to 4 of them the spawn). Its failures are one line (the program's own, or
+how to build it): tests/python/test_cross_language.py.
 """
 
 import subprocess

@@ -31,7 +31,6 @@ from torch.nn import DataParallel
 
 from ._compiled import compiled_layout
 from ._naming import ROOT, site_names
-from ._outputs import first_tensor
 
 _MISSING = object()
 
@@ -158,6 +157,7 @@ class HookSet:
 
     def _saver(self, site):
         current = self.backend.current
+        first_tensor = self.backend.first_tensor  # the tensor whose shape the call records
         sink = self.sink
 
         def save(output):

@@ -16,9 +16,11 @@ import shutil
 
 import torch
 
+DEFAULT_SHARD_BYTES = 64 << 20  # tt.trace's shard_mb=64, and the preloaded job's
+
 
 class TensorSink:
-    def __init__(self, sqlite_path, shard_bytes=64 << 20):
+    def __init__(self, sqlite_path, shard_bytes=DEFAULT_SHARD_BYTES):
         """sqlite_path: the trace file, or a callable giving it when the first shard is
         written (preload mode: the file's name is settled only once the shim creates it)."""
         self._path = sqlite_path

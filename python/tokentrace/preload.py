@@ -5,7 +5,9 @@ forward pre-hook; the first module whose forward runs is the root (`self`, one c
 token). At that moment the global hook removes itself and the per-site hooks go onto that
 model, selected by TOKENTRACE_SITES (globs; default every module), with the outputs of
 TOKENTRACE_SAVE sites streamed next to the trace file. The call already in progress is opened
-by hand, so token 1 is that first call.
+by hand, so token 1 is that first call. What goes on the model (hooks, saved-tensor sink, input
+recorder, op records, escape counter) and the rows added at exit are tt.trace's own set-up
+(Attachment, python/tokentrace/_attach.py); only the options come from the environment here.
 
 The shim (LD_PRELOAD) owns the session and the file: it was started in its constructor from
 the TOKENTRACE_* environment, and it writes the file until the process exits. At Python exit
@@ -27,16 +29,12 @@ import sys
 import torch
 
 from . import _collectives as collectives
-from . import _store
+from ._attach import Attachment, selection
 from ._backend import get_backend
 from ._errors import TokentraceError
-from ._escapes import EscapeCounter
-from ._inputs import InputRecorder
-from ._naming import ROOT, site_names
+from ._naming import site_names
 from ._selectors import module as select_module
 from ._selectors import parse_env_list
-from ._session import HookSet
-from ._sink import TensorSink
 
 _state = {"handle": None, "done": False}
 
@@ -119,32 +117,28 @@ def _attach_recording(model, args):
         _say("the native shim is not recording (run the job with `tokentrace run -- ...`); "
              "no recording hooks installed")
         return False
-    names = list(site_names(model))
-    hooked = _select("TOKENTRACE_SITES", names, True)
-    saved = _select("TOKENTRACE_SAVE", names, False)
-    inputs = set(_select("TOKENTRACE_INPUTS", names, False)) | {ROOT}
-    chosen = set(hooked) | set(saved) | inputs
-    hooked = [n for n in names if n in chosen]
-    sink = TensorSink(backend.settled_path) if saved else None
-    on_cpu = not any(p.is_cuda for p in model.parameters())
-    # The root's inputs, and TOKENTRACE_INPUTS sites', as tt.trace records them (of the first
-    # root call, its positional arguments only: it was already running when the hooks went on).
-    recorder = InputRecorder(backend.current, sink, backend.settled_path)
-    hooks = HookSet(backend, model, hooked, saved, sink, inputs, recorder)
-    hooks.install(running_root_args=args)
-    if hooks.not_hooked:
-        _say(f"{len(hooks.not_hooked)} modules run inside a compiled region and are not "
-             f"recorded; the compiled module's own calls are, so it runs as compiled")
-    ops = _start_ops(backend, on_cpu)  # then the op observer reports a CPU model's host reads
-    escapes = EscapeCounter(lambda: backend.current()[2],
-                            backend.escape if on_cpu and not ops else None)
-    escapes.install()
+    # The set-up of tt.trace (python/tokentrace/_attach.py), from inside the first root call:
+    # of that call, its positional arguments are the recorded inputs.
+    attached = Attachment(backend, backend.settled_path, _env_selection, ops=_ops_wanted(),
+                          say=_say)
+    attached.attach(model, running_root_args=args)
+    not_hooked = attached.not_hooked_message()
+    if not_hooked:
+        _say(not_hooked)
+    attached.escapes.install()
     collectives.install(backend)  # c10d calls as sites of their own: wait, not work
-    atexit.register(_finish, backend, hooks, escapes, sink, recorder, sorted(inputs))
+    atexit.register(_finish, backend, attached)
     return True
 
 
-def _start_ops(backend, on_cpu):
+def _env_selection(model):
+    names = list(site_names(model))
+    return selection(names, _select("TOKENTRACE_SITES", names, True),
+                     _select("TOKENTRACE_SAVE", names, False),
+                     _select("TOKENTRACE_INPUTS", names, False))
+
+
+def _ops_wanted():
     """TOKENTRACE_OPS=1 (`tokentrace run --ops`): op records from here to the end of the
     process (from inside the first root call, whose earlier ops are not recorded)."""
     value = os.environ.get("TOKENTRACE_OPS", "").strip()
@@ -152,12 +146,6 @@ def _start_ops(backend, on_cpu):
         return False
     if value != "1":
         _say(f"TOKENTRACE_OPS={value!r} is not 1 or 0; ATen ops are not recorded")
-        return False
-    from . import _ops
-    try:
-        _ops.start(backend, host_reads=on_cpu)
-    except TokentraceError as exc:
-        _say(f"{exc}; ATen ops are not recorded")
         return False
     return True
 
@@ -177,21 +165,14 @@ def _say_fires(edits):
          f"them in)")
 
 
-def _finish(backend, hooks, escapes, sink, recorder, inputs):
+def _finish(backend, attached):
     try:
-        escapes.remove()
+        attached.escapes.remove()
         # Python's atexit runs before CUDA's own teardown: wait for the device here, so this
         # flush hands over every GPU record while CUDA is still up (the shim's final stop,
         # from the C atexit list, may come after the runtime has torn the context down).
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
-        path = backend.settled_path()
-        rows = sink.close() if sink is not None else []
-        meta = {"python_save_errors": hooks.save_errors, "inputs_of": json.dumps(inputs)}
-        meta.update(_patch_meta())
-        _store.write_python_rows(path, rows, escapes.rows(), meta,
-                                 {"save_failed": hooks.save_errors,
-                                  "inputs_failed": hooks.input_errors},
-                                 recorder.table_rows(sink.files if sink is not None else {}))
+        attached.write_rows(backend.settled_path(), _patch_meta())
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")

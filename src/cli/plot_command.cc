@@ -1,5 +1,7 @@
 // `tokentrace plot FILE -o OUT.png`: the plot is drawn by matplotlib in the Python package
-// (python -m tokentrace.plot); this command finds that package and an interpreter and execs it.
+// (tokentrace.plot); this command finds that package and an interpreter and execs it. Each way
+// it can fail is one line on stderr: no interpreter (here), an interpreter that cannot import
+// the package (kPlotMain), no matplotlib or a bad file (tokentrace.plot itself).
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +19,21 @@ const char kPlotUsage[] =
     "usage: tokentrace plot FILE -o OUT.png\n"
     "  per-token latency stacked by the top sites (prefill marked) and GPU time per layer.\n"
     "  Needs Python with matplotlib: $TOKENTRACE_PYTHON, else python3.\n";
+
+namespace {
+
+// What the interpreter runs (python -c): `python -m tokentrace.plot` would answer a Python
+// without the package with its own line, which does not say what to do about it.
+constexpr char kPlotMain[] =
+    "import sys\n"
+    "try:\n"
+    "    from tokentrace.plot import main\n"
+    "except ImportError as exc:\n"
+    "    sys.exit(f'tokentrace: plot runs the Python package tokentrace, which {sys.executable} '\n"
+    "             f'cannot import ({exc}); set TOKENTRACE_PYTHON to a Python that has it')\n"
+    "sys.exit(main(sys.argv[1:]))\n";
+
+}  // namespace
 
 int PlotCommand(const std::vector<std::string>& args) {
   for (const std::string& a : args) {
@@ -37,7 +54,7 @@ int PlotCommand(const std::vector<std::string>& args) {
     std::string joined = old != nullptr && *old != '\0' ? parent + ":" + old : parent;
     setenv("PYTHONPATH", joined.c_str(), 1);
   }
-  std::vector<std::string> argv_strings = {interpreter, "-m", "tokentrace.plot"};
+  std::vector<std::string> argv_strings = {interpreter, "-c", kPlotMain};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& s : argv_strings) argv.push_back(s.data());

@@ -17,7 +17,8 @@ _FENCE = re.compile(r"```python\n(# docs-test: expected=(.*?)\n.*?)```", re.S)
 
 
 def _blocks():
-    files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    docs = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    files = [os.path.join(ROOT, "README.md")] + docs
     for path in files:
         if not os.path.exists(path):
             continue

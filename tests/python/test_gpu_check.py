@@ -99,7 +99,8 @@ def test_failures_and_timeouts_keep_their_status(tmp_path):
 
 def test_summary_line_is_the_count_not_a_test_name(tmp_path):
     path = tmp_path / "step.log"
-    for log, want in [(CTEST_PASSED_NAME_SAYS_SKIPPED, "100% tests passed, 0 tests failed out of 165"),
+    for log, want in [(CTEST_PASSED_NAME_SAYS_SKIPPED,
+                       "100% tests passed, 0 tests failed out of 165"),
                       (PYTEST_SKIPPED, "1 passed, 1 skipped in 9.71s")]:
         path.write_text(log)
         r = subprocess.run(["bash", "-c", f'source "{VERDICT}"; step_summary_line "{path}"'],

@@ -50,6 +50,7 @@ def test_load_of_a_trace(gpt2, prompt, tmp_path):
 
 def test_trace_copied_without_its_wal_says_the_wal_is_missing(tmp_path):
     import sqlite3
+
     import pytest
     path = str(tmp_path / "copy.sqlite")
     con = sqlite3.connect(path)

@@ -27,6 +27,7 @@ def test_plot_hand_file(tmp_path):
 
 def test_plot_real_trace_in_process(tmp_path, gpt2, prompt):
     import warnings
+
     import tokentrace as tt
     from tokentrace.plot import plot
     with warnings.catch_warnings():
@@ -47,9 +48,11 @@ def test_titles_fit_in_the_figure_when_kernels_were_not_recorded(tmp_path):
     """The second title once carried the whole kernel status, cut at 110 characters mid-word,
     across the whole width of the figure."""
     import sqlite3
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     import tokentrace as tt
     from tokentrace.plot import _figure
     path = make_trace_file(str(tmp_path / "off.sqlite"), kernels=False)
@@ -130,6 +133,7 @@ def test_a_long_run_is_binned_and_summed_in_sql(tmp_path, monkeypatch):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     import tokentrace as tt
     from tokentrace import plot as plot_mod
     monkeypatch.setattr(plot_mod, "MAX_BARS", 10)

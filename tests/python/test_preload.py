@@ -33,13 +33,15 @@ LOGITS_JOB = MODEL + textwrap.dedent("""
     print("LOGITS", json.dumps([l.tolist() for l in out.logits]))
 """)
 
-OTHER_SITECUSTOMIZE = "import os\nos.environ['JOBS_OWN_SITECUSTOMIZE'] = '1'\nprint('OWN-SITECUSTOMIZE')\n"
+OTHER_SITECUSTOMIZE = ("import os\nos.environ['JOBS_OWN_SITECUSTOMIZE'] = '1'\n"
+                       "print('OWN-SITECUSTOMIZE')\n")
 BOOT = os.path.join(PYDIR, "tokentrace", "boot")
 
 
 def _native_dir():
     from tokentrace import _loader
-    for d in [os.environ.get("TOKENTRACE_NATIVE_DIR")] + sorted(glob.glob(os.path.join(ROOT, "build*"))):
+    builds = sorted(glob.glob(os.path.join(ROOT, "build*")))
+    for d in [os.environ.get("TOKENTRACE_NATIVE_DIR")] + builds:
         if d and os.path.isfile(os.path.join(d, "tokentrace")) and \
                 os.path.isfile(os.path.join(d, "libtokentrace.so")):
             return os.path.abspath(d)
@@ -295,3 +297,44 @@ def test_sigterm_mid_generate_keeps_what_was_recorded(tmp_path):
                                "WHERE s.name = 'transformer.h.1.mlp'").fetchone()[0]
     assert ended == ("SIGTERM",)
     assert 4 <= tokens < 400 and mlp_calls >= 3  # the token in progress is closed too
+
+
+def _summary(trace, sites):
+    """What a recording holds for `sites`: per call, the output's shape, the saved tensor, the
+    recorded inputs (entries, or tensors where saved); and the meta the Python layer adds."""
+    calls = {}
+    for site in sites:
+        for k in range(1, trace[site].num_calls + 1):
+            call = trace[f"{site}:{k}"]
+            calls[f"{site}:{k}"] = (list(call.out.shape) if call.out is not None else None,
+                                    {p: repr(call.inputs.entry(p)) for p in call.inputs})
+    meta = {key: trace.meta.get(key) for key in ("model", "inputs_of", "python_save_errors")}
+    return sorted(trace.sites), calls, meta
+
+
+def test_preload_records_what_trace_records_with_the_same_options(tmp_path):
+    """One recording set-up (python/tokentrace/_attach.py): sites=, save= and inputs_of= of
+    tt.trace and TOKENTRACE_SITES/SAVE/INPUTS of a preloaded job give the same trace (the
+    first root call aside: preload opens it from inside, with its positional arguments)."""
+    import tokentrace as tt
+    job, own = _write_job(tmp_path)
+    res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "pre.sqlite"),
+                   TOKENTRACE_SITES="transformer.h.*.mlp", TOKENTRACE_SAVE="transformer.h.1.mlp",
+                   TOKENTRACE_INPUTS="transformer.h.*.mlp")
+    assert res.returncode == 0, res.stderr
+    preloaded = tt.load(tmp_path / "pre.sqlite")
+    scope = {}
+    exec(MODEL, scope)
+    traced = tt.trace(scope["lm"].generate, scope["prompt"], scope["gen"],
+                      sites=tt.module("transformer.h.*.mlp"),
+                      save=tt.module("transformer.h.1.mlp"),
+                      inputs_of=tt.module("transformer.h.*.mlp"), out=tmp_path / "tr.sqlite")
+    mlps = ["transformer.h.0.mlp", "transformer.h.1.mlp"]
+    assert _summary(preloaded, mlps) == _summary(traced, mlps)
+    for k in range(1, 5):
+        call = f"transformer.h.1.mlp:{k}"
+        assert torch.equal(preloaded[call].out, traced[call].out)
+        assert torch.equal(preloaded[call].inputs["hidden_states"],
+                           traced[call].inputs["hidden_states"])
+    assert preloaded["self"].num_calls == traced["self"].num_calls == 4
+    assert [t.escapes for t in preloaded.tokens][1:] == [t.escapes for t in traced.tokens][1:]

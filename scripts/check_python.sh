@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Lints the Python sources with ruff (pyproject.toml [tool.ruff]: pycodestyle, pyflakes, import
+# order, 100 columns). ruff comes from scripts/requirements.txt; an interpreter without it
+# (the GPU machine's own python) skips the check and says so.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PY=${TOKENTRACE_PY:-python3}
+if ! "$PY" -m ruff --version >/dev/null 2>&1; then
+  echo "check_python: ruff is not installed for $PY; the Python lint is skipped"
+  exit 0
+fi
+if ! "$PY" -m ruff check --quiet --output-format concise .; then
+  echo "check_python: fix the lines above (many with: $PY -m ruff check --fix FILE)" >&2
+  exit 1
+fi
+echo "check_python: the Python sources pass ruff"
