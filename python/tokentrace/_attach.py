@@ -26,9 +26,9 @@ from ._sink import TensorSink
 
 
 class Attachment:
-    def __init__(self, backend, path, shard_bytes, select, intervene, escapes, ops):
+    def __init__(self, backend, path, shard_bytes, select, edit_spec, escapes, ops):
         self.backend, self.path, self.shard_bytes = backend, path, shard_bytes
-        self.select, self.intervene, self.escapes, self.ops = select, intervene, escapes, ops
+        self.select, self.edit_spec, self.escapes, self.ops = select, edit_spec, escapes, ops
         self.model = None
         self.inputs = set()
         self.sink = self.hooks = self.edits = None
@@ -40,7 +40,7 @@ class Attachment:
         """Installs everything on `model` (before its first call)."""
         hooked, saved, self.inputs = self.select(model)
         self.model = model
-        self.edits = self.intervene.hooks_for(model) if self.intervene is not None else None
+        self.edits = self.edit_spec.hooks_for(model) if self.edit_spec is not None else None
         self.sink = TensorSink(self.path, self.shard_bytes) if saved else None
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))

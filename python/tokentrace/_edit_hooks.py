@@ -36,7 +36,7 @@ from ._errors import fail
 from ._input_edit import input_hook
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
-from ._patch_ops import Op
+from ._edit_ops import Op
 from ._paths import replace_in_output
 from ._rules import EditContext
 

@@ -27,7 +27,7 @@ import torch
 
 from ._calls import call, every_call, prefill, token
 from ._errors import TokentraceError, fail
-from ._patch_ops import Op, add, clamp, fill, replace, scale, zero
+from ._edit_ops import Op, add, clamp, fill, replace, scale, zero
 from ._rules import make_rule
 from ._selectors import module
 

@@ -4,6 +4,8 @@ The JSON form is _edit_json.py (load_spec reads it, EditSpec.to_json writes it);
 rules (_rules.py), so it and this module do not import each other both ways.
 """
 
+import warnings
+
 from . import _edit_json
 from ._bound import BoundModel
 from ._edit_hooks import EditHooks
@@ -58,3 +60,17 @@ def load_spec(path, device=None):
     and _edit_json.py). device: where tensor operands go (default the CPU); the output they
     edit must be on the same device."""
     return EditSpec(_edit_json.read_rules(path, device))
+
+
+def check_edits(edits, intervene=None):
+    """The edit spec given to trace()/record() as edits= (or intervene=, its deprecated old
+    name: still taken, with a DeprecationWarning), or None."""
+    if intervene is not None:
+        warnings.warn("tokentrace: intervene= is deprecated; use edits= (the same edit spec)",
+                      DeprecationWarning, stacklevel=3)
+        if edits is not None:
+            fail("pass the edit spec as edits= only (intervene= is its deprecated old name)")
+        edits = intervene
+    if edits is not None and not isinstance(edits, EditSpec):
+        fail(f"edits= takes an edit spec from tt.when(...), got {type(edits).__name__}")
+    return edits

@@ -6,7 +6,7 @@ make_rule checks what tt.when and the JSON reader (_edit_json.py) are given; Edi
 
 from ._calls import as_calls
 from ._errors import fail
-from ._patch_ops import Op
+from ._edit_ops import Op
 from ._selectors import as_selector
 
 

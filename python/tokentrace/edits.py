@@ -1,7 +1,7 @@
 """Edits of site outputs (and inputs) during real runs: tt.when(selector, action, calls=...).
 
 A rule says *where* (a site selector), *when* (a call selector: tt.prefill, tt.call(k),
-tt.token(k), ranges; default every call) and *what* (a declarative op from _patch_ops, or a
+tt.token(k), ranges; default every call) and *what* (a declarative op from _edit_ops, or a
 Python callable fn(values, *, ctx) run in the hook, eager only). A bound model runs the
 model's real forward/generate with the rules installed as forward hooks, and records nothing;
 bound.last_report counts the fires of the last run. Specs also load from JSON (load_spec,
@@ -16,7 +16,7 @@ This module is the public face; the feature is split by concern:
     _rules.py        Rule, EditContext, the checks of tt.when's arguments
     _edit_spec.py    EditSpec, when, load_spec
     _edit_json.py    the JSON form of rules (read and write)
-    _patch_ops.py    the declarative ops (tt.zero, fill, add, scale, clamp, replace)
+    _edit_ops.py    the declarative ops (tt.zero, fill, add, scale, clamp, replace)
     _edit_view.py    where a box lands (Ellipsis views) and the checks made at bind
     _edit_table.py   the patch table's entries, built at bind (_torch_ops.PatchTable)
     _edit_hooks.py   EditHooks: planning, counting (where k is counted and why), the hooks

@@ -1,4 +1,4 @@
-"""Declarative patch ops: tt.zero/fill/add/scale/clamp/replace.
+"""Declarative edit ops: tt.zero/fill/add/scale/clamp/replace.
 
 An op says what to do to an index box of a site's output. It is a description only: the work
 is done by the native patch table (libtokentrace_torch_ops, cuda/torch/, driven by edits.py),
