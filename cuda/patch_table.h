@@ -32,41 +32,55 @@
 namespace tokentrace::patch {
 
 inline constexpr uint32_t kPatchTableMagic = 0x54505454u;  // "TTPT" little-endian
-inline constexpr uint32_t kPatchTableVersion = 1;
+// Version 2: the codes are exported to Python (tokentrace::abi()) and kBadSite, kOperandDevice
+// were added.
+inline constexpr uint32_t kPatchTableVersion = 2;
 inline constexpr int kMaxPatchDims = 6;
 // The apply kernel resolves the entries matching one call into shared memory; more than this
 // many matches for one site at one call are skipped and reported (kTooManyMatches).
 inline constexpr int kMaxMatchesPerCall = 16;
 
+// The codes Python needs are X-macro lists, X(Enumerator, value, "name"): the enums below and
+// the table the operator library exports to Python (tokentrace::abi(), cuda/torch/torch_ops.cc;
+// read by python/tokentrace/_torch_ops.py) are built from the one list. Changing a value, or
+// the meaning of one, changes kPatchTableVersion.
+#define TT_PATCH_DTYPES(X) \
+  X(kF32, 0, "float32")    \
+  X(kF16, 1, "float16")    \
+  X(kBF16, 2, "bfloat16")  \
+  X(kF64, 3, "float64")    \
+  X(kI32, 4, "int32")      \
+  X(kI64, 5, "int64")      \
+  X(kU8, 6, "uint8")       \
+  X(kBool, 7, "bool")
+
+#define TT_PATCH_OPS(X)                                                                     \
+  X(kZero, 0, "zero")                                                                       \
+  X(kFill, 1, "fill")       /* params.value */                                              \
+  X(kAdd, 2, "add")         /* operand broadcast over the box; without one, params.value */ \
+  X(kScale, 3, "scale")     /* params.value */                                              \
+  X(kClamp, 4, "clamp")     /* params.lo .. params.hi (NaN stays NaN, as torch.clamp) */    \
+  X(kReplace, 5, "replace") /* operand broadcast over the box */
+
+#define TT_PATCH_SELECTORS(X)                                                     \
+  X(kEvery, 0, "every")                                                           \
+  X(kCallEq, 1, "call")       /* call == first (prefill == call 1) */             \
+  X(kCallRange, 2, "calls")   /* first <= call <= last (last = kOpenEnd: open) */ \
+  X(kTokenEq, 3, "token")     /* token == first */                                \
+  X(kTokenRange, 4, "tokens") /* first <= token <= last */
+
+#define TT_PATCH_ENUMERATOR_(name, value, text) name = value,
+
 // Element types of outputs and operands. Only the first three are supported by any op; the
 // rest exist so a binder can pass what it was given and get a clear error back.
-enum class DType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kBF16 = 2,
-  kF64 = 3,
-  kI32 = 4,
-  kI64 = 5,
-  kU8 = 6,
-  kBool = 7,
-};
+enum class DType : uint32_t { TT_PATCH_DTYPES(TT_PATCH_ENUMERATOR_) };
 
-enum class PatchOp : uint32_t {
-  kZero = 0,
-  kFill = 1,     // params.value
-  kAdd = 2,      // operand broadcast over the box; without an operand, params.value
-  kScale = 3,    // params.value
-  kClamp = 4,    // params.lo .. params.hi (NaN stays NaN, as torch.clamp)
-  kReplace = 5,  // operand broadcast over the box
-};
+enum class PatchOp : uint32_t { TT_PATCH_OPS(TT_PATCH_ENUMERATOR_) };
 
-enum class SelectorKind : uint32_t {
-  kEvery = 0,
-  kCallEq = 1,      // call == first (prefill == call 1)
-  kCallRange = 2,   // first <= call <= last (last = 0xffffffff for "from first on")
-  kTokenEq = 3,     // token == first
-  kTokenRange = 4,  // first <= token <= last
-};
+enum class SelectorKind : uint32_t { TT_PATCH_SELECTORS(TT_PATCH_ENUMERATOR_) };
+
+// The `last` of an open-ended range selector ("from first on").
+inline constexpr uint32_t kOpenEnd = 0xffffffffu;
 
 struct CallSelector {
   uint32_t kind;  // SelectorKind
@@ -90,9 +104,13 @@ static_assert(sizeof(OpParams) == 16);
 // values count from the end, missing ends are open, out-of-range slice ends are clamped as
 // Python does), or an integer index (kDimIndex: start only; out of range is an error, and the
 // dimension is dropped from the box shape the operand broadcasts against, as in values[:, 1]).
-inline constexpr uint32_t kDimHasStart = 1u;
-inline constexpr uint32_t kDimHasStop = 2u;
-inline constexpr uint32_t kDimIndex = 4u;
+#define TT_PATCH_DIM_FLAGS(X)      \
+  X(kDimHasStart, 1u, "has_start") \
+  X(kDimHasStop, 2u, "has_stop")   \
+  X(kDimIndex, 4u, "index")
+#define TT_PATCH_CONSTANT_(name, value, text) inline constexpr uint32_t name = value;
+TT_PATCH_DIM_FLAGS(TT_PATCH_CONSTANT_)
+#undef TT_PATCH_CONSTANT_
 
 struct DimSlice {
   int64_t start;
@@ -123,22 +141,29 @@ struct Operand {
 };
 static_assert(sizeof(Operand) == 112);
 
-enum class PatchError : uint32_t {
-  kOk = 0,
-  kBadOp = 1,            // a = op
-  kBadSelector = 2,      // a = kind, b = first/last packed (see FormatPatchError)
-  kBadStep = 3,          // dim, a = step
-  kBoxRank = 4,          // a = box ndim, b = output ndim
-  kOutputRank = 5,       // a = output ndim
-  kIndexOutOfRange = 6,  // dim, a = index, b = size
-  kOutputDtype = 7,      // a = dtype
-  kOperandDtype = 8,     // a = dtype
-  kOperandMissing = 9,
-  kOperandShape = 10,  // dim = operand dim, a = operand size, b = box size (or -1: rank)
-  kBadClamp = 11,
-  kTooManyMatches = 12,  // a = kMaxMatchesPerCall
-  kBadShape = 13,        // dim, a = size
-};
+// Why an entry is refused or skipped: PatchErrorInfo.code, and the reason the operator
+// library reports for a bad entry (tokentrace::table_check). kBadSite and kOperandDevice are
+// found by the library's binders only (the table itself never sees them).
+#define TT_PATCH_ERRORS(X)                                                                   \
+  X(kOk, 0, "ok")                                                                            \
+  X(kBadOp, 1, "bad_op")                       /* a = op */                                  \
+  X(kBadSelector, 2, "bad_selector")           /* a = kind, b = first/last packed */         \
+  X(kBadStep, 3, "bad_step")                   /* dim, a = step */                           \
+  X(kBoxRank, 4, "box_rank")                   /* a = box ndim, b = output ndim */           \
+  X(kOutputRank, 5, "output_rank")             /* a = output ndim */                         \
+  X(kIndexOutOfRange, 6, "index_out_of_range") /* dim, a = index, b = size */                \
+  X(kOutputDtype, 7, "output_dtype")           /* a = dtype */                               \
+  X(kOperandDtype, 8, "operand_dtype")         /* a = dtype */                               \
+  X(kOperandMissing, 9, "operand_missing")                                                   \
+  X(kOperandShape, 10, "operand_shape") /* dim, a = operand size, b = box size (-1: rank) */ \
+  X(kBadClamp, 11, "bad_clamp")                                                              \
+  X(kTooManyMatches, 12, "too_many_matches") /* a = kMaxMatchesPerCall */                    \
+  X(kBadShape, 13, "bad_shape")              /* dim, a = size */                             \
+  X(kBadSite, 14, "bad_site")                /* a = site id (binders only) */                \
+  X(kOperandDevice, 15, "operand_device")    /* (binders only) */
+
+enum class PatchError : uint32_t { TT_PATCH_ERRORS(TT_PATCH_ENUMERATOR_) };
+#undef TT_PATCH_ENUMERATOR_
 
 struct PatchErrorInfo {
   uint32_t code;  // PatchError

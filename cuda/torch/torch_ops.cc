@@ -38,58 +38,11 @@ std::unordered_map<int64_t, std::shared_ptr<TableState>>& Registry() {
   return *tables;  // leaked on purpose: device tables must not be freed after CUDA teardown
 }
 
-std::string DeviceName(const c10::Device& d) { return d.str(); }
-
-bool Representable(c10::ScalarType st) {
-  return st == at::kFloat || st == at::kHalf || st == at::kBFloat16 || st == at::kDouble ||
-         st == at::kInt || st == at::kLong || st == at::kByte || st == at::kBool;
-}
-
-// The table's dtype names ("float64", "int32"), torch's for the rest.
-std::string DTypeWord(c10::ScalarType st) {
-  return Representable(st) ? patch::DTypeName(ToPatchDType(st)) : c10::toString(st);
-}
-
-// Reads the operand of entry `i` into `e.operand` (shape, strides, dtype, data pointer).
-void SetOperand(const at::Tensor& t, const c10::Device& device, size_t i, PatchEntry& e) {
-  TORCH_CHECK(t.device() == device, "tokentrace: the operand of patch entry ", i, " is on ",
-              DeviceName(t.device()), " but the table is for ", DeviceName(device),
-              "; move it with .to(\"", DeviceName(device), "\")");
-  const c10::ScalarType st = t.scalar_type();
-  TORCH_CHECK(Representable(st), "tokentrace: the operand of patch entry ", i, " has dtype ",
-              DTypeWord(st), " (supported: float32, float16, bfloat16)");
-  TORCH_CHECK(t.dim() <= patch::kMaxPatchDims, "tokentrace: the operand of patch entry ", i,
-              " has ", t.dim(), " dimensions; patches support up to ", patch::kMaxPatchDims);
-  e.operand.data = t.data_ptr();
-  e.operand.dtype = static_cast<uint32_t>(ToPatchDType(t.scalar_type()));
-  e.operand.ndim = static_cast<int32_t>(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    e.operand.shape[d] = t.size(d);
-    e.operand.strides[d] = t.stride(d);
-  }
-}
-
-PatchEntry DecodeEntry(const int64_t* v, const double* f) {
-  PatchEntry e{};
-  e.site_id = static_cast<uint32_t>(v[0]);
-  e.op = static_cast<uint32_t>(v[1]);
-  e.selector.kind = static_cast<uint32_t>(v[2]);
-  e.selector.first = static_cast<uint32_t>(v[3]);
-  e.selector.last = static_cast<uint32_t>(v[4]);
-  e.box.ndim = static_cast<int32_t>(v[5]);
-  for (int d = 0; d < patch::kMaxPatchDims; ++d) {
-    const int64_t* s = v + 6 + 4 * d;
-    e.box.dims[d] = patch::DimSlice{s[0], s[1], s[2], static_cast<uint32_t>(s[3]), 0};
-  }
-  e.params.value = static_cast<float>(f[0]);
-  e.params.lo = static_cast<float>(f[1]);
-  e.params.hi = static_cast<float>(f[2]);
-  return e;
-}
-
-int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
-                    const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites,
-                    c10::Device device) {
+// Decodes and checks every entry of a table_create / table_check call. On a bad entry returns
+// its index (and *problem); else -1, with the entries and their operands in *state.
+int64_t DecodeEntries(at::IntArrayRef ints, at::ArrayRef<double> floats,
+                      const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites,
+                      const c10::Device& device, TableState* state, EntryProblem* problem) {
   const size_t n = operands.size();
   TORCH_CHECK(ints.size() == n * kIntsPerEntry && floats.size() == n * kFloatsPerEntry,
               "tokentrace: table_create needs ", kIntsPerEntry, " ints and ", kFloatsPerEntry,
@@ -99,27 +52,47 @@ int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
               "tokentrace: max_sites must be in 1..2^24, got ", max_sites);
   TORCH_CHECK(device.is_cpu() || device.is_cuda(),
               "tokentrace: patch tables live on the CPU or a CUDA device, not ", device.str());
-  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
-  auto state = std::make_shared<TableState>();
-  state->device = device;
-  state->max_sites = static_cast<uint32_t>(max_sites);
   for (size_t i = 0; i < n; ++i) {
-    PatchEntry e =
-        DecodeEntry(ints.data() + i * kIntsPerEntry, floats.data() + i * kFloatsPerEntry);
-    TORCH_CHECK(ints[i * kIntsPerEntry] >= 0 && ints[i * kIntsPerEntry] < max_sites,
-                "tokentrace: patch entry ", i, " is for site ", ints[i * kIntsPerEntry],
-                " but the table has sites 0..", max_sites - 1);
     const std::optional<at::Tensor> operand = operands.get(i);
-    at::Tensor keep;
-    if (operand.has_value() && operand->defined()) {
-      keep = *operand;
-      SetOperand(keep, device, i, e);
-    }
-    std::string why;
-    TORCH_CHECK(patch::ValidateEntryStatic(e, &why), why, " (patch entry ", i, ")");
+    const at::Tensor keep = operand.has_value() ? *operand : at::Tensor();
+    PatchEntry e{};
+    *problem =
+        DecodeAndCheckEntry(ints.data() + i * kIntsPerEntry, floats.data() + i * kFloatsPerEntry,
+                            keep, device, max_sites, &e);
+    if (problem->code != 0) return static_cast<int64_t>(i);
     state->entries.push_back(e);
     state->operands.push_back(keep);
   }
+  return -1;
+}
+
+c10::Device WithIndex(c10::Device device) {
+  return device.is_cuda() && !device.has_index() ? c10::Device(c10::kCUDA, 0) : device;
+}
+
+// (entry, reason, message) of the first entry table_create would refuse, as data: reason is a
+// patch::PatchError code (names in abi()); (-1, 0, "") when every entry is fine.
+std::tuple<int64_t, int64_t, std::string> TableCheck(
+    at::IntArrayRef ints, at::ArrayRef<double> floats,
+    const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites, c10::Device device) {
+  TableState scratch;
+  EntryProblem problem;
+  const int64_t bad =
+      DecodeEntries(ints, floats, operands, max_sites, WithIndex(device), &scratch, &problem);
+  return {bad, static_cast<int64_t>(problem.code), problem.message};
+}
+
+int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
+                    const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites,
+                    c10::Device device) {
+  device = WithIndex(device);
+  auto state = std::make_shared<TableState>();
+  state->device = device;
+  state->max_sites = static_cast<uint32_t>(max_sites);
+  EntryProblem problem;
+  const int64_t bad =
+      DecodeEntries(ints, floats, operands, max_sites, device, state.get(), &problem);
+  TORCH_CHECK(bad < 0, problem.message, " (patch entry ", bad, ")");
   if (device.is_cpu()) {
     std::string why;
     state->host = patch::HostPatchTable::Create(state->entries, state->max_sites, &why);
@@ -309,6 +282,10 @@ TORCH_LIBRARY(tokentrace, m) {
   m.def("table_counters(int table) -> (Tensor fires, Tensor skips, Tensor site_calls, int token)");
   m.def("table_errors(int table) -> str[]");
   m.def("table_validate(int table, int site, Tensor out) -> ()");
+  m.def(
+      "table_check(int[] ints, float[] floats, Tensor?[] operands, int max_sites, "
+      "Device device) -> (int entry, int reason, str message)");
+  m.def("abi() -> (str[] names, int[] values)");
 }
 
 TORCH_LIBRARY_IMPL(tokentrace, CPU, m) {
@@ -329,4 +306,6 @@ TORCH_LIBRARY_IMPL(tokentrace, CompositeExplicitAutograd, m) {
   m.impl("table_counters", &TableCounters);
   m.impl("table_errors", &TableErrors);
   m.impl("table_validate", &TableValidate);
+  m.impl("table_check", &TableCheck);
+  m.impl("abi", &AbiTable);
 }

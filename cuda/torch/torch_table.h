@@ -6,7 +6,9 @@
 // one TableState in a process-wide registry; a table lives on one device (the CPU or one CUDA
 // device), chosen when it is created, and its operands must already be there.
 //
-// Serialised entries (what table_create takes; python/tokentrace/_torch_ops.py writes them):
+// Serialised entries (what table_create and table_check take; python/tokentrace/_torch_ops.py
+// writes them, reading kIntsPerEntry, the codes and the version from abi()); changing this
+// layout changes patch::kPatchTableVersion:
 // entry i is
 //   ints[i*kIntsPerEntry ...]:
 //     0 site id   1 op (PatchOp)   2 selector kind (SelectorKind)   3 first   4 last
@@ -22,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/patch_apply.h"
@@ -45,6 +48,29 @@ struct TableState {
 // The table for `handle`, or an error naming the handle. Shared ownership, so a table freed by
 // another thread while an op runs stays valid until that op returns.
 std::shared_ptr<TableState> FindTable(int64_t handle);
+
+// Why a serialised entry cannot go in a table: code is a patch::PatchError (0: it can), message
+// one line, "tokentrace: ...", without the entry's index (the caller knows it).
+struct EntryProblem {
+  uint32_t code = 0;
+  std::string message;
+};
+
+// Decodes entry `ints`/`floats` (kIntsPerEntry, kFloatsPerEntry values) into `entry`, with
+// `operand` (undefined: none) as its operand, and checks what can be checked before an output
+// is seen: the site id, the operand's device, dtype and rank, ValidateEntryStatic.
+EntryProblem DecodeAndCheckEntry(const int64_t* ints, const double* floats,
+                                 const at::Tensor& operand, const c10::Device& device,
+                                 int64_t max_sites, patch::PatchEntry* entry);
+
+// The codes and limits Python reads (tokentrace::abi()): ("version", kPatchTableVersion),
+// ("max_dims", ...), ("ints_per_entry", ...), ("floats_per_entry", ...), ("open_end", ...), then
+// every X-macro list of cuda/patch_table.h as "dtype.float32", "op.zero", "selector.calls",
+// "dim.has_start", "error.bad_step", ...
+std::tuple<std::vector<std::string>, std::vector<int64_t>> AbiTable();
+
+// The table's dtype names ("float64", "int32"), torch's for the rest.
+std::string DTypeWord(c10::ScalarType st);
 
 // Maps a torch dtype to the patch table's; unsupported dtypes map to a value the table rejects
 // with a readable message (DTypeName knows them).

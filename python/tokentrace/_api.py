@@ -13,6 +13,7 @@ from . import _ops, _store
 from ._attach import Attachment, FirstRoot, selection, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
 from ._compiled import compiled_entry
+from ._edit_spec import check_edits
 from ._errors import fail
 from ._escapes import warn_once
 from ._naming import ROOT, site_names
@@ -127,7 +128,7 @@ def _resolve(model, sites, save, default_all, inputs_of=None):
     return selection(names, hooked, saved, inputs)
 
 
-def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, intervene,
+def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits,
          ops=False):
     """Runs fn with the recording on; model None: attach to the first module fn calls.
     select(model) -> (hooked, saved, inputs)."""
@@ -136,7 +137,7 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, inter
     backend = get_backend()
     with _ops.ring_for_ops(backend, ops):
         path = backend.start(path, kernels)
-    attached = Attachment(backend, path, select, shard_bytes=shard_bytes, intervene=intervene,
+    attached = Attachment(backend, path, select, shard_bytes=shard_bytes, edit_spec=edits,
                           ops=ops)
     finder = None
     try:
@@ -183,8 +184,8 @@ def _warn_escapes(result, escapes, python_counts):
 
 
 def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels="summary",
-          out=None, tokenizer=None, model=None, intervene=None, shard_mb=64, inputs_of=None,
-          ops=False):
+          out=None, tokenizer=None, model=None, edits=None, shard_mb=64, inputs_of=None,
+          ops=False, intervene=None):
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
     fn: a model, a bound method of one (model.generate), or any function that calls a model
@@ -197,6 +198,7 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
     kernels: 'off' | 'summary' | 'full' | 'sample:N'.
     out: the SQLite file (default: a temporary file; see trace.path).
     ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops).
+    edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
     """
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
@@ -206,21 +208,21 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
     select = _selector(sites, save, True, inputs_of)
     if model is not None:
         select(model)  # bad selectors fail before anything runs
-    _check_intervene(intervene)
+    edits = check_edits(edits, intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
     return _run("trace", fn, model, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), intervene, _ops.check(ops))
+                int(shard_mb * (1 << 20)), edits, _ops.check(ops))
 
 
 def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
-           kernels="summary", out=None, tokenizer=None, intervene=None, shard_mb=64,
-           inputs_of=None, ops=False):
+           kernels="summary", out=None, tokenizer=None, edits=None, shard_mb=64,
+           inputs_of=None, ops=False, intervene=None):
     """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
     Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
-    bounded by `shard_mb` however many steps run. inputs_of=: as for trace (the inputs of
-    saved sites stream to the shards too).
+    bounded by `shard_mb` however many steps run. inputs_of=, edits=: as for trace (the inputs
+    of saved sites stream to the shards too).
     """
     if isinstance(model, torch.nn.Module):
         fn = getattr(model, "generate", None)
@@ -239,19 +241,9 @@ def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
     select = _selector(sites if sites is not None else save, save, False, inputs_of)
     if model is not None:
         select(model)  # bad selectors fail before anything runs
-    _check_intervene(intervene)
+    edits = check_edits(edits, intervene)
     if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
     return _run("record", fn, model, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), intervene, _ops.check(ops))
-
-
-def _check_intervene(intervene):
-    if intervene is None:
-        return
-    from .edits import EditSpec
-    if not isinstance(intervene, EditSpec):
-        fail(f"intervene= takes an edit spec from tt.when(...), got {type(intervene).__name__}")
-
-
+                int(shard_mb * (1 << 20)), edits, _ops.check(ops))

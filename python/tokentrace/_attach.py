@@ -44,7 +44,7 @@ class Attachment:
     """The one recording set-up of tt.trace, tt.record and the preloaded job.
 
     path: the trace file, or a callable giving it once the shim has settled it (preload).
-    select(model) -> (hooked, saved, inputs), see selection(). intervene: an edit spec whose
+    select(model) -> (hooked, saved, inputs), see selection(). edit_spec: an edit spec whose
     hooks go on first, so the recorded calls see the edited outputs. ops: record ATen ops.
     say: None for tt.trace/tt.record, where a problem raises or warns in the caller; a
     function (one line to stderr) for the preloaded job, which never stops over a recording
@@ -52,9 +52,9 @@ class Attachment:
     """
 
     def __init__(self, backend, path, select, *, shard_bytes=DEFAULT_SHARD_BYTES,
-                 intervene=None, ops=False, say=None):
+                 edit_spec=None, ops=False, say=None):
         self.backend, self.path, self.shard_bytes = backend, path, shard_bytes
-        self.select, self.intervene, self.ops, self.say = select, intervene, ops, say
+        self.select, self.edit_spec, self.ops, self.say = select, edit_spec, ops, say
         self.escapes = EscapeCounter(lambda: backend.current()[2])
         self.model = None
         self.inputs = set()
@@ -68,7 +68,7 @@ class Attachment:
         progress (running_root_args: its positional arguments; that call is token 1)."""
         hooked, saved, self.inputs = self.select(model)
         self.model = model
-        self.edits = self.intervene.hooks_for(model) if self.intervene is not None else None
+        self.edits = self.edit_spec.hooks_for(model) if self.edit_spec is not None else None
         self.sink = TensorSink(self.path, self.shard_bytes) if saved else None
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
@@ -82,8 +82,7 @@ class Attachment:
         # With op records on a CPU model the op observer reports each host read inside the op
         # that made it (aten::item, ...); the Python counter then only says where they came from.
         self.escapes.set_report(self.backend.escape if self.on_cpu and not self.ops_on else None)
-        # torch.distributed collectives and Work.wait as calls: wait, not work (multi-rank). In a
-        # preloaded job they are already on for the whole process; this install then adds none.
+        # torch.distributed collectives and Work.wait as calls: wait, not work (multi-rank).
         self.collectives = _collectives.install(self.backend)
 
     def _start_ops(self):

@@ -1,4 +1,4 @@
-"""The JSON form of edit specs: tt.load_spec(path), EditSpec.to_json(), TOKENTRACE_PATCHES.
+"""The JSON form of edit specs: tt.load_spec(path), EditSpec.to_json(), TOKENTRACE_EDITS.
 
 A spec file is a JSON list of rules; each rule is an object:
 
@@ -25,8 +25,11 @@ import os
 
 import torch
 
+from ._calls import call, every_call, prefill, token
 from ._errors import TokentraceError, fail
-from ._patch_ops import Op, add, clamp, fill, replace, scale, zero
+from ._edit_ops import Op, add, clamp, fill, replace, scale, zero
+from ._rules import make_rule
+from ._selectors import module
 
 OPS = {"zero": zero, "fill": fill, "add": add, "scale": scale, "clamp": clamp,
        "replace": replace}
@@ -53,14 +56,11 @@ def _show(v):
 
 
 # --- loading -------------------------------------------------------------------------------
-def load_spec(path, device=None):
-    """Reads a JSON edit spec file (a list of rules) into an EditSpec.
+def read_rules(path, device=None):
+    """The rules of a JSON edit spec file (a list of rules); tt.load_spec makes them a spec.
 
-    device: where tensor operands are put (default the CPU); the output they edit must be on
-    the same device.
+    device: where tensor operands are put (default the CPU).
     """
-    from .edits import EditSpec
-
     if not isinstance(path, (str, os.PathLike)):
         fail(f"load_spec() takes the path of a JSON edit spec file, got {type(path).__name__}")
     path = os.fspath(path)
@@ -83,13 +83,11 @@ def load_spec(path, device=None):
     base = os.path.dirname(os.path.abspath(path))
     rules = []
     for i, item in enumerate(data):
-        rules.extend(_rule(item, f"edit spec {path}, rule {i}", base, device).rules)
-    return EditSpec(rules)
+        rules.append(_rule(item, f"edit spec {path}, rule {i}", base, device))
+    return rules
 
 
 def _rule(item, where, base, device):
-    from .edits import when
-
     def bad(message):
         fail(f"{where}: {message}")
 
@@ -116,8 +114,7 @@ def _rule(item, where, base, device):
         index = _index(item.get("index"), bad)
         action = _op(op, item, index, bad, base, device)
         calls = _calls(item.get("calls"), bad)
-        from ._selectors import module
-        return when(module(*patterns), action, calls=calls, input=item.get("input"))
+        return make_rule(module(*patterns), action, calls, item.get("input"))
     except TokentraceError as exc:
         message = str(exc)
         if message.startswith(f"tokentrace: {where}"):
@@ -236,8 +233,6 @@ def _load_tensor(file, key, bad):
 
 
 def _calls(value, bad):
-    from .edits import call, every_call, prefill, token
-
     if value is None or value == "every":
         return every_call
     if value == "prefill":
@@ -265,9 +260,9 @@ def _calls(value, bad):
 
 
 # --- writing ------------------------------------------------------------------------------
-def to_json(spec, path=None, operand_dir=None):
-    """The JSON text of `spec` (written to `path` too when given)."""
-    rules = [_rule_json(i, rule, operand_dir) for i, rule in enumerate(spec.rules)]
+def to_json(rules, path=None, operand_dir=None):
+    """The JSON text of a spec's `rules` (written to `path` too when given)."""
+    rules = [_rule_json(i, rule, operand_dir) for i, rule in enumerate(rules)]
     text = json.dumps(rules, indent=1)
     if path is not None:
         with open(os.fspath(path), "w", encoding="utf-8") as f:
@@ -335,8 +330,6 @@ def _part_json(part):
 
 
 def _calls_json(sel):
-    from .edits import prefill
-
     if sel is prefill:
         return "prefill"
     if sel.by == "every":

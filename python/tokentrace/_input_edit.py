@@ -9,20 +9,11 @@ of `past_key_values.layers[0].values` replaces that tensor in the cache itself, 
 read the edited entries too (as when the call that wrote them had written them edited).
 """
 
-import copy
-import dataclasses
 import difflib
-import re
 
 from ._errors import fail
-from ._inputs import _CACHE, _DATACLASS, _DICT, _SEQ, _kind_of, parameter_names, walk_call
-
-_INDEX = re.compile(r"\[(\d+)\]")
-
-
-def _ends(rest, text):
-    """Whether `rest` starts with the path component `text` (and the component ends there)."""
-    return rest.startswith(text) and (len(rest) == len(text) or rest[len(text)] in ".[")
+from ._inputs import parameter_names, walk_call
+from ._paths import descend, ends, put_at
 
 
 def locate(names, args, kwargs, path):
@@ -32,37 +23,10 @@ def locate(names, args, kwargs, path):
     tops = [(names[i] if i < len(names) else f"[{i}]", ("arg", i), a) for i, a in enumerate(args)]
     tops += [(k, ("kw", k), v) for k, v in kwargs.items()]
     for name, step, value in sorted(tops, key=lambda t: -len(t[0])):
-        if _ends(path, name):
-            steps = _descend(value, path[len(name):], [step])
+        if ends(path, name):
+            steps = descend(value, path[len(name):], [step])
             if steps is not None:
                 return steps
-    return None
-
-
-def _descend(value, rest, steps):
-    if not rest:
-        return steps
-    kind = _kind_of(type(value))
-    if kind == _SEQ:
-        m = _INDEX.match(rest)
-        if m is None or int(m.group(1)) >= len(value):
-            return None
-        i = int(m.group(1))
-        return _descend(value[i], rest[m.end():], steps + [("item", i)])
-    if kind == _DICT:
-        options = [(f".{k}" if isinstance(k, str) else f"[{k!r}]", "key", k) for k in value]
-    elif kind == _CACHE:
-        options = [(f".{k}", "attr", k) for k in vars(value)]
-    elif kind == _DATACLASS:
-        options = [(f".{f.name}", "attr", f.name) for f in dataclasses.fields(value)]
-    else:
-        return None
-    for text, how, k in sorted(options, key=lambda o: -len(o[0])):
-        if _ends(rest, text):
-            child = value[k] if how == "key" else getattr(value, k)
-            found = _descend(child, rest[len(text):], steps + [(how, k)])
-            if found is not None:
-                return found
     return None
 
 
@@ -80,32 +44,11 @@ def put(args, kwargs, steps, new):
     how, k = steps[0]
     if how == "arg":
         args = list(args)
-        args[k] = _put(args[k], steps[1:], new, False)
+        args[k] = put_at(args[k], steps[1:], new, False)
         return tuple(args), kwargs
     kwargs = dict(kwargs)
-    kwargs[k] = _put(kwargs[k], steps[1:], new, False)
+    kwargs[k] = put_at(kwargs[k], steps[1:], new, False)
     return args, kwargs
-
-
-def _put(obj, steps, new, in_cache):
-    if not steps:
-        return new
-    (how, k), rest = steps[0], steps[1:]
-    in_cache = in_cache or _kind_of(type(obj)) == _CACHE
-    child = _put(getattr(obj, k) if how == "attr" else obj[k], rest, new, in_cache)
-    if how == "attr":
-        if in_cache:
-            setattr(obj, k, child)
-            return obj
-        return dataclasses.replace(obj, **{k: child})
-    if isinstance(obj, tuple):
-        items = list(obj)
-        items[k] = child
-        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
-    if not in_cache:
-        obj = copy.copy(obj)  # a list, a dict or a ModelOutput of the caller's
-    obj[k] = child
-    return obj
 
 
 def input_hook(module, site, path, edit):

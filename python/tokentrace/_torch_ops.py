@@ -4,12 +4,15 @@ The library registers torch.ops.tokentrace.*: apply_patches_(Tensor(a!) out, int
 int site) edits `out` in place from a native patch table (CPU: the host implementation; CUDA:
 the device kernel, whose call/token/fire counters live in device memory), plus the table ops
 table_create, table_free, advance_token, set_token, reset_counters, table_counters,
-table_errors and table_validate. The serialised entry layout is in cuda/torch/torch_table.h.
+table_errors, table_validate, table_check (a bad entry as data) and abi (the codes). The
+serialised entry layout is in cuda/torch/torch_table.h.
 edits.py builds one PatchTable per bound spec on top of this module; tests/torch_op test it
 directly.
 
     find_library() -> (path or None, where it looked)
-    load_library(path=None) -> str     loads once (raises TokentraceError when missing/broken)
+    load_library(path=None) -> str     loads once (raises TokentraceError when missing/broken,
+                                       or when its ABI version is not ABI_VERSION)
+    abi() -> {name: value}             the library's codes and limits (cuda/patch_table.h)
     PatchTable(max_sites)
         .add_entry(site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0, operand=None)
             op: "zero" | "fill" (value) | "add" (operand or value) | "scale" (value)
@@ -20,7 +23,8 @@ directly.
                 | ("token", k) | ("tokens", a, b); b=None is open-ended. 1-based; token 1 is
                 the prefill, advance_token() starts each root call.
         .upload(device="cpu") -> self   native table on that device (operands copied there);
-                                         call again after add_entry (handle changes)
+                                         call again after add_entry (handle changes); a bad
+                                         entry raises PatchEntryError(entry, reason, message)
         .apply_(tensor, site)           torch.ops.tokentrace.apply_patches_ (in place)
         .advance_token() / .set_token(t) / .reset()
         .fires() -> (total, [per entry])   reads counters (syncs the device)
@@ -36,17 +40,28 @@ import os
 
 import torch
 
-from ._errors import fail
+from ._errors import TokentraceError, fail
 
 LIB_NAME = "libtokentrace_torch_ops.so"
 HOW_TO_BUILD = ("build it with `bash scripts/setup.sh` (then `source build/env.sh`) or "
                 "`cuda/torch/build.sh build/torch-ops`, or set TOKENTRACE_TORCH_OPS_LIB to the "
                 "library built against this torch")
-_OPS = {"zero": 0, "fill": 1, "add": 2, "scale": 3, "clamp": 4, "replace": 5}
-_OPEN = 0xFFFFFFFF  # last of an open-ended range (SelectorKind kCallRange / kTokenRange)
-_MAX_DIMS = 6
-_HAS_START, _HAS_STOP, _INDEX = 1, 2, 4
-_state = {"loaded": None, "error": None}
+# The patch table ABI this module writes (cuda/patch_table.h, kPatchTableVersion): the entry
+# layout of cuda/torch/torch_table.h. The codes themselves (ops, selectors, dim flags, errors,
+# the dimension limit) are read from the loaded library (abi()), never copied here.
+ABI_VERSION = 2
+_state = {"loaded": None, "error": None, "abi": None}
+
+
+class PatchEntryError(TokentraceError, RuntimeError):
+    """A table entry the library refused, as data: entry (its index in the table), reason (the
+    name of its patch::PatchError code, e.g. "bad_step") and message (one line, without the
+    entry's index). A RuntimeError too, as the library's own errors are."""
+
+    def __init__(self, entry, reason, message):
+        self.entry, self.reason = entry, reason
+        self.message = message.removeprefix("tokentrace: ")
+        super().__init__(f"{self.message} (patch entry {entry})")
 
 
 def _candidates():
@@ -99,6 +114,7 @@ def load_library(path=None):
         text = " ".join(str(exc).split())
         fail(f"the patch table library {path} does not load into torch {torch.__version__} "
              f"({text}); rebuild it against this torch: {HOW_TO_BUILD}")
+    _state["abi"] = _read_abi(path)
     # Fake kernels: the ops change state, not shapes. apply_patches_ has a C++ Meta kernel.
     for name in ("advance_token", "set_token", "reset_counters"):
         torch.library.register_fake(f"tokentrace::{name}")(lambda *args: None)
@@ -111,6 +127,40 @@ def load_library(path=None):
     return path
 
 
+def _read_abi(path):
+    """The library's codes and limits as {name: value} (see AbiTable in cuda/torch/); one
+    clear error when its table version is not the one this module writes."""
+    if not hasattr(torch.ops.tokentrace, "abi"):
+        fail(f"the patch table library {path} predates patch table ABI versions (it has no "
+             f"abi() op); this tokentrace writes version {ABI_VERSION}: {HOW_TO_BUILD}")
+    names, values = torch.ops.tokentrace.abi()
+    abi = dict(zip(names, values))
+    if abi.get("version") != ABI_VERSION:
+        fail(f"the patch table library {path} has patch table ABI version {abi.get('version')}, "
+             f"this tokentrace writes version {ABI_VERSION}; rebuild the library from this "
+             f"checkout: {HOW_TO_BUILD}")
+    return abi
+
+
+def abi():
+    """{name: value} of the loaded library: "version", "max_dims", "ints_per_entry",
+    "floats_per_entry", "open_end", and "op.<name>", "selector.<name>", "dim.<name>",
+    "dtype.<name>", "error.<name>" (cuda/patch_table.h). Loads the library."""
+    load_library()
+    return dict(_state["abi"])
+
+
+def _codes(prefix):
+    """{name: code} of one list of abi(), e.g. _codes("op") -> {"zero": 0, ...}."""
+    return {k[len(prefix) + 1:]: v for k, v in abi().items() if k.startswith(prefix + ".")}
+
+
+def op_names():
+    """The names of the table's ops, in code order."""
+    ops = _codes("op")
+    return sorted(ops, key=ops.get)
+
+
 def available():
     """(True, path) when the library is loaded or loadable, else (False, why)."""
     try:
@@ -120,19 +170,21 @@ def available():
 
 
 def _selector(calls):
+    kinds = _codes("selector")
     if calls is None or calls == "every":
-        return 0, 0, 0
+        return kinds["every"], 0, 0
     if calls == "prefill":
-        return 1, 1, 1
+        return kinds["call"], 1, 1
     if isinstance(calls, int) and not isinstance(calls, bool):
-        return 1, calls, calls
-    kinds = {"call": 1, "calls": 2, "token": 3, "tokens": 4}
-    if isinstance(calls, tuple) and calls and calls[0] in kinds:
-        kind = kinds[calls[0]]
-        if kind in (1, 3) and len(calls) == 2:
-            return kind, calls[1], calls[1]
-        if kind in (2, 4) and len(calls) == 3:
-            return kind, calls[1], _OPEN if calls[2] is None else calls[2]
+        return kinds["call"], calls, calls
+    if isinstance(calls, tuple) and len(calls) in (2, 3) and calls[0] in ("call", "token",
+                                                                          "calls", "tokens"):
+        single = calls[0] in ("call", "token")
+        if single and len(calls) == 2:
+            return kinds[calls[0]], calls[1], calls[1]
+        if not single and len(calls) == 3:
+            last = abi()["open_end"] if calls[2] is None else calls[2]
+            return kinds[calls[0]], calls[1], last
     fail(f"bad calls={calls!r}; use 'every', 'prefill', k, ('call', k), ('calls', a, b), "
          "('token', k) or ('tokens', a, b)")
 
@@ -140,20 +192,21 @@ def _selector(calls):
 def _box(index):
     if not isinstance(index, tuple):
         index = (index,)
-    if len(index) > _MAX_DIMS:
-        fail(f"index {index!r} has more than {_MAX_DIMS} dimensions")
+    max_dims, flag = abi()["max_dims"], _codes("dim")
+    if len(index) > max_dims:
+        fail(f"index {index!r} has more than {max_dims} dimensions")
     dims = []
     for item in index:
         if isinstance(item, slice):
-            flags = (_HAS_START if item.start is not None else 0) | (
-                _HAS_STOP if item.stop is not None else 0)
+            flags = (flag["has_start"] if item.start is not None else 0) | (
+                flag["has_stop"] if item.stop is not None else 0)
             step = 1 if item.step is None else int(item.step)
             dims += [int(item.start or 0), int(item.stop or 0), step, flags]
         elif isinstance(item, int) and not isinstance(item, bool):
-            dims += [int(item), 0, 1, _HAS_START | _INDEX]
+            dims += [int(item), 0, 1, flag["has_start"] | flag["index"]]
         else:
             fail(f"index item {item!r} is not an int or a slice")
-    dims += [0, 0, 1, 0] * (_MAX_DIMS - len(index))
+    dims += [0, 0, 1, 0] * (max_dims - len(index))
     return [len(index)] + dims
 
 
@@ -173,10 +226,11 @@ class PatchTable:
     def add_entry(self, site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0,
                   operand=None):
         """Appends an entry; returns its index (the position in fires())."""
-        if op not in _OPS:
-            fail(f"unknown op {op!r}; use one of {sorted(_OPS)}")
+        ops = _codes("op")
+        if op not in ops:
+            fail(f"unknown op {op!r}; use one of {sorted(ops)}")
         kind, first, last = _selector(calls)
-        self._ints += [int(site), _OPS[op], kind, first, last] + _box(index)
+        self._ints += [int(site), ops[op], kind, first, last] + _box(index)
         self._floats += [float(value), float(lo), float(hi)]
         self._operands.append(operand)
         return len(self._operands) - 1
@@ -190,8 +244,12 @@ class PatchTable:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         operands = [None if t is None else t.to(device) for t in self._operands]
-        handle = torch.ops.tokentrace.table_create(self._ints, self._floats, operands,
-                                                   self.max_sites, device)
+        args = (self._ints, self._floats, operands, self.max_sites, device)
+        entry, reason, message = torch.ops.tokentrace.table_check(*args)
+        if entry >= 0:
+            names = {code: name for name, code in _codes("error").items()}
+            raise PatchEntryError(entry, names.get(reason, str(reason)), message)
+        handle = torch.ops.tokentrace.table_create(*args)
         self.free()
         self.handle, self.device = handle, device
         return self

@@ -14,11 +14,12 @@ the TOKENTRACE_* environment, and it writes the file until the process exits. At
 we add our rows (saved tensors, escape locations, the root's inputs) to that file. Without the
 native extension nothing is recorded (one line on stderr says why and how to build it).
 
-TOKENTRACE_PATCHES (`tokentrace run --patches spec.json`) names a JSON edit spec
+TOKENTRACE_EDITS (`tokentrace run --edits spec.json`) names a JSON edit spec
 (tokentrace.edits.load_spec): its edits go onto the same root as forward hooks, exactly as
 spec.bind(model) installs them for one run (here the run is the whole process: token k is
 the k-th root call). They apply with or without recording; with a trace file, its meta gets
 "patch_fires" = {"num_fires": N, "per_rule": [...], "spec": path} as JSON at exit.
+TOKENTRACE_PATCHES, its old name, still works (deprecated; one line on stderr says so).
 """
 
 import atexit
@@ -28,7 +29,6 @@ import sys
 
 import torch
 
-from . import _collectives as collectives
 from ._attach import Attachment, selection
 from ._backend import get_backend
 from ._errors import TokentraceError
@@ -82,12 +82,24 @@ def _attach(model, args):
         atexit.register(_say_fires, edits)
 
 
+def _edits_variable():
+    """(name, value) of the variable naming the edit spec: TOKENTRACE_EDITS, else its
+    deprecated old name TOKENTRACE_PATCHES (noted once on stderr); value "" when neither."""
+    value = os.environ.get("TOKENTRACE_EDITS", "").strip()
+    if value or not os.environ.get("TOKENTRACE_PATCHES", "").strip():
+        return "TOKENTRACE_EDITS", value
+    if not _state.get("patches_noted"):
+        _state["patches_noted"] = True
+        _say("TOKENTRACE_PATCHES is deprecated; use TOKENTRACE_EDITS (`tokentrace run --edits`)")
+    return "TOKENTRACE_PATCHES", os.environ["TOKENTRACE_PATCHES"].strip()
+
+
 def _attach_edits(model, args):
-    """TOKENTRACE_PATCHES: the JSON edit spec, installed on the root as a bound model's
+    """TOKENTRACE_EDITS: the JSON edit spec, installed on the root as a bound model's
     forward hooks (counting from the first root call, the one in progress). A bad spec stops
     the job before the model's first forward runs (exit status 2): running without the edits
     the user asked for would give results that look right and are not."""
-    spec_path = os.environ.get("TOKENTRACE_PATCHES", "").strip()
+    variable, spec_path = _edits_variable()
     if not spec_path:
         return None
     from .edits import load_spec
@@ -97,8 +109,8 @@ def _attach_edits(model, args):
         hooks.install()
     except TokentraceError as exc:
         message = str(exc).removeprefix("tokentrace: ")
-        _say(f"TOKENTRACE_PATCHES: {message}; stopping the job (fix the spec, or unset "
-             f"TOKENTRACE_PATCHES to run without edits)")
+        _say(f"{variable}: {message}; stopping the job (fix the spec, or unset "
+             f"{variable} to run without edits)")
         sys.stderr.flush()
         os._exit(2)
     hooks._root_pre(model, args)  # the root call in progress is token 1
@@ -126,7 +138,6 @@ def _attach_recording(model, args):
     if not_hooked:
         _say(not_hooked)
     attached.escapes.install()
-    collectives.install(backend)  # c10d calls as sites of their own: wait, not work
     atexit.register(_finish, backend, attached)
     return True
 
@@ -156,13 +167,13 @@ def _patch_meta():
         report = edits.report()
         return {"patch_fires": json.dumps({
             "num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
-            "spec": os.path.abspath(os.environ.get("TOKENTRACE_PATCHES", "").strip())})}
+            "spec": os.path.abspath(_edits_variable()[1])})}
     return {}
 
 
 def _say_fires(edits):
-    _say(f"TOKENTRACE_PATCHES: {edits.report().num_fires} edit fires (no trace file to note "
-         f"them in)")
+    _say(f"{_edits_variable()[0]}: {edits.report().num_fires} edit fires (no trace file to "
+         f"note them in)")
 
 
 def _finish(backend, attached):

@@ -32,14 +32,15 @@ const char kRunUsage[] =
     "  --sites GLOBS     comma-separated globs of module sites to hook [TOKENTRACE_SITES]\n"
     "  --save GLOBS      sites whose outputs are saved [TOKENTRACE_SAVE]\n"
     "  --inputs GLOBS    sites whose inputs are recorded besides the root's [TOKENTRACE_INPUTS]\n"
-    "  --patches FILE    JSON patch file [TOKENTRACE_PATCHES]\n"
+    "  --edits FILE      JSON edit spec to install (docs/python.md) [TOKENTRACE_EDITS]\n"
     "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
     "  --on-full P       drop | wait: when a thread's buffer is full, drop and count its events\n"
     "                    (the job never slows down) or wait for the writer (complete traces)\n"
     "                    [TOKENTRACE_ON_FULL] (default drop)\n"
     "  --ops             record every ATen op as a call in its module's call [TOKENTRACE_OPS=1]\n"
     "\n"
-    "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n";
+    "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n"
+    "--patches and TOKENTRACE_PATCHES still work, deprecated: use --edits, TOKENTRACE_EDITS.\n";
 
 namespace {
 
@@ -189,20 +190,24 @@ int RunCommand(const std::vector<std::string>& args) {
                    {"--kernels", "TOKENTRACE_KERNELS", "", false},
                    {"--sites", "TOKENTRACE_SITES", "", false},
                    {"--save", "TOKENTRACE_SAVE", "", false},
-                   {"--patches", "TOKENTRACE_PATCHES", "", false},
+                   {"--edits", "TOKENTRACE_EDITS", "", false},
                    {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false},
                    {"--inputs", "TOKENTRACE_INPUTS", "", false},
                    {"--on-full", "TOKENTRACE_ON_FULL", "", false}};
   Option& out = opts[0];
   Option& kernels = opts[1];
-  Option& patches = opts[4];
+  Option& edits = opts[4];
   Option& token_range = opts[5];
   Option& on_full = opts[7];
 
   bool ops = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    std::string a = args[i];
+    if (a == "--patches" || a.rfind("--patches=", 0) == 0) {  // the old name of --edits
+      std::fputs("tokentrace: --patches is deprecated; use --edits\n", stderr);
+      a.replace(0, 9, "--edits");
+    }
     if (a == "--") {
       ++i;
       break;
@@ -232,7 +237,7 @@ int RunCommand(const std::vector<std::string>& args) {
     }
     if (!known) {
       return UsageError("tokentrace: unknown option '" + a +
-                        "' for run (accepted: --out, --kernels, --sites, --save, --patches, "
+                        "' for run (accepted: --out, --kernels, --sites, --save, --edits, "
                         "--token-range, --inputs, --on-full, --ops, --help)");
     }
   }
@@ -246,6 +251,12 @@ int RunCommand(const std::vector<std::string>& args) {
   // value stops here and not inside the job.
   for (Option& o : opts) {
     if (!o.given) o.value = Getenv(o.env);
+  }
+  if (!edits.given && edits.value.empty() && !Getenv("TOKENTRACE_PATCHES").empty()) {
+    std::fputs("tokentrace: TOKENTRACE_PATCHES is deprecated; use TOKENTRACE_EDITS\n", stderr);
+    edits.env = "TOKENTRACE_PATCHES";  // what errors name; the job gets TOKENTRACE_EDITS
+    edits.value = Getenv(edits.env);
+    setenv("TOKENTRACE_EDITS", edits.value.c_str(), 1);
   }
   auto what = [](const Option& o) { return std::string(o.given ? o.flag : o.env); };
   std::string error;
@@ -273,9 +284,9 @@ int RunCommand(const std::vector<std::string>& args) {
     return UsageError("tokentrace: TOKENTRACE_OPS='" + ops_env +
                       "' is not accepted (accepted: 1 to record ATen ops, 0 or unset for not)");
   }
-  if (!patches.value.empty() && !IsFile(patches.value)) {
-    return UsageError("tokentrace: " + what(patches) + "='" + patches.value +
-                      "' is not a file (accepted: a JSON patch file)");
+  if (!edits.value.empty() && !IsFile(edits.value)) {
+    return UsageError("tokentrace: " + what(edits) + "='" + edits.value +
+                      "' is not a file (accepted: a JSON edit spec file)");
   }
   std::string shim;
   if (!FindShim(&shim, &error)) {

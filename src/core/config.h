@@ -45,9 +45,10 @@ struct Config {
   bool wait_when_full = false;        // TOKENTRACE_ON_FULL: "drop" (false) or "wait"
 };
 
-// Reads TOKENTRACE_OUT, _KERNELS, _TOKEN_RANGE, _SITES, _SAVE, _PATCHES, _CUPTI, _FLUSH_MS,
-// _BUFFER_EVENTS, _ON_FULL. Validates every value (the regex compiles, the mode parses, numbers are
-// in range). Returns nullopt with a message on the first bad value.
+// Reads TOKENTRACE_OUT, _KERNELS, _TOKEN_RANGE, _SITES, _SAVE, _CUPTI, _FLUSH_MS, _BUFFER_EVENTS,
+// _ON_FULL (TOKENTRACE_EDITS is the Python layer's: preload.py). Validates every value (the
+// regex compiles, the mode parses, numbers are in range). Returns nullopt with a message on
+// the first bad value.
 std::optional<Config> ConfigFromEnvironment(std::string* error);
 
 // Expands %p (pid), %r (rank: core/launch_meta.h LaunchInfo::rank) and %h (host name) in an

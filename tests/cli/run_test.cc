@@ -29,22 +29,46 @@ TEST(RunTest, ExecsTheCommandWithTheModeAndPropagatesItsStatus) {
 
 TEST(RunTest, SetsTheEnvironmentAndKeepsThePid) {
   std::string dir = testing::TempDir();
-  std::string patches = dir + "/p.json";
-  std::ofstream(patches) << "[]";
+  std::string edits = dir + "/p.json";
+  std::ofstream(edits) << "[]";
   auto r = RunCli(
       {"run", "--out=" + dir + "/t-%p.sqlite", "--sites", "model.*", "--save", "model.layers.0.*",
-       "--patches", patches, "--token-range", "step_[0-9]+", "--inputs", "model.layers.1.*", "--",
+       "--edits", edits, "--token-range", "step_[0-9]+", "--inputs", "model.layers.1.*", "--",
        "/bin/sh", "-c",
        "echo $$; echo $TOKENTRACE_OUT; echo $TOKENTRACE_SITES; echo $TOKENTRACE_SAVE;"
-       " echo $TOKENTRACE_PATCHES; echo $TOKENTRACE_TOKEN_RANGE; echo $LD_PRELOAD;"
+       " echo $TOKENTRACE_EDITS; echo $TOKENTRACE_TOKEN_RANGE; echo $LD_PRELOAD;"
        " echo $PYTHONPATH; echo $TOKENTRACE_INPUTS"},
       {kShimEnv, "LD_PRELOAD=libold.so", "PYTHONPATH=/old/py", "TOKENTRACE_BOOT_DIR=/boot/dir"});
   ASSERT_EQ(r.status, 0) << r.err;
   char shim[PATH_MAX];
   ASSERT_NE(realpath(TEST_SHIM, shim), nullptr);
   EXPECT_EQ(r.out, std::to_string(r.pid) + "\n" + dir + "/t-%p.sqlite\nmodel.*\n" +
-                       "model.layers.0.*\n" + patches + "\nstep_[0-9]+\n" + shim +
+                       "model.layers.0.*\n" + edits + "\nstep_[0-9]+\n" + shim +
                        ":libold.so\n/boot/dir:/old/py\nmodel.layers.1.*\n");
+}
+
+TEST(RunTest, OldPatchesSpellingStillWorksWithADeprecationNote) {
+  std::string dir = testing::TempDir();
+  std::string spec = dir + "/old.json";
+  std::ofstream(spec) << "[]";
+  auto r = RunCli({"run", "--patches=" + spec, "--", "/bin/sh", "-c", "echo $TOKENTRACE_EDITS"},
+                  {kShimEnv});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, spec + "\n");
+  EXPECT_EQ(r.err, "tokentrace: --patches is deprecated; use --edits\n");
+  r = RunCli({"run", "--", "/bin/sh", "-c", "echo $TOKENTRACE_EDITS"},
+             {kShimEnv, "TOKENTRACE_PATCHES=" + spec});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, spec + "\n");  // the job reads the new name
+  EXPECT_EQ(r.err, "tokentrace: TOKENTRACE_PATCHES is deprecated; use TOKENTRACE_EDITS\n");
+  r = RunCli({"run", "--", "/bin/true"}, {kShimEnv, "TOKENTRACE_PATCHES=" + dir + "/none.json"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("TOKENTRACE_PATCHES is deprecated; use TOKENTRACE_EDITS\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("TOKENTRACE_PATCHES='" + dir + "/none.json' is not a file"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(RunTest, BadKernelModeNamesTheOptionAndTheAcceptedValues) {
@@ -134,11 +158,10 @@ TEST(RunTest, UnwritableOutDirectoryIsRejected) {
   EXPECT_NE(r.err.find("is not writable"), std::string::npos) << r.err;
 }
 
-TEST(RunTest, MissingPatchFileIsRejected) {
-  auto r =
-      RunCli({"run", "--patches", "/tmp/tt_no_such_patches.json", "--", "/bin/true"}, {kShimEnv});
+TEST(RunTest, MissingEditSpecFileIsRejected) {
+  auto r = RunCli({"run", "--edits", "/tmp/tt_no_such_edits.json", "--", "/bin/true"}, {kShimEnv});
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("--patches='/tmp/tt_no_such_patches.json' is not a file"), std::string::npos)
+  EXPECT_NE(r.err.find("--edits='/tmp/tt_no_such_edits.json' is not a file"), std::string::npos)
       << r.err;
 }
 

@@ -1,5 +1,6 @@
 """tt.when(...).bind(model): real forward/generate with edits, num_fires, call selectors."""
 
+import pytest
 import torch
 
 import tokentrace as tt
@@ -46,12 +47,25 @@ def test_callable_ctx_and_combined_specs(llama, prompt):
     assert all(not m._forward_hooks for m in llama.modules())
 
 
-def test_intervene_during_trace(llama, prompt):
+def test_edits_during_trace(llama, prompt):
     import warnings
     spec = tt.when(V, tt.zero(), calls=tt.prefill)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trace = tt.trace(llama.generate, prompt, input_kwargs={"max_new_tokens": 2},
-                         save=tt.module(V), intervene=spec)
+                         save=tt.module(V), edits=spec)
     assert trace[f"{V}:1"].out.abs().sum() == 0
     assert trace[f"{V}:2"].out.abs().sum() > 0
+
+
+def test_old_intervene_keyword_still_works_and_warns(llama, prompt):
+    spec = tt.when(V, tt.zero(), calls=tt.prefill)
+    with pytest.warns(DeprecationWarning, match="intervene= is deprecated; use edits=") as seen:
+        trace = tt.trace(llama, prompt, save=tt.module(V), kernels="off", intervene=spec)
+    assert trace[f"{V}:1"].out.abs().sum() == 0
+    assert seen[0].filename == __file__  # points at the caller
+    with pytest.raises(tt.TokentraceError, match="edits= only"), \
+            pytest.warns(DeprecationWarning):
+        tt.trace(llama, prompt, edits=spec, intervene=spec)
+    with pytest.raises(tt.TokentraceError, match="edits= takes an edit spec"):
+        tt.record(llama, prompt, save=tt.module(V), edits="zero")

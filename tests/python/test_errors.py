@@ -93,7 +93,7 @@ def test_load_errors(tmp_path):
 def test_edit_errors(llama):
     with pytest.raises(tt.TokentraceError, match="did you mean"):
         tt.when(tt.module("model.layers.0.self_attn.v_prj"), tt.zero()).bind(llama)
-    with pytest.raises(tt.TokentraceError, match="patch op.*or a callable"):
+    with pytest.raises(tt.TokentraceError, match="edit op.*or a callable"):
         tt.when(tt.module("model.layers.0.self_attn.v_proj"), 3)
     with pytest.raises(tt.TokentraceError, match="calls="):
         tt.when("model.layers.0.self_attn.v_proj", tt.zero(), calls="prefill")

@@ -93,7 +93,7 @@ def test_the_trace_records_the_edited_input(llama, prompt, tmp_path):
     spec = tt.when(tt.module(V_PROJ), tt.fill(1.5), input="input")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trace = tt.trace(llama, prompt, intervene=spec, kernels="off",
+        trace = tt.trace(llama, prompt, edits=spec, kernels="off",
                          inputs_of=tt.module(V_PROJ), save=tt.module(V_PROJ))
     given = trace[f"{V_PROJ}:1"].inputs["input"]
     assert list(given.shape) == [1, 5, 32] and torch.all(given == 1.5)

@@ -153,6 +153,19 @@ def test_module_returning_its_input_is_not_edited_in_place():
     assert torch.equal(x, keep)
 
 
+class _DictOut(torch.nn.Module):
+    def forward(self, x):
+        return {"hidden": (x * 2, "kept"), "n": 1}
+
+
+def test_edited_tensor_goes_back_at_its_path_in_a_dict_output():
+    model = torch.nn.Sequential(_DictOut()).eval()
+    x = torch.ones(2, 3)
+    out = tt.when("0", lambda v, *, ctx: v + 1).bind(model)(x)
+    assert torch.equal(out["hidden"][0], torch.full((2, 3), 3.0))
+    assert out["hidden"][1] == "kept" and out["n"] == 1
+
+
 # --- skips, reports ---------------------------------------------------------------------------
 def test_runtime_misfit_is_skipped_counted_and_warned(llama, prompt):
     bound = tt.when(V, tt.fill(1.0, index=(slice(None), 4))).bind(llama)
@@ -216,6 +229,20 @@ def test_bind_rejects_a_dtype_the_table_cannot_take():
                                                  r"table edits float32, float16 and bfloat16"):
         tt.when("0", tt.zero()).bind(model)
     tt.when("0", lambda v, *, ctx: v).bind(model)  # callables take anything
+
+
+def test_an_entry_the_library_refuses_is_reported_on_its_rule():
+    """The library returns the refused entry's index (data, not text); rule 0 has 3 entries
+    (3 separate calls), so entry 4 is rule 2's."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)).eval()
+    spec = (tt.when("0", tt.zero(), calls=tt.call([1, 3, 5])) + tt.when("1", tt.scale(2.0))
+            + tt.when("1", tt.clamp(float("nan"), 1.0)))
+    with pytest.raises(tt.TokentraceError) as err:
+        spec.bind(model)
+    text = str(err.value)
+    assert text.startswith(f"tokentrace: rule 2 ({spec.rules[2].describe()}): clamp bounds "
+                           f"lo=nan"), text
+    assert "patch entry" not in text and "\n" not in text
 
 
 def test_errors_come_before_any_model_work(llama, prompt):

@@ -187,7 +187,7 @@ def _logits(stdout):
     return torch.tensor(json.loads(line[0][len("LOGITS "):]))
 
 
-def test_patches_in_preload_match_a_bound_model(tmp_path):
+def test_edits_in_preload_match_a_bound_model(tmp_path):
     from safetensors.torch import save_file
 
     import tokentrace as tt
@@ -198,7 +198,7 @@ def test_patches_in_preload_match_a_bound_model(tmp_path):
 
     clean = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "clean.sqlite"))
     assert clean.returncode == 0, clean.stderr
-    patched = _run_cli(tmp_path, job, own, ["--patches", str(spec)],
+    patched = _run_cli(tmp_path, job, own, ["--edits", str(spec)],
                        TOKENTRACE_OUT=str(tmp_path / "patched.sqlite"))
     assert patched.returncode == 0, patched.stderr
     clean_logits, patched_logits = _logits(clean.stdout), _logits(patched.stdout)
@@ -226,27 +226,42 @@ def test_patches_in_preload_match_a_bound_model(tmp_path):
     assert "patch_fires" not in tt.load(tmp_path / "clean.sqlite").meta
 
 
-def test_bad_patches_file_stops_the_job_before_the_model_runs(tmp_path):
+def test_bad_edits_file_stops_the_job_before_the_model_runs(tmp_path):
+    # given by its old, deprecated name: still read, with a note
     spec = tmp_path / "bad.json"
     spec.write_text(json.dumps([{"site": "transformer.h.0.mlp", "op": "zap"}]))
     job, own = _write_job(tmp_path)
     res = _run_cli(tmp_path, job, own, ["--patches", str(spec)],
                    TOKENTRACE_OUT=str(tmp_path / "p.sqlite"))
     assert res.returncode == 2 and "JOB-DONE" not in res.stdout, res.stderr
-    assert "TOKENTRACE_PATCHES" in res.stderr and "unknown op \"zap\"" in res.stderr
+    assert "tokentrace: --patches is deprecated; use --edits" in res.stderr
+    assert "TOKENTRACE_EDITS: " in res.stderr and "unknown op \"zap\"" in res.stderr
     assert "stopping the job" in res.stderr
 
 
-def test_patches_without_the_torch_ops_library_say_how_to_build_it(tmp_path):
-    # TOKENTRACE_PATCHES runs through the same native patch table as spec.bind(model)
+def test_old_edits_variable_name_still_works_in_the_job(monkeypatch, capsys):
+    from tokentrace import preload
+    monkeypatch.delenv("TOKENTRACE_EDITS", raising=False)
+    monkeypatch.setenv("TOKENTRACE_PATCHES", "/x/spec.json")
+    monkeypatch.setattr(preload, "_state", dict(preload._state))
+    assert preload._edits_variable() == ("TOKENTRACE_PATCHES", "/x/spec.json")
+    assert preload._edits_variable() == ("TOKENTRACE_PATCHES", "/x/spec.json")
+    assert capsys.readouterr().err == ("tokentrace: TOKENTRACE_PATCHES is deprecated; use "
+                                       "TOKENTRACE_EDITS (`tokentrace run --edits`)\n")
+    monkeypatch.setenv("TOKENTRACE_EDITS", "/y/spec.json")
+    assert preload._edits_variable() == ("TOKENTRACE_EDITS", "/y/spec.json")
+
+
+def test_edits_without_the_torch_ops_library_say_how_to_build_it(tmp_path):
+    # TOKENTRACE_EDITS runs through the same native patch table as spec.bind(model)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps([{"site": "transformer.h.0.mlp", "op": "zero"}]))
     job, own = _write_job(tmp_path)
-    res = _run_cli(tmp_path, job, own, ["--patches", str(spec)],
+    res = _run_cli(tmp_path, job, own, ["--edits", str(spec)],
                    TOKENTRACE_OUT=str(tmp_path / "p.sqlite"),
                    TOKENTRACE_TORCH_OPS_LIB=str(tmp_path / "missing.so"))
     assert res.returncode == 2 and "JOB-DONE" not in res.stdout, res.stderr
-    assert "TOKENTRACE_PATCHES: the patch table library libtokentrace_torch_ops.so is not built" \
+    assert "TOKENTRACE_EDITS: the patch table library libtokentrace_torch_ops.so is not built" \
         in res.stderr and "stopping the job" in res.stderr
 
 

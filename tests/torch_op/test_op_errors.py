@@ -11,12 +11,13 @@ def _table(tto, *args, max_sites=2, **kw):
 
 
 @pytest.mark.parametrize("args,kw,message", [
-    ((7, "zero"), {}, "tokentrace: patch entry 0 is for site 7 but the table has sites 0..1"),
+    ((7, "zero"), {},
+     "tokentrace: the entry is for site 7 but the table has sites 0..1 (patch entry 0)"),
     ((0, "add"), {"operand": torch.ones(3, dtype=torch.int64)},
      "tokentrace: op 'add' cannot take an operand of dtype int64 (supported: float32, float16, "
      "bfloat16) (patch entry 0)"),
     ((0, "add"), {"operand": torch.ones(3, dtype=torch.complex64)},
-     "tokentrace: the operand of patch entry 0 has dtype ComplexFloat"),
+     "tokentrace: the operand has dtype ComplexFloat"),
     ((0, "replace"), {}, "tokentrace: op 'replace' needs an operand tensor (patch entry 0)"),
     ((0, "zero"), {"index": (slice(0, 2, 0),)},
      "tokentrace: slice step 0 in dimension 0 must be >= 1"),
@@ -26,13 +27,29 @@ def _table(tto, *args, max_sites=2, **kw):
     ((0, "zero"), {"calls": ("tokens", 3, 2)},
      "tokentrace: call selector 'tokens 3..2' selects nothing"),
     ((0, "add"), {"operand": torch.ones([1] * 7)},
-     "tokentrace: the operand of patch entry 0 has 7 dimensions; patches support up to 6"),
+     "tokentrace: the operand has 7 dimensions; the patch table takes up to 6 (patch entry 0)"),
 ])
 def test_bad_entries_fail_at_create(tto, args, kw, message):
     with pytest.raises(RuntimeError) as e:
         _table(tto, *args, **kw)
     assert str(e.value).startswith(message)
     assert "\n" not in str(e.value)
+
+
+def test_bad_entry_comes_back_as_data(tto):
+    """upload() reports the refused entry's index and reason (the library's code, named by its
+    abi()), not only text: entry 1 of 3 here."""
+    table = tto.PatchTable(2)
+    table.add_entry(0, "zero")
+    table.add_entry(1, "clamp", lo=float("nan"), hi=1.0)
+    table.add_entry(0, "zero", index=(slice(0, 2, 0),))
+    with pytest.raises(tto.PatchEntryError) as e:
+        table.upload("cpu")
+    assert (e.value.entry, e.value.reason) == (1, "bad_clamp")
+    assert e.value.message.startswith("clamp bounds lo=nan")
+    args = (table._ints, table._floats, [None] * 3, 2, torch.device("cpu"))
+    entry, reason, _ = torch.ops.tokentrace.table_check(*args)
+    assert (entry, reason) == (1, tto.abi()["error.bad_clamp"])
 
 
 @pytest.mark.parametrize("kw,message", [
@@ -131,7 +148,7 @@ def test_device_mismatch(tto):
     with pytest.raises(RuntimeError, match="^tokentrace: patch table .* lives on cpu but the "
                                            "output is on cuda:0"):
         table.apply_(torch.zeros(3, device="cuda"), 0)
-    with pytest.raises(RuntimeError, match="^tokentrace: the operand of patch entry 0 is on cpu "
-                                           "but the table is for cuda:0"):
+    with pytest.raises(RuntimeError, match="^tokentrace: the operand is on cpu but the table is "
+                                           "for cuda:0"):
         torch.ops.tokentrace.table_create(table._ints, table._floats, [torch.ones(3)], 2,
                                           torch.device("cuda", 0))

@@ -1,4 +1,4 @@
-"""Declarative patch ops: tt.zero/fill/add/scale/clamp/replace.
+"""Declarative edit ops: tt.zero/fill/add/scale/clamp/replace.
 
 An op says what to do to an index box of a site's output. It is a description only: the work
 is done by the native patch table (libtokentrace_torch_ops, cuda/torch/, driven by edits.py),
@@ -10,7 +10,8 @@ statement of the same semantics, used by the tests only.)
 Index box: None (the whole output), or what Python indexing takes per dimension of the
 output (batch, position, feature, ...): ints (negative allowed), slices with open ends and
 steps >= 1, and one Ellipsis. Example: index=(slice(None), 1) is "every batch row, position 1".
-Dimensions after the last entry are whole; (..., 3) is "feature 3 of every row".
+Dimensions after the last entry are whole; (..., 3) is "feature 3 of every row". The patch
+table's dimension limit is the library's (_torch_ops.abi()["max_dims"]), checked at bind.
 """
 
 import math
@@ -18,8 +19,6 @@ import math
 import torch
 
 from ._errors import fail
-
-MAX_DIMS = 6
 
 
 def _check_index(index, what):
@@ -38,9 +37,6 @@ def _check_index(index, what):
             fail(f"{what}: index= takes ints, slices and ... per dimension, got {part!r}")
     if sum(p is Ellipsis for p in index) > 1:
         fail(f"{what}: index= takes at most one ..., got {index!r}")
-    if len([p for p in index if p is not Ellipsis]) > MAX_DIMS:
-        fail(f"{what}: index= has more than {MAX_DIMS} dimensions (the patch table's limit), "
-             f"got {index!r}")
     return index
 
 

@@ -1,0 +1,109 @@
+"""Call selectors of edits: tt.prefill, tt.call(k), tt.token(k), their unions (`|`).
+
+A call selector says *when* a rule acts: at the site's k-th call (1-based; call 1 is the
+prefill) or during token k (the root's k-th call). table_selectors() turns one into the patch
+table's selectors (the library's "every", "call", "calls", "token", "tokens").
+"""
+
+from ._errors import fail
+
+
+class CallSelector:
+    def __init__(self, by, values, text):
+        self.by = by          # "every" | "call" | "token" | "any" (a union)
+        self.values = values  # frozenset/range of ints, or a tuple of selectors for "any"
+        self.text = text
+
+    def matches(self, k, token):
+        if self.by == "every":
+            return True
+        if self.by == "any":
+            return any(s.matches(k, token) for s in self.values)
+        return (k if self.by == "call" else token) in self.values
+
+    def __or__(self, other):
+        other = as_calls(other)
+        return CallSelector("any", (self, other), f"{self.text} | {other.text}")
+
+    def table_selectors(self):
+        """The patch table's selectors for this one: a list of "every", ("call", k),
+        ("calls", a, b), ("token", k), ("tokens", a, b); their union is this selector. Sets
+        are merged into disjoint runs, so within one kind no call is selected twice."""
+        if self.by == "every":
+            return ["every"]
+        parts = {"call": [], "token": []}
+        stack = [self]
+        while stack:
+            sel = stack.pop()
+            if sel.by == "every":
+                return ["every"]
+            if sel.by == "any":
+                stack.extend(sel.values)
+            else:
+                parts[sel.by].append(sel.values)
+        out = []
+        for kind in ("call", "token"):
+            for a, b in _runs(parts[kind]):
+                out.append((kind, a) if a == b else (kind + "s", a, b))
+        return out
+
+    def __repr__(self):
+        return self.text
+
+
+def _runs(value_sets):
+    """Disjoint inclusive runs [(a, b)] covering the union of ranges and int sets."""
+    spans = []
+    for values in value_sets:
+        if isinstance(values, range) and values.step == 1:
+            if len(values):
+                spans.append((values.start, values[-1]))
+        else:
+            spans.extend((v, v) for v in values)
+    spans.sort()
+    merged = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _ints(by, value):
+    if isinstance(value, range):
+        if value.step <= 0 or value.start < 1:
+            fail(f"tt.{by}(range) takes increasing 1-based ranges, got {value!r}")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            fail(f"tt.{by}(k): k is 1-based, got {value}")
+        return frozenset([value])
+    if isinstance(value, (list, tuple, set, frozenset)) and value:
+        return frozenset(_one for v in value for _one in _ints(by, v))
+    fail(f"tt.{by}() takes an int k (1-based), a range, or a list of ints; got {value!r}")
+
+
+def call(k):
+    """The k-th call of the site (1-based); a range or list selects several."""
+    return CallSelector("call", _ints("call", k), f"tt.call({k!r})")
+
+
+def token(k):
+    """Calls during token k (1-based; token 1 is the prefill); a range or list selects several."""
+    return CallSelector("token", _ints("token", k), f"tt.token({k!r})")
+
+
+prefill = CallSelector("call", frozenset([1]), "tt.prefill")
+every_call = CallSelector("every", None, "every call")
+
+
+def as_calls(value):
+    if value is None:
+        return every_call
+    if isinstance(value, CallSelector):
+        return value
+    if isinstance(value, (int, range)) and not isinstance(value, bool):
+        return call(value)
+    fail(f"calls= takes tt.prefill, tt.call(k), tt.token(k), a range of calls, or None "
+         f"(every call); got {value!r}")

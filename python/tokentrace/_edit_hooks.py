@@ -1,0 +1,308 @@
+"""The forward hooks of one edit spec on one model (EditHooks), and how a call is counted.
+
+Declarative ops run through one native patch table per bound spec (_torch_ops.PatchTable, the
+libtokentrace_torch_ops library), built at bind time on the model's device: each selected
+module gets a site id, each (rule, call selector) an entry (_edit_table.py). The module's
+forward hook makes one in-place call torch.ops.tokentrace.apply_patches_(output, table, site);
+the root's forward pre-hook calls torch.ops.tokentrace.advance_token(table). Which entries fire
+is decided from the table's own counters (device memory for a CUDA table), so the hooks hold
+no Python state: torch.compile traces them without a graph break and a CUDA graph that
+captures a step replays the edit at the right calls and tokens. Python callables run in the
+hook with Python-side counters (eager only).
+
+Where the call number k is counted, and why each place must (issue 14, item 3):
+- the patch table (cuda/patch_table.h, site_calls; advanced by apply_patches_): op rules. It
+  lives where the op runs (device memory for a CUDA table), so a CUDA graph that captured a
+  step replays the right k; a counter on the host would stay at its capture-time value.
+- here (self.counts in _pre and _input_edit): callable rules and input edits. They run in
+  Python, eager only, with nothing recorded as often as not, and their k restarts with each
+  run of the bound model.
+- the joiner (src/core/joiner.cc, NextK): the k a trace stores. It is given when the drain
+  thread joins the rings' push events, after the call, so a hook deciding at the call cannot
+  read it: python/src/native.cc's current() reads the recorder's open call, whose k is 0
+  until the joiner numbers it (src/core/recorder.cc). Asking the extension from every hook
+  would also put a call into the hot path that op rules keep free of Python.
+"""
+
+import threading
+
+import torch
+
+from . import _torch_ops
+from ._edit_report import EditReport, counters, warn_skips
+from ._edit_table import TableEntries
+from ._edit_view import apply_view, float_dtype, validate, view_key
+from ._errors import fail
+from ._input_edit import input_hook
+from ._naming import ROOT, site_names
+from ._outputs import first_tensor
+from ._edit_ops import Op
+from ._paths import replace_in_output
+from ._rules import EditContext
+
+
+class _Segment:
+    """Consecutive actions at one site: op rules sharing one table site id (and view key), or
+    one callable rule."""
+
+    __slots__ = ("rules", "site_id", "key", "fn")
+
+    def __init__(self, rules, site_id=None, key=None, fn=None):
+        self.rules, self.site_id, self.key, self.fn = rules, site_id, key, fn
+
+
+class EditHooks:
+    """The forward hooks of one spec on one model. Resolving, validation and the patch table
+    happen here, before any run: errors come before any model work."""
+
+    def __init__(self, model, spec):
+        if not isinstance(model, torch.nn.Module):
+            fail(f"bind() takes a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.spec = spec
+        self.modules = site_names(model)
+        names = list(self.modules)
+        targets = {}  # (site, input path or None for the output) -> [rule index], rule order
+        for i, rule in enumerate(spec.rules):
+            for site in rule.selector.resolve(names, "tt.when selector"):
+                targets.setdefault((site, rule.input), []).append(i)
+        by_site = {}
+        for target in targets:
+            by_site.setdefault(target[0], []).append(target)
+        self.targets = {t: targets[t] for site in names for t in by_site.get(site, ())}
+        self.has_callables = any(not isinstance(r.action, Op) for r in spec.rules)
+        self.table = None
+        self.handle = None
+        self.device = None
+        self._entries = TableEntries()
+        self.entry_rule = self._entries.entry_rule  # table entry -> rule index
+        self.plans = {}       # (site, input path or None) -> [_Segment]
+        self._plan()
+        if self.entry_rule:
+            self.table = self._entries.build(self.num_sites, self.device, self._rule_error)
+            self.handle = self.table.handle
+        self.handles = []
+        self._run = 0
+        self._warned = False
+        self._local = threading.local()
+        self._reset_python()
+
+    # -- planning and validation ---------------------------------------------------------
+    def _rule_error(self, i, message):
+        fail(f"rule {i} ({self.spec.rules[i].describe()}): {message}")
+
+    def _plan(self):
+        site_id = 0
+        for target, rule_ids in self.targets.items():
+            segments = []
+            for i in rule_ids:
+                action = self.spec.rules[i].action
+                if not isinstance(action, Op):
+                    segments.append(_Segment([i], fn=action))
+                    continue
+                key, box = view_key(action.index)
+                if segments and segments[-1].fn is None and segments[-1].key == key:
+                    segments[-1].rules.append((i, box))
+                    continue
+                segments.append(_Segment([(i, box)], site_id=site_id, key=key))
+                site_id += 1
+            self.plans[target] = segments
+        self.num_sites = site_id
+        if not site_id:
+            return
+        _torch_ops.load_library()  # a clear error (how to build it) before anything else
+        self.device = self.current_device()
+        model_dtype = float_dtype(self.model)
+        for (site, path), segments in self.plans.items():
+            module = self.modules[site]
+            dtype = float_dtype(module) or model_dtype
+            for seg in segments:
+                if seg.fn is not None:
+                    continue
+                for i, box in seg.rules:
+                    rule = self.spec.rules[i]
+                    validate(lambda message, i=i: self._rule_error(i, message), rule.action,
+                             site, module, dtype, seg.key, box, path is None, self.device)
+                    self._entries.add(self._rule_error, i, rule, seg.site_id, box)
+
+    def _device_of(self, site):
+        for source in (self.modules[site], self.model):
+            for t in source.parameters():
+                return t.device
+            for t in source.buffers():
+                return t.device
+        return torch.device("cpu")
+
+    # -- runs and counters ---------------------------------------------------------------
+    def _reset_python(self):
+        self.fires = [0] * len(self.spec.rules)  # callable rules only; ops count in the table
+        self.counts = {}
+        self.token = 0
+        self._local = threading.local()
+
+    def current_device(self):
+        return self._device_of(next(s for (s, _), segs in self.plans.items()
+                                    if any(g.fn is None for g in segs)))
+
+    def begin_run(self):
+        """A new run: the table follows the model's device (re-uploaded when the model moved)
+        and every counter starts from zero."""
+        self._run += 1
+        self._reset_python()
+        if self.table is None:
+            return
+        device = self.current_device()
+        if device != self.table.device:
+            self.device = device
+            self.table.upload(device)  # operands are copied there; counters start at zero
+            self.handle = self.table.handle
+        else:
+            self.table.reset()
+
+    def reset_counters(self):
+        """Counters back to zero without ending the run (e.g. after a CUDA-graph warm-up)."""
+        self._reset_python()
+        if self.table is not None:
+            self.table.reset()
+
+    def report(self):
+        report = EditReport(self, self._run, self.fires)
+        if self.table is not None and self.table.device.type == "cpu":
+            report._read()  # host counters: free to read, so skips warn right away
+        return report
+
+    def _snapshot(self, run, python_fires):
+        if run != self._run:
+            fail("this report's counters were reset by a later run of the bound model; read "
+                 "bound.last_report after each run")
+        data = counters(self.spec.rules, self.table, self.entry_rule, python_fires)
+        if any(n for _, n in data["skips"]) and not self._warned:
+            self._warned = True
+            warn_skips(data)
+        return data
+
+    # -- hooks ---------------------------------------------------------------------------
+    def install(self):
+        try:
+            root = self.modules[ROOT]
+            self.handles.append(root.register_forward_pre_hook(self._root_pre, prepend=True))
+            if self.has_callables:
+                self.handles.append(root.register_forward_hook(self._root_post,
+                                                               always_call=True))
+            for (site, path), segments in self.plans.items():
+                mod = self.modules[site]
+                if path is not None:  # before forward, ahead of the recording's input hook
+                    hook = input_hook(mod, site, path, self._input_edit(site, path, segments))
+                    self.handles.append(mod.register_forward_pre_hook(hook, prepend=True,
+                                                                      with_kwargs=True))
+                elif any(seg.fn is not None for seg in segments):
+                    self.handles.append(mod.register_forward_pre_hook(self._pre(site),
+                                                                      prepend=True))
+                    hook = self._post(site, segments)
+                    self.handles.append(mod.register_forward_hook(hook, prepend=True,
+                                                                  always_call=True))
+                else:
+                    self.handles.append(mod.register_forward_hook(self._post_ops(segments),
+                                                                  prepend=True))
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _depth(self):
+        return getattr(self._local, "root_depth", 0)
+
+    def _root_pre(self, module, args):
+        if self.table is not None:
+            torch.ops.tokentrace.advance_token(self.handle)
+        if self.has_callables:
+            if self._depth() == 0:
+                self.token += 1
+            self._local.root_depth = self._depth() + 1
+
+    def _root_post(self, module, args, output):
+        self._local.root_depth = max(self._depth() - 1, 0)
+
+    def _stack(self, site):
+        stacks = getattr(self._local, "stacks", None)
+        if stacks is None:
+            stacks = self._local.stacks = {}
+        return stacks.setdefault(site, [])
+
+    def _pre(self, site):
+        def pre(module, args):
+            k = self.counts.get(site, 0) + 1
+            self.counts[site] = k
+            self._stack(site).append(k)
+        return pre
+
+    def _apply_ops(self, values, seg):
+        if seg.key is None:
+            torch.ops.tokentrace.apply_patches_(values, self.handle, seg.site_id)
+        else:
+            apply_view(values, seg.key, self.handle, seg.site_id)
+
+    def _post_ops(self, segments):
+        """Only declarative ops at this site: in-place table calls, no Python state (what
+        torch.compile traces and a CUDA graph captures)."""
+        def post(module, args, output):
+            values, path = first_tensor(output)
+            if values is None:
+                return None
+            copied = any(values is a for a in args)
+            if copied:  # the module returned its input: edit a copy, not the caller's tensor
+                values = values.clone()
+            for seg in segments:
+                self._apply_ops(values, seg)
+            return replace_in_output(output, path, values) if copied else None
+        return post
+
+    def _run_rules(self, values, segments, site, k):
+        """Applies one target's segments to `values`; the (possibly new) tensor."""
+        rules = self.spec.rules
+        ctx = EditContext(site, k, self.token)
+        for seg in segments:
+            if seg.fn is None:
+                self._apply_ops(values, seg)
+                continue
+            i = seg.rules[0]
+            if not rules[i].calls.matches(k, self.token):
+                continue
+            new = seg.fn(values, ctx=ctx)
+            if new is not None and not isinstance(new, torch.Tensor):
+                fail(f"the edit {rules[i].describe()} returned {type(new).__name__}; "
+                     f"return a tensor (or None after editing in place)")
+            if new is not None:
+                values = new
+            self.fires[i] += 1
+        return values
+
+    def _input_edit(self, site, path, segments):
+        """What the input pre-hook runs on a copy of the input at `path`."""
+        def edit(values):
+            k = self.counts.get((site, path), 0) + 1
+            self.counts[(site, path)] = k
+            return self._run_rules(values, segments, site, k)
+        return edit
+
+    def _post(self, site, segments):
+        def post(module, args, output):
+            stack = self._stack(site)
+            if not stack:
+                return None
+            k = stack.pop()
+            if output is None:
+                return None  # the forward raised; always_call hooks see no output
+            values, path = first_tensor(output)
+            if values is None:
+                return None
+            original = values
+            if any(values is a for a in args):
+                values = values.clone()
+            values = self._run_rules(values, segments, site, k)
+            return replace_in_output(output, path, values) if values is not original else None
+        return post

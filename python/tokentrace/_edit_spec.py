@@ -1,0 +1,76 @@
+"""Edit specs: tt.when(...) makes one, `+` combines them, .bind(model) installs them.
+
+The JSON form is _edit_json.py (load_spec reads it, EditSpec.to_json writes it); it works on
+rules (_rules.py), so it and this module do not import each other both ways.
+"""
+
+import warnings
+
+from . import _edit_json
+from ._bound import BoundModel
+from ._edit_hooks import EditHooks
+from ._errors import fail
+from ._rules import make_rule
+
+
+class EditSpec:
+    """One or more rules; combine with `+`; install with .bind(model)."""
+
+    def __init__(self, rules):
+        self.rules = list(rules)
+
+    def __add__(self, other):
+        if not isinstance(other, EditSpec):
+            fail(f"edit specs combine with other specs from tt.when(...), got "
+                 f"{type(other).__name__}")
+        return EditSpec(self.rules + other.rules)
+
+    def bind(self, model):
+        """A bound model: calls run the real forward (and .generate the real generate) with
+        these edits installed; nothing is recorded."""
+        return BoundModel(model, self)
+
+    def hooks_for(self, model):
+        return EditHooks(model, self)
+
+    def to_json(self, path=None, *, operand_dir=None):
+        """The JSON form of this spec (what tt.load_spec reads), as text; also written to
+        `path` when given. Tensor operands loaded from a file refer to that file; in-memory
+        ones are saved as .safetensors under `operand_dir` (required for them). Rules with a
+        Python callable have no JSON form (an error)."""
+        return _edit_json.to_json(self.rules, path, operand_dir)
+
+    def __repr__(self):
+        return "EditSpec(" + "; ".join(r.describe() for r in self.rules) + ")"
+
+
+def when(selector, action, calls=None, *, input=None):
+    """A rule: at the sites `selector` selects, on the calls `calls` selects, run `action`.
+
+    action: tt.zero/fill/add/scale/clamp/replace(...), or fn(values, *, ctx) returning the new
+    values (or None after editing them in place). input: edit the call's input at this path
+    (as trace["site:k"].inputs names it: "hidden_states", "past_key_values.layers[0].values")
+    before forward runs, instead of its output.
+    """
+    return EditSpec([make_rule(selector, action, calls, input)])
+
+
+def load_spec(path, device=None):
+    """Reads an edit spec from a JSON file (a list of rules; the format is in docs/python.md
+    and _edit_json.py). device: where tensor operands go (default the CPU); the output they
+    edit must be on the same device."""
+    return EditSpec(_edit_json.read_rules(path, device))
+
+
+def check_edits(edits, intervene=None):
+    """The edit spec given to trace()/record() as edits= (or intervene=, its deprecated old
+    name: still taken, with a DeprecationWarning), or None."""
+    if intervene is not None:
+        warnings.warn("tokentrace: intervene= is deprecated; use edits= (the same edit spec)",
+                      DeprecationWarning, stacklevel=3)
+        if edits is not None:
+            fail("pass the edit spec as edits= only (intervene= is its deprecated old name)")
+        edits = intervene
+    if edits is not None and not isinstance(edits, EditSpec):
+        fail(f"edits= takes an edit spec from tt.when(...), got {type(edits).__name__}")
+    return edits

@@ -1,0 +1,49 @@
+"""The patch table of a bound spec: one entry per (op rule, table selector), built at bind.
+
+A bad entry comes back from the library as data (_torch_ops.PatchEntryError: entry index,
+reason, message) and is reported on the rule the entry belongs to.
+"""
+
+import torch
+
+from . import _torch_ops
+from ._errors import fail
+
+# Entries of one table: a calls= list of scattered calls or tokens makes one entry per run.
+MAX_ENTRIES = 4096
+
+
+class TableEntries:
+    """The entries of one spec's table, and the rule each belongs to (entry_rule)."""
+
+    def __init__(self):
+        self.entries = []     # (site id, op, box, table selector)
+        self.entry_rule = []  # entry -> rule index
+
+    def add(self, rule_error, i, rule, site_id, box):
+        """Entries for op rule `i` at table site `site_id`; rule_error(i, message) on a
+        problem."""
+        selectors = rule.calls.table_selectors()
+        if len(self.entry_rule) + len(selectors) > MAX_ENTRIES:
+            rule_error(i, f"its calls= selects too many separate calls or tokens for the "
+                          f"patch table ({MAX_ENTRIES} entries); use ranges")
+        for sel in selectors:
+            self.entries.append((site_id, rule.action, box, sel))
+            self.entry_rule.append(i)
+
+    def build(self, num_sites, device, rule_error):
+        """The native table on `device`; a refused entry is rule_error(its rule, why)."""
+        table = _torch_ops.PatchTable(num_sites)
+        for site_id, op, box, sel in self.entries:
+            args = dict(op.table_args())
+            if isinstance(args.get("operand"), torch.Tensor) and \
+                    args["operand"].dtype == torch.float64:
+                args["operand"] = args["operand"].float()  # ops compute in float32 anyway
+            table.add_entry(site_id, op.name, index=box, calls=sel, **args)
+        try:
+            table.upload(device)
+        except _torch_ops.PatchEntryError as exc:
+            rule_error(self.entry_rule[exc.entry], exc.message)
+        except RuntimeError as exc:  # not an entry's fault (no CUDA device, ...): one line
+            fail(str(exc).splitlines()[0].removeprefix("tokentrace: "))
+        return table

@@ -1,0 +1,82 @@
+"""The path grammar of values inside a call's arguments or a module's output, parsed once.
+
+Paths read like Python access: "[0]" for a tuple or list item, ".key" (or "key" first) for a
+dict / ModelOutput key or a dataclass / cache attribute, "[3]" for an int key. _inputs.py and
+_outputs.py write them; descend() reads one against a value (a key may hold dots, so the value
+decides), and put_at() puts a new value there, copying the containers on the way (except
+transformers' caches, which are shared state and edited in place).
+"""
+
+import copy
+import dataclasses
+import re
+
+from ._errors import fail
+from ._inputs import _CACHE, _DATACLASS, _DICT, _SEQ, _kind_of
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def ends(rest, text):
+    """Whether `rest` starts with the path component `text` (and the component ends there)."""
+    return rest.startswith(text) and (len(rest) == len(text) or rest[len(text)] in ".[")
+
+
+def descend(value, rest, steps):
+    """`steps` plus the steps from `value` to the value at path `rest` ("[0].key"), or None
+    when it names nothing. Steps: ("item", i), ("key", k), ("attr", name)."""
+    if not rest:
+        return steps
+    kind = _kind_of(type(value))
+    if kind == _SEQ:
+        m = _INDEX.match(rest)
+        if m is None or int(m.group(1)) >= len(value):
+            return None
+        i = int(m.group(1))
+        return descend(value[i], rest[m.end():], steps + [("item", i)])
+    if kind == _DICT:
+        options = [(f".{k}" if isinstance(k, str) else f"[{k!r}]", "key", k) for k in value]
+    elif kind == _CACHE:
+        options = [(f".{k}", "attr", k) for k in vars(value)]
+    elif kind == _DATACLASS:
+        options = [(f".{f.name}", "attr", f.name) for f in dataclasses.fields(value)]
+    else:
+        return None
+    for text, how, k in sorted(options, key=lambda o: -len(o[0])):
+        if ends(rest, text):
+            child = value[k] if how == "key" else getattr(value, k)
+            found = descend(child, rest[len(text):], steps + [(how, k)])
+            if found is not None:
+                return found
+    return None
+
+
+def put_at(obj, steps, new, in_cache):
+    """`obj` with `new` at `steps` (containers copied on the way, caches edited in place)."""
+    if not steps:
+        return new
+    (how, k), rest = steps[0], steps[1:]
+    in_cache = in_cache or _kind_of(type(obj)) == _CACHE
+    child = put_at(getattr(obj, k) if how == "attr" else obj[k], rest, new, in_cache)
+    if how == "attr":
+        if in_cache:
+            setattr(obj, k, child)
+            return obj
+        return dataclasses.replace(obj, **{k: child})
+    if isinstance(obj, tuple):
+        items = list(obj)
+        items[k] = child
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    if not in_cache:
+        obj = copy.copy(obj)  # a list, a dict or a ModelOutput of the caller's
+    obj[k] = child
+    return obj
+
+
+def replace_in_output(output, path, new):
+    """`output` with `new` at `path` (as _outputs.first_tensor names it: "", "[0]", "logits",
+    "[0].hidden"); a path that names nothing there is an error."""
+    steps = descend(output, path if path[:1] in ("", "[", ".") else "." + path, [])
+    if steps is None:
+        fail(f"cannot put the edited tensor back at {path!r} in a {type(output).__name__}")
+    return put_at(output, steps, new, False)
