@@ -189,8 +189,8 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
     fn: a model, a bound method of one (model.generate), or any function that calls a model
-    (then the first module it calls is the model, as with `tokentrace run`). inputs: a tensor, a tuple of
-    positional arguments, a dict of keyword arguments, or text (tokenized with `tokenizer=`
+    (then the first module it calls is the model, as with `tokentrace run`). inputs: a tensor, a
+    tuple of positional arguments, a dict of keyword arguments, or text (tokenized with `tokenizer=`
     or the tokenizer saved next to the model). save=: sites whose output tensors are kept
     (trace["site:k"].out is then the tensor; for sites whose inputs are recorded,
     .inputs holds tensors too). inputs_of=: sites whose inputs (every tensor and value each call

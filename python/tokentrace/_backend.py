@@ -1,10 +1,10 @@
 """The recorder behind a trace: the native shim, through the extension tokentrace._native.
 
 NativeBackend is the small interface the rest of the package uses: start/stop/active/out_path,
-site(), wrap_forward() (a module's forward, wrapped) and pre_hook()/post_hook() hook objects, current(), escape(),
-kernels_status. The hooks are C++ objects that push/pop NVTX ranges in the "tokentrace"
-domain; the shim turns those into calls and tokens and joins kernels to them. There is no
-other recorder: without the extension, get_backend() raises and says how to build it.
+site(), wrap_forward() (a module's forward, wrapped) and pre_hook()/post_hook() hook objects,
+current(), escape(), kernels_status. The hooks are C++ objects that push/pop NVTX ranges in
+the "tokentrace" domain; the shim turns those into calls and tokens and joins kernels to them.
+There is no other recorder: without the extension, get_backend() raises and says how to build it.
 """
 
 from . import _loader
@@ -68,8 +68,8 @@ class NativeBackend:
         return self._n.out_path()
 
     def site_kind(self, name):
-        """The code of site kind `name` ('root', 'module', 'range', 'op'): include/tokentrace/kinds.h,
-        through the extension."""
+        """The code of site kind `name` ('root', 'module', 'range', 'op'):
+        include/tokentrace/kinds.h, through the extension."""
         return self._n.SITE_KINDS[name]
 
     def site(self, name, kind):

@@ -29,6 +29,7 @@ import threading
 import torch
 
 from . import _torch_ops
+from ._edit_ops import Op
 from ._edit_report import EditReport, counters, warn_skips
 from ._edit_table import TableEntries
 from ._edit_view import apply_view, float_dtype, validate, view_key
@@ -36,7 +37,6 @@ from ._errors import fail
 from ._input_edit import input_hook
 from ._naming import ROOT, site_names
 from ._outputs import first_tensor
-from ._edit_ops import Op
 from ._paths import replace_in_output
 from ._rules import EditContext
 

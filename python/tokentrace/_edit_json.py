@@ -26,8 +26,8 @@ import os
 import torch
 
 from ._calls import call, every_call, prefill, token
-from ._errors import TokentraceError, fail
 from ._edit_ops import Op, add, clamp, fill, replace, scale, zero
+from ._errors import TokentraceError, fail
 from ._rules import make_rule
 from ._selectors import module
 

@@ -5,8 +5,8 @@ make_rule checks what tt.when and the JSON reader (_edit_json.py) are given; Edi
 """
 
 from ._calls import as_calls
-from ._errors import fail
 from ._edit_ops import Op
+from ._errors import fail
 from ._selectors import as_selector
 
 

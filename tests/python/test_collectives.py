@@ -114,9 +114,9 @@ def test_async_wait_is_wait_in_the_cross_rank_report(tmp_path):
     waits = {t: ns for n, t, ns in _calls(str(tmp_path / "rank0.sqlite")) if n == "c10d::wait"}
     assert sorted(waits) == [1, 2, 3], waits
     assert waits[2] >= 0.8 * SLOW_S * 1e9, waits
-    res = subprocess.run([os.path.join(native, "tokentrace"), "report", str(tmp_path / "rank0.sqlite"),
-                          str(tmp_path / "rank1.sqlite")], capture_output=True, text=True,
-                         timeout=60)
+    files = [str(tmp_path / "rank0.sqlite"), str(tmp_path / "rank1.sqlite")]
+    res = subprocess.run([os.path.join(native, "tokentrace"), "report", *files],
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     # The ranks table (rank host pid tokens token_ms wait_ms ...): rank 0's wait holds the
     # sleep; the stragglers table (token, slowest rank, ...) names rank 1 at token 2.

@@ -126,10 +126,12 @@ ERRORS = [
      r"holds 2 tensors; pick one with \"operand_key\" \(one of 'x', 'y'\)"),
     ([{"site": "a", "op": "replace", "operand": "two.pt", "operand_key": "z"}],
      r"\"operand_key\" 'z' is not in .*two\.pt; it holds 'x', 'y'"),
-    ([{"site": "a", "op": "zero", "index": "all"}], r'rule 0: "index" must be null, an int, or a list'),
+    ([{"site": "a", "op": "zero", "index": "all"}],
+     r'rule 0: "index" must be null, an int, or a list'),
     ([{"site": "a", "op": "zero", "index": [0, [1]]}],
      r'rule 0: "index" entry 1 must be an int, null \(the whole dimension\), \[start, stop\]'),
-    ([{"site": "a", "op": "zero", "index": [[0, 4, -1]]}], r"rule 0: .*slice steps must be positive"),
+    ([{"site": "a", "op": "zero", "index": [[0, 4, -1]]}],
+     r"rule 0: .*slice steps must be positive"),
     ([{"site": "a", "op": "zero", "calls": "first"}],
      r'rule 0: "calls" must be "every", "prefill", \{"call": k\}, \{"token": k\}, '
      r'\{"calls": \[first, last\]\}, \{"tokens": \[first, last\]\}, or a list of these; '

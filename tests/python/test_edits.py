@@ -26,7 +26,8 @@ def test_num_fires_every_call_prefill_and_token(llama, prompt):
     assert bound.last_report.num_fires == 1
     plain = _gen(llama, prompt, 5)
     # logits of tokens 1 and 2 are untouched; token 3's differ
-    assert torch.equal(out.logits[0], plain.logits[0]) and torch.equal(out.logits[1], plain.logits[1])
+    assert torch.equal(out.logits[0], plain.logits[0])
+    assert torch.equal(out.logits[1], plain.logits[1])
     assert not torch.allclose(out.logits[2], plain.logits[2])
 
 

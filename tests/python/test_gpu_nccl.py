@@ -67,7 +67,8 @@ def _run_ranks(tmp_path, world):
     job.write_text(JOB)
     env = dict(os.environ, PYTHONPATH=PYDIR, TOKENTRACE_NATIVE_DIR=_native_dir(),
                WORLD_SIZE=str(world), TORCHELASTIC_RUN_ID=f"nccl-{world}")
-    procs = [subprocess.Popen([sys.executable, str(job), str(r), str(world), str(tmp_path / "store"),
+    store = str(tmp_path / "store")
+    procs = [subprocess.Popen([sys.executable, str(job), str(r), str(world), store,
                                str(tmp_path / f"rank{r}.sqlite")],
                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

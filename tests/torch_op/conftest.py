@@ -1,7 +1,8 @@
 """Tests of the tokentrace PyTorch operators (cuda/torch/).
 
 Build first:  bash scripts/setup.sh && source build/env.sh (builds build/torch-ops), or
-              cuda/torch/build.sh <dir> and TOKENTRACE_TORCH_OPS_LIB=<dir>/libtokentrace_torch_ops.so
+              cuda/torch/build.sh <dir> and
+              TOKENTRACE_TORCH_OPS_LIB=<dir>/libtokentrace_torch_ops.so
 Run:          $TOKENTRACE_PY -m pytest tests/torch_op
 The loader is the package's (python/tokentrace/_torch_ops.py), which finds the library the same
 way a bound model does. Without the library every test here is skipped, with the reason.

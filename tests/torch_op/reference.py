@@ -7,7 +7,10 @@ def apply_reference(x, index, op, value=0.0, lo=0.0, hi=0.0, operand=None):
     v = x.float()  # a copy for f16/bf16; the round trip back is exact outside the box
     v = v.clone()
     box = v[index]
-    f32 = lambda s: torch.tensor(s, dtype=torch.float32)  # params are float32 in the table
+
+    def f32(s):  # params are float32 in the table
+        return torch.tensor(s, dtype=torch.float32)
+
     if op == "zero":
         new = torch.zeros_like(box)
     elif op == "fill":
