@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/config.h"
 #include "nvtx3/nvToolsExt.h"
 #include "store/schema.h"
 #include "tokentrace/tokentrace.h"
@@ -434,6 +435,18 @@ NB_MODULE(_native, m) {
   m.attr("SITE_KINDS") = site_kinds;
   m.attr("ESCAPE_KINDS") = escape_kinds;
   m.attr("LOSS_KINDS") = loss_kinds;
+  // Kernel modes: the C++ parser (src/core/config.cc) judges them for Python too.
+  m.attr("DEFAULT_KERNEL_MODE") = tokentrace::Config().kernels.ToString();
+  m.attr("KERNEL_MODES_ACCEPTED") = tokentrace::kAcceptedKernelModes;
+  m.def(
+      "parse_kernel_mode",
+      [](const std::string& text, const std::string& what) {
+        std::string error;
+        const auto mode = tokentrace::ParseKernelMode(text, what, &error);
+        if (!mode) throw nb::value_error(error.c_str());
+        return mode->ToString();
+      },
+      nb::arg("text"), nb::arg("what") = "kernels");
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
         nb::arg("token_range").none());
   m.def("stop", &Stop);

@@ -10,21 +10,21 @@ other recorder: without the extension, get_backend() raises and says how to buil
 from . import _loader
 from ._errors import fail
 
-_KERNEL_MODES = ("off", "summary", "full")
-
 
 def check_kernel_mode(kernels):
+    """The kernel mode to record with (None: the default); C++ (src/core/config.cc) judges it."""
+    native = _loader.load()
+    if native is None:
+        get_backend()  # raises: without the extension there is nothing to record with
     if kernels is None:
-        return "summary"
-    if isinstance(kernels, str):
-        if kernels in _KERNEL_MODES:
-            return kernels
-        if kernels.startswith("sample:"):
-            n = kernels[len("sample:"):]
-            if n.isdigit() and int(n) >= 1:
-                return kernels
-    fail(f"kernels={kernels!r} is not a kernel mode; accepted: 'off', 'summary', 'full', "
-         f"'sample:N' (N >= 1)")
+        return native.DEFAULT_KERNEL_MODE
+    if not isinstance(kernels, str):
+        fail(f"kernels={kernels!r} is not a kernel mode ({native.KERNEL_MODES_ACCEPTED})")
+    try:
+        native.parse_kernel_mode(kernels, "kernels")
+    except ValueError as exc:
+        fail(str(exc))
+    return kernels
 
 
 class NativeBackend:

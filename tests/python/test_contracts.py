@@ -70,3 +70,35 @@ def test_the_python_layer_writes_only_known_loss_kinds(tmp_path):
     con = sqlite3.connect(path)
     assert con.execute("SELECT count FROM losses WHERE kind = 'save_failed'").fetchone() == (2,)
     con.close()
+
+
+@pytest.mark.parametrize("text", ["off", "summary", "full", "sample:1", "sample:007", "sample:0",
+                                  "sample:", "sample:-1", "sample:\u00b2", "sample:1000000000000",
+                                  "Full", "everything", ""])
+def test_kernel_modes_are_judged_by_the_cpp_parser(text):
+    """Python keeps no list of kernel modes: check_kernel_mode accepts exactly what the
+    C++ parser (src/core/config.cc, through _native.parse_kernel_mode) accepts, with its
+    message, and never fails with a stack trace of ours ("sample:\u00b2" is a digit to str.isdigit)."""
+    from tokentrace import TokentraceError
+    from tokentrace._backend import check_kernel_mode
+    try:
+        native.parse_kernel_mode(text, "kernels")
+        cpp_error = None
+    except ValueError as exc:
+        cpp_error = str(exc)
+    if cpp_error is None:
+        assert check_kernel_mode(text) == text
+    else:
+        with pytest.raises(TokentraceError) as raised:
+            check_kernel_mode(text)
+        assert str(raised.value) == "tokentrace: " + cpp_error
+        assert native.KERNEL_MODES_ACCEPTED in cpp_error
+
+
+def test_kernel_mode_default_and_non_strings():
+    from tokentrace import TokentraceError
+    from tokentrace._backend import check_kernel_mode
+    assert check_kernel_mode(None) == native.DEFAULT_KERNEL_MODE == "summary"
+    with pytest.raises(TokentraceError, match="kernels=5 is not a kernel mode"):
+        check_kernel_mode(5)
+
