@@ -463,9 +463,9 @@ NB_MODULE(_native, m) {
   m.def("pop", [] { tokentrace_pop(); });
   m.def("current", [] {
     uint64_t call_id = 0;
-    uint32_t k = 0, token = 0;
-    tokentrace_current(&call_id, &k, &token);
-    return std::make_tuple(call_id, k, token);
+    uint32_t token = 0;
+    tokentrace_current(&call_id, &token);
+    return std::make_tuple(call_id, token);
   });
   m.def(
       "escape", [](int kind) { tokentrace_escape(kind); },

@@ -146,7 +146,7 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, inter
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
-    escapes = EscapeCounter(lambda: backend.current()[2])
+    escapes = EscapeCounter(lambda: backend.current_token())
     with _ops.ring_for_ops(backend, ops):
         path = backend.start(path, kernels)
     attached = Attachment(backend, path, shard_bytes, select, intervene, escapes, ops)

@@ -1,10 +1,11 @@
 """The recorder behind a trace: the native shim, through the extension tokentrace._native.
 
 NativeBackend is the small interface the rest of the package uses: start/stop/active/out_path,
-site(), wrap_forward() (a module's forward, wrapped) and pre_hook()/post_hook() hook objects, current(), escape(),
-kernels_status. The hooks are C++ objects that push/pop NVTX ranges in the "tokentrace"
-domain; the shim turns those into calls and tokens and joins kernels to them. There is no
-other recorder: without the extension, get_backend() raises and says how to build it.
+site(), wrap_forward() (a module's forward, wrapped) and pre_hook()/post_hook() hook objects,
+current() and current_token(), escape(), kernels_status. The hooks are C++ objects that push/pop
+NVTX ranges in the "tokentrace" domain; the shim turns those into calls and tokens and joins
+kernels to them. There is no other recorder: without the extension, get_backend() raises and
+says how to build it.
 """
 
 from . import _loader
@@ -83,7 +84,12 @@ class NativeBackend:
         self._n.pop()
 
     def current(self):
+        """(call id, token) of the innermost open call on this thread ((0, 0) when none)."""
         return self._n.current()
+
+    def current_token(self):
+        """The token of the innermost open call on this thread (0 when none)."""
+        return self._n.current()[1]
 
     def escape(self):
         """Counts a host read of a tensor value (escape kind host_read)."""

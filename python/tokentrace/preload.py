@@ -136,7 +136,7 @@ def _attach_recording(model, args):
         _say(f"{len(hooks.not_hooked)} modules run inside a compiled region and are not "
              f"recorded; the compiled module's own calls are, so it runs as compiled")
     ops = _start_ops(backend, on_cpu)  # then the op observer reports a CPU model's host reads
-    escapes = EscapeCounter(lambda: backend.current()[2],
+    escapes = EscapeCounter(lambda: backend.current_token(),
                             backend.escape if on_cpu and not ops else None)
     escapes.install()
     collectives.install(backend)  # c10d calls as sites of their own: wait, not work

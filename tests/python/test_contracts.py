@@ -102,3 +102,26 @@ def test_kernel_mode_default_and_non_strings():
     with pytest.raises(TokentraceError, match="kernels=5 is not a kernel mode"):
         check_kernel_mode(5)
 
+
+def test_current_gives_the_call_and_its_token(tmp_path):
+    """tokentrace_current has no call number k (the background thread numbers calls; API
+    version 1 returned k = 0 always): the extension gives (call id, token)."""
+    assert native.API_VERSION == 2
+    native.start(str(tmp_path / "current.sqlite"), "off", None)
+    try:
+        root = native.site("self", native.SITE_KINDS["root"])
+        inner = native.site("inner", native.SITE_KINDS["module"])
+        assert native.current() == (0, 0)
+        for token in (1, 2):
+            native.push(root)
+            root_call = native.current()[0]
+            native.push(inner)
+            inner_call, inner_token = native.current()
+            assert root_call and inner_call and inner_call != root_call
+            assert inner_token == token
+            native.pop()
+            assert native.current() == (root_call, token)
+            native.pop()
+        assert native.current() == (0, 0)
+    finally:
+        native.stop()
