@@ -409,15 +409,9 @@ bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::str
                ignored + ")";
     }
   }
-  if (events_dropped_ > 0) {  // the share lost, once, at the end
-    const uint64_t all = events_drained_ + events_dropped_;
-    fprintf(stderr,
-            "tokentrace: %.1f%% of the job's events were lost to full buffers (%llu of %llu, "
-            "counted as buffer_full)%s\n",
-            100.0 * static_cast<double>(events_dropped_) / static_cast<double>(all),
-            static_cast<unsigned long long>(events_dropped_), static_cast<unsigned long long>(all),
-            config_.wait_when_full ? "" : "; --on-full wait keeps every event");
-  }
+  const std::string lost = BufferFullNotice(events_drained_, events_dropped_,
+                                            config_.wait_when_full);  // once, at the end
+  if (!lost.empty()) fprintf(stderr, "%s\n", lost.c_str());
   if (!ok && unwritten_.empty() && *error == last_error_) error->clear();  // said once already
   return ok;
 }

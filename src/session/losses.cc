@@ -1,5 +1,7 @@
 #include "session/losses.h"
 
+#include <cstdio>
+
 #include "core/recorder.h"
 #include "core/site_registry.h"
 
@@ -21,6 +23,19 @@ std::span<const LossSource> CoreLossSources() {
 
 void TakeLosses(std::span<const LossSource> sources, Batch* batch) {
   for (const LossSource& source : sources) AddLoss(source.kind, source.take(), batch);
+}
+
+std::string BufferFullNotice(uint64_t drained, uint64_t dropped, bool wait_when_full) {
+  if (dropped == 0) return "";
+  const uint64_t all = drained + dropped;
+  char line[256];
+  snprintf(line, sizeof line,
+           "tokentrace: %.1f%% of the job's events were lost to full buffers (%llu of %llu, "
+           "counted as buffer_full)%s",
+           100.0 * static_cast<double>(dropped) / static_cast<double>(all),
+           static_cast<unsigned long long>(dropped), static_cast<unsigned long long>(all),
+           wait_when_full ? "" : "; --on-full wait keeps every event");
+  return line;
 }
 
 }  // namespace tokentrace

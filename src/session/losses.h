@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "core/records.h"
 
@@ -25,5 +26,9 @@ std::span<const LossSource> CoreLossSources();
 
 // Takes every source once and adds what it counted to the batch.
 void TakeLosses(std::span<const LossSource> sources, Batch* batch);
+
+// The line said at the end of a session whose threads' rings dropped events (`dropped` of
+// `drained + dropped`), "" when none were dropped. `wait_when_full`: --on-full wait was on.
+std::string BufferFullNotice(uint64_t drained, uint64_t dropped, bool wait_when_full);
 
 }  // namespace tokentrace

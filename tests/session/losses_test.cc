@@ -57,5 +57,15 @@ TEST(LossesTest, CoreSourcesAreTheRecordersAndRegistrysCounters) {
   EXPECT_TRUE(again.losses.empty());
 }
 
+TEST(LossesTest, TheBufferFullShareIsSaidOnceWithTheWayToKeepEverything) {
+  EXPECT_EQ(BufferFullNotice(1000, 0, false), "");
+  EXPECT_EQ(BufferFullNotice(750, 250, false),
+            "tokentrace: 25.0% of the job's events were lost to full buffers (250 of 1000, "
+            "counted as buffer_full); --on-full wait keeps every event");
+  EXPECT_EQ(BufferFullNotice(0, 3, true),
+            "tokentrace: 100.0% of the job's events were lost to full buffers (3 of 3, counted "
+            "as buffer_full)");
+}
+
 }  // namespace
 }  // namespace tokentrace
