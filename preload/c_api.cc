@@ -105,10 +105,9 @@ void tokentrace_push(uint32_t site_id) {
 
 void tokentrace_pop(void) { recorder::Pop(); }
 
-void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32_t* token) {
+void tokentrace_current(uint64_t* call_id, uint32_t* token) {
   recorder::CurrentCall c = recorder::Current();
   if (call_id != nullptr) *call_id = c.call_id;
-  if (k != nullptr) *k = c.k;
   if (token != nullptr) *token = c.token;
 }
 

@@ -1,15 +1,12 @@
 #include "preload/session.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -20,6 +17,9 @@
 #include "core/site_registry.h"
 #include "cupti/subscriber.h"
 #include "preload/injection.h"
+#include "session/file_claim.h"
+#include "session/losses.h"
+#include "session/meta_rows.h"
 #include "store/reader.h"
 
 // TOKENTRACE_VERSION: the CMake project version (preload/CMakeLists.txt), the one source.
@@ -56,13 +56,6 @@ void Wake() {
   (void)ignored;
 }
 
-// The directory a file path names ("." for a bare name).
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // TOKENTRACE_TEST_SLOW_DRAIN_MS (0 when unset): for tests only, see session.h.
 int TestSlowDrainMs() {
   const char* v = getenv("TOKENTRACE_TEST_SLOW_DRAIN_MS");
@@ -75,6 +68,10 @@ void SleepMs(int ms) {
   nanosleep(&t, nullptr);
 }
 
+// The loss counter of the CUPTI seam (the session adds src/core's, session/losses.h).
+constexpr LossSource kCuptiLosses[] = {
+    {TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, &cupti::TakeDeviceWaitTimeouts}};
+
 // A signal stop's drain takes at most this many events from a ring before writing them.
 constexpr uint64_t kSignalDrainStep = 16384;
 
@@ -82,17 +79,6 @@ constexpr uint64_t kSignalDrainStep = 16384;
 std::string RunIdFromEnvironment() {
   const char* v = getenv(kRunIdVariable);
   return v != nullptr ? v : "";
-}
-
-// The output directory must exist and be writable; checked before the job starts work.
-bool CheckWritable(const std::string& path, std::string* error) {
-  const std::string dir = DirOf(path);
-  if (access(dir.c_str(), W_OK) != 0) {
-    *error = "tokentrace: cannot write '" + path + "': directory '" + dir +
-             "' does not exist or is not writable (set TOKENTRACE_OUT or --out to a writable path)";
-    return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -155,54 +141,18 @@ std::string Session::out_path() const {
   return out_path_;
 }
 
-// Preload mode: the first process of a run (TOKENTRACE_RUN_ID, see shim.cc) to create the
-// file keeps its name. Another process of the same run that resolves to the same path (the
-// job started more processes than the name tells apart, e.g. --out without %p) writes
-// "<path>.<pid>" instead and says so, rather than replacing a file being written or already
-// written in this run. A file from an earlier run is replaced, as before. The decision and
-// the file's creation happen under a lock on its directory, so concurrent processes agree;
-// when the lock or the existing file's meta cannot be had, the existing file is left alone.
+// Preload mode: which file this process writes is settled under a directory lock
+// (session/file_claim.h).
 bool Session::OpenStoreLocked(std::string* error) {
-  std::string path = out_path();
-  if (run_id_.empty()) {
-    store_ = Store::Open(path, error);
-    return store_ != nullptr;
-  }
-  // No fork while the directory lock is held: a flock belongs to the open file, which a
-  // child would share, and the child's copy would keep the lock after we release it.
-  std::lock_guard<std::mutex> no_fork(g_claim_mutex);
-  const int dir_fd = open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int locked = -1;
-  if (dir_fd >= 0) {
-    while ((locked = flock(dir_fd, LOCK_EX)) != 0 && errno == EINTR) {
-    }
-  }
-  std::string owner;
-  const bool known = ReadMetaValue(path, "run_id", &owner);
-  const bool exists = access(path.c_str(), F_OK) == 0;
-  const bool in_use = exists && Store::BeingWritten(path);  // by another run, still alive
-  if (exists && (owner == run_id_ || !known || locked != 0 || in_use)) {
-    const std::string mine = path + "." + std::to_string(getpid());
-    fprintf(stderr,
-            "tokentrace: '%s' %s; this one (pid %d) writes '%s' (put %%p in --out/"
-            "TOKENTRACE_OUT for one file per process)\n",
-            path.c_str(),
-            owner == run_id_ ? "belongs to another process of this run"
-            : in_use         ? "is being written by another run"
-            : !known         ? "is not a tokentrace trace (or cannot be read), so it is kept"
-                             : "could not be locked to check for another writer, so it is kept",
-            static_cast<int>(getpid()), mine.c_str());
-    path = mine;
+  std::unique_lock<std::mutex> no_fork(g_claim_mutex, std::defer_lock);
+  if (!run_id_.empty()) no_fork.lock();  // see ClaimOutputFile: no fork while it runs
+  FileClaim claim = ClaimOutputFile(out_path(), run_id_, getpid(), error);
+  if (!claim.notice.empty()) fprintf(stderr, "%s\n", claim.notice.c_str());
+  {
     std::lock_guard<std::mutex> lock(path_mutex_);
-    out_path_ = path;
+    out_path_ = claim.path;
   }
-  store_ = Store::Open(path, error);
-  if (store_) {
-    Batch claim;  // written before the lock is released: the next process sees the claim
-    claim.meta = {{"run_id", run_id_}};
-    if (!store_->Write(claim, error)) store_.reset();
-  }
-  if (dir_fd >= 0) close(dir_fd);  // releases the lock
+  store_ = std::move(claim.store);
   return store_ != nullptr;
 }
 
@@ -220,22 +170,21 @@ void Session::SetKernelsStatus(const std::string& status, KernelsOff kind) {
   kernels_off_ = kind;
 }
 
-std::vector<std::pair<std::string, std::string>> Session::MetaRows() const {
-  std::vector<std::pair<std::string, std::string>> rows = {
-      {"tool_version", TOKENTRACE_VERSION},
-      {"pid", std::to_string(getpid())},
-      {"kernel_mode", config_.kernels.ToString()},
-      {"kernels_status", kernels_status()},
-      {"kernels_off", KernelsOffPhrase(kernels_off())},
-      {"cupti", cupti::Describe()},
-      {"token_range", config_.token_range},
-      {"mode", preload_ ? "preload" : "in-process"},
-      {"out_path", out_path()},
-      // Events the job's threads produced (recorded or dropped): the base of loss shares.
-      {"events", std::to_string(events_drained_ + events_dropped_ + events_left_)},
-      {kMetaAnchorStart, FormatAnchor(start_anchor_)}};
-  for (auto& row : LaunchMetaRows(launch_)) rows.push_back(std::move(row));
-  return rows;
+MetaRowList Session::MetaRows() const {
+  SessionFacts facts;
+  facts.tool_version = TOKENTRACE_VERSION;
+  facts.pid = getpid();
+  facts.kernel_mode = config_.kernels.ToString();
+  facts.kernels_status = kernels_status();
+  facts.kernels_off = kernels_off();
+  facts.cupti = cupti::Describe();
+  facts.token_range = config_.token_range;
+  facts.preload = preload_;
+  facts.out_path = out_path();
+  facts.events = events_drained_ + events_dropped_ + events_left_;
+  facts.start_anchor = start_anchor_;
+  facts.launch = launch_;
+  return SessionMetaRows(facts);
 }
 
 std::string Session::kernels_status() const {
@@ -264,15 +213,7 @@ void Session::StartKernels() {
   }
 }
 
-void Session::OnActivity(const GpuActivity& activity) {
-  std::lock_guard<std::mutex> lock(activity_mutex_);
-  activities_.push_back(activity);
-  if (activity.name != nullptr) {
-    activity_names_.emplace_back(activity.name);
-  } else {
-    activity_names_.emplace_back();
-  }
-}
+void Session::OnActivity(const GpuActivity& activity) { activities_.Push(activity); }
 
 void Session::OnDropped(uint64_t records) {
   if (records != 0) cupti_dropped_.fetch_add(records, std::memory_order_relaxed);
@@ -296,8 +237,7 @@ void Session::Loop() {
     // CUPTI hands over an activity buffer only when it is full (1 MB) or flushed: flush about
     // once a second, so records reach the file soon after their buffer's last record
     // completed (a buffer still being written to waits until it is full or the session ends).
-    if (kernels_started_ && ++loops_since_cupti_flush_ * config_.flush_ms >= 1000) {
-      loops_since_cupti_flush_ = 0;
+    if (kernels_started_ && cupti_flush_due_.Turn()) {
       cupti::Flush(false);  // completed buffers only: see cupti/subscriber.h
     }
     {
@@ -309,8 +249,7 @@ void Session::Loop() {
       }
       // The data reaches the main file about once a second, not only when the WAL is 16 MiB:
       // a killed job's .sqlite copied alone still holds it.
-      if (store_ && ++loops_since_checkpoint_ * config_.flush_ms >= 1000) {
-        loops_since_checkpoint_ = 0;
+      if (store_ && checkpoint_due_.Turn()) {
         store_->Checkpoint();
       }
     }
@@ -364,42 +303,23 @@ bool Session::DrainLocked(bool final, std::string* error) {
   Batch batch;
   // Activities first, then rings: a record already queued had its launch event written
   // before, so that event is in this drain too (records rarely wait in `pending`).
-  std::vector<GpuActivity> activities;
-  std::vector<std::string> names;
-  {
-    std::lock_guard<std::mutex> lock(activity_mutex_);
-    activities.swap(activities_);
-    names.swap(activity_names_);
-  }
+  ActivityQueue::Taken activities = activities_.Take();
   // The test-only slow writer takes one step of each ring per drain, and sleeps.
   DrainBudget slow(
       INT64_MAX, [] { return int64_t{0}; }, kSignalDrainStep);
   const bool slowed = test_slow_drain_ms_ > 0 && !final;
   const uint64_t dropped = TakeRingsLocked(&batch, slowed ? &slow : nullptr);
   if (slowed) SleepMs(test_slow_drain_ms_);
-  for (size_t i = 0; i < activities.size(); ++i) {
-    if (!names[i].empty()) activities[i].name = names[i].c_str();
-    joiner_.OnActivity(activities[i], &batch);
-  }
+  activities.ForEach([&](const GpuActivity& a) { joiner_.OnActivity(a, &batch); });
   if (final) {
     joiner_.Finish(clock::HostNowNs(), &batch);
   } else {
     joiner_.EndDrain(&batch);
   }
-  if (dropped)
-    batch.losses[LossKindName(TOKENTRACE_LOSS_BUFFER_FULL)] += static_cast<int64_t>(dropped);
-  if (uint64_t n = cupti_dropped_.exchange(0))
-    batch.losses[LossKindName(TOKENTRACE_LOSS_CUPTI_DROPPED)] += static_cast<int64_t>(n);
-  if (uint64_t n = cupti::TakeDeviceWaitTimeouts())
-    batch.losses[LossKindName(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT)] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeUnbalancedPops())
-    batch.losses[LossKindName(TOKENTRACE_LOSS_UNBALANCED_POP)] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeDepthOverflows())
-    batch.losses[LossKindName(TOKENTRACE_LOSS_DEPTH_OVERFLOW)] += static_cast<int64_t>(n);
-  if (uint64_t n = recorder::TakeAfterThreadExit())
-    batch.losses[LossKindName(TOKENTRACE_LOSS_AFTER_THREAD_EXIT)] += static_cast<int64_t>(n);
-  if (uint64_t n = sites::TakeOverflows())
-    batch.losses[LossKindName(TOKENTRACE_LOSS_SITE_OVERFLOW)] += static_cast<int64_t>(n);
+  AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, dropped, &batch);
+  AddLoss(TOKENTRACE_LOSS_CUPTI_DROPPED, cupti_dropped_.exchange(0), &batch);
+  TakeLosses(kCuptiLosses, &batch);
+  TakeLosses(CoreLossSources(), &batch);
   return WriteLocked(batch, error);
 }
 
@@ -420,13 +340,10 @@ uint64_t Session::TakeRingsLocked(Batch* batch, DrainBudget* budget) {
 void Session::DrainStepsLocked(DrainBudget* budget) {
   const auto step = [&] {
     Batch batch;
-    if (uint64_t dropped = TakeRingsLocked(&batch, budget)) {
-      batch.losses["buffer_full"] += static_cast<int64_t>(dropped);
-    }
-    if (const uint64_t left = budget->TakeLeft()) {
-      events_left_ += left;
-      batch.losses[LossKindName(TOKENTRACE_LOSS_SIGNAL_DEADLINE)] += static_cast<int64_t>(left);
-    }
+    AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, TakeRingsLocked(&batch, budget), &batch);
+    const uint64_t left = budget->TakeLeft();
+    events_left_ += left;
+    AddLoss(TOKENTRACE_LOSS_SIGNAL_DEADLINE, left, &batch);
     joiner_.EndDrain(&batch);
     std::string error;
     WriteLocked(batch, &error);  // a failed write is counted (Unwritten) and retried at the end
@@ -492,15 +409,9 @@ bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::str
                ignored + ")";
     }
   }
-  if (events_dropped_ > 0) {  // the share lost, once, at the end
-    const uint64_t all = events_drained_ + events_dropped_;
-    fprintf(stderr,
-            "tokentrace: %.1f%% of the job's events were lost to full buffers (%llu of %llu, "
-            "counted as buffer_full)%s\n",
-            100.0 * static_cast<double>(events_dropped_) / static_cast<double>(all),
-            static_cast<unsigned long long>(events_dropped_), static_cast<unsigned long long>(all),
-            config_.wait_when_full ? "" : "; --on-full wait keeps every event");
-  }
+  const std::string lost = BufferFullNotice(events_drained_, events_dropped_,
+                                            config_.wait_when_full);  // once, at the end
+  if (!lost.empty()) fprintf(stderr, "%s\n", lost.c_str());
   if (!ok && unwritten_.empty() && *error == last_error_) error->clear();  // said once already
   return ok;
 }

@@ -1,5 +1,7 @@
 // A recording session: the composition root that wires the hot path (core/recorder), the
-// background drain (core/joiner), CUPTI (src/cupti) and the file (src/store).
+// background drain (core/joiner), CUPTI (src/cupti) and the file (src/store) to the process:
+// its threads, signals, fork and exit. What needs no process (the CUPTI record queue, loss
+// collection, claiming the file, the flush policy, the meta rows) is in src/session/.
 //
 // Threads: Start/Stop/Flush are called by the controlling thread (constructor, exit hook, C
 // API); OnActivity/OnDropped by CUPTI's buffer thread (they only queue, under a mutex: that
@@ -20,6 +22,9 @@
 #include "core/launch_meta.h"
 #include "core/unwritten.h"
 #include "cupti/activity_sink.h"
+#include "session/activity_queue.h"
+#include "session/meta_rows.h"
+#include "session/once_per_second.h"
 #include "store/store.h"
 
 namespace tokentrace {
@@ -77,7 +82,7 @@ class Session : public cupti::ActivitySink {
                         std::string* error);
   bool WriteLocked(Batch& batch, std::string* error);
   void SetKernelsStatus(const std::string& status, KernelsOff kind);
-  std::vector<std::pair<std::string, std::string>> MetaRows() const;
+  MetaRowList MetaRows() const;
 
   const Config config_;
   const bool preload_;
@@ -101,8 +106,8 @@ class Session : public cupti::ActivitySink {
   bool stopped_ = false;
   bool meta_written_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop
-  int loops_since_cupti_flush_ = 0;           // background thread only
-  int loops_since_checkpoint_ = 0;            // background thread only
+  OncePerSecond cupti_flush_due_{config_.flush_ms};  // background thread only
+  OncePerSecond checkpoint_due_{config_.flush_ms};   // background thread only
   std::string last_error_;
 
   std::mutex drain_mutex_;  // one drain at a time (background thread, Flush, Stop)
@@ -111,9 +116,7 @@ class Session : public cupti::ActivitySink {
   std::string kernels_status_;                // the detail (meta kernels_status)
   KernelsOff kernels_off_ = KernelsOff::kNo;  // its category (meta kernels_off)
 
-  std::mutex activity_mutex_;  // CUPTI thread -> background thread
-  std::vector<GpuActivity> activities_;
-  std::vector<std::string> activity_names_;  // owns names of queued kernel records
+  ActivityQueue activities_;  // CUPTI thread -> background thread
   std::atomic<uint64_t> cupti_dropped_{0};
 
   std::atomic<bool> loop_stop_{false};  // Stop -> background thread (with a wake-up)

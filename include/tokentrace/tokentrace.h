@@ -22,7 +22,8 @@
 extern "C" {
 #endif
 
-#define TOKENTRACE_API_VERSION 1
+/* 2: tokentrace_current lost its `k` argument (always 0 in 1). */
+#define TOKENTRACE_API_VERSION 2
 
 #if defined(__GNUC__)
 #define TOKENTRACE_EXPORT __attribute__((visibility("default")))
@@ -72,8 +73,10 @@ TOKENTRACE_EXPORT uint32_t tokentrace_site(const char* name, int kind);
 TOKENTRACE_EXPORT void tokentrace_push(uint32_t site_id);
 TOKENTRACE_EXPORT void tokentrace_pop(void);
 
-/* The innermost open call on the calling thread (all zero when none). */
-TOKENTRACE_EXPORT void tokentrace_current(uint64_t* call_id, uint32_t* k, uint32_t* token);
+/* The innermost open call on the calling thread and its token (both zero when none). Its call
+ * number k is not known here: the background thread numbers calls per site (API version 1
+ * had a `k` argument that was always 0). */
+TOKENTRACE_EXPORT void tokentrace_current(uint64_t* call_id, uint32_t* token);
 /* Records the first output tensor of call `call_id` (from tokentrace_current): where it sat in
  * the output ("" = the output itself, "logits", "[0]"), its dtype name and its shape (`ndim`
  * entries, of which at most the first 10 are read). Stored in call_outputs: up to 5 dims, or

@@ -174,8 +174,8 @@ class InputBuffer {
   bool WalkCall(PyObject* names, PyObject* const* args, size_t nargs, PyObject* kwnames) {
     uint64_t call_id = 0;
     if (current_.is_none()) {
-      uint32_t k = 0, token = 0;
-      tokentrace_current(&call_id, &k, &token);
+      uint32_t token = 0;
+      tokentrace_current(&call_id, &token);
     } else {
       call_id = nb::cast<uint64_t>(current_()[0]);
     }

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/config.h"
 #include "inputs_walk.h"
 #include "nvtx3/nvToolsExt.h"
 #include "store/schema.h"
@@ -442,6 +443,18 @@ NB_MODULE(_native, m) {
   m.attr("SITE_KINDS") = site_kinds;
   m.attr("ESCAPE_KINDS") = escape_kinds;
   m.attr("LOSS_KINDS") = loss_kinds;
+  // Kernel modes: the C++ parser (src/core/config.cc) judges them for Python too.
+  m.attr("DEFAULT_KERNEL_MODE") = tokentrace::Config().kernels.ToString();
+  m.attr("KERNEL_MODES_ACCEPTED") = tokentrace::kAcceptedKernelModes;
+  m.def(
+      "parse_kernel_mode",
+      [](const std::string& text, const std::string& what) {
+        std::string error;
+        const auto mode = tokentrace::ParseKernelMode(text, what, &error);
+        if (!mode) throw nb::value_error(error.c_str());
+        return mode->ToString();
+      },
+      nb::arg("text"), nb::arg("what") = "kernels");
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
         nb::arg("token_range").none());
   m.def("stop", &Stop);
@@ -458,9 +471,9 @@ NB_MODULE(_native, m) {
   m.def("pop", [] { tokentrace_pop(); });
   m.def("current", [] {
     uint64_t call_id = 0;
-    uint32_t k = 0, token = 0;
-    tokentrace_current(&call_id, &k, &token);
-    return std::make_tuple(call_id, k, token);
+    uint32_t token = 0;
+    tokentrace_current(&call_id, &token);
+    return std::make_tuple(call_id, token);
   });
   m.def(
       "escape", [](int kind) { tokentrace_escape(kind); },

@@ -55,7 +55,7 @@ class Attachment:
                  edit_spec=None, ops=False, say=None):
         self.backend, self.path, self.shard_bytes = backend, path, shard_bytes
         self.select, self.edit_spec, self.ops, self.say = select, edit_spec, ops, say
-        self.escapes = EscapeCounter(lambda: backend.current()[2])
+        self.escapes = EscapeCounter(backend.current_token)
         self.model = None
         self.inputs = set()
         self.sink = self.hooks = self.edits = self.collectives = None

@@ -2,29 +2,30 @@
 
 NativeBackend is the small interface the rest of the package uses: start/stop/active/out_path,
 site(), wrap_forward() (a module's forward, wrapped) and pre_hook()/post_hook() hook objects,
-current(), escape(), kernels_status. The hooks are C++ objects that push/pop NVTX ranges in
-the "tokentrace" domain; the shim turns those into calls and tokens and joins kernels to them.
-There is no other recorder: without the extension, get_backend() raises and says how to build it.
+current() and current_token(), escape(), kernels_status. The hooks are C++ objects that push/pop
+NVTX ranges in the "tokentrace" domain; the shim turns those into calls and tokens and joins
+kernels to them. There is no other recorder: without the extension, get_backend() raises and
+says how to build it.
 """
 
 from . import _loader
 from ._errors import fail
 
-_KERNEL_MODES = ("off", "summary", "full")
-
 
 def check_kernel_mode(kernels):
+    """The kernel mode to record with (None: the default); C++ (src/core/config.cc) judges it."""
+    native = _loader.load()
+    if native is None:
+        get_backend()  # raises: without the extension there is nothing to record with
     if kernels is None:
-        return "summary"
-    if isinstance(kernels, str):
-        if kernels in _KERNEL_MODES:
-            return kernels
-        if kernels.startswith("sample:"):
-            n = kernels[len("sample:"):]
-            if n.isdigit() and int(n) >= 1:
-                return kernels
-    fail(f"kernels={kernels!r} is not a kernel mode; accepted: 'off', 'summary', 'full', "
-         f"'sample:N' (N >= 1)")
+        return native.DEFAULT_KERNEL_MODE
+    if not isinstance(kernels, str):
+        fail(f"kernels={kernels!r} is not a kernel mode ({native.KERNEL_MODES_ACCEPTED})")
+    try:
+        native.parse_kernel_mode(kernels, "kernels")
+    except ValueError as exc:
+        fail(str(exc))
+    return kernels
 
 
 class NativeBackend:
@@ -83,7 +84,12 @@ class NativeBackend:
         self._n.pop()
 
     def current(self):
+        """(call id, token) of the innermost open call on this thread ((0, 0) when none)."""
         return self._n.current()
+
+    def current_token(self):
+        """The token of the innermost open call on this thread (0 when none)."""
+        return self._n.current()[1]
 
     def escape(self):
         """Counts a host read of a tensor value (escape kind host_read)."""

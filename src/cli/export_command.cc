@@ -1,36 +1,22 @@
-// `tokentrace export FILE --chrome OUT.json [--tokens A:B]`: Chrome trace-event JSON, which
-// Perfetto UI and chrome://tracing open.
+// `tokentrace export FILE --chrome OUT.json [--tokens A:B]`: one trace file in a registered
+// export format (src/export; Chrome trace-event JSON, which Perfetto UI opens).
 //
-// Track layout:
-//   pid = the traced process (meta.pid), tid = thread index  -> calls, nested by time
-//   pid = kGpuPidBase + device,          tid = stream        -> kernels, memcpys, memsets
-// Names come from "M" (metadata) events. Timestamps are microseconds relative to the first
-// exported event. Rows are streamed from SQLite to the file, never held in memory.
+// Track layout: pid = the traced process (meta.pid), tid = thread index -> calls;
+// pid = kGpuPidBase + device, tid = stream -> kernels, memcpys, memsets. Timestamps are
+// relative to the first exported event.
 #include <sys/stat.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "cli/chrome_events.h"
 #include "cli/commands.h"
+#include "cli/export_options.h"
 #include "cli/format.h"
 #include "store/reader.h"
 
 namespace tokentrace::cli {
-
-const char kExportUsage[] =
-    "usage: tokentrace export FILE --chrome OUT.json [--tokens A:B]\n"
-    "       tokentrace export IN... --chrome OUT.json [--tokens A:B]\n"
-    "\n"
-    "Writes a Chrome trace-event file (open it in https://ui.perfetto.dev): module calls on\n"
-    "one track per thread, GPU work on one track per (device, stream). Over the files of\n"
-    "several ranks (files, a glob or a directory): one process per rank, on one time axis\n"
-    "(each file's clock anchor).\n"
-    "  --tokens A:B   only tokens A..B (inclusive, 1 = prefill)\n";
 
 namespace {
 
@@ -39,43 +25,11 @@ constexpr int64_t kGpuPidBase = 1000000000;  // above any Linux pid (pid_max <= 
 }  // namespace
 
 int ExportCommand(const std::vector<std::string>& args) {
-  std::string file, out_path;
-  uint32_t first = 0, last = UINT32_MAX;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kExportUsage, stdout);
-      return 0;
-    }
-    auto value = [&](const std::string& flag, std::string* v) {
-      if (a == flag && i + 1 < args.size()) {
-        *v = args[++i];
-        return true;
-      }
-      if (a.rfind(flag + "=", 0) == 0) {
-        *v = a.substr(flag.size() + 1);
-        return true;
-      }
-      return false;
-    };
-    std::string tokens;
-    if (value("--chrome", &out_path)) continue;
-    if (value("--tokens", &tokens)) {
-      if (!ParseTokenRange(tokens, &first, &last)) return 2;
-      continue;
-    }
-    if (a.rfind("-", 0) == 0 || !file.empty()) {
-      std::fprintf(stderr, "tokentrace: unexpected argument '%s' for export\n%s", a.c_str(),
-                   kExportUsage);
-      return 2;
-    }
-    file = a;
-  }
-  if (file.empty() || out_path.empty()) {
-    std::fprintf(stderr, "tokentrace: export needs a trace FILE and --chrome OUT.json\n%s",
-                 kExportUsage);
-    return 2;
-  }
+  ExportOptions options;
+  if (const int status = ParseExportOptions(args, false, &options); status >= 0) return status;
+  const std::string& file = options.inputs[0];
+  const std::string& out_path = options.out_path;
+  const uint32_t first = options.first, last = options.last;
 
   // The JSON is written over OUT: never over a trace (the input itself, or another one).
   struct stat in_st, out_st;
@@ -85,9 +39,10 @@ int ExportCommand(const std::vector<std::string>& args) {
         in_st.st_ino == out_st.st_ino) ||
        (ReadMetaValue(out_path, "schema_version", &out_version) && !out_version.empty()))) {
     std::fprintf(stderr,
-                 "tokentrace: --chrome '%s' is a trace file, which the JSON would overwrite; "
-                 "name a new .json file\n",
-                 out_path.c_str());
+                 "tokentrace: --%s '%s' is a trace file, which the %s would overwrite; "
+                 "name a new %s file\n",
+                 options.format->name, out_path.c_str(), options.format->output_noun,
+                 options.format->extension);
     return 2;
   }
 
@@ -107,16 +62,12 @@ int ExportCommand(const std::vector<std::string>& args) {
     if (k == "pid" && ParseU32(v, &p) && p > 0) pid = p;
   }
 
-  FILE* f = OpenTraceFile(out_path);
-  if (f == nullptr) return 1;
-  JsonWriter w(f, origin);
-  Tracks tracks;
+  exporters::Tracks tracks;
   tracks.pid = pid;
   tracks.gpu_pid_base = kGpuPidBase;
   tracks.process_name = "tokentrace pid " + std::to_string(pid);
-  EventCounts n;
-  const bool ok = WriteFileEvents(*reader, first, last, tracks, w, &n, &error);
-  if (!CloseTraceFile(f, out_path, ok, error)) return 1;
+  exporters::EventCounts n;
+  if (!RunExporter(options, origin, {{reader.get(), tracks}}, &n)) return 1;
   std::printf("wrote %lld calls and %lld GPU events to %s\n", static_cast<long long>(n.calls),
               static_cast<long long>(n.gpu), out_path.c_str());
   return 0;

@@ -24,8 +24,6 @@ std::string KernelMode::ToString() const {
 }
 
 namespace {
-constexpr const char* kAcceptedModes = "accepted: off, summary, full, sample:N with N >= 1";
-
 bool ParseUint(const std::string& s, uint64_t max, uint64_t* out) {
   if (s.empty() || s.size() > 12) return false;
   uint64_t v = 0;
@@ -56,13 +54,13 @@ std::optional<KernelMode> ParseKernelMode(const std::string& text, const std::st
   } else if (text.rfind("sample:", 0) == 0) {
     uint64_t n = 0;
     if (!ParseUint(text.substr(7), 1000000000ull, &n) || n == 0) {
-      *error = what + "='" + text + "' has a bad sample period (" + kAcceptedModes + ")";
+      *error = what + "='" + text + "' has a bad sample period (" + kAcceptedKernelModes + ")";
       return std::nullopt;
     }
     mode.kind = KernelMode::kSample;
     mode.sample_every = static_cast<uint32_t>(n);
   } else {
-    *error = what + "='" + text + "' is not a kernel mode (" + kAcceptedModes + ")";
+    *error = what + "='" + text + "' is not a kernel mode (" + kAcceptedKernelModes + ")";
     return std::nullopt;
   }
   return mode;

@@ -23,6 +23,10 @@ struct KernelMode {
   std::string ToString() const;  // "off" | "summary" | "full" | "sample:N"
 };
 
+// The accepted kernel modes, as error messages say them. This parser is the one judge of a
+// kernel mode: Python asks it through the extension (python/src/native.cc, _backend.py).
+constexpr char kAcceptedKernelModes[] = "accepted: off, summary, full, sample:N with N >= 1";
+
 // Parses "off" | "summary" | "full" | "sample:N" (N >= 1). On failure returns nullopt and
 // writes a one-line message (naming `what`, e.g. "TOKENTRACE_KERNELS") to *error.
 std::optional<KernelMode> ParseKernelMode(const std::string& text, const std::string& what,

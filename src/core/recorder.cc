@@ -28,7 +28,6 @@ constexpr uint32_t kGraphSlots = 4096;  // token-graph ids (open addressing, ins
 struct OpenCall {
   uint64_t call_id;
   uint32_t site_id;
-  uint32_t k;
   uint32_t token;
   bool is_token;
 };
@@ -175,7 +174,7 @@ void Push(uint32_t site_id) {
   const OpenCall* parent = Top(s);
   const uint64_t parent_id = parent != nullptr ? parent->call_id : 0;
   if (s->depth < kMaxDepth) {
-    s->stack[s->depth] = OpenCall{id, site_id, k, token, is_token};
+    s->stack[s->depth] = OpenCall{id, site_id, token, is_token};
   } else {
     g_depth_overflows.fetch_add(1, std::memory_order_relaxed);
   }
@@ -324,7 +323,6 @@ CurrentCall Current() {
   if (top == nullptr) return c;
   c.call_id = top->call_id;
   c.site_id = top->site_id;
-  c.k = top->k;
   c.token = top->token;
   return c;
 }

@@ -63,12 +63,11 @@ void Output(uint64_t call_id, const char* path, const char* dtype, int ndim, con
 void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
 
 // Innermost open call on this thread (0 = none) and its token. For the Python layer.
-// `k` is always 0 here: calls are numbered per site by the background thread (the hot path
-// keeps no shared per-site counter).
+// There is no call number k here: calls are numbered per site by the background thread
+// (core/joiner.cc), as the hot path keeps no shared per-site counter.
 struct CurrentCall {
   uint64_t call_id = 0;
   uint32_t site_id = 0;
-  uint32_t k = 0;
   uint32_t token = 0;
 };
 CurrentCall Current();

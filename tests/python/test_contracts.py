@@ -70,3 +70,59 @@ def test_the_python_layer_writes_only_known_loss_kinds(tmp_path):
     con = sqlite3.connect(path)
     assert con.execute("SELECT count FROM losses WHERE kind = 'save_failed'").fetchone() == (2,)
     con.close()
+
+
+@pytest.mark.parametrize("text", ["off", "summary", "full", "sample:1", "sample:007", "sample:0",
+                                  "sample:", "sample:-1", "sample:\u00b2", "sample:1000000000000",
+                                  "Full", "everything", ""])
+def test_kernel_modes_are_judged_by_the_cpp_parser(text):
+    """Python keeps no list of kernel modes: check_kernel_mode accepts exactly what the
+    C++ parser (src/core/config.cc, through _native.parse_kernel_mode) accepts, with its
+    message, and never fails with a stack trace of ours ("sample:\u00b2" is a digit to
+    str.isdigit)."""
+    from tokentrace import TokentraceError
+    from tokentrace._backend import check_kernel_mode
+    try:
+        native.parse_kernel_mode(text, "kernels")
+        cpp_error = None
+    except ValueError as exc:
+        cpp_error = str(exc)
+    if cpp_error is None:
+        assert check_kernel_mode(text) == text
+    else:
+        with pytest.raises(TokentraceError) as raised:
+            check_kernel_mode(text)
+        assert str(raised.value) == "tokentrace: " + cpp_error
+        assert native.KERNEL_MODES_ACCEPTED in cpp_error
+
+
+def test_kernel_mode_default_and_non_strings():
+    from tokentrace import TokentraceError
+    from tokentrace._backend import check_kernel_mode
+    assert check_kernel_mode(None) == native.DEFAULT_KERNEL_MODE == "summary"
+    with pytest.raises(TokentraceError, match="kernels=5 is not a kernel mode"):
+        check_kernel_mode(5)
+
+
+def test_current_gives_the_call_and_its_token(tmp_path):
+    """tokentrace_current has no call number k (the background thread numbers calls; API
+    version 1 returned k = 0 always): the extension gives (call id, token)."""
+    assert native.API_VERSION == 2
+    native.start(str(tmp_path / "current.sqlite"), "off", None)
+    try:
+        root = native.site("self", native.SITE_KINDS["root"])
+        inner = native.site("inner", native.SITE_KINDS["module"])
+        assert native.current() == (0, 0)
+        for token in (1, 2):
+            native.push(root)
+            root_call = native.current()[0]
+            native.push(inner)
+            inner_call, inner_token = native.current()
+            assert root_call and inner_call and inner_call != root_call
+            assert inner_token == token
+            native.pop()
+            assert native.current() == (root_call, token)
+            native.pop()
+        assert native.current() == (0, 0)
+    finally:
+        native.stop()

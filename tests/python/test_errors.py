@@ -54,7 +54,8 @@ def test_unwritable_output_path(tmp_path, gpt2, prompt, where):
 
 
 def test_bad_kernel_mode(gpt2, prompt):
-    with pytest.raises(tt.TokentraceError, match="accepted: 'off', 'summary', 'full'"):
+    with pytest.raises(tt.TokentraceError,
+                       match=r"is not a kernel mode \(accepted: off, summary, full"):
         tt.trace(gpt2, prompt, kernels="everything")
 
 
