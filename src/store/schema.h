@@ -1,10 +1,11 @@
-// Schema of a tokentrace file, version 2. The DDL is schema.sql, embedded at build time as
+// Schema of a tokentrace file, version 3. The DDL is schema.sql, embedded at build time as
 // kSchemaSql / kTokensSelectSql (generated store/schema_sql.h); Python reads both and the
-// version from the extension. Version 2 adds call_inputs; readers open version 1 files too
-// (they have no inputs).
+// version from the extension. Version 2 adds call_inputs, version 3 call_gpu.gpu_comm_ns (GPU
+// time in NCCL kernels); readers open version 1 and 2 files too (no inputs; no GPU
+// communication time, read as 0).
 //
 // Invariants the writer keeps and readers rely on:
-//  * meta.schema_version is the version that wrote the file ("1" or "2"); a SQLite file
+//  * meta.schema_version is the version that wrote the file ("1", "2" or "3"); a SQLite file
 //    without it is not a tokentrace file.
 //  * call_gpu holds per-call sums of CallGpuDelta. Call id 0 ("kernels launched outside any
 //    call") keeps ONE row summed over all tokens, so the report can show how much GPU time
@@ -17,7 +18,7 @@
 
 namespace tokentrace {
 
-inline constexpr const char* kSchemaVersion = "2";
+inline constexpr const char* kSchemaVersion = "3";
 // The oldest version readers still open (a file's version is meta.schema_version).
 inline constexpr int kOldestReadableSchema = 1;
 

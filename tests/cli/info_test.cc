@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include "cli_runner.h"
+#include "store/schema.h"
 #include "trace_fixture.h"
 
 namespace tokentrace {
@@ -17,7 +18,9 @@ TEST(InfoTest, ShowsMetaCountsLossesAndSize) {
   ASSERT_EQ(r.status, 0) << r.err;
   std::string out = testing::Squeeze(r.out);
   EXPECT_NE(out.find("MiB)"), std::string::npos) << r.out;
-  EXPECT_NE(out.find("\nschema_version 2\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find(std::string("\nschema_version ") + tokentrace::kSchemaVersion + "\n"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(out.find("\nkernel_mode full\n"), std::string::npos) << r.out;
   EXPECT_NE(out.find("\nsites 3\ncalls 9\ntokens 3\nkernels 9\nescapes 1\n"), std::string::npos)
       << r.out;

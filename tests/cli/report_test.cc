@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cli_runner.h"
+#include "store/schema.h"
 #include "trace_fixture.h"
 
 namespace tokentrace {
@@ -19,10 +20,9 @@ TEST(ReportTest, SmallTraceNumbersMatchWhatWasWritten) {
   auto r = RunCli({"report", path});
   ASSERT_EQ(r.status, 0) << r.err;
   std::string out = Squeeze(r.out);
-  EXPECT_NE(
-      out.find("kernel mode full, pid 4242, schema 2, written by tokentrace " TOKENTRACE_VERSION
-               "\nGPU kernels: recorded\n"),
-      std::string::npos)
+  EXPECT_NE(out.find(std::string("kernel mode full, pid 4242, schema ") + kSchemaVersion +
+                     ", written by tokentrace " TOKENTRACE_VERSION "\nGPU kernels: recorded\n"),
+            std::string::npos)
       << r.out;
   EXPECT_NE(out.find("tokens: 3\n"), std::string::npos) << r.out;
   // token, cpu ms, gpu busy ms, kernels, escapes

@@ -4,6 +4,7 @@
 // the shim writes them: hand-built launch events and CUPTI-like kernel records through the
 // Joiner, then the Store.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "cli/cli_runner.h"
 #include "core/joiner.h"
@@ -101,6 +102,36 @@ TEST(CommKernelsReportTest, ReportAndExportShowThemAsCommunication) {
   EXPECT_NE(text.find(std::string("\"cat\":\"kernel\",\"name\":\"") + kGemm + "\""),
             std::string::npos);
   EXPECT_EQ(text.find(std::string("\"cat\":\"kernel\",\"name\":\"") + kNccl), std::string::npos);
+}
+
+// Files written before version 3 have no call_gpu.gpu_comm_ns: they still make a report, with
+// no GPU communication time (0), not an error.
+TEST(CommKernelsReportTest, FilesOfVersion2HaveNoCommColumnAndReadAsZero) {
+  const std::string dir = Launch(KernelMode::kFull);
+  for (const char* name : {"/r0.sqlite", "/r1.sqlite"}) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + name).c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "ALTER TABLE call_gpu DROP COLUMN gpu_comm_ns; UPDATE meta SET "
+                           "value = '2' WHERE key = 'schema_version';",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  std::vector<multi::RankFile> ranks;
+  std::vector<std::string> warnings;
+  std::string error;
+  ASSERT_TRUE(multi::OpenRankFiles({dir + "/r0.sqlite", dir + "/r1.sqlite"}, false, &ranks,
+                                   &warnings, &error))
+      << error;
+  multi::Comparison c;
+  ASSERT_TRUE(multi::CompareRanks(ranks, 3, &c, &error)) << error;
+  ASSERT_EQ(c.ranks.size(), 2u);
+  EXPECT_EQ(c.ranks[0].gpu_ns, kTokens * 6 * kMs);
+  EXPECT_EQ(c.ranks[0].gpu_collective_ns, 0);
+  CliResult r = RunCli({"report", dir});
+  EXPECT_EQ(r.status, 0) << r.err;
 }
 
 }  // namespace

@@ -156,9 +156,10 @@ def test_previous_schema_version_opens(llama, prompt, tmp_path):
     assert v1.schema_version == 1 and v1["self"].num_calls == 1
     with pytest.raises(tt.TokentraceError, match="schema version 1 files record no inputs"):
         v1["self:1"].inputs
+    newest = _store.schema().SCHEMA_VERSION
     with sqlite3.connect(old) as con:
-        con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
-    with pytest.raises(tt.TokentraceError, match="reads versions 1 to 2"):
+        con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(newest + 1),))
+    with pytest.raises(tt.TokentraceError, match=f"reads versions 1 to {newest}"):
         tt.load(old)
     assert os.path.exists(old)
 

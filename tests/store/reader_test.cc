@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "store/schema.h"
 #include "store/store.h"
 #include "test_db.h"
 
@@ -215,19 +216,22 @@ void SetSchemaVersion(const std::string& path, const char* version) {
 
 TEST(ReaderTest, NewerSchemaIsRejected) {
   std::string path = MakeTrace(), error;
-  SetSchemaVersion(path, "3");
+  const std::string newer = std::to_string(std::atoi(kSchemaVersion) + 1);
+  SetSchemaVersion(path, newer.c_str());
   EXPECT_EQ(Reader::Open(path, &error), nullptr);
-  EXPECT_NE(error.find("schema version 3; this tokentrace reads versions 1 to 2"),
+  EXPECT_NE(error.find("schema version " + newer + "; this tokentrace reads versions 1 to " +
+                       kSchemaVersion),
             std::string::npos)
       << error;
   SetSchemaVersion(path, "2x");
   EXPECT_EQ(Reader::Open(path, &error), nullptr);
 }
 
-// Version 2 added call_inputs; a file written by version 1 still opens, and says so.
+// Version 2 added call_inputs (3: call_gpu.gpu_comm_ns); a file written by version 1 still
+// opens, and says so.
 TEST(ReaderTest, PreviousSchemaOpensAndSaysWhichVersionWroteIt) {
   std::string path = MakeTrace(), error;
-  EXPECT_EQ(Reader::Open(path, &error)->schema_version(), 2) << error;
+  EXPECT_EQ(Reader::Open(path, &error)->schema_version(), std::atoi(kSchemaVersion)) << error;
   SetSchemaVersion(path, "1");
   auto reader = Reader::Open(path, &error);
   ASSERT_NE(reader, nullptr) << error;
