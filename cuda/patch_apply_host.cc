@@ -96,40 +96,22 @@ void ApplyEntryHost(const ResolvedEntry& r, void* data, const OutputDesc& out) {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32:
-      return "float32";
-    case DType::kF16:
-      return "float16";
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kF64:
-      return "float64";
-    case DType::kI32:
-      return "int32";
-    case DType::kI64:
-      return "int64";
-    case DType::kU8:
-      return "uint8";
-    case DType::kBool:
-      return "bool";
+#define TT_DTYPE_NAME_(name, value, text) \
+  case DType::name:                       \
+    return text;
+    TT_PATCH_DTYPES(TT_DTYPE_NAME_)
+#undef TT_DTYPE_NAME_
   }
   return "unknown dtype";
 }
 
 const char* OpName(PatchOp op) {
   switch (op) {
-    case PatchOp::kZero:
-      return "zero";
-    case PatchOp::kFill:
-      return "fill";
-    case PatchOp::kAdd:
-      return "add";
-    case PatchOp::kScale:
-      return "scale";
-    case PatchOp::kClamp:
-      return "clamp";
-    case PatchOp::kReplace:
-      return "replace";
+#define TT_OP_NAME_(name, value, text) \
+  case PatchOp::name:                  \
+    return text;
+    TT_PATCH_OPS(TT_OP_NAME_)
+#undef TT_OP_NAME_
   }
   return "unknown op";
 }

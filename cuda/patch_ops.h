@@ -91,9 +91,9 @@ TT_HD uint16_t FloatToBf16(float f) {
 }
 
 TT_HD bool IsFloatDType(uint32_t dtype) {
-  return dtype == static_cast<uint32_t>(DType::kF32) ||
-         dtype == static_cast<uint32_t>(DType::kF16) ||
-         dtype == static_cast<uint32_t>(DType::kBF16);
+#define TT_IS_DTYPE_(name) dtype == static_cast<uint32_t>(DType::name) ||
+  return TT_PATCH_EDITABLE_DTYPES(TT_IS_DTYPE_) false;
+#undef TT_IS_DTYPE_
 }
 
 TT_HD float LoadAsFloat(const void* base, int64_t offset, uint32_t dtype) {

@@ -54,6 +54,10 @@ inline constexpr int kMaxMatchesPerCall = 16;
   X(kU8, 6, "uint8")       \
   X(kBool, 7, "bool")
 
+// The element types the ops edit (outputs and operands), X(Enumerator of DType): the device
+// code's check (IsFloatDType, patch_ops.h) and abi()'s "editable.<name>" rows come from it.
+#define TT_PATCH_EDITABLE_DTYPES(X) X(kF32) X(kF16) X(kBF16)
+
 #define TT_PATCH_OPS(X)                                                                     \
   X(kZero, 0, "zero")                                                                       \
   X(kFill, 1, "fill")       /* params.value */                                              \

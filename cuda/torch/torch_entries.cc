@@ -121,6 +121,11 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> AbiTable() {
   kind = "error";
   TT_PATCH_ERRORS(TT_ABI_ROW_)
 #undef TT_ABI_ROW_
+  // "editable.float32", ...: the dtypes the ops edit, by their dtype code.
+#define TT_ABI_EDITABLE_(name) \
+  add("editable", patch::DTypeName(patch::DType::name), static_cast<int64_t>(patch::DType::name));
+  TT_PATCH_EDITABLE_DTYPES(TT_ABI_EDITABLE_)
+#undef TT_ABI_EDITABLE_
   return {names, values};
 }
 

@@ -9,9 +9,6 @@ import torch
 
 from . import _torch_ops
 
-# Output dtypes the patch table edits (patch_table.h: the ops support f32, f16, bf16 only).
-TABLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
 
 def view_key(index):
     """(key, box): key None for a left-aligned box (dims after the box are whole), or
@@ -73,18 +70,20 @@ def validate(rule_error, op, site, module, dtype, key, box, output, device):
     if len(box) > max_dims:  # an Ellipsis box counts the one dimension the ... stands for
         rule_error(f"index= spans {len(box)} dimensions; the patch table takes up to "
                    f"{max_dims}")
-    if dtype is not None and dtype not in TABLE_DTYPES:
+    editable = _torch_ops.editable_dtypes()  # the library's list (cuda/patch_table.h)
+    names = [str(d).replace("torch.", "") for d in editable]
+    if dtype is not None and dtype not in editable:
         rule_error(f"{site} computes in {str(dtype).replace('torch.', '')}; the "
-                   f"patch table edits float32, float16 and bfloat16 outputs")
+                   f"patch table edits {', '.join(names[:-1])} and {names[-1]} outputs")
     t = op.operand_tensor()
     if t is not None:
         if t.device != device:
             rule_error(f"the operand is on {t.device} but the model is on "
                        f"{device}; move it with .to({str(device)!r}) "
                        f"(or load_spec(path, device=...))")
-        if t.dtype not in TABLE_DTYPES + (torch.float64,):
+        if t.dtype not in editable + (torch.float64,):  # float64 is cast to float32 first
             rule_error(f"the operand has dtype {str(t.dtype).replace('torch.', '')}"
-                       f"; accepted: float32, float16, bfloat16")
+                       f"; accepted: {', '.join(names)}")
         if t.dim() > max_dims:
             rule_error(f"the operand has {t.dim()} dimensions; the patch table takes up to "
                        f"{max_dims}")

@@ -155,6 +155,13 @@ def _codes(prefix):
     return {k[len(prefix) + 1:]: v for k, v in abi().items() if k.startswith(prefix + ".")}
 
 
+def editable_dtypes():
+    """The torch dtypes the table's ops edit (TT_PATCH_EDITABLE_DTYPES, cuda/patch_table.h),
+    in code order."""
+    codes = _codes("editable")
+    return tuple(getattr(torch, name) for name in sorted(codes, key=codes.get))
+
+
 def op_names():
     """The names of the table's ops, in code order."""
     ops = _codes("op")

@@ -4,6 +4,7 @@ import os
 import re
 
 import pytest
+import torch
 
 _HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "cuda", "patch_table.h")
@@ -32,6 +33,16 @@ def test_abi_is_the_header(tto):
     assert {k: abi[k] for k in facts if k in abi} == facts
     assert set(facts) <= set(abi)
     assert abi["ints_per_entry"] == 6 + 4 * abi["max_dims"]
+
+
+def test_editable_dtypes_are_the_headers_list(tto):
+    """The dtypes an edit may target come from TT_PATCH_EDITABLE_DTYPES, not a Python copy."""
+    text = open(_HEADER, encoding="utf-8").read()
+    listed = re.search(r"#define TT_PATCH_EDITABLE_DTYPES\(X\)(.*)", text).group(1)
+    enumerators = re.findall(r"X\((\w+)\)", listed)
+    words = dict(re.findall(r"X\((\w+), \d+, \"(\w+)\"\)", text))  # kF32 -> "float32"
+    expected = [getattr(torch, words[e]) for e in enumerators]
+    assert enumerators and list(tto.editable_dtypes()) == expected
 
 
 def test_other_abi_version_is_one_clear_error(tto, monkeypatch):
