@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from . import _ops, _store
+from . import _compiled_join, _ops, _store
 from ._attach import Attachment, FirstRoot, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
 from ._compiled import compiled_entry
@@ -183,6 +183,8 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, inter
                                  {"save_failed": attached.save_errors,
                                   "inputs_failed": attached.input_errors},
                                  attached.recorder.table_rows(sink.files if sink else {}))
+        if ops:
+            _compiled_join.write(path)  # compiled kernels' modules, and what they miss
     if attached.model is None:
         fail(f"{getattr(fn, '__qualname__', fn)!r} called no torch.nn.Module, so there was "
              f"no model to trace; pass a function that runs the model, or model=...")

@@ -27,7 +27,7 @@ import sys
 import torch
 
 from . import _collectives as collectives
-from . import _store
+from . import _compiled_join, _store
 from ._backend import get_backend
 from ._errors import TokentraceError
 from ._escapes import EscapeCounter
@@ -136,6 +136,7 @@ def _attach_recording(model, args):
         _say(f"{len(hooks.not_hooked)} modules run inside a compiled region and are not "
              f"recorded; the compiled module's own calls are, so it runs as compiled")
     ops = _start_ops(backend, on_cpu)  # then the op observer reports a CPU model's host reads
+    _state["ops"] = ops
     escapes = EscapeCounter(lambda: backend.current()[2],
                             backend.escape if on_cpu and not ops else None)
     escapes.install()
@@ -193,5 +194,7 @@ def _finish(backend, hooks, escapes, sink, recorder, inputs):
                                  {"save_failed": hooks.save_errors,
                                   "inputs_failed": hooks.input_errors},
                                  recorder.table_rows(sink.files if sink is not None else {}))
+        if _state.get("ops"):
+            _compiled_join.write(path)  # compiled kernels' modules, and what they miss
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")
