@@ -109,6 +109,8 @@ def start():
     compiled before the trace): now. Else on the first torch.compile call, so a trace of an
     eager model does not import the compiler (1-2 s). The map is kept for the process: graph
     ids are unique in it, and graphs compiled in an earlier trace run here again."""
+    if _state["saved"] is not None or _state["compile"] is not None:
+        return  # already noting (one trace at a time; the op observer refuses a second)
     if "torch._dynamo" in sys.modules:
         _install_inductor()
         return
