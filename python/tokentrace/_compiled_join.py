@@ -32,7 +32,7 @@ class _Map:
         self.generated = {}   # runtime name -> (graph, index); generated kernels have one name
         for graph, entries in graphs.items():
             for i, (name, _) in enumerate(entries):
-                if not name.startswith("aten::") and "::" not in name:
+                if "::" not in name:  # library calls are ops, "namespace::name"
                     self.generated.setdefault(name, (graph, i))
 
     def is_generated(self, name):
