@@ -43,7 +43,8 @@
   X(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS, 15, "write_failed_outputs")                     \
   X(TOKENTRACE_LOSS_SAVE_FAILED, 16, "save_failed")     /* counted by the Python layer */ \
   X(TOKENTRACE_LOSS_INPUTS_FAILED, 17, "inputs_failed") /* counted by the Python layer */ \
-  X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")
+  X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")                               \
+  X(TOKENTRACE_LOSS_COMPILED_UNATTRIBUTED, 19, "compiled_unattributed") /* Python layer */
 
 #define TOKENTRACE_KIND_ENUMERATOR_(name, value, text) name = value,
 enum tokentrace_site_kind { TOKENTRACE_SITE_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };

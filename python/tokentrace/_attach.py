@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from . import _collectives, _ops, _store
+from . import _collectives, _compiled_join, _ops, _store
 from ._errors import TokentraceError
 from ._escapes import EscapeCounter
 from ._inputs import InputRecorder
@@ -135,6 +135,8 @@ class Attachment:
                                  {"save_failed": self.save_errors,
                                   "inputs_failed": self.input_errors},
                                  self.recorder.table_rows(sink.files if sink is not None else {}))
+        if self.ops:
+            _compiled_join.write(path)  # compiled kernels' modules, and what they miss
 
     def _report(self, message):
         if self.say is not None:

@@ -20,6 +20,7 @@ import os
 
 import torch
 
+from . import _compiled_map
 from ._errors import TokentraceError, fail
 
 OP_KIND = "op"  # sites.kind of op calls (SiteKindName in src/core/records.cc)
@@ -43,6 +44,8 @@ def start(backend, host_reads):
         torch.ops.tokentrace.op_records_start(list(backend.c_api()), bool(host_reads))
     except RuntimeError as exc:
         fail(" ".join(str(exc).split()).removeprefix("tokentrace: "))
+    # Compiled kernels become ops too, mapped to their modules (_compiled_map).
+    _compiled_map.start()
 
 
 _lib = {}
@@ -52,6 +55,7 @@ def stop():
     """Turns the observer off; True if it was on. Through ctypes, not an op: an op would be
     recorded as a call of its own."""
     from . import _torch_ops
+    _compiled_map.stop()
     path = _torch_ops.load_library()
     if path not in _lib:
         _lib[path] = ctypes.CDLL(path)

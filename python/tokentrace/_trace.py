@@ -394,6 +394,23 @@ class Trace:
         from ._ops import top_ops
         return top_ops(self, token, n)
 
+    def compiled_kernels(self, token=None):
+        """With ops=True on a torch.compile'd model: [CompiledKernel(call_id, token, name,
+        modules, fused, cpu_ns)], each kernel Inductor generated (or library call it made) that
+        ran, with the module sites it came from (see _compiled_map). Op calls of compiled calls
+        that no kernel explains are counted in losses["compiled_unattributed"]."""
+        from ._compiled_join import join
+        kernels, _ = join(self._q)
+        return [k for k in kernels if token is None or k.token == token]
+
+    def compiled_modules(self, token=None):
+        """[ModuleTotal(module, kernels, fused, cpu_ms, gpu_ms)] of compiled_kernels() per
+        module, over the run or one token, by GPU then CPU time; a fused kernel counts towards
+        each of its modules."""
+        from ._compiled_join import join, module_totals
+        kernels, _ = join(self._q)
+        return module_totals(kernels, self._gpu_totals(), token)
+
     @property
     def losses(self):
         if "losses" not in self._tables:

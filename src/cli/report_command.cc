@@ -20,7 +20,8 @@ const char kReportUsage[] =
     "usage: tokentrace report FILE [--top N]\n"
     "\n"
     "Per-token CPU and GPU time, prefill vs decode, the top N sites by GPU self time\n"
-    "(default 10), losses and how the trace was recorded.\n";
+    "(default 10), with op records the top N ops per token, losses and how the trace was\n"
+    "recorded.\n";
 
 namespace {
 
@@ -58,6 +59,23 @@ std::string PercentileTable(const std::vector<TokenStat>& tokens) {
                     Fixed(Percentile(*v, 99), 3), Fixed(v->empty() ? 0 : v->back(), 3)});
   }
   return FormatTable(rows);
+}
+
+// Op records: each op's outermost calls per token, token 1 (prefill) beside the mean decode
+// token, so a decode step's ops read as what one step runs.
+std::string OpsPerToken(const std::vector<OpPhases>& ops, size_t decode_tokens) {
+  const double n = decode_tokens == 0 ? 1.0 : static_cast<double>(decode_tokens);
+  std::vector<std::vector<std::string>> rows = {{"op", "prefill calls", "prefill cpu ms",
+                                                 "prefill gpu ms", "decode calls/token",
+                                                 "decode cpu ms/token", "decode gpu ms/token"}};
+  for (const OpPhases& o : ops) {
+    rows.push_back({o.name, std::to_string(o.prefill_calls), Ms(o.prefill_cpu_ns),
+                    Ms(o.prefill_gpu_ns), Fixed(static_cast<double>(o.decode_calls) / n, 1),
+                    Fixed(static_cast<double>(o.decode_cpu_ns) / n / 1e6, 3),
+                    Fixed(static_cast<double>(o.decode_gpu_ns) / n / 1e6, 3)});
+  }
+  return "\ntop ops per token (op records; outermost ops, by decode GPU then CPU time):\n" +
+         FormatTable(rows);
 }
 
 std::vector<std::string> PhaseRow(const std::string& name, const std::vector<TokenStat>& ts) {
@@ -141,9 +159,11 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, int64_t>> losses;
   std::vector<TokenStat> tokens;
   std::vector<SiteGpu> sites;
+  std::vector<OpPhases> ops;
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
       !reader->Tokens(&tokens, &error) ||
-      !reader->TopSites(static_cast<int>(top), &sites, &error)) {
+      !reader->TopSites(static_cast<int>(top), &sites, &error) ||
+      !reader->TopOps(static_cast<int>(top), &ops, &error)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
@@ -226,6 +246,7 @@ int ReportCommand(const std::vector<std::string>& args) {
     }
     out += FormatTable(rows);
   }
+  if (!ops.empty()) out += OpsPerToken(ops, decode.size());
 
   out += "\nlosses:";
   bool any = false;

@@ -241,6 +241,37 @@ bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) 
   return rc == SQLITE_DONE;
 }
 
+bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "WITH o AS (SELECT c.id, c.site_id, c.token, "
+                 "                  COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0) AS cpu "
+                 "           FROM calls c JOIN sites s ON s.id = c.site_id "
+                 "           LEFT JOIN calls p ON p.id = c.parent_id "
+                 "           LEFT JOIN sites ps ON ps.id = p.site_id "
+                 "           WHERE s.kind = 'op' AND c.token > 0 "
+                 "             AND (ps.kind IS NULL OR ps.kind != 'op')) "
+                 "SELECT s.name, "
+                 "  SUM(o.token = 1), SUM(IIF(o.token = 1, o.cpu, 0)), "
+                 "  SUM(IIF(o.token = 1, COALESCE(g.gpu_busy_ns, 0), 0)), "
+                 "  SUM(o.token > 1), SUM(IIF(o.token > 1, o.cpu, 0)), "
+                 "  SUM(IIF(o.token > 1, COALESCE(g.gpu_busy_ns, 0), 0)) "
+                 "FROM o JOIN sites s ON s.id = o.site_id "
+                 "LEFT JOIN call_gpu g ON g.call_id = o.id "
+                 "GROUP BY o.site_id ORDER BY 7 DESC, 6 DESC, 3 DESC, 1 LIMIT ?1",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  q.Bind(1, limit);
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out->push_back({q.Text(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5), q.Int(6)});
+  }
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
 bool Reader::FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
                             std::string* error) {
   Statement q;

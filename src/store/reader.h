@@ -26,6 +26,14 @@ struct TokenStat {
 };
 
 // GPU time attributed to the calls of one site (self time: kernels go to the innermost call).
+// One ATen op's outermost calls (op records), split by phase: token 1 (prefill) and the
+// tokens after it (decode).
+struct OpPhases {
+  std::string name;
+  int64_t prefill_calls = 0, prefill_cpu_ns = 0, prefill_gpu_ns = 0;
+  int64_t decode_calls = 0, decode_cpu_ns = 0, decode_gpu_ns = 0;
+};
+
 struct SiteGpu {
   std::string name;  // "(outside any call)" for call id 0
   std::string kind;
@@ -80,6 +88,9 @@ class Reader {
   // Sites by GPU self time, descending (then CPU self time); the call-0 bucket is included
   // when it has kernels. Sites without GPU work are listed too, after those with.
   bool TopSites(int limit, std::vector<SiteGpu>* out, std::string* error);
+  // Op sites (kind "op") by decode GPU then decode CPU time, then prefill CPU time; outermost
+  // op calls only (an op's inner ops count towards it). Empty without op records.
+  bool TopOps(int limit, std::vector<OpPhases>* out, std::string* error);
   // Earliest call begin or GPU begin among tokens [first, last]; false in *found when none.
   bool FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found, std::string* error);
   // Streams calls / GPU rows whose token is in [first, last], in storage order.

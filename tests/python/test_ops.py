@@ -124,3 +124,13 @@ def test_tokentrace_run_refuses_a_bad_ops_variable(tmp_path):
         "tokentrace: TOKENTRACE_OPS='yes' is not accepted (accepted: 1 to record ATen ops, "
         "0 or unset for not)")
     assert "JOB-DONE" not in res.stdout
+
+
+def test_the_report_lists_top_ops_per_token(op_trace):
+    # 2 layers x 4 Conv1D (attn c_attn, c_proj; mlp c_fc, c_proj): 8 addmm calls a token.
+    text = op_trace.report()
+    section = text[text.index("top ops per token"):text.index("losses:")]
+    row = next(line.split() for line in section.splitlines()
+               if line.split()[:1] == ["aten::addmm"])
+    assert row[1] == "8" and row[4] == "8.0", section  # prefill calls, decode calls/token
+    assert float(row[2]) > 0 and float(row[5]) > 0  # CPU time, prefill and per decode token

@@ -88,6 +88,44 @@ TEST(ReaderTest, TopSitesOrderedByGpuSelfTimeWithOutsideBucket) {
   EXPECT_EQ(sites.size(), 1u);
 }
 
+TEST(ReaderTest, TopOpsSplitsPrefillFromDecodeAndSkipsInnerOps) {
+  std::string path = TempPath("ops.sqlite"), error;
+  {
+    auto store = Store::Open(path, &error);
+    ASSERT_NE(store, nullptr) << error;
+    Batch b;
+    b.sites = {{1, "self", SiteKind::kRoot, true},
+               {2, "aten::addmm", SiteKind::kOp, false},
+               {3, "aten::mm", SiteKind::kOp, false}};
+    // Token t: root call 10t; addmm 10t+1 (5 ns, 2 us on the GPU) in it; an mm inside the
+    // addmm (an inner op: it counts towards the addmm, not as a row of its own).
+    for (uint32_t t = 1; t <= 3; ++t) {
+      const int64_t base = t * 1000;
+      b.calls.push_back({10u * t, 1, t, t, 0, 0, base, base + 100});
+      b.calls.push_back({10u * t + 1, 2, t, t, 10u * t, 0, base + 10, base + 15});
+      b.calls.push_back({10u * t + 2, 3, t, t, 10u * t + 1, 0, base + 11, base + 14});
+      b.call_gpu.push_back({10u * t + 1, t, 1, 2000, base, base + 2000});
+    }
+    ASSERT_TRUE(store->Write(b, &error)) << error;
+  }
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  std::vector<OpPhases> ops;
+  ASSERT_TRUE(reader->TopOps(10, &ops, &error)) << error;
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].name, "aten::addmm");
+  EXPECT_EQ(ops[0].prefill_calls, 1);
+  EXPECT_EQ(ops[0].prefill_cpu_ns, 5);
+  EXPECT_EQ(ops[0].prefill_gpu_ns, 2000);
+  EXPECT_EQ(ops[0].decode_calls, 2);
+  EXPECT_EQ(ops[0].decode_cpu_ns, 10);
+  EXPECT_EQ(ops[0].decode_gpu_ns, 4000);
+  ops.clear();
+  auto plain = Reader::Open(MakeTrace(), &error);  // no op records: no rows
+  ASSERT_TRUE(plain->TopOps(10, &ops, &error)) << error;
+  EXPECT_TRUE(ops.empty());
+}
+
 TEST(ReaderTest, CountsMetaAndLosses) {
   std::string path = MakeTrace(), error;
   auto reader = Reader::Open(path, &error);

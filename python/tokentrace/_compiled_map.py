@@ -1,0 +1,146 @@
+"""Which modules a compiled kernel came from (op records on a torch.compile'd model).
+
+At compile time. While op records are on (ops=True, TOKENTRACE_OPS=1), Inductor is told to
+profile its generated C++ kernels (config.cpp.enable_kernel_profile: each one opens a
+RecordFunction named "graph_<id>_<kernel>", which the op observer records as an op call), its
+graph caches are off for the trace (a graph loaded from a cache is not generated again, so its
+kernels would not be seen here), and the function Inductor calls for each kernel it emits,
+in the order the compiled wrapper calls them (debug.set_kernel_post_grad_provenance_tracing,
+its provenance hook), is wrapped to note the kernel's name and the FX nodes it came from. Each
+node's meta["nn_module_stack"] names the modules it was traced in; the innermost one is the
+node's module. Nothing of this is set when op records are off: Inductor generates exactly what
+it generates without tokentrace.
+
+At read time (join). The calls of a compiled module have op children in the order the wrapper
+ran them. A generated kernel is found by its name. A library kernel (extern_kernels.mm, a
+fallback op) has no name of its own: it is the next library call of the same graph after the
+last generated kernel seen (or before the next one, at the start of a call). Each kernel gets
+the modules of its nodes; more than one is a `fused` kernel, attributed to all of them. An op
+child of a compiled call that matches nothing (an eager op run between graphs, a graph compiled
+before the trace started) is counted as the loss kind `compiled_unattributed`.
+
+The map is stored in the trace file's meta ("compiled_kernels", JSON:
+{graph id: [[runtime name, [module paths relative to the compiled module]], ...]}).
+"""
+
+import json
+import re
+import sys
+
+META_KEY = "compiled_kernels"
+LOSS_KIND = "compiled_unattributed"  # include/tokentrace/kinds.h
+
+_state = {"saved": None, "graphs": {}, "compile": None}
+
+
+def _runtime_name(name, generated, graph_id):
+    """The op name the observer records for a kernel the wrapper calls `name`."""
+    if generated:
+        return name if graph_id is None else f"graph_{graph_id}_{name}"
+    if name.startswith("extern_kernels."):
+        return "aten::" + name[len("extern_kernels."):]
+    parts = name.removeprefix("torch.ops.").split(".")
+    return "::".join(parts[:2]) if len(parts) >= 2 else name
+
+
+def module_path(fqn):
+    """"L['self'].model.layers[0].mlp" (TorchDynamo's name) -> "model.layers.0.mlp", relative
+    to the compiled module; "" is the compiled module itself."""
+    s = re.sub(r"\._modules\['([^']*)'\]", r".\1", fqn)
+    s = re.sub(r"\[(\d+)\]", r".\1", s)
+    s = re.sub(r"\['([^']*)'\]", r".\1", s)
+    parts = s.split(".")
+    return ".".join(parts[2:]) if parts[0] in ("L", "G") else ".".join(parts[1:])
+
+
+def _node_module(node):
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""  # traced in the compiled module's own forward
+    fqn = list(stack.values())[-1][0]
+    return module_path(fqn)
+
+
+def _noted(original):
+    def note(node_schedule, kernel_name, is_extern=False):
+        try:
+            from torch._inductor.virtualized import V
+            graph_id = V.graph.graph_id
+            if is_extern:
+                node = node_schedule.origin_node
+                origins = [node] if node is not None else list(node_schedule.origins)
+            else:
+                origins = [o for sn in node_schedule if getattr(sn, "node", None) is not None
+                           for o in sn.node.origins]
+            modules = sorted({_node_module(o) for o in origins})
+            _state["graphs"].setdefault(str(graph_id), []).append(
+                [_runtime_name(kernel_name, not is_extern, graph_id), modules])
+        except Exception:  # noqa: BLE001 - never break a compile; the kernel stays unmapped
+            pass
+        return original(node_schedule, kernel_name, is_extern)
+    note.tokentrace_original = original
+    return note
+
+
+def _install_inductor():
+    import torch._inductor.config as config
+    import torch._inductor.debug as debug
+    modules = [debug]
+    for name in ("torch._inductor.codegen.cpp", "torch._inductor.codegen.triton"):
+        try:
+            __import__(name)
+            modules.append(sys.modules[name])
+        except Exception:  # noqa: BLE001 - a backend that does not import here emits nothing
+            pass
+    saved = {"config": (config.cpp.enable_kernel_profile, config.force_disable_caches),
+             "patched": []}
+    config.cpp.enable_kernel_profile = True
+    config.force_disable_caches = True
+    for module in modules:
+        original = getattr(module, "set_kernel_post_grad_provenance_tracing", None)
+        if original is not None and not hasattr(original, "tokentrace_original"):
+            module.set_kernel_post_grad_provenance_tracing = _noted(original)
+            saved["patched"].append((module, original))
+    _state["saved"] = saved
+
+
+def start():
+    """Notes what Inductor compiles from now on. TorchDynamo already loaded (the model was
+    compiled before the trace): now. Else on the first torch.compile call, so a trace of an
+    eager model does not import the compiler (1-2 s). The map is kept for the process: graph
+    ids are unique in it, and graphs compiled in an earlier trace run here again."""
+    if _state["saved"] is not None or _state["compile"] is not None:
+        return  # already noting (one trace at a time; the op observer refuses a second)
+    if "torch._dynamo" in sys.modules:
+        _install_inductor()
+        return
+    import torch
+    compile_fn = torch.compile
+
+    def compile_and_note(*args, **kwargs):
+        if _state["saved"] is None:
+            _install_inductor()
+        return compile_fn(*args, **kwargs)
+    compile_and_note.__wrapped__ = compile_fn
+    torch.compile = compile_and_note
+    _state["compile"] = compile_fn
+
+
+def stop():
+    """Restores Inductor's settings and functions; the map noted so far is kept for write()."""
+    import torch
+    if _state["compile"] is not None:
+        torch.compile = _state["compile"]
+        _state["compile"] = None
+    saved, _state["saved"] = _state["saved"], None
+    if saved is None:
+        return
+    import torch._inductor.config as config
+    config.cpp.enable_kernel_profile, config.force_disable_caches = saved["config"]
+    for module, original in saved["patched"]:
+        module.set_kernel_post_grad_provenance_tracing = original
+
+
+def meta():
+    """{META_KEY: json} of the kernels noted since start(), or {} when nothing compiled."""
+    return {META_KEY: json.dumps(_state["graphs"])} if _state["graphs"] else {}
