@@ -64,11 +64,12 @@ int TestSlowDrainMs() {
   return v != nullptr ? atoi(v) : 0;
 }
 
-// The loss counter of the CUPTI seam (the session adds src/core's, session/losses.h).
+// The loss counter of the CUPTI seam; the drainer takes it with src/core's (session/losses.h).
 constexpr LossSource kCuptiLosses[] = {
     {TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, &cupti::TakeDeviceWaitTimeouts}};
 
-// A signal stop's drain takes at most this many events from a ring before writing them.
+// A signal stop's drain (and the test-only slow drain) takes at most this many events from a
+// ring before writing them.
 constexpr uint64_t kSignalDrainStep = 16384;
 
 // TOKENTRACE_RUN_ID ("" when unset).

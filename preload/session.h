@@ -1,8 +1,8 @@
 // A recording session: the composition root that wires the hot path (core/recorder), the
-// background drain (core/joiner), CUPTI (src/cupti) and the file (src/store) to the process:
-// its threads, signals, fork and exit. What needs no process (the drain and write path, the
-// CUPTI record queue, loss collection, claiming the file, the flush policy, the meta rows) is
-// in src/session/.
+// background drain (session/drainer.h), CUPTI (src/cupti) and the file (src/store) to the
+// process: its threads, signals, fork and exit. What needs no process (the drain and write
+// path, the CUPTI record queue, loss collection, claiming the file, the flush policy, the meta
+// rows) is in src/session/.
 //
 // Threads: Start/Stop/Flush are called by the controlling thread (constructor, exit hook, C
 // API); OnActivity/OnDropped by CUPTI's buffer thread (they only queue, under a mutex: that
