@@ -4,11 +4,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <iterator>
+#include <span>
 
 #include "core/buffer_registry.h"
 #include "core/clock.h"
@@ -62,17 +64,12 @@ int TestSlowDrainMs() {
   return v != nullptr ? atoi(v) : 0;
 }
 
-void SleepMs(int ms) {
-  if (ms <= 0) return;
-  const timespec t{ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, nullptr);
-}
-
-// The loss counter of the CUPTI seam (the session adds src/core's, session/losses.h).
+// The loss counter of the CUPTI seam; the drainer takes it with src/core's (session/losses.h).
 constexpr LossSource kCuptiLosses[] = {
     {TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, &cupti::TakeDeviceWaitTimeouts}};
 
-// A signal stop's drain takes at most this many events from a ring before writing them.
+// A signal stop's drain (and the test-only slow drain) takes at most this many events from a
+// ring before writing them.
 constexpr uint64_t kSignalDrainStep = 16384;
 
 // TOKENTRACE_RUN_ID ("" when unset).
@@ -97,8 +94,9 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
                "choose another output path";
       return nullptr;
     }
-    s->store_ = Store::Open(out, error);
-    if (!s->store_) return nullptr;
+    std::unique_ptr<Store> store = Store::Open(out, error);
+    if (!store) return nullptr;
+    s->drainer_.SetStore(std::move(store));
   }
   sites::SetTokenRange(config.token_range);
   clock::Calibrate();
@@ -134,7 +132,27 @@ Session::Session(const Config& config, bool preload, std::string out_path)
       out_path_(std::move(out_path)),
       run_id_(preload ? RunIdFromEnvironment() : ""),
       joiner_(config.kernels, &clock::TicksToNs),
-      test_slow_drain_ms_(TestSlowDrainMs()) {}
+      test_slow_drain_ms_(TestSlowDrainMs()),
+      drainer_(ProcessDrainParts()) {}
+
+DrainParts Session::ProcessDrainParts() {
+  DrainParts parts;
+  parts.rings = [](const std::function<void(ThreadBuffer&)>& fn) { buffers::ForEach(fn); };
+  parts.generation = &recorder::Generation;
+  parts.activities = &activities_;
+  parts.joiner = &joiner_;
+  parts.open_store = [this](std::string* error) { return OpenStoreLocked(error); };
+  parts.meta = [this](const DrainCounts& counts) { return MetaRows(counts); };
+  const std::span<const LossSource> core = CoreLossSources();
+  parts.loss_sources.assign(core.begin(), core.end());
+  parts.loss_sources.insert(parts.loss_sources.end(), std::begin(kCuptiLosses),
+                            std::end(kCuptiLosses));
+  parts.calibrate = &clock::Calibrate;
+  parts.host_now_ns = &clock::HostNowNs;
+  parts.slow_drain_ms = test_slow_drain_ms_;
+  parts.step_events = kSignalDrainStep;
+  return parts;
+}
 
 std::string Session::out_path() const {
   std::lock_guard<std::mutex> lock(path_mutex_);
@@ -143,7 +161,7 @@ std::string Session::out_path() const {
 
 // Preload mode: which file this process writes is settled under a directory lock
 // (session/file_claim.h).
-bool Session::OpenStoreLocked(std::string* error) {
+std::unique_ptr<Store> Session::OpenStoreLocked(std::string* error) {
   std::unique_lock<std::mutex> no_fork(g_claim_mutex, std::defer_lock);
   if (!run_id_.empty()) no_fork.lock();  // see ClaimOutputFile: no fork while it runs
   FileClaim claim = ClaimOutputFile(out_path(), run_id_, getpid(), error);
@@ -152,8 +170,7 @@ bool Session::OpenStoreLocked(std::string* error) {
     std::lock_guard<std::mutex> lock(path_mutex_);
     out_path_ = claim.path;
   }
-  store_ = std::move(claim.store);
-  return store_ != nullptr;
+  return std::move(claim.store);
 }
 
 void Session::BeforeFork() { g_claim_mutex.lock(); }
@@ -170,7 +187,7 @@ void Session::SetKernelsStatus(const std::string& status, KernelsOff kind) {
   kernels_off_ = kind;
 }
 
-MetaRowList Session::MetaRows() const {
+MetaRowList Session::MetaRows(const DrainCounts& counts) const {
   SessionFacts facts;
   facts.tool_version = TOKENTRACE_VERSION;
   facts.pid = getpid();
@@ -181,7 +198,7 @@ MetaRowList Session::MetaRows() const {
   facts.token_range = config_.token_range;
   facts.preload = preload_;
   facts.out_path = out_path();
-  facts.events = events_drained_ + events_dropped_ + events_left_;
+  facts.events = counts.events();
   facts.start_anchor = start_anchor_;
   facts.launch = launch_;
   return SessionMetaRows(facts);
@@ -216,7 +233,7 @@ void Session::StartKernels() {
 void Session::OnActivity(const GpuActivity& activity) { activities_.Push(activity); }
 
 void Session::OnDropped(uint64_t records) {
-  if (records != 0) cupti_dropped_.fetch_add(records, std::memory_order_relaxed);
+  if (records != 0) activities_.AddDropped(records);
 }
 
 void Session::Loop() {
@@ -243,14 +260,14 @@ void Session::Loop() {
     {
       std::lock_guard<std::mutex> drain(drain_mutex_);
       std::string error;
-      if (!DrainLocked(false, &error) && error != last_error_) {
+      if (!drainer_.Drain(false, &error) && error != last_error_) {
         fprintf(stderr, "%s\n", error.c_str());
         last_error_ = error;
       }
       // The data reaches the main file about once a second, not only when the WAL is 16 MiB:
       // a killed job's .sqlite copied alone still holds it.
-      if (store_ && checkpoint_due_.Turn()) {
-        store_->Checkpoint();
+      if (drainer_.store() != nullptr && checkpoint_due_.Turn()) {
+        drainer_.store()->Checkpoint();
       }
     }
   }
@@ -268,10 +285,10 @@ void Session::StopFromSignal(int sig) {
                                : sig == SIGHUP ? "SIGHUP"
                                                : std::to_string(sig);
       DrainBudget budget(g_stop_signal_ns.load() + kSignalDrainNs, &MonotonicNs, kSignalDrainStep);
-      DrainStepsLocked(&budget);
+      drainer_.DrainSteps(&budget);
       std::string error;
       WriteFinalLocked({{"exit_signal", name}}, &error);
-      if (store_) store_->Close();
+      if (drainer_.store() != nullptr) drainer_.store()->Close();
     }
   }
   g_signal_stop_done.store(true);
@@ -298,121 +315,13 @@ void Session::AfterForkInChild() {
   g_signal_stop_done.store(false);
 }
 
-bool Session::DrainLocked(bool final, std::string* error) {
-  clock::Calibrate();
-  Batch batch;
-  // Activities first, then rings: a record already queued had its launch event written
-  // before, so that event is in this drain too (records rarely wait in `pending`).
-  ActivityQueue::Taken activities = activities_.Take();
-  // The test-only slow writer takes one step of each ring per drain, and sleeps.
-  DrainBudget slow(
-      INT64_MAX, [] { return int64_t{0}; }, kSignalDrainStep);
-  const bool slowed = test_slow_drain_ms_ > 0 && !final;
-  const uint64_t dropped = TakeRingsLocked(&batch, slowed ? &slow : nullptr);
-  if (slowed) SleepMs(test_slow_drain_ms_);
-  activities.ForEach([&](const GpuActivity& a) { joiner_.OnActivity(a, &batch); });
-  if (final) {
-    joiner_.Finish(clock::HostNowNs(), &batch);
-  } else {
-    joiner_.EndDrain(&batch);
-  }
-  AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, dropped, &batch);
-  AddLoss(TOKENTRACE_LOSS_CUPTI_DROPPED, cupti_dropped_.exchange(0), &batch);
-  TakeLosses(kCuptiLosses, &batch);
-  TakeLosses(CoreLossSources(), &batch);
-  return WriteLocked(batch, error);
-}
-
-uint64_t Session::TakeRingsLocked(Batch* batch, DrainBudget* budget) {
-  const uint8_t generation = recorder::Generation();
-  uint64_t dropped = 0;
-  buffers::ForEach([&](ThreadBuffer& ring) {
-    auto on_event = [&](const Event& e) {
-      if (e.generation == generation) joiner_.OnEvent(ring.thread_index(), e, batch);
-    };
-    events_drained_ += budget != nullptr ? budget->Take(ring, on_event) : ring.Drain(on_event);
-    dropped += ring.TakeDropped();
-  });
-  events_dropped_ += dropped;
-  return dropped;
-}
-
-void Session::DrainStepsLocked(DrainBudget* budget) {
-  const auto step = [&] {
-    Batch batch;
-    AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, TakeRingsLocked(&batch, budget), &batch);
-    const uint64_t left = budget->TakeLeft();
-    events_left_ += left;
-    AddLoss(TOKENTRACE_LOSS_SIGNAL_DEADLINE, left, &batch);
-    joiner_.EndDrain(&batch);
-    std::string error;
-    WriteLocked(batch, &error);  // a failed write is counted (Unwritten) and retried at the end
-  };
-  budget->Run(step, [&] { SleepMs(test_slow_drain_ms_); });
-}
-
-bool Session::WriteLocked(Batch& batch, std::string* error) {
-  // Sites are emitted only once the file exists (preload creates it on first use).
-  const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() ||
-                        !batch.outputs.empty() || !batch.call_gpu.empty() || !batch.losses.empty();
-  if (!store_) {
-    if (!has_work) return true;
-    if (!OpenStoreLocked(error)) {
-      unwritten_.Add(std::move(batch));
-      return false;
-    }
-    meta_written_ = false;
-  }
-  if (!meta_written_) {
-    batch.meta = MetaRows();
-    meta_written_ = true;
-  }
-  for (uint32_t id : joiner_.TakeNewSites()) batch.sites.push_back(sites::Row(id));
-  unwritten_.MoveInto(&batch);
-  if (batch.empty()) return true;
-  // The periodic clock anchor rides on batches that are written anyway (launch_meta.h).
-  batch.meta.emplace_back(kMetaAnchorLast, FormatAnchor(TakeClockAnchor()));
-  if (store_->Write(batch, error)) {
-    unwritten_.Written(batch);
-    return true;
-  }
-  // A full disk (or another write error): the rows are counted and the counts retried with
-  // the next write. The background loop says it once.
-  *error += "; what cannot be written is counted in the file's losses (write_failed_*)";
-  unwritten_.Add(std::move(batch));
-  return false;
-}
-
-bool Session::WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
-                               std::string* error) {
-  bool ok = DrainLocked(true, error);  // closes open calls (counted as unclosed_range)
-  Batch meta;
-  meta.meta = MetaRows();  // the final kernels status
-  meta.meta.insert(meta.meta.end(), extra_meta.begin(), extra_meta.end());
-  meta.meta.emplace_back(kMetaAnchorExit, FormatAnchor(TakeClockAnchor()));
-  std::string meta_error;
-  if (store_ && !WriteLocked(meta, &meta_error)) {
-    if (ok) *error = meta_error;
-    ok = false;
-  }
-  if (!unwritten_.empty() && store_) {
-    // Still no room for the rows: the smallest write, the counts alone, into the space the
-    // store set aside for it if need be.
-    Batch losses = unwritten_.LossesOnly();
-    std::string ignored;
-    if (store_->Write(losses, &ignored) ||
-        (store_->ReleaseReserve() && store_->Write(losses, &ignored))) {
-      unwritten_ = Unwritten();
-    } else {
-      *error = "tokentrace: '" + out_path() + "' misses " + std::to_string(unwritten_.calls()) +
-               " calls that could not be written, and the disk has no room to say so in it (" +
-               ignored + ")";
-    }
-  }
-  const std::string lost = BufferFullNotice(events_drained_, events_dropped_,
+bool Session::WriteFinalLocked(const MetaRowList& extra_meta, std::string* error) {
+  bool ok = drainer_.WriteFinal(extra_meta, error);
+  const DrainCounts& counts = drainer_.counts();
+  const std::string lost = BufferFullNotice(counts.drained, counts.dropped,
                                             config_.wait_when_full);  // once, at the end
   if (!lost.empty()) fprintf(stderr, "%s\n", lost.c_str());
-  if (!ok && unwritten_.empty() && *error == last_error_) error->clear();  // said once already
+  if (!ok && drainer_.all_written() && *error == last_error_) error->clear();  // said once already
   return ok;
 }
 
@@ -420,7 +329,7 @@ bool Session::Flush(std::string* error) {
   if (kernels_started_) cupti::Flush(false);
   std::lock_guard<std::mutex> drain(drain_mutex_);
   if (stopped_) return true;
-  return DrainLocked(false, error);
+  return drainer_.Drain(false, error);
 }
 
 bool Session::Stop(std::string* error) {
@@ -454,7 +363,7 @@ bool Session::Stop(std::string* error) {
     ok = WriteFinalLocked({}, error);
   }
   if (kernels_started_) cupti::Stop();
-  if (store_) store_->Close();
+  if (drainer_.store() != nullptr) drainer_.store()->Close();
   return ok;
 }
 

@@ -1,7 +1,8 @@
 // A recording session: the composition root that wires the hot path (core/recorder), the
-// background drain (core/joiner), CUPTI (src/cupti) and the file (src/store) to the process:
-// its threads, signals, fork and exit. What needs no process (the CUPTI record queue, loss
-// collection, claiming the file, the flush policy, the meta rows) is in src/session/.
+// background drain (session/drainer.h), CUPTI (src/cupti) and the file (src/store) to the
+// process: its threads, signals, fork and exit. What needs no process (the drain and write
+// path, the CUPTI record queue, loss collection, claiming the file, the flush policy, the meta
+// rows) is in src/session/.
 //
 // Threads: Start/Stop/Flush are called by the controlling thread (constructor, exit hook, C
 // API); OnActivity/OnDropped by CUPTI's buffer thread (they only queue, under a mutex: that
@@ -16,16 +17,14 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/drain_budget.h"
 #include "core/joiner.h"
 #include "core/kernels_off.h"
 #include "core/launch_meta.h"
-#include "core/unwritten.h"
 #include "cupti/activity_sink.h"
 #include "session/activity_queue.h"
+#include "session/drainer.h"
 #include "session/meta_rows.h"
 #include "session/once_per_second.h"
-#include "store/store.h"
 
 namespace tokentrace {
 
@@ -70,41 +69,30 @@ class Session : public cupti::ActivitySink {
   Session(const Config& config, bool preload, std::string out_path);
   void Loop();
   void StopFromSignal(int sig);
-  bool DrainLocked(bool final, std::string* error);  // requires drain_mutex_
-  // The final drain of a signal stop, in steps until the rings are empty or the deadline
-  // (core/drain_budget.h); what is left is counted as `signal_deadline`. Requires drain_mutex_.
-  void DrainStepsLocked(DrainBudget* budget);
-  // The rings into `batch` (all of each ring, or a step of it with `budget`); returns the
-  // events dropped on full rings since the last drain.
-  uint64_t TakeRingsLocked(Batch* batch, DrainBudget* budget);
-  // The final drain and the meta rows (plus `extra_meta`); requires drain_mutex_.
-  bool WriteFinalLocked(const std::vector<std::pair<std::string, std::string>>& extra_meta,
-                        std::string* error);
-  bool WriteLocked(Batch& batch, std::string* error);
+  // The final write (drainer_.WriteFinal) and the notice of events lost on full rings;
+  // requires drain_mutex_.
+  bool WriteFinalLocked(const MetaRowList& extra_meta, std::string* error);
   void SetKernelsStatus(const std::string& status, KernelsOff kind);
-  MetaRowList MetaRows() const;
+  MetaRowList MetaRows(const DrainCounts& counts) const;
+  // The drainer's collaborators: this process's rings, CUPTI queue, clock and file claim.
+  DrainParts ProcessDrainParts();
 
   const Config config_;
   const bool preload_;
-  bool OpenStoreLocked(std::string* error);  // requires drain_mutex_
+  std::unique_ptr<Store> OpenStoreLocked(std::string* error);  // requires drain_mutex_
 
   mutable std::mutex path_mutex_;  // out_path_ may change once, at the first write (preload)
   std::string out_path_;
   const std::string run_id_;                           // TOKENTRACE_RUN_ID ("" when not preloaded)
   const LaunchInfo launch_ = LaunchFromEnvironment();  // rank, host, launch id (meta)
   const ClockAnchor start_anchor_ = TakeClockAnchor();
-  std::unique_ptr<Store> store_;
   Joiner joiner_;
-  Unwritten unwritten_;          // what failed writes could not store (drain_mutex_)
-  uint64_t events_drained_ = 0;  // events read from the rings (drain_mutex_)
-  uint64_t events_dropped_ = 0;  // events dropped on full rings (drain_mutex_)
-  uint64_t events_left_ = 0;     // events left in the rings at a signal stop's deadline
-  // TOKENTRACE_TEST_SLOW_DRAIN_MS, for tests only: every drain takes at most one step
-  // (kSignalDrainStep events) of each ring and then sleeps this long, as does every step of a
-  // signal stop's drain, so a test can make the writer far slower than the job.
+  ActivityQueue activities_;  // CUPTI thread -> background thread
+  // TOKENTRACE_TEST_SLOW_DRAIN_MS, for tests only (DrainParts::slow_drain_ms), so a test can
+  // make the writer far slower than the job.
   const int test_slow_drain_ms_;
+  Drainer drainer_;  // rings and records -> file (drain_mutex_)
   bool stopped_ = false;
-  bool meta_written_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop
   OncePerSecond cupti_flush_due_{config_.flush_ms};  // background thread only
   OncePerSecond checkpoint_due_{config_.flush_ms};   // background thread only
@@ -115,9 +103,6 @@ class Session : public cupti::ActivitySink {
   mutable std::mutex status_mutex_;
   std::string kernels_status_;                // the detail (meta kernels_status)
   KernelsOff kernels_off_ = KernelsOff::kNo;  // its category (meta kernels_off)
-
-  ActivityQueue activities_;  // CUPTI thread -> background thread
-  std::atomic<uint64_t> cupti_dropped_{0};
 
   std::atomic<bool> loop_stop_{false};  // Stop -> background thread (with a wake-up)
   std::thread thread_;

@@ -2,8 +2,8 @@
 // in a multi-process launch (rank, local rank, world size, node, host, launch id) and clock
 // anchors that put its timestamps on a common axis.
 //
-// One source of truth for the meta key names: the writer (preload/session.cc) and the
-// cross-file readers (src/multi) both use the constants below.
+// One source of truth for the meta key names: the writers (src/session/meta_rows.cc,
+// drainer.cc) and the cross-file readers (src/multi) both use the constants below.
 //
 // Clock anchors: every timestamp in a file is CLOCK_MONOTONIC of its host (core/clock.h),
 // which has an arbitrary origin per boot. An anchor is a pair (trace clock, wall clock) read

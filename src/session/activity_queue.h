@@ -1,5 +1,6 @@
 // The queue from CUPTI's buffer thread to the background drain: GPU activity records wait
-// here until the next drain joins them to calls (core/joiner.h).
+// here until the next drain joins them to calls (core/joiner.h), and so does the count of the
+// records CUPTI dropped.
 //
 // A record's kernel name points into a CUPTI buffer that is given back once the delivering
 // call returns, so the queue keeps its own copy: one copy per record, made by Push and owned
@@ -7,6 +8,8 @@
 // hot path.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -48,7 +51,13 @@ class ActivityQueue {
   // that a record's launch event (written before the record was queued) is in the same drain.
   Taken Take();
 
+  // Any thread: CUPTI dropped `records` (counted as cupti_dropped by the next drain).
+  void AddDropped(uint64_t records) { dropped_.fetch_add(records, std::memory_order_relaxed); }
+  // The drain's thread: the records dropped since the last call.
+  uint64_t TakeDropped() { return dropped_.exchange(0, std::memory_order_relaxed); }
+
  private:
+  std::atomic<uint64_t> dropped_{0};
   std::mutex mutex_;
   std::vector<Queued> queued_;
 };

@@ -4,6 +4,8 @@
 // write that grows a file fails with SQLITE_FULL once the files have grown by more than
 // TT_DISK_FULL_AFTER bytes in all. After TT_DISK_FULL_REFUSALS refused writes (unset: never)
 // space "returns" and every write succeeds again.
+// A test linked with it (tests/session/drainer_test.cc) sets the same from code instead:
+// tt_disk_full_from_now.
 //
 // Space set aside outside SQLite (posix_fallocate, as the store's reserve does) counts against
 // the same budget and is given back when its file is closed: both are interposed here.
@@ -25,7 +27,7 @@ struct File {
 sqlite3_vfs* g_real = nullptr;
 sqlite3_io_methods g_methods;
 std::atomic<int64_t> g_grown{0};
-int64_t g_budget = -1;                     // < 0: no limit
+std::atomic<int64_t> g_budget{-1};         // < 0: no limit
 std::atomic<int64_t> g_refusals_left{-1};  // < 0: refuse for ever
 
 std::atomic<int> g_reserve_fd{-1};  // the one file posix_fallocate grew (the store's reserve)
@@ -186,4 +188,12 @@ extern "C" __attribute__((visibility("default"))) int close(int fd) {
     g_grown.fetch_sub(g_reserve_bytes.exchange(0));
   }
   return real(fd);
+}
+
+// The disk is full once the files grow by more than `bytes` from now on (< 0: never full);
+// after `refusals` refused writes (< 0: never) space returns.
+extern "C" __attribute__((visibility("default"))) void tt_disk_full_from_now(int64_t bytes,
+                                                                             int64_t refusals) {
+  g_refusals_left.store(refusals);
+  g_budget.store(bytes < 0 ? -1 : g_grown.load() + bytes);
 }

@@ -73,5 +73,13 @@ TEST(ActivityQueueTest, ATakeHoldsWhatWasQueuedBeforeIt) {
   EXPECT_EQ(queue.Take().size(), 0u);
 }
 
+TEST(ActivityQueueTest, DroppedRecordsAreCountedUntilTaken) {
+  ActivityQueue queue;
+  queue.AddDropped(3);
+  queue.AddDropped(4);
+  EXPECT_EQ(queue.TakeDropped(), 7u);
+  EXPECT_EQ(queue.TakeDropped(), 0u);
+}
+
 }  // namespace
 }  // namespace tokentrace

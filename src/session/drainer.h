@@ -1,0 +1,96 @@
+// The drain and write path of a session: the threads' rings and the queued CUPTI records go
+// through the joiner (core/joiner.h) into batches, with the drain's loss counts, and the
+// batches into the file. The file is opened lazily (a preloaded process that never records
+// leaves none), its meta rows go first, and what a failed write (a full disk) could not store
+// is counted and retried with the next write (core/unwritten.h).
+//
+// Its collaborators come in as plain parts, so a test drives it with hand-built rings and
+// records and a store in a temporary directory; preload/session.cc gives it the process's
+// rings, CUPTI's queue and the file claim. Not thread-safe: one drain at a time (the caller's
+// lock).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/drain_budget.h"
+#include "core/joiner.h"
+#include "core/thread_buffer.h"
+#include "core/unwritten.h"
+#include "session/activity_queue.h"
+#include "session/losses.h"
+#include "session/meta_rows.h"
+#include "store/store.h"
+
+namespace tokentrace {
+
+// Events the drains have seen, for the meta rows and the notice at exit.
+struct DrainCounts {
+  uint64_t drained = 0;  // read from the rings
+  uint64_t dropped = 0;  // dropped on full rings
+  uint64_t left = 0;     // left in the rings at a signal stop's deadline
+  uint64_t events() const { return drained + dropped + left; }
+};
+
+struct DrainParts {
+  // Calls its argument for every thread's ring (core/buffer_registry.h's ForEach).
+  std::function<void(const std::function<void(ThreadBuffer&)>&)> rings;
+  // The session's generation: ring events of another are skipped (core/recorder.h).
+  std::function<uint8_t()> generation;
+  ActivityQueue* activities = nullptr;
+  Joiner* joiner = nullptr;
+  // Creates the file at the first write that has rows; null (and *error) when it cannot.
+  std::function<std::unique_ptr<Store>(std::string* error)> open_store;
+  // The session's meta rows, given the events seen so far.
+  std::function<MetaRowList(const DrainCounts&)> meta;
+  // The process-wide loss counters taken once per drain.
+  std::vector<LossSource> loss_sources;
+  // Called before each drain (clock::Calibrate), and the host clock for calls closed at the end.
+  std::function<void()> calibrate = [] {};
+  std::function<int64_t()> host_now_ns;
+  // For tests only (TOKENTRACE_TEST_SLOW_DRAIN_MS): a drain takes at most one step of each
+  // ring and then sleeps this long, as does every step of a signal stop's drain.
+  int slow_drain_ms = 0;
+  // The most events a bounded (or slowed) drain takes from a ring per step.
+  uint64_t step_events = 16384;
+};
+
+class Drainer {
+ public:
+  explicit Drainer(DrainParts parts) : parts_(std::move(parts)) {}
+
+  // A file opened before the first drain (a session started in-process).
+  void SetStore(std::unique_ptr<Store> store) { store_ = std::move(store); }
+  Store* store() { return store_.get(); }
+
+  // Drains the rings and the queued records and writes them. `final`: calls still open are
+  // closed (counted as unclosed_range). False (and *error) when the write failed.
+  bool Drain(bool final, std::string* error);
+  // A signal stop's drain, in steps until the rings are empty or `budget`'s deadline; what is
+  // left is counted as `signal_deadline`. A failed step is counted and retried at the end.
+  void DrainSteps(DrainBudget* budget);
+  // The final drain, then the meta rows (plus `extra_meta`) and, if the disk is still full,
+  // the loss counts alone, in the space the store set aside.
+  bool WriteFinal(const MetaRowList& extra_meta, std::string* error);
+
+  const DrainCounts& counts() const { return counts_; }
+  bool all_written() const { return unwritten_.empty(); }
+
+ private:
+  // The rings into `batch` (all of each ring, or a step with `budget`); returns the events
+  // dropped on full rings since the last drain.
+  uint64_t TakeRings(Batch* batch, DrainBudget* budget);
+  bool Write(Batch& batch, std::string* error);
+  void SleepSlow() const;
+
+  DrainParts parts_;
+  std::unique_ptr<Store> store_;
+  Unwritten unwritten_;  // what failed writes could not store
+  DrainCounts counts_;
+  bool meta_written_ = false;
+};
+
+}  // namespace tokentrace

@@ -1,0 +1,222 @@
+// The drain and write path on hand-built ring events and CUPTI-like records, into a store in
+// a temp directory; a full disk comes from tests/preload/disk_full_vfs.cc, linked in.
+#include "session/drainer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <utility>
+
+#include "core/site_registry.h"
+#include "store/test_db.h"
+
+extern "C" void tt_disk_full_from_now(int64_t bytes, int64_t refusals);
+
+namespace tokentrace {
+namespace {
+
+using testing::QueryInt;
+using testing::QueryText;
+using testing::TempPath;
+
+uint64_t g_unbalanced = 0;  // a process-wide loss counter, as src/core keeps them
+uint64_t TakeUnbalanced() { return std::exchange(g_unbalanced, 0); }
+
+class DrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { tt_disk_full_from_now(-1, -1); }
+  void TearDown() override { tt_disk_full_from_now(-1, -1); }
+
+  DrainParts Parts() {
+    DrainParts parts;
+    parts.rings = [this](const std::function<void(ThreadBuffer&)>& fn) { fn(ring_); };
+    parts.generation = [] { return uint8_t{0}; };
+    parts.activities = &activities_;
+    parts.joiner = &joiner_;
+    parts.open_store = [this](std::string* error) -> std::unique_ptr<Store> {
+      ++opens_;
+      if (opens_ <= refuse_opens_) {
+        *error = "no file yet";
+        return nullptr;
+      }
+      return Store::Open(path_, error);
+    };
+    parts.meta = [this](const DrainCounts& counts) {
+      ++metas_;
+      return MetaRowList{{"test_events", std::to_string(counts.events())}};
+    };
+    parts.loss_sources = {{TOKENTRACE_LOSS_UNBALANCED_POP, &TakeUnbalanced}};
+    parts.host_now_ns = [] { return int64_t{9000}; };
+    return parts;
+  }
+
+  // One closed call of site `name` (a token), with a launch whose correlation is `corr`.
+  void Call(uint64_t id, const char* name, uint64_t corr) {
+    const uint32_t site = sites::Intern(name, SiteKind::kRoot);
+    ring_.Append(MakeEvent(EventKind::kPush, 100 * id, id, 0, 0, site, 0, 1, 0));
+    ring_.Append(MakeEvent(EventKind::kLaunch, 100 * id + 1, id, corr, 0, 0, 0, 1, 0));
+    ring_.Append(MakeEvent(EventKind::kPop, 100 * id + 50, id, 0, 0, 0, 0, 0, 0));
+  }
+  void Kernel(uint64_t corr, const char* name) {
+    GpuActivity a;
+    a.correlation_id = corr;
+    a.begin_ns = 1000;
+    a.end_ns = 1100;
+    a.name = name;
+    activities_.Push(a);
+  }
+  int64_t Count(const std::string& table) {
+    return QueryInt(path_, "SELECT count(*) FROM " + table);
+  }
+  int64_t Loss(const std::string& kind) {
+    return QueryInt(path_, "SELECT count FROM losses WHERE kind = '" + kind + "'");
+  }
+
+  ThreadBuffer ring_{4096, 3};
+  ActivityQueue activities_;
+  Joiner joiner_{KernelMode{KernelMode::kFull}};
+  const std::string path_ = TempPath("drain.sqlite");
+  int opens_ = 0;
+  int refuse_opens_ = 0;
+  int metas_ = 0;
+};
+
+TEST_F(DrainerTest, EventsAndRecordsBecomeRows) {
+  Drainer drainer(Parts());
+  Call(1, "drainer.rows", 10);
+  ring_.Append(MakeEvent(EventKind::kPush, 1, 77, 0, 0, 1, 0, 1, 5));  // another session's
+  Kernel(10, "gemm");
+  activities_.AddDropped(2);
+  g_unbalanced = 4;
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(Count("calls"), 1);
+  EXPECT_EQ(QueryInt(path_, "SELECT thread FROM calls WHERE id = 1"), 3);
+  EXPECT_EQ(QueryInt(path_, "SELECT call_id FROM kernels"), 1);
+  EXPECT_EQ(QueryText(path_, "SELECT text FROM strings s JOIN kernels k ON k.name_id = s.id"),
+            "gemm");
+  EXPECT_EQ(QueryText(path_, "SELECT name FROM sites s JOIN calls c ON c.site_id = s.id"),
+            "drainer.rows");
+  EXPECT_EQ(Loss("cupti_dropped"), 2);
+  EXPECT_EQ(Loss("unbalanced_pop"), 4);
+  EXPECT_EQ(drainer.counts().drained, 4u);
+  EXPECT_TRUE(drainer.all_written());
+}
+
+TEST_F(DrainerTest, NothingToWriteCreatesNoFile) {
+  Drainer drainer(Parts());
+  std::string error;
+  EXPECT_TRUE(drainer.Drain(false, &error));
+  EXPECT_EQ(opens_, 0);
+  EXPECT_NE(access(path_.c_str(), F_OK), 0);
+}
+
+TEST_F(DrainerTest, MetaRowsGoFirstAndOnceThenAgainAtTheEnd) {
+  refuse_opens_ = 1;  // the first write cannot create the file
+  Drainer drainer(Parts());
+  Call(1, "drainer.meta", 10);
+  std::string error;
+  EXPECT_FALSE(drainer.Drain(false, &error));
+  EXPECT_EQ(error, "no file yet");
+  EXPECT_EQ(metas_, 0);
+  Call(2, "drainer.meta", 11);
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(metas_, 1);
+  EXPECT_EQ(QueryText(path_, "SELECT value FROM meta WHERE key = 'test_events'"), "6");
+  EXPECT_EQ(Loss("write_failed_calls"), 1);  // call 1, counted with the first rows written
+  Call(3, "drainer.meta", 12);
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(metas_, 1);
+  EXPECT_EQ(Count("calls"), 2);
+  ASSERT_TRUE(drainer.WriteFinal({{"exit_signal", "SIGTERM"}}, &error)) << error;
+  EXPECT_EQ(metas_, 2);
+  EXPECT_EQ(QueryText(path_, "SELECT value FROM meta WHERE key = 'test_events'"), "9");
+  EXPECT_EQ(QueryText(path_, "SELECT value FROM meta WHERE key = 'exit_signal'"), "SIGTERM");
+}
+
+TEST_F(DrainerTest, AFailedWriteIsCountedAndWhatItNeedsIsWrittenNext) {
+  Drainer drainer(Parts());
+  Call(1, "drainer.first", 10);
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  tt_disk_full_from_now(0, 1);  // one refused write, then space returns
+  Call(2, "drainer.lost", 11);
+  Kernel(11, "lost_kernel");
+  EXPECT_FALSE(drainer.Drain(false, &error));
+  EXPECT_NE(error.find("write_failed_*"), std::string::npos) << error;
+  EXPECT_FALSE(drainer.all_written());
+  Call(3, "drainer.first", 12);
+  error.clear();
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_TRUE(drainer.all_written());
+  EXPECT_EQ(Count("calls"), 2);  // 1 and 3: call 2's row is gone, and counted
+  EXPECT_EQ(Loss("write_failed_calls"), 1);
+  EXPECT_EQ(Loss("write_failed_kernels"), 1);
+  // The site the lost call named is kept for the file all the same.
+  EXPECT_EQ(QueryInt(path_, "SELECT count(*) FROM sites WHERE name = 'drainer.lost'"), 1);
+}
+
+TEST_F(DrainerTest, TheFinalWriteUsesTheReserveForTheCounts) {
+  tt_disk_full_from_now(int64_t{1} << 40, -1);  // the store's reserve counts against the disk
+  Drainer drainer(Parts());
+  Call(1, "drainer.final", 10);
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  tt_disk_full_from_now(0, -1);  // full for good
+  Call(2, "drainer.final", 11);
+  EXPECT_FALSE(drainer.Drain(false, &error));
+  error.clear();
+  EXPECT_FALSE(drainer.WriteFinal({}, &error));
+  EXPECT_TRUE(drainer.all_written()) << error;
+  drainer.store()->Close();
+  EXPECT_EQ(Loss("write_failed_calls"), 1);
+  EXPECT_EQ(Count("calls"), 1);
+}
+
+TEST_F(DrainerTest, RowsThatNeverFitAreReportedAtTheEnd) {
+  Drainer drainer(Parts());
+  Call(1, "drainer.never", 10);
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  tt_disk_full_from_now(0, -1);  // full for good; the reserve is no help (not counted)
+  Call(2, "drainer.never", 11);
+  Call(3, "drainer.never", 12);
+  EXPECT_FALSE(drainer.Drain(false, &error));
+  error.clear();
+  EXPECT_FALSE(drainer.WriteFinal({}, &error));
+  EXPECT_FALSE(drainer.all_written());
+  EXPECT_NE(error.find("' misses 2 calls that could not be written"), std::string::npos) << error;
+}
+
+TEST_F(DrainerTest, ASignalStopDrainsInStepsUntilItsDeadline) {
+  Drainer drainer(Parts());
+  for (uint64_t id = 1; id <= 5; ++id) Call(id, "drainer.steps", 100 + id);  // 15 events
+  int64_t now = 0;
+  DrainBudget budget(
+      2, [&] { return now++; }, 3);  // two steps of 3 events, then the deadline
+  drainer.DrainSteps(&budget);
+  EXPECT_EQ(drainer.counts().drained, 6u);
+  EXPECT_EQ(drainer.counts().left, 9u);
+  EXPECT_EQ(ring_.Pending(), 0u);
+  EXPECT_EQ(Count("calls"), 2);  // each step was written
+  EXPECT_EQ(Loss("signal_deadline"), 9);
+}
+
+TEST_F(DrainerTest, TheTestOnlySlowDrainTakesOneStepPerDrain) {
+  DrainParts parts = Parts();
+  parts.slow_drain_ms = 1;
+  parts.step_events = 3;
+  Drainer drainer(std::move(parts));
+  Call(1, "drainer.slow", 10);
+  Call(2, "drainer.slow", 11);
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(drainer.counts().drained, 3u);
+  ASSERT_TRUE(drainer.WriteFinal({}, &error)) << error;  // the final drain takes all
+  EXPECT_EQ(drainer.counts().drained, 6u);
+  EXPECT_EQ(Count("calls"), 2);
+}
+
+}  // namespace
+}  // namespace tokentrace
