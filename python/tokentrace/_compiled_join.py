@@ -175,6 +175,23 @@ def _gpu_records(q, markers):
     return in_marker, first
 
 
+NOT_STORED = "(kernel rows not stored)"  # the name of a kernel counted but not recorded
+
+
+def _not_stored(q, owner, records, children):
+    """[(marker, token, NOT_STORED)] for each kernel launched in a region outside any op whose
+    row the file does not hold (kernels="summary", the tokens sample:N skips): the call's GPU
+    totals count it, the join cannot name it, so it is counted."""
+    if not owner:
+        return []
+    total = {c: n for c, n in q("SELECT call_id, kernels FROM call_gpu")}
+    out = []
+    for marker, token in owner.items():
+        own = total.get(marker, 0) - sum(total.get(c, 0) for c in children.get(marker, ()))
+        out += [(marker, token[2], NOT_STORED)] * max(0, own - len(records.get(marker, ())))
+    return out
+
+
 def join(q):
     """(kernels, unattributed): unattributed is [(call_id, token, name)] of the ops of compiled
     calls (and GPU kernels launched in their regions) that no kernel of the map matched.
@@ -187,13 +204,15 @@ def join(q):
     Generated kernel names repeat across graphs (each numbers its kernels from 0): a kernel's
     graph is the one compiled under its region's compile id (see _Map.graph_of); when that
     leaves more than one, the kernel is counted, not attributed. Kernels replayed from a CUDA
-    graph (mode="reduce-overhead") are counted: they are not matched to graph nodes."""
+    graph (mode="reduce-overhead") are counted: they are not matched to graph nodes, and so
+    are kernels the region's GPU totals count without a row (kernels="summary")."""
     graphs = _meta_json(q, META_KEY)
     if not graphs:
         return [], []
     m = _Map(graphs, _meta_json(q, REGIONS_KEY))
     sites = {sid: (name, kind) for sid, name, kind in q("SELECT id, name, kind FROM sites")}
-    owner = {}  # marker call -> (module call whose compiled region it is in, compile id)
+    owner = {}  # marker call -> (module call whose region it is in, compile id, token)
+    marker_children = collections.defaultdict(list)  # marker call -> its child calls
     top = {}  # op call inside a region -> its outermost op (the one the wrapper called)
     items = collections.defaultdict(list)  # module call -> [[order, seq, call, token, name,
     module_site = {}                       #   cpu_ns, gpu_ns, compile id]]
@@ -204,13 +223,15 @@ def join(q):
             module_site[cid] = name
             continue
         # Parents come before their children (ids are handed out at push).
-        up, region = owner.get(parent, (None, None))
+        up, region, _ = owner.get(parent, (None, None, None))
+        if parent in owner:
+            marker_children[parent].append(cid)
         if up is None and parent in module_site and name.startswith(REGION):
             up = parent
         if name.startswith(REGION):
             region = name[len(REGION):].lstrip(": ")
         if up is not None and _is_marker(name):
-            owner[cid] = (up, region)  # the ops in it are the module call's compiled code
+            owner[cid] = (up, region, token)  # the ops in it are the module call's compiled code
         elif up is not None:
             top[cid] = cid
             items[up].append([None, cid, cid, token, name, (e or b) - b, None, region])
@@ -227,11 +248,12 @@ def join(q):
             op[0] = order = op_first.get(op[2], order)
     replayed = []
     for marker, recs in records.items():
-        up, region = owner[marker]
+        up, region, _ = owner[marker]
         for order, token, name, gpu_ns, graph in recs:
             row = [order, 0, marker, token, name, 0, gpu_ns, region]
             (replayed if graph else items[up]).append(row)
     kernels, lost = [], [(r[2], r[3], r[4]) for r in replayed]
+    lost += _not_stored(q, owner, records, marker_children)
     for parent, rows in items.items():
         rows.sort(key=lambda r: (r[0], r[1]))
         names = [r[4] for r in rows]

@@ -64,6 +64,7 @@ class _File:
                 self.call_gpu.append((cid, 1, 1000, t, t + 1000))
             else:
                 self._kernel(marker, tok, name, t, graph)
+        self.call_gpu.append((marker, len(launches), 1000 * len(launches), base, base + 80_000))
         return tok
 
     def write(self, graphs=GRAPHS, regions=REGIONS):
@@ -143,6 +144,17 @@ def test_autotuning_launches_and_cuda_graph_replays_are_counted(tmp_path):
     got = [(k.name, k.modules) for k in trace.compiled_kernels()]
     assert got == [("triton_red_fused_mean_pow_0", ["model.norm"]), ("aten::mm", ["lm_head"]),
                    ("triton_poi_fused_add_mul_1", ["model.layers.0.mlp"])]
+
+
+def test_kernels_without_rows_are_counted(tmp_path):
+    # kernels="summary": the region's GPU totals count its kernels, no row names them.
+    f = _File(tmp_path)
+    f.token("0/1", DECODE)
+    f.kernels = []
+    trace = f.write()
+    lost = _compiled_join.join(trace._q)[1]
+    assert sorted(n for _, _, n in lost) == [_compiled_join.NOT_STORED] * 2 + ["aten::mm"]
+    assert trace.losses["compiled_unattributed"] == 3
 
 
 def test_triton_kernels_are_noted_under_their_own_names():
