@@ -8,6 +8,7 @@ names ("model.layers.0.mlp"), joined to the site of the compiled module's call.
 """
 
 import collections
+import itertools
 import json
 
 from . import _compiled_map
@@ -35,6 +36,7 @@ class _Map:
         self.by_region = collections.defaultdict(set)  # compile id -> its graphs
         for graph, compile_id in regions.items():
             self.by_region[compile_id].add(graph)
+        self.names = {graph: {n for n, _ in entries} for graph, entries in graphs.items()}
         self.homes = collections.defaultdict(set)  # generated kernel name -> graphs with it
         for graph, entries in graphs.items():
             for name, _ in entries:
@@ -54,13 +56,13 @@ class _Map:
         for n, region in zip(names, regions):
             if n in self.homes:
                 ran[region].add(n)
+        cand = {region: self.by_region.get(region) or {
+            g for g, has in self.names.items() if seen <= has} for region, seen in ran.items()}
         out = []
         for n, region in zip(names, regions):
             homes = self.homes.get(n, set())
             if len(homes) > 1:
-                cand = self.by_region.get(region) or {
-                    g for g, e in self.graphs.items() if ran[region] <= {x for x, _ in e}}
-                homes = homes & cand
+                homes = homes & cand[region]
             out.append(next(iter(homes)) if len(homes) == 1 else None)
         return out
 
@@ -85,7 +87,7 @@ def _library_entry(m, entries, j, step, name):
 def _entry(entries, name, start):
     """The first index >= start of a kernel named `name`, else the first at all (the graph
     ran again in the same call), else None."""
-    for j in list(range(start, len(entries))) + list(range(start)):
+    for j in itertools.chain(range(start, len(entries)), range(start)):
         if entries[j][0] == name:
             return j
     return None
