@@ -8,7 +8,10 @@
 #   4. does a CUDA-graph decode attribute replayed kernels to modules;
 #   5. are NCCL's kernels communication (name rule, src/core/comm_kernels.h): a world-size-1
 #      NCCL all_reduce on one GPU, and a 2-rank one when there are 2 GPUs (else "not checked");
-#   6. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
+#   6. is each Triton kernel of a compiled tiny Llama's decode token attributed to modules or
+#      counted (COMPILED_FILE, a step of its own: two Inductor compiles with Triton, estimated
+#      at ~1 minute on the 16-core H200 machine; optional: not run when out of time);
+#   7. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
 #      torch.profiler, on GPT-2-small and the Llama-1B shape.
 # Answers 2-4 are tests of the `gpu` pytest run (named in ANSWERS below), which runs their
 # files first, so they are in even when the run is cut off. Answer 5 is a step of its own
@@ -68,6 +71,8 @@ ANSWERS=(
 FIRST_FILES=("$ROOT/tests/python/test_gpu.py" "$ROOT/tests/python/test_gpu_graphs.py")
 NCCL_FILE=$ROOT/tests/python/test_gpu_nccl.py
 NCCL_ONE="NCCL kernels of a world-size-1 all_reduce are communication (comm column, export category)|test_gpu_nccl.py::test_one_rank_nccl_kernels_are_communication"
+COMPILED_FILE=$ROOT/tests/python/test_gpu_compiled.py
+COMPILED="each Triton kernel of a compiled Llama's decode token is attributed or counted|test_gpu_compiled.py::test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted"
 NCCL_TWO="NCCL kernels of a 2-rank all_reduce are each rank's gpu coll column|test_gpu_nccl.py::test_two_ranks_nccl_kernels_are_the_gpu_comm_column"
 # What the check runs: the library, the extension, the program, the two gpu test binaries
 # and the bare CUPTI subscriber (setup.sh also builds the torch ops). The benchmarks build
@@ -156,7 +161,7 @@ gpu_tests() {
   # Every other test file too (-m gpu keeps the gpu tests): a gpu mark added anywhere runs.
   local f
   for f in "$ROOT"/tests/python/test_*.py "$ROOT"/tests/torch_op/test_*.py; do
-    [[ " ${FIRST_FILES[*]} $NCCL_FILE " == *" $f "* ]] || others+=("$f")
+    [[ " ${FIRST_FILES[*]} $NCCL_FILE $COMPILED_FILE " == *" $f "* ]] || others+=("$f")
   done
   step -g pytest-gpu 170 40 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider -m gpu \
     "${FIRST_FILES[@]}" "${others[@]}"
@@ -189,6 +194,20 @@ nccl_check() {
   answer "${NCCL_TWO%%|*}" "$(device_answer "$WORK/nccl.log" "${NCCL_TWO#*|}" 2 "${gpus:-0}")"
 }
 
+# The compiled-model step: torch.compile with Triton compiles kernels in a worker pool (16
+# cores there): ~20-30 s a graph for the tiny Llama's prefill and decode graphs, estimated
+# (not yet measured on the machine), plus imports. Optional: a slow build leaves it out.
+compiled_check() {
+  step -o -g compiled-gpu 120 75 "$TOKENTRACE_PY" -m pytest -v -s --tb=short -p no:cacheprovider \
+    -m gpu "$COMPILED_FILE"
+  if [ -n "${SKIP_GPU:-}" ]; then
+    answer "${COMPILED%%|*}" "skipped here (SKIP_GPU)"
+  elif [ -f "$WORK/compiled-gpu.log" ]; then
+    answer "${COMPILED%%|*}" "$(test_answer "$WORK/compiled-gpu.log" "${COMPILED#*|}" 2>/dev/null)"
+  else
+    answer "${COMPILED%%|*}" "not checked: out of time"
+  fi
+}
 write_summary
 step build 300 60 "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }
 # shellcheck disable=SC1091
@@ -199,6 +218,7 @@ GPU_BENCH=$ROOT/bench/gpu_bench.sh
 if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
   gpu_tests
   nccl_check
+  compiled_check
 fi
 if [ "$PHASE" = all ] || [ "$PHASE" = bench ]; then
   # gpu_bench.sh keeps to the step's deadline itself (STEP_DEADLINE), part by part.

@@ -28,15 +28,20 @@ import re
 import sys
 
 META_KEY = "compiled_kernels"
+# {graph id: TorchDynamo compile id ("0/1")}: the compile each graph came from, which the
+# "Torch-Compiled Region: 0/1" range around its run names (see _compiled_join, graph rule).
+REGIONS_KEY = "compiled_graph_regions"
 LOSS_KIND = "compiled_unattributed"  # include/tokentrace/kinds.h
 
-_state = {"saved": None, "graphs": {}, "compile": None}
+_state = {"saved": None, "graphs": {}, "regions": {}, "compile": None}
 
 
-def _runtime_name(name, generated, graph_id):
-    """The op name the observer records for a kernel the wrapper calls `name`."""
+def _runtime_name(name, generated, graph_id, profiled):
+    """The name a kernel the wrapper calls `name` is recorded under: a profiled C++ kernel's
+    RecordFunction, the op of a library call, else (Triton) the GPU kernel's own name, which
+    CUPTI reports (Triton names the kernel after its function)."""
     if generated:
-        return name if graph_id is None else f"graph_{graph_id}_{name}"
+        return name if graph_id is None or not profiled else f"graph_{graph_id}_{name}"
     if name.startswith("extern_kernels."):
         return "aten::" + name[len("extern_kernels."):]
     parts = name.removeprefix("torch.ops.").split(".")
@@ -61,11 +66,15 @@ def _node_module(node):
     return module_path(fqn)
 
 
-def _noted(original):
+def _noted(original, profiled):
     def note(node_schedule, kernel_name, is_extern=False):
         try:
+            from torch._guards import CompileContext
             from torch._inductor.virtualized import V
             graph_id = V.graph.graph_id
+            compile_id = CompileContext.current_compile_id()
+            if compile_id is not None:
+                _state["regions"][str(graph_id)] = str(compile_id)
             if is_extern:
                 node = node_schedule.origin_node
                 origins = [node] if node is not None else list(node_schedule.origins)
@@ -74,7 +83,7 @@ def _noted(original):
                            for o in sn.node.origins]
             modules = sorted({_node_module(o) for o in origins})
             _state["graphs"].setdefault(str(graph_id), []).append(
-                [_runtime_name(kernel_name, not is_extern, graph_id), modules])
+                [_runtime_name(kernel_name, not is_extern, graph_id, profiled), modules])
         except Exception:  # noqa: BLE001 - never break a compile; the kernel stays unmapped
             pass
         return original(node_schedule, kernel_name, is_extern)
@@ -99,7 +108,8 @@ def _install_inductor():
     for module in modules:
         original = getattr(module, "set_kernel_post_grad_provenance_tracing", None)
         if original is not None and not hasattr(original, "tokentrace_original"):
-            module.set_kernel_post_grad_provenance_tracing = _noted(original)
+            profiled = module.__name__.endswith(".cpp")  # enable_kernel_profile's ranges
+            module.set_kernel_post_grad_provenance_tracing = _noted(original, profiled)
             saved["patched"].append((module, original))
     _state["saved"] = saved
 
@@ -142,5 +152,8 @@ def stop():
 
 
 def meta():
-    """{META_KEY: json} of the kernels noted since start(), or {} when nothing compiled."""
-    return {META_KEY: json.dumps(_state["graphs"])} if _state["graphs"] else {}
+    """{META_KEY: json, REGIONS_KEY: json} of the kernels noted since start(), or {} when
+    nothing compiled."""
+    if not _state["graphs"]:
+        return {}
+    return {META_KEY: json.dumps(_state["graphs"]), REGIONS_KEY: json.dumps(_state["regions"])}

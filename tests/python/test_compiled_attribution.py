@@ -7,6 +7,7 @@ Inductor generates the same code with and without tokentrace.
 Inductor compiles in-process here (compile_threads=1): its worker pool is not worth starting
 for a model this small, on a machine this small."""
 
+import json
 import re
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 import tokentrace as tt
+from tokentrace._compiled_map import REGIONS_KEY
 
 inductor_utils = pytest.importorskip("torch._inductor.utils")
 
@@ -103,6 +105,12 @@ def test_with_ops_each_kernel_is_attributed_to_its_modules(runs):
             ("aten::addmm", ["b.lin"], False),
             # b's layer norm and relu, and the root's `* 2` ("self": the compiled module)
             ("cpp_fused_mul_native_layer_norm_relu_1", ["self", "b", "b.ln"], True)]
+    # Each graph's compile id is the one TorchDynamo's region range names where it ran (the
+    # rule that tells graphs apart on a GPU, where Triton kernel names repeat across graphs).
+    regions = json.loads(trace.meta[REGIONS_KEY])
+    ran = {n.split(": ", 1)[1] for (n,) in trace._q(
+        "SELECT name FROM sites WHERE name LIKE 'Torch-Compiled Region: %'")}
+    assert regions and set(regions.values()) <= ran, (regions, ran)
     totals = {t.module: t for t in trace.compiled_modules(token=3)}
     assert sorted(totals) == ["a", "a.lin", "a.ln", "b", "b.lin", "b.ln", "self"]
     # The kernels ran inside the token's root call: their time is part of its wall time.

@@ -1,0 +1,61 @@
+"""A tiny Llama compiled with torch.compile (default mode) on CUDA, traced over `generate` with
+op records and kernel records: every Triton kernel CUPTI recorded in a decode token is
+attributed to modules (by name, in its region's graph) or counted as compiled_unattributed
+(issue 16, section 2, GPU side). Needs a GPU; scripts/gpu-check.sh runs it as a step of its
+own (two Inductor compiles with Triton: ~1 minute there, estimated)."""
+
+import collections
+
+import pytest
+import torch
+
+import tokentrace as tt
+from tokentrace import _compiled_join
+
+NEW_TOKENS = 4
+
+
+def _traced_generate():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2)).eval().cuda()
+    # As test_compiled_llama.py on the CPU: a static cache and a compiled forward, one graph
+    # per shape (prefill, decode), so decode tokens run one graph.
+    lm.forward = torch.compile(lm.forward, dynamic=False)
+    prompt = torch.tensor([[3, 17, 42, 8, 99]], device="cuda")
+
+    def generate(prompt):
+        with torch.no_grad():
+            lm.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                        do_sample=False, cache_implementation="static")
+    return tt.trace(generate, prompt, model=lm, kernels="full", ops=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted():
+    trace = _traced_generate()
+    assert trace.kernels_recorded, trace.kernels_status
+    kernels, lost = _compiled_join.join(trace._q)
+    assert len(lost) == trace.losses.get("compiled_unattributed", 0)
+    ran = collections.Counter(trace._q(
+        "SELECT k.token FROM kernels k JOIN strings s ON s.id = k.name_id "
+        "WHERE s.text LIKE 'triton\\_%' ESCAPE '\\'"))
+    attributed = 0
+    for t in range(2, NEW_TOKENS + 1):
+        mine = [k for k in kernels if k.token == t and k.name.startswith("triton_")]
+        counted = [n for _, tok, n in lost if tok == t and n.startswith("triton_")]
+        assert ran[(t,)] > 0, "no Triton kernel recorded in a decode token"
+        assert len(mine) + len(counted) == ran[(t,)]
+        assert all(k.modules for k in mine)
+        attributed += len(mine)
+        modules = {m for k in kernels if k.token == t for m in k.modules}
+        # Both layers' kernels (Inductor reuses one kernel for identical code in each layer).
+        assert any(m.startswith("model.layers.0") for m in modules), sorted(modules)
+        assert any(m.startswith("model.layers.1") for m in modules), sorted(modules)
+    total = sum(ran[(t,)] for t in range(2, NEW_TOKENS + 1))
+    print(f"decode Triton kernels attributed: {attributed} of {total}")
+    assert attributed > 0
