@@ -68,18 +68,23 @@ std::string Launch(KernelMode::Kind mode) {
   return dir;
 }
 
+// The cross-rank comparison of the two files Launch wrote.
+void CompareLaunch(const std::string& dir, multi::Comparison* c) {
+  std::vector<multi::RankFile> ranks;
+  std::vector<std::string> warnings;
+  std::string error;
+  ASSERT_TRUE(multi::OpenRankFiles({dir + "/r0.sqlite", dir + "/r1.sqlite"}, false, &ranks,
+                                   &warnings, &error))
+      << error;
+  ASSERT_TRUE(multi::CompareRanks(ranks, 3, c, &error)) << error;
+  ASSERT_EQ(c->ranks.size(), 2u);
+}
+
 TEST(CommKernelsReportTest, NcclKernelsAreTheGpuCommColumn) {
   for (KernelMode::Kind mode : {KernelMode::kSummary, KernelMode::kFull}) {
     const std::string dir = Launch(mode);
-    std::vector<multi::RankFile> ranks;
-    std::vector<std::string> warnings;
-    std::string error;
-    ASSERT_TRUE(multi::OpenRankFiles({dir + "/r0.sqlite", dir + "/r1.sqlite"}, false, &ranks,
-                                     &warnings, &error))
-        << error;
     multi::Comparison c;
-    ASSERT_TRUE(multi::CompareRanks(ranks, 3, &c, &error)) << error;
-    ASSERT_EQ(c.ranks.size(), 2u);
+    ASSERT_NO_FATAL_FAILURE(CompareLaunch(dir, &c));
     EXPECT_EQ(c.ranks[0].gpu_ns, kTokens * 6 * kMs);
     EXPECT_EQ(c.ranks[0].gpu_collective_ns, kTokens * 5 * kMs);
     EXPECT_EQ(c.ranks[1].gpu_collective_ns, kTokens * 1 * kMs);
@@ -119,15 +124,8 @@ TEST(CommKernelsReportTest, FilesOfVersion2HaveNoCommColumnAndReadAsZero) {
         << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
-  std::vector<multi::RankFile> ranks;
-  std::vector<std::string> warnings;
-  std::string error;
-  ASSERT_TRUE(multi::OpenRankFiles({dir + "/r0.sqlite", dir + "/r1.sqlite"}, false, &ranks,
-                                   &warnings, &error))
-      << error;
   multi::Comparison c;
-  ASSERT_TRUE(multi::CompareRanks(ranks, 3, &c, &error)) << error;
-  ASSERT_EQ(c.ranks.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(CompareLaunch(dir, &c));
   EXPECT_EQ(c.ranks[0].gpu_ns, kTokens * 6 * kMs);
   EXPECT_EQ(c.ranks[0].gpu_collective_ns, 0);
   CliResult r = RunCli({"report", dir});
