@@ -58,7 +58,8 @@ void Wake() {
   (void)ignored;
 }
 
-// TOKENTRACE_TEST_SLOW_DRAIN_MS (0 when unset): for tests only, see session.h.
+// TOKENTRACE_TEST_SLOW_DRAIN_MS (0 when unset), for tests only (DrainParts::slow_drain_ms): a
+// test can make the writer far slower than the job.
 int TestSlowDrainMs() {
   const char* v = getenv("TOKENTRACE_TEST_SLOW_DRAIN_MS");
   return v != nullptr ? atoi(v) : 0;
@@ -132,7 +133,6 @@ Session::Session(const Config& config, bool preload, std::string out_path)
       out_path_(std::move(out_path)),
       run_id_(preload ? RunIdFromEnvironment() : ""),
       joiner_(config.kernels, &clock::TicksToNs),
-      test_slow_drain_ms_(TestSlowDrainMs()),
       drainer_(ProcessDrainParts()) {}
 
 DrainParts Session::ProcessDrainParts() {
@@ -149,7 +149,7 @@ DrainParts Session::ProcessDrainParts() {
                             std::end(kCuptiLosses));
   parts.calibrate = &clock::Calibrate;
   parts.host_now_ns = &clock::HostNowNs;
-  parts.slow_drain_ms = test_slow_drain_ms_;
+  parts.slow_drain_ms = TestSlowDrainMs();
   parts.step_events = kSignalDrainStep;
   return parts;
 }

@@ -88,10 +88,7 @@ class Session : public cupti::ActivitySink {
   const ClockAnchor start_anchor_ = TakeClockAnchor();
   Joiner joiner_;
   ActivityQueue activities_;  // CUPTI thread -> background thread
-  // TOKENTRACE_TEST_SLOW_DRAIN_MS, for tests only (DrainParts::slow_drain_ms), so a test can
-  // make the writer far slower than the job.
-  const int test_slow_drain_ms_;
-  Drainer drainer_;  // rings and records -> file (drain_mutex_)
+  Drainer drainer_;           // rings and records -> file (drain_mutex_)
   bool stopped_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop
   OncePerSecond cupti_flush_due_{config_.flush_ms};  // background thread only

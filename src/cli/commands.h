@@ -33,7 +33,6 @@ std::string PythonPackageParent();
 // Usage texts (printed by --help, and after a usage error).
 extern const char kRunUsage[];
 extern const char kReportUsage[];
-extern const char kExportUsage[];
 extern const char kInfoUsage[];
 extern const char kPlotUsage[];
 extern const char kMergeUsage[];

@@ -8,15 +8,11 @@ namespace {
 constexpr std::string_view kNcclPrefixes[] = {"ncclDevKernel_", "ncclKernel_", "ncclSymkDevKernel_",
                                               "ncclSymDevKernel_"};
 
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
 // The identifier that names the function: "_Z<len><id>..." (a mangled free function) gives
 // <id>; anything else (a demangled name, "void f(...)" with its return type) the text up to
 // the first '(' or '<' after an optional "void ".
 std::string_view FunctionIdentifier(std::string_view name) {
-  if (StartsWith(name, "_Z") && name.size() > 2 &&
+  if (name.starts_with("_Z") && name.size() > 2 &&
       std::isdigit(static_cast<unsigned char>(name[2]))) {
     size_t i = 2, len = 0;
     while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
@@ -26,7 +22,7 @@ std::string_view FunctionIdentifier(std::string_view name) {
     }
     return name.substr(i, len);
   }
-  if (StartsWith(name, "void ")) name.remove_prefix(5);
+  if (name.starts_with("void ")) name.remove_prefix(5);
   return name.substr(0, name.find_first_of("(<"));
 }
 
@@ -46,7 +42,7 @@ bool IsOneRankReduce(std::string_view name) {
 bool IsCommKernel(std::string_view name) {
   const std::string_view id = FunctionIdentifier(name);
   for (std::string_view p : kNcclPrefixes) {
-    if (StartsWith(id, p)) return true;
+    if (id.starts_with(p)) return true;
   }
   return IsOneRankReduce(name);
 }

@@ -44,13 +44,8 @@ class TokenCursor {
     // collective is that of every collective call, nested or not (NCCL kernels launched
     // inside c10d::all_reduce go to it), plus, in any other call, the time of kernels that
     // are communication by name (gpu_comm_ns: NCCL kernels launched by code we do not wrap).
-    Statement column;
-    if (!column.Prepare(
-            db, "SELECT 1 FROM pragma_table_info('call_gpu') WHERE name = 'gpu_comm_ns'", error)) {
-      return Fail(f, error);
-    }
-    const std::string comm =
-        column.Step() == SQLITE_ROW ? "COALESCE(g.gpu_comm_ns, 0)" : "0";  // older files: 0
+    // Version 3 added gpu_comm_ns; older files have no communication time (0).
+    const std::string comm = f.reader->schema_version() >= 3 ? "COALESCE(g.gpu_comm_ns, 0)" : "0";
     const std::string outermost = "c.site_id IN (" + ids +
                                   ") AND (c.parent_id IS NULL OR (SELECT site_id FROM calls "
                                   "WHERE id = c.parent_id) NOT IN (" +

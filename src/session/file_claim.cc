@@ -10,12 +10,6 @@
 
 namespace tokentrace {
 
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 bool CheckWritable(const std::string& path, std::string* error) {
   const std::string dir = DirOf(path);
   if (access(dir.c_str(), W_OK) != 0) {

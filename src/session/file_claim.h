@@ -16,9 +16,6 @@
 
 namespace tokentrace {
 
-// The directory a file path names ("." for a bare name).
-std::string DirOf(const std::string& path);
-
 // The output directory must exist and be writable; checked before the job starts work.
 bool CheckWritable(const std::string& path, std::string* error);
 

@@ -25,7 +25,6 @@ struct TokenStat {
   bool graph_replay = false;  // no token call of its own: a CUDA-graph replay (one launch)
 };
 
-// GPU time attributed to the calls of one site (self time: kernels go to the innermost call).
 // One ATen op's outermost calls (op records), split by phase: token 1 (prefill) and the
 // tokens after it (decode).
 struct OpPhases {
@@ -34,6 +33,7 @@ struct OpPhases {
   int64_t decode_calls = 0, decode_cpu_ns = 0, decode_gpu_ns = 0;
 };
 
+// GPU time attributed to the calls of one site (self time: kernels go to the innermost call).
 struct SiteGpu {
   std::string name;  // "(outside any call)" for call id 0
   std::string kind;

@@ -27,13 +27,6 @@ std::string CannotWrite(const std::string& path, const std::string& reason) {
   return "tokentrace: cannot write '" + path + "': " + reason;
 }
 
-std::string ParentDir(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 // Removes a stale file; a missing one is fine.
 bool RemoveIfPresent(const std::string& path, std::string* reason) {
   if (unlink(path.c_str()) == 0 || errno == ENOENT) return true;
@@ -143,7 +136,7 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
     *error = CannotWrite(path, "the path is empty");
     return nullptr;
   }
-  std::string parent = ParentDir(path);
+  std::string parent = DirOf(path);
   struct stat st;
   if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     *error = CannotWrite(path, "the directory '" + parent + "' does not exist");
@@ -382,6 +375,12 @@ void Store::Close() {
   }
   if (lock_fd_ >= 0) close(lock_fd_);  // the file is complete: a later run may replace it
   lock_fd_ = -1;
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
 }
 
 }  // namespace tokentrace

@@ -20,6 +20,9 @@ namespace tokentrace {
 
 class Statement;
 
+// The directory a file path names ("." for a bare name, "/" for a file in the root).
+std::string DirOf(const std::string& path);
+
 class Store {
  public:
   // Creates (or truncates) the file at `path`; the parent directory must exist. Applies the
