@@ -18,6 +18,9 @@ namespace tokentrace::patch {
 
 const char* DTypeName(DType dtype);  // "float32" | "float16" | "bfloat16" | "float64" | ...
 const char* OpName(PatchOp op);      // "zero" | "fill" | "add" | "scale" | "clamp" | "replace"
+// " (supported: float32, float16, bfloat16)": the editable dtypes (TT_PATCH_EDITABLE_DTYPES),
+// as the messages about an unsupported dtype end.
+const std::string& SupportedDTypesText();
 
 // The message for an error found while resolving `entry` (shape may be null when unknown).
 std::string FormatPatchError(const PatchErrorInfo& info, const PatchEntry& entry);

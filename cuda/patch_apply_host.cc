@@ -116,9 +116,21 @@ const char* OpName(PatchOp op) {
   return "unknown op";
 }
 
+const std::string& SupportedDTypesText() {
+  static const std::string text = [] {
+    std::string names;
+#define TT_SUPPORTED_NAME_(name) \
+  names += std::string(names.empty() ? "" : ", ") + DTypeName(DType::name);
+    TT_PATCH_EDITABLE_DTYPES(TT_SUPPORTED_NAME_)
+#undef TT_SUPPORTED_NAME_
+    return " (supported: " + names + ")";
+  }();
+  return text;
+}
+
 std::string FormatPatchError(const PatchErrorInfo& e, const PatchEntry& entry) {
   const std::string op = OpName(static_cast<PatchOp>(entry.op));
-  const std::string kSupported = " (supported: float32, float16, bfloat16)";
+  const std::string& kSupported = SupportedDTypesText();
   const std::string d = std::to_string(e.dim);
   const std::string a = std::to_string(e.a);
   const std::string b = std::to_string(e.b);

@@ -53,8 +53,8 @@ EntryProblem SetOperand(const at::Tensor& t, const c10::Device& device, PatchEnt
   }
   const c10::ScalarType st = t.scalar_type();
   if (!Representable(st)) {
-    return Problem(PatchError::kOperandDtype, "the operand has dtype " + DTypeWord(st) +
-                                                  " (supported: float32, float16, bfloat16)");
+    return Problem(PatchError::kOperandDtype,
+                   "the operand has dtype " + DTypeWord(st) + patch::SupportedDTypesText());
   }
   if (t.dim() > patch::kMaxPatchDims) {
     return Problem(PatchError::kOperandShape, "the operand has " + std::to_string(t.dim()) +

@@ -258,9 +258,9 @@ void CheckApplyArgs(const TableState& t, const at::Tensor& out, int64_t site) {
   TORCH_CHECK(site >= 0 && site < t.max_sites, "tokentrace: site ", site,
               " is not in this patch table (sites 0..", t.max_sites - 1, ")");
   const c10::ScalarType st = out.scalar_type();
-  TORCH_CHECK(st == at::kFloat || st == at::kHalf || st == at::kBFloat16,
+  TORCH_CHECK(patch::IsFloatDType(static_cast<uint32_t>(ToPatchDType(st))),
               "tokentrace: apply_patches_ cannot take an output of dtype ", DTypeWord(st),
-              " (supported: float32, float16, bfloat16)");
+              patch::SupportedDTypesText());
   TORCH_CHECK(out.dim() <= patch::kMaxPatchDims, "tokentrace: the output has ", out.dim(),
               " dimensions; patches support up to ", patch::kMaxPatchDims);
   TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "cli/rank_inputs.h"
+#include "export/exporter.h"
 #include "multi/rank_compare.h"
 #include "multi/rank_files.h"
 
@@ -31,8 +32,15 @@ const char kRanksReportUsage[] =
 
 namespace {
 
-// Options of report/export that take a value: their value is not an input.
-bool TakesValue(const std::string& a) { return a == "--top" || a == "--chrome" || a == "--tokens"; }
+// Options of report/export that take a value: their value is not an input. Each export format
+// is an option of its own (--chrome OUT), named by the registry (export/formats.cc).
+bool TakesValue(const std::string& a) {
+  if (a == "--top" || a == "--tokens") return true;
+  for (const exporters::Format& f : exporters::Formats()) {
+    if (a == std::string("--") + f.name) return true;
+  }
+  return false;
+}
 
 bool IsDir(const std::string& p) {
   struct stat st;
