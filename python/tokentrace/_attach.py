@@ -131,12 +131,13 @@ class Attachment:
                     inputs_of=json.dumps(sorted(self.inputs)))
         if self.model is not None:
             meta["model"] = type(self.model).__name__
-        _store.write_python_rows(path, rows, self.escapes.rows(), meta,
-                                 {"save_failed": self.save_errors,
-                                  "inputs_failed": self.input_errors},
+        losses = {"save_failed": self.save_errors, "inputs_failed": self.input_errors}
+        if self.ops:  # compiled kernels' modules, and what they miss, in the same write
+            compiled_meta, compiled_losses = _compiled_join.rows(path)
+            meta.update(compiled_meta)
+            losses.update(compiled_losses)
+        _store.write_python_rows(path, rows, self.escapes.rows(), meta, losses,
                                  self.recorder.table_rows(sink.files if sink is not None else {}))
-        if self.ops:
-            _compiled_join.write(path)  # compiled kernels' modules, and what they miss
 
     def _report(self, message):
         if self.say is not None:

@@ -50,10 +50,6 @@ class Collectives:
             self._set(work, "wait", wait, self._wait(site, wait))
         return self
 
-    @property
-    def names(self):
-        return [name for _, name, _, _ in self.wrapped]
-
     def remove(self):
         for owner, name, original, wrapper in reversed(self.wrapped):
             if getattr(owner, name, None) is wrapper:  # else someone wrapped over ours: keep it

@@ -13,8 +13,7 @@ import json
 
 from . import _compiled_map
 from ._compiled_map import LOSS_KIND, META_KEY, REGIONS_KEY
-
-OP_KIND = "op"  # as _ops.OP_KIND (not imported: _ops imports torch)
+from ._naming import OP_KIND, ROOT
 
 # gpu_ns: a GPU kernel record's own time; None for an op call (its kernels: Trace._gpu_totals).
 CompiledKernel = collections.namedtuple("CompiledKernel",
@@ -27,7 +26,7 @@ REGION = "Torch-Compiled Region"  # TorchDynamo's range around a compiled frame'
 def _site(parent_site, path):
     if not path:
         return parent_site
-    return path if parent_site == "self" else f"{parent_site}.{path}"
+    return path if parent_site == ROOT else f"{parent_site}.{path}"
 
 
 class _Map:
@@ -194,10 +193,10 @@ def _not_stored(q, owner, records, children):
     return out
 
 
-def join(q):
+def join(q, noted=None):
     """(kernels, unattributed): unattributed is [(call_id, token, name)] of the ops of compiled
     calls (and GPU kernels launched in their regions) that no kernel of the map matched.
-    ([], []) without a map.
+    ([], []) without a map. noted: the map's meta rows when they are not in the file yet.
 
     A compiled call's kernels are the ops inside TorchDynamo's compiled regions among its op
     children (an op's own inner ops belong to it), and the GPU kernels launched in a region
@@ -208,11 +207,16 @@ def join(q):
     leaves more than one, the kernel is counted, not attributed. Kernels replayed from a CUDA
     graph (mode="reduce-overhead") are counted: they are not matched to graph nodes, and so
     are kernels the region's GPU totals count without a row (kernels="summary")."""
-    graphs = _meta_json(q, META_KEY)
+    def noted_json(key):  # the file's meta, or `noted` (its rows, not written yet)
+        return _meta_json(q, key) if noted is None else json.loads(noted.get(key, "{}"))
+
+    graphs = noted_json(META_KEY)
     if not graphs:
         return [], []
-    m = _Map(graphs, _meta_json(q, REGIONS_KEY))
+    m = _Map(graphs, noted_json(REGIONS_KEY))
     sites = {sid: (name, kind) for sid, name, kind in q("SELECT id, name, kind FROM sites")}
+    if not any(name.startswith(REGION) for name, _ in sites.values()):
+        return [], []  # no compiled code ran in this trace (the map may be from earlier ones)
     owner = {}  # marker call -> (module call whose region it is in, compile id, token)
     marker_children = collections.defaultdict(list)  # marker call -> its child calls
     top = {}  # op call inside a region -> its outermost op (the one the wrapper called)
@@ -292,17 +296,25 @@ def module_totals(kernels, gpu, token=None):
     return out
 
 
-def write(path):
-    """After the session: the map into the file's meta, and the op children of compiled calls
-    that it does not explain counted as LOSS_KIND."""
+def rows(path):
+    """(meta, losses) to add to the file at `path` after the session: the map noted while it
+    ran, and the op children of compiled calls that the map does not explain, counted as
+    LOSS_KIND. ({}, {}) when nothing compiled. Reads the file once; writes nothing."""
     from . import _store
     noted = _compiled_map.meta()
     if not noted:
-        return
-    _store.write_python_rows(path, meta=noted)
+        return {}, {}
     con = _store.connect(path)
     try:
-        _, lost = join(lambda sql, args=(): con.execute(sql, args).fetchall())
+        _, lost = join(lambda sql, args=(): con.execute(sql, args).fetchall(), noted)
     finally:
         con.close()
-    _store.write_python_rows(path, losses={LOSS_KIND: len(lost)})
+    return noted, {LOSS_KIND: len(lost)}
+
+
+def write(path):
+    """rows(path), written to the file in one transaction."""
+    from . import _store
+    noted, losses = rows(path)
+    if noted:
+        _store.write_python_rows(path, meta=noted, losses=losses)

@@ -8,6 +8,7 @@ embedding_dim) so a box or operand that cannot fit is an error at bind time, not
 import torch
 
 from . import _torch_ops
+from ._outputs import dtype_name
 
 
 def view_key(index):
@@ -71,9 +72,9 @@ def validate(rule_error, op, site, module, dtype, key, box, output, device):
         rule_error(f"index= spans {len(box)} dimensions; the patch table takes up to "
                    f"{max_dims}")
     editable = _torch_ops.editable_dtypes()  # the library's list (cuda/patch_table.h)
-    names = [str(d).replace("torch.", "") for d in editable]
+    names = [dtype_name(d) for d in editable]
     if dtype is not None and dtype not in editable:
-        rule_error(f"{site} computes in {str(dtype).replace('torch.', '')}; the "
+        rule_error(f"{site} computes in {dtype_name(dtype)}; the "
                    f"patch table edits {', '.join(names[:-1])} and {names[-1]} outputs")
     t = op.operand_tensor()
     if t is not None:
@@ -82,7 +83,7 @@ def validate(rule_error, op, site, module, dtype, key, box, output, device):
                        f"{device}; move it with .to({str(device)!r}) "
                        f"(or load_spec(path, device=...))")
         if t.dtype not in editable + (torch.float64,):  # float64 is cast to float32 first
-            rule_error(f"the operand has dtype {str(t.dtype).replace('torch.', '')}"
+            rule_error(f"the operand has dtype {dtype_name(t.dtype)}"
                        f"; accepted: {', '.join(names)}")
         if t.dim() > max_dims:
             rule_error(f"the operand has {t.dim()} dimensions; the patch table takes up to "

@@ -31,9 +31,9 @@ def _short(filename):
 
 
 class EscapeCounter:
-    def __init__(self, current_token, report=None):
+    def __init__(self, current_token):
         self._current_token = current_token  # () -> int
-        self._report = report                # () -> None, e.g. the backend's escape(); or None
+        self._report = None                  # set_report(): e.g. the backend's escape()
         self.counts = Counter()              # (token, location) -> reads
         self._saved = {}
         self._busy = threading.local()

@@ -1,6 +1,9 @@
 """Site names: the model's own module addresses (named_modules()); the root is `self`."""
 
 ROOT = "self"
+# sites.kind of op calls: the name of the op site kind (SITE_KINDS of the extension, from
+# include/tokentrace/kinds.h; test_contracts.py checks it is there).
+OP_KIND = "op"
 
 
 def site_names(model):

@@ -22,8 +22,8 @@ import torch
 
 from . import _compiled_map
 from ._errors import TokentraceError, fail
+from ._naming import OP_KIND
 
-OP_KIND = "op"  # sites.kind of op calls (SiteKindName in src/core/records.cc)
 ESCAPE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
 
 

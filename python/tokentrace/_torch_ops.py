@@ -162,12 +162,6 @@ def editable_dtypes():
     return tuple(getattr(torch, name) for name in sorted(codes, key=codes.get))
 
 
-def op_names():
-    """The names of the table's ops, in code order."""
-    ops = _codes("op")
-    return sorted(ops, key=ops.get)
-
-
 def available():
     """(True, path) when the library is loaded or loadable, else (False, why)."""
     try:

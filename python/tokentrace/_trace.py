@@ -176,6 +176,7 @@ class Trace:
 
     def __init__(self, path):
         self.path = os.path.abspath(os.fspath(path))
+        self._compiled_join = None  # _compiled()
         wal_missing = _wal_missing(self.path)  # before SQLite opens it and makes an empty -wal
         try:
             # With no -wal there is nothing to recover: opened immutable, nothing is left next
@@ -399,17 +400,23 @@ class Trace:
         modules, fused, cpu_ns)], each kernel Inductor generated (or library call it made) that
         ran, with the module sites it came from (see _compiled_map). Op calls of compiled calls
         that no kernel explains are counted in losses["compiled_unattributed"]."""
-        from ._compiled_join import join
-        kernels, _ = join(self._q)
+        kernels, _ = self._compiled()
         return [k for k in kernels if token is None or k.token == token]
 
     def compiled_modules(self, token=None):
         """[ModuleTotal(module, kernels, fused, cpu_ms, gpu_ms)] of compiled_kernels() per
         module, over the run or one token, by GPU then CPU time; a fused kernel counts towards
         each of its modules."""
-        from ._compiled_join import join, module_totals
-        kernels, _ = join(self._q)
+        from ._compiled_join import module_totals
+        kernels, _ = self._compiled()
         return module_totals(kernels, self._gpu_totals(), token)
+
+    def _compiled(self):
+        """The compiled-kernel join of this file, made once (the file does not change)."""
+        if self._compiled_join is None:
+            from ._compiled_join import join
+            self._compiled_join = join(self._q)
+        return self._compiled_join
 
     @property
     def losses(self):
