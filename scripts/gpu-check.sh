@@ -9,8 +9,9 @@
 #   5. are NCCL's kernels communication (name rule, src/core/comm_kernels.h): a world-size-1
 #      NCCL all_reduce on one GPU, and a 2-rank one when there are 2 GPUs (else "not checked");
 #   6. is each Triton kernel of a compiled tiny Llama's decode token attributed to modules or
-#      counted (COMPILED_FILE, a step of its own: two Inductor compiles with Triton, estimated
-#      at ~1 minute on the 16-core H200 machine; optional: not run when out of time);
+#      counted, and, compiled with mode="reduce-overhead", each kernel replayed from its decode's
+#      CUDA graph (COMPILED_FILE, a step of its own: four Inductor compiles with Triton,
+#      estimated at ~2 minutes on the 16-core H200 machine; optional: not run when out of time);
 #   7. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
 #      torch.profiler, on GPT-2-small and the Llama-1B shape.
 # Answers 2-4 are tests of the `gpu` pytest run (named in ANSWERS below), which runs their
@@ -72,7 +73,10 @@ FIRST_FILES=("$ROOT/tests/python/test_gpu.py" "$ROOT/tests/python/test_gpu_graph
 NCCL_FILE=$ROOT/tests/python/test_gpu_nccl.py
 NCCL_ONE="NCCL kernels of a world-size-1 all_reduce are communication (comm column, export category)|test_gpu_nccl.py::test_one_rank_nccl_kernels_are_communication"
 COMPILED_FILE=$ROOT/tests/python/test_gpu_compiled.py
-COMPILED="each Triton kernel of a compiled Llama's decode token is attributed or counted|test_gpu_compiled.py::test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted"
+COMPILED=(
+  "each Triton kernel of a compiled Llama's decode token is attributed or counted|test_gpu_compiled.py::test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted"
+  "each kernel replayed from a reduce-overhead compiled decode's CUDA graph is attributed or counted|test_gpu_compiled.py::test_each_kernel_replayed_from_a_compiled_decodes_cuda_graph_is_attributed_or_counted"
+)
 NCCL_TWO="NCCL kernels of a 2-rank all_reduce are each rank's gpu coll column|test_gpu_nccl.py::test_two_ranks_nccl_kernels_are_the_gpu_comm_column"
 # What the check runs: the library, the extension, the program, the two gpu test binaries
 # and the bare CUPTI subscriber (setup.sh also builds the torch ops). The benchmarks build
@@ -196,17 +200,21 @@ nccl_check() {
 
 # The compiled-model step: torch.compile with Triton compiles kernels in a worker pool (16
 # cores there): ~20-30 s a graph for the tiny Llama's prefill and decode graphs, estimated
-# (not yet measured on the machine), plus imports. Optional: a slow build leaves it out.
+# (not yet measured on the machine), plus imports; default mode, then reduce-overhead.
+# Optional: a slow build leaves it out.
 compiled_check() {
-  step -o -g compiled-gpu 120 75 "$TOKENTRACE_PY" -m pytest -v -s --tb=short -p no:cacheprovider \
+  step -o -g compiled-gpu 170 75 "$TOKENTRACE_PY" -m pytest -v -s --tb=short -p no:cacheprovider \
     -m gpu "$COMPILED_FILE"
-  if [ -n "${SKIP_GPU:-}" ]; then
-    answer "${COMPILED%%|*}" "skipped here (SKIP_GPU)"
-  elif [ -f "$WORK/compiled-gpu.log" ]; then
-    answer "${COMPILED%%|*}" "$(test_answer "$WORK/compiled-gpu.log" "${COMPILED#*|}" 2>/dev/null)"
-  else
-    answer "${COMPILED%%|*}" "not checked: out of time"
-  fi
+  local c
+  for c in "${COMPILED[@]}"; do
+    if [ -n "${SKIP_GPU:-}" ]; then
+      answer "${c%%|*}" "skipped here (SKIP_GPU)"
+    elif [ -f "$WORK/compiled-gpu.log" ]; then
+      answer "${c%%|*}" "$(test_answer "$WORK/compiled-gpu.log" "${c#*|}" 2>/dev/null)"
+    else
+      answer "${c%%|*}" "not checked: out of time"
+    fi
+  done
 }
 write_summary
 step build 300 60 "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }

@@ -1,8 +1,10 @@
 """A tiny Llama compiled with torch.compile (default mode) on CUDA, traced over `generate` with
 op records and kernel records: every Triton kernel CUPTI recorded in a decode token is
-attributed to modules (by name, in its region's graph) or counted as compiled_unattributed
-(issue 16, section 2, GPU side). Needs a GPU; scripts/gpu-check.sh runs it as a step of its
-own (two Inductor compiles with Triton: ~1 minute there, estimated)."""
+attributed to modules (by name, in its region's graph) or counted as compiled_unattributed;
+compiled with mode="reduce-overhead" (cudagraph trees), every kernel replayed from the decode's
+CUDA graph is attributed through the node it was captured from, or counted (issue 16, section
+2, GPU side). Needs a GPU; scripts/gpu-check.sh runs this file as a step of its own (four
+Inductor compiles with Triton: ~2 minutes there, estimated)."""
 
 import collections
 
@@ -15,7 +17,7 @@ from tokentrace import _compiled_join
 NEW_TOKENS = 4
 
 
-def _traced_generate():
+def _traced_generate(**compile_options):
     from transformers import LlamaConfig, LlamaForCausalLM
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -24,7 +26,7 @@ def _traced_generate():
                                       num_key_value_heads=2)).eval().cuda()
     # As test_compiled_llama.py on the CPU: a static cache and a compiled forward, one graph
     # per shape (prefill, decode), so decode tokens run one graph.
-    lm.forward = torch.compile(lm.forward, dynamic=False)
+    lm.forward = torch.compile(lm.forward, dynamic=False, **compile_options)
     prompt = torch.tensor([[3, 17, 42, 8, 99]], device="cuda")
 
     def generate(prompt):
@@ -59,3 +61,31 @@ def test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted():
     total = sum(ran[(t,)] for t in range(2, NEW_TOKENS + 1))
     print(f"decode Triton kernels attributed: {attributed} of {total}")
     assert attributed > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_each_kernel_replayed_from_a_compiled_decodes_cuda_graph_is_attributed_or_counted():
+    trace = _traced_generate(mode="reduce-overhead")
+    assert trace.kernels_recorded, trace.kernels_status
+    kernels, lost = _compiled_join.join(trace._q)
+    assert len(lost) == trace.losses.get("compiled_unattributed", 0)
+    # The kernels replayed from a graph in each decode token (cudagraph trees warm up, record
+    # and replay the recording, then replay): each is a kernel of the join, or counted.
+    ran = collections.defaultdict(collections.Counter)
+    for token, name in trace._q("SELECT k.token, s.text FROM kernels k JOIN strings s "
+                                "ON s.id = k.name_id WHERE k.graph_id != 0"):
+        ran[token][name] += 1
+    decode = [t for t in range(2, NEW_TOKENS + 1) if ran[t]]
+    assert decode, "no kernel of a decode token was replayed from a CUDA graph"
+    for t in decode:
+        joined = collections.Counter(k.name for k in kernels if k.token == t and k.gpu_ns)
+        counted = collections.Counter(n for _, tok, n in lost if tok == t)
+        missing = ran[t] - (joined + counted)
+        assert not missing, f"token {t}: replayed kernels neither attributed nor counted"
+        modules = {m for k in kernels if k.token == t and k.gpu_ns for m in k.modules}
+        assert any(m.startswith("model.layers.0") for m in modules), sorted(modules)
+        assert any(m.startswith("model.layers.1") for m in modules), sorted(modules)
+        print(f"token {t}: replayed {sum(ran[t].values())}, attributed "
+              f"{sum(joined.values())}, counted {dict(counted)}")
+    assert trace.losses.get("unknown_graph_node", 0) == 0
