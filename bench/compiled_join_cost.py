@@ -114,8 +114,8 @@ def main():
     a = ap.parse_args()
     if a.layers < 1 or a.tokens < 2 or a.repeats < 1:
         ap.error("--layers and --repeats must be at least 1, --tokens at least 2")
-    print(f"| decode tokens | layers | kernel records | join ms per token | attributed | "
-          f"counted |\n|---|---|---|---|---|---|")
+    print("| decode tokens | layers | kernel records | join ms per token | attributed | "
+          "counted |\n|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
         for replay in (False, True):
             path = os.path.join(d, f"t{int(replay)}.sqlite")
