@@ -24,6 +24,7 @@ import warnings
 import torch
 
 from . import _collectives, _compiled_join, _ops, _store
+from ._compiled_call import CompiledCalls
 from ._errors import TokentraceError
 from ._escapes import EscapeCounter
 from ._inputs import InputRecorder
@@ -58,7 +59,8 @@ class Attachment:
         self.escapes = EscapeCounter(backend.current_token)
         self.model = None
         self.inputs = set()
-        self.sink = self.hooks = self.edits = self.collectives = None
+        self.sink = self.hooks = self.edits = self.collectives = self.compiled_calls = None
+        self.compiled_note = None  # one line: the job compiled the model while traced
         self.recorder = InputRecorder(backend.current, None, backend.settled_path)
         self.on_cpu = True
         self.ops_on = False
@@ -77,6 +79,8 @@ class Attachment:
         if self.edits is not None:
             self.edits.install()
         self.hooks.install(running_root_args)
+        # The job compiling the model itself (transformers' generate): compiled from outside.
+        self.compiled_calls = CompiledCalls(self.hooks, model, self._compiled_noted)
         if self.ops:
             self._start_ops()
         # With op records on a CPU model the op observer reports each host read inside the op
@@ -95,11 +99,18 @@ class Attachment:
             return
         self.ops_on = True
 
+    def _compiled_noted(self, message):
+        if self.say is not None:
+            self.say(message)  # the preloaded job: now (it has no end of trace to wait for)
+        else:
+            self.compiled_note = message
+
     def not_hooked_message(self):
-        """One line about the sites left out because they run inside a compiled region."""
+        """One line about the sites left out because they run inside a compiled region (or
+        about a compiled call of the model the job made while traced)."""
         missing = self.hooks.not_hooked if self.hooks is not None else []
         if not missing:
-            return None
+            return self.compiled_note
         return (f"tokentrace: {len(missing)} modules run inside a compiled region and are not "
                 f"recorded (first: {missing[0]!r}); the compiled module's own calls are, "
                 f"from outside the region, so it runs as compiled")
@@ -112,6 +123,9 @@ class Attachment:
         if self.ops_on:
             _ops.stop()
             self.ops_on = False
+        if self.compiled_calls is not None:
+            self.compiled_calls.remove()
+            self.compiled_calls = None
         if self.hooks is not None:
             self.hooks.remove()
         if self.edits is not None:

@@ -91,7 +91,31 @@ def _noted(original, profiled):
     return note
 
 
+def _forget_on_reset():
+    """torch._dynamo.reset() (torch.compiler.reset()) drops every compiled frame, and compile
+    ids start again from 0/0: graphs noted before it never run again, and a new graph would
+    share their compile ids (and, being the same model, their kernel names), so that the join
+    could not tell them apart and would count every kernel. A reset while no trace is noting
+    forgets them; one during a trace keeps them (that trace may have run them; what is then
+    ambiguous is counted, never given to one graph). Kept on for the process, as the map is."""
+    import torch._dynamo as dynamo
+    reset = dynamo.reset
+    if hasattr(reset, "tokentrace_original"):
+        return
+
+    def reset_and_forget(*args, **kwargs):
+        out = reset(*args, **kwargs)
+        if _state["saved"] is None:
+            _state["graphs"].clear()
+            _state["regions"].clear()
+        return out
+    reset_and_forget.tokentrace_original = reset
+    reset_and_forget.__doc__, reset_and_forget.__wrapped__ = reset.__doc__, reset
+    dynamo.reset = reset_and_forget
+
+
 def _install_inductor():
+    _forget_on_reset()
     import torch._inductor.config as config
     import torch._inductor.debug as debug
     modules = [debug]

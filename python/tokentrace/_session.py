@@ -53,6 +53,8 @@ class HookSet:
         self.wrapped = []   # (module, wrapper, the instance attribute it replaced or _MISSING,
         #                    that attribute: "forward", or a compiled module's entry)
         self.not_hooked = []  # sites asked for that run inside a compiled region
+        self.entries = []  # root wrappers around compiled calls the job made (entry())
+        self._root = None  # (site id, kind, saver, on_input) of the root, when it is recorded
         self.site_ids = {}
         self._save_errors = 0
         self._warned = False
@@ -61,8 +63,11 @@ class HookSet:
     @property
     def save_errors(self):
         """Outputs of saved sites that could not be saved (also after remove())."""
-        return (self._save_errors + sum(w.output_errors for _, w, _, _ in self.wrapped)
+        return (self._save_errors + sum(w.output_errors for w in self._wrappers())
                 + (self.sink.failed if self.sink is not None else 0))
+
+    def _wrappers(self):
+        return [w for _, w, _, _ in self.wrapped] + self.entries
 
     def install(self, running_root_args=None):
         """Installs the hooks. running_root_args: the root is being called right now (preload
@@ -98,6 +103,7 @@ class HookSet:
                     opened = self._hook(mod, sid, name, kind, saver, on_input)
                 if name == ROOT:
                     root_open = opened
+                    self._root = (sid, kind, saver, on_input)
         except BaseException:
             self.remove()
             raise
@@ -109,7 +115,7 @@ class HookSet:
         """Calls whose inputs could not be recorded (also after remove())."""
         if self.recorder is None:
             return 0
-        return self.recorder.failed + sum(w.input_errors for _, w, _, _ in self.wrapped)
+        return self.recorder.failed + sum(w.input_errors for w in self._wrappers())
 
     def _wrap(self, mod, sid, name, kind, saver, on_input, attr="forward"):
         previous = mod.__dict__.get(attr, _MISSING)
@@ -188,9 +194,12 @@ class HookSet:
             except Exception:
                 pass
         self.handles = []
-        self._save_errors += sum(w.output_errors for _, w, _, _ in self.wrapped)  # kept
+        self._save_errors += sum(w.output_errors for w in self._wrappers())  # kept
         if self.recorder is not None:
-            self.recorder.failed += sum(w.input_errors for _, w, _, _ in self.wrapped)  # kept
+            self.recorder.failed += sum(w.input_errors for w in self._wrappers())  # kept
+        for wrapper in self.entries:  # held by the job (a compiled call): passes through now
+            wrapper.enabled = 0
+        self.entries = []
         for mod, wrapper, previous, attr in reversed(self.wrapped):
             if mod.__dict__.get(attr) is wrapper:
                 if previous is _MISSING:
@@ -200,3 +209,54 @@ class HookSet:
             else:  # wrapped over by someone else: stay in their chain, doing nothing
                 wrapper.enabled = 0
         self.wrapped = []
+
+    @property
+    def records_root(self):
+        return self._root is not None
+
+    @property
+    def hooked_inside_root(self):
+        """How many recorded sites other than the root a compiled call of the root hides."""
+        return len(self.site_ids) - (1 if ROOT in self.site_ids else 0)
+
+    def entry(self, fn):
+        """A recording wrapper of the root around `fn`, a compiled call of the root that the
+        job made (python/tokentrace/_compiled_call.py): a call of it is a root call, with
+        the root's inputs and saved output as its own wrapper records them."""
+        sid, kind, saver, on_input = self._root
+        wrapper = self.backend.wrap_forward(sid, ROOT, kind, fn, saver, on_input)
+        self.entries.append(wrapper)
+        return wrapper
+
+    def hide(self):
+        """Takes this set's wrappers and hooks off the modules, leaving them as they were
+        before install(), and returns the function that puts them back, each where it was.
+        For a compiled call of the model (TorchDynamo would break its graph at each of
+        them); the modules look the same to it at every call, so its guards hold."""
+        shown = []
+        for mod, wrapper, previous, attr in self.wrapped:
+            if mod.__dict__.get(attr) is wrapper:
+                if previous is _MISSING:
+                    del mod.__dict__[attr]
+                else:
+                    mod.__dict__[attr] = previous
+                shown.append((mod, attr, wrapper))
+        ours, dicts = set(), {}  # hook dicts touched -> (dict, its items in their order)
+        for handle in self.handles:
+            for ref in (handle.hooks_dict_ref,) + tuple(handle.extra_dict_ref):
+                d = ref()
+                if d is not None and handle.id in d:
+                    dicts.setdefault(id(d), (d, list(d.items())))
+                    ours.add(handle.id)
+                    del d[handle.id]
+
+        def show():
+            for d, items in dicts.values():
+                now = dict(d)
+                d.clear()
+                d.update((k, v) for k, v in items if k in ours or k in now)
+                d.update((k, v) for k, v in now.items() if k not in d)
+            for mod, attr, wrapper in shown:
+                if mod.__dict__.get(attr) is not wrapper:
+                    mod.__dict__[attr] = wrapper
+        return show

@@ -31,6 +31,7 @@ import torch
 
 from ._attach import Attachment, selection
 from ._backend import get_backend
+from ._compiled_call import watch_compile
 from ._errors import TokentraceError
 from ._naming import site_names
 from ._selectors import module as select_module
@@ -49,6 +50,9 @@ def install():
         return
     from torch.nn.modules.module import register_module_forward_pre_hook
     _state["handle"] = register_module_forward_pre_hook(_first_call)
+    # A compiled __call__ taken before the first root call (transformers' generate takes it
+    # before its prefill) is recorded from outside when it runs (_compiled_call.py).
+    watch_compile()
 
 
 def _first_call(module, args):

@@ -1,10 +1,11 @@
 """A tiny Llama compiled with torch.compile (default mode) on CUDA, traced over `generate` with
 op records and kernel records: every Triton kernel CUPTI recorded in a decode token is
 attributed to modules (by name, in its region's graph) or counted as compiled_unattributed;
-compiled with mode="reduce-overhead" (cudagraph trees), every kernel replayed from the decode's
-CUDA graph is attributed through the node it was captured from, or counted (issue 16, section
-2, GPU side). Needs a GPU; scripts/gpu-check.sh runs this file as a step of its own (four
-Inductor compiles with Triton: ~2 minutes there, estimated)."""
+compiled by transformers' generate itself (on CUDA with a static cache it compiles the
+model's __call__ with mode="reduce-overhead": cudagraph trees), every kernel replayed from the
+decode's CUDA graph is attributed through the node it was captured from, or counted (issue 16,
+section 2, GPU side). Needs a GPU; scripts/gpu-check.sh runs this file as a step of its own (three
+Inductor compiles with Triton: ~1.5 minutes there, estimated)."""
 
 import collections
 
@@ -17,7 +18,9 @@ from tokentrace import _compiled_join
 NEW_TOKENS = 4
 
 
-def _traced_generate(**compile_options):
+def _traced_generate(auto=False):
+    """auto: generate compiles the model itself (transformers' auto-compile, reduce-overhead);
+    else the test compiles lm.forward (default mode) and turns generate's own compile off."""
     from transformers import LlamaConfig, LlamaForCausalLM
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -26,13 +29,14 @@ def _traced_generate(**compile_options):
                                       num_key_value_heads=2)).eval().cuda()
     # As test_compiled_llama.py on the CPU: a static cache and a compiled forward, one graph
     # per shape (prefill, decode), so decode tokens run one graph.
-    lm.forward = torch.compile(lm.forward, dynamic=False, **compile_options)
+    if not auto:
+        lm.forward = torch.compile(lm.forward, dynamic=False)
     prompt = torch.tensor([[3, 17, 42, 8, 99]], device="cuda")
 
     def generate(prompt):
         with torch.no_grad():
             lm.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                        do_sample=False, cache_implementation="static")
+                        do_sample=False, cache_implementation="static", disable_compile=not auto)
     return tt.trace(generate, prompt, model=lm, kernels="full", ops=True)
 
 
@@ -66,7 +70,8 @@ def test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted():
 @pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_each_kernel_replayed_from_a_compiled_decodes_cuda_graph_is_attributed_or_counted():
-    trace = _traced_generate(mode="reduce-overhead")
+    trace = _traced_generate(auto=True)
+    assert trace["model.layers.0.mlp"].num_calls == 1  # the eager prefill; decode: compiled
     assert trace.kernels_recorded, trace.kernels_status
     kernels, lost = _compiled_join.join(trace._q)
     assert len(lost) == trace.losses.get("compiled_unattributed", 0)
