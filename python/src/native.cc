@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attribute_swap.h"
 #include "core/config.h"
 #include "inputs_walk.h"
 #include "nvtx3/nvToolsExt.h"
@@ -507,7 +508,8 @@ NB_MODULE(_native, m) {
   m.def("wrap_forward", &MakeWrapper, nb::arg("site"), nb::arg("name"), nb::arg("kind"),
         nb::arg("forward"), nb::arg("record"), nb::arg("on_output").none(),
         nb::arg("on_input").none() = nb::none());
-  tokentrace_py::RegisterInputsWalk(m);  // InputBuffer: python/src/inputs_walk.cc
+  tokentrace_py::RegisterInputsWalk(m);     // InputBuffer: python/src/inputs_walk.cc
+  tokentrace_py::RegisterAttributeSwap(m);  // python/src/attribute_swap.cc
   nb::class_<PreHook>(m, "PreHook")
       .def(nb::init<uint32_t, const std::string&, int>())
       .def("__call__", &PreHook::Call, nb::arg("module"), nb::arg("args").none());

@@ -103,6 +103,12 @@ class NativeBackend:
     def wrap_forward(self, site_id, name, kind, forward, on_output=None, on_input=None):
         return self._n.wrap_forward(site_id, name, kind, forward, True, on_output, on_input)
 
+    def attribute_swap(self, entries, missing):
+        """A native swap of [(dict, key, wrapper, previous)]: hide() puts back what each
+        wrapper replaced (`missing`: deletes the key), show() the wrappers (python/src/
+        attribute_swap.cc)."""
+        return self._n.AttributeSwap(entries, missing)
+
     @property
     def ops_buffer_events(self):
         return self._n.OPS_BUFFER_EVENTS

@@ -162,3 +162,23 @@ def test_the_preloaded_job_records_a_compiled_call_taken_before_it_attached(tmp_
     trace = tt.load(tmp_path / "p.sqlite")
     assert trace["self"].num_calls == 3
     assert trace["a"].num_calls == trace["b"].num_calls == 1
+
+
+def test_the_native_swap_restores_what_each_wrapper_replaced_and_nests():
+    from tokentrace import _backend
+    missing, ours_a, ours_b, theirs = object(), object(), object(), object()
+    a, b, c = {"forward": ours_a}, {"forward": ours_b}, {"forward": theirs}  # c: not ours now
+    swap = _backend.get_backend().attribute_swap(
+        [(a, "forward", ours_a, missing), (b, "forward", ours_b, "old"),
+         (c, "forward", object(), missing)], missing)
+    assert swap.hide() == 2
+    assert a == {} and b == {"forward": "old"} and c == {"forward": theirs}
+    assert swap.hide() == 0  # a compiled call inside another: nothing more to take off
+    swap.show()
+    assert a == {}  # still inside the outer one
+    swap.show()
+    assert a == {"forward": ours_a} and b == {"forward": ours_b} and c == {"forward": theirs}
+    swap.show()  # one show too many: nothing happens
+    assert a == {"forward": ours_a}
+    with pytest.raises(TypeError, match="dict, key, wrapper, previous"):
+        _backend.get_backend().attribute_swap([("not a dict", "k", 1, 2)], missing)
