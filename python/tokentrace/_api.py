@@ -13,6 +13,7 @@ from . import _ops, _store
 from ._attach import Attachment, FirstRoot, selection, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
 from ._compiled import compiled_entry
+from ._compiled_call import watch_compile
 from ._edit_spec import check_edits
 from ._errors import fail
 from ._escapes import warn_once
@@ -140,6 +141,9 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
     attached = Attachment(backend, path, select, shard_bytes=shard_bytes, edit_spec=edits,
                           ops=ops)
     finder = None
+    # A compiled __call__ the job takes before the model is found (generate takes it before
+    # its prefill) is recorded from outside when it runs (_compiled_call.py).
+    unwatch = watch_compile()
     try:
         try:
             if model is not None:
@@ -151,7 +155,10 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
         finally:
             if finder is not None:
                 finder.remove()
-            attached.detach()
+            try:
+                attached.detach()
+            finally:
+                unwatch()  # after detach: op records' torch.compile wrapper went on over it
     finally:
         status = backend.kernels_status
         if torch.cuda.is_initialized():

@@ -103,11 +103,15 @@ class NativeBackend:
     def wrap_forward(self, site_id, name, kind, forward, on_output=None, on_input=None):
         return self._n.wrap_forward(site_id, name, kind, forward, True, on_output, on_input)
 
-    def attribute_swap(self, entries, missing):
-        """A native swap of [(dict, key, wrapper, previous)]: hide() puts back what each
-        wrapper replaced (`missing`: deletes the key), show() the wrappers (python/src/
+    def hide_attributes(self, entries, missing):
+        """For each (dict, key, wrapper, previous) whose key holds the wrapper: puts back
+        previous (`missing`: deletes the key); returns those entries (python/src/
         attribute_swap.cc)."""
-        return self._n.AttributeSwap(entries, missing)
+        return self._n.hide_attributes(entries, missing)
+
+    def show_attributes(self, hidden):
+        """Puts back the wrappers of hide_attributes' entries."""
+        self._n.show_attributes(hidden)
 
     @property
     def ops_buffer_events(self):

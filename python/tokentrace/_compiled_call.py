@@ -18,11 +18,11 @@ every call, never ask for a recompile. The eager calls (the prefill) keep every 
 record; the compiled calls record the root only, and with ops=True their kernels are
 attributed to the modules inside (_compiled_map, _compiled_join).
 
-The preloaded job attaches at the first root call, which in generate comes after generate
-took the compiled call: there torch.compile itself is watched from the start
-(watch_compile): a module's compiled __call__ is handed out wrapped, and each call of it asks
-whether a trace is attached to that module now (the same hide-and-record then; else it runs
-as it is).
+The preloaded job (and tt.trace of a function, without model=) attaches at the first root
+call, which in generate comes after generate took the compiled call: so torch.compile itself
+is watched, from the start of the process or of the trace (watch_compile): a module's
+compiled __call__ is handed out wrapped, and each call of it asks whether a trace is attached
+to that module now (the same hide-and-record then; else it runs as it is).
 """
 
 import functools
@@ -103,13 +103,14 @@ class CompiledCalls:
 
 
 def watch_compile():
-    """From now on for the process (the preloaded job), torch.compile hands out a module's
-    compiled __call__ wrapped: a call asks whether a trace is attached to that module (then
-    it runs as that trace's wrapped() call), else runs the compiled call as it is. Anything
-    else is compiled as torch.compile makes it."""
+    """From now on, torch.compile hands out a module's compiled __call__ wrapped: a call asks
+    whether a trace is attached to that module (then it runs as that trace's wrapped() call),
+    else runs the compiled call as it is. Anything else is compiled as torch.compile makes
+    it. Returns the function that gives torch.compile back (tt.trace, at its end; the
+    preloaded job keeps the watch for the process); calls handed out stay watched."""
     real = torch.compile
     if getattr(real, "tokentrace_watching", False):
-        return
+        return lambda: None
 
     @functools.wraps(real)
     def compile(*args, **kwargs):
@@ -132,3 +133,8 @@ def watch_compile():
         return watched
     compile.tokentrace_watching = True
     torch.compile = compile
+
+    def unwatch():
+        if torch.compile is compile:
+            torch.compile = real
+    return unwatch

@@ -230,13 +230,12 @@ class HookSet:
         return wrapper
 
     def _hide_plan(self):
-        """What hide() goes through, made once per set of wrappers and handles: a native swap
-        of the wrapped modules' attributes, and (each hook dict our handles are in, their
-        ids in it)."""
+        """What hide() goes through, made once per set of wrappers and handles: (each wrapped
+        module's __dict__, the attribute, our wrapper, what it replaced), and (each hook dict
+        our handles are in, their ids in it)."""
         key = (len(self.wrapped), len(self.handles))
         if self._plan is None or self._plan[0] != key:
-            swap = self.backend.attribute_swap(
-                [(m.__dict__, attr, w, p) for m, w, p, attr in self.wrapped], _MISSING)
+            swap = [(m.__dict__, attr, w, p) for m, w, p, attr in self.wrapped]
             dicts = {}
             for handle in self.handles:
                 for ref in (handle.hooks_dict_ref,) + tuple(handle.extra_dict_ref):
@@ -251,10 +250,11 @@ class HookSet:
         before install(), and returns the function that puts them back, each where it was.
         For a compiled call of the model (TorchDynamo would break its graph at each of
         them); the modules look the same to it at every call, so its guards hold. It runs
-        at every such call: the wrappers by a native swap made once, the hook pairs (modules
-        that had hooks of their own) here (bench/compiled_call_cost.py measures both)."""
+        at every such call: the wrappers in C over a plan made once, the hook pairs (modules
+        that had hooks of their own) here (bench/compiled_call_cost.py measures both). A
+        hide() inside a hidden stretch (a compiled call in another) finds nothing to take."""
         swap, dicts = self._hide_plan()
-        swap.hide()
+        shown = self.backend.hide_attributes(swap, _MISSING)
         hidden = []  # (hook dict, its items in their order, our ids in it, the keys left)
         for d, ids in dicts:
             present = ids.intersection(d)
@@ -274,5 +274,5 @@ class HookSet:
                 d.clear()
                 d.update((k, v) for k, v in items if k in ours or k in now)
                 d.update((k, v) for k, v in now.items() if k not in d)
-            swap.show()
+            self.backend.show_attributes(shown)
         return show

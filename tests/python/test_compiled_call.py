@@ -164,21 +164,43 @@ def test_the_preloaded_job_records_a_compiled_call_taken_before_it_attached(tmp_
     assert trace["a"].num_calls == trace["b"].num_calls == 1
 
 
-def test_the_native_swap_restores_what_each_wrapper_replaced_and_nests():
+def test_the_native_swap_restores_what_each_wrapper_replaced_and_puts_them_back():
     from tokentrace import _backend
+    native = _backend.get_backend()
     missing, ours_a, ours_b, theirs = object(), object(), object(), object()
     a, b, c = {"forward": ours_a}, {"forward": ours_b}, {"forward": theirs}  # c: not ours now
-    swap = _backend.get_backend().attribute_swap(
-        [(a, "forward", ours_a, missing), (b, "forward", ours_b, "old"),
-         (c, "forward", object(), missing)], missing)
-    assert swap.hide() == 2
+    plan = [(a, "forward", ours_a, missing), (b, "forward", ours_b, "old"),
+            (c, "forward", object(), missing)]
+    hidden = native.hide_attributes(plan, missing)
+    assert hidden == plan[:2]
     assert a == {} and b == {"forward": "old"} and c == {"forward": theirs}
-    assert swap.hide() == 0  # a compiled call inside another: nothing more to take off
-    swap.show()
-    assert a == {}  # still inside the outer one
-    swap.show()
+    assert native.hide_attributes(plan, missing) == []  # a compiled call inside another
+    native.show_attributes(hidden)
     assert a == {"forward": ours_a} and b == {"forward": ours_b} and c == {"forward": theirs}
-    swap.show()  # one show too many: nothing happens
-    assert a == {"forward": ours_a}
     with pytest.raises(TypeError, match="dict, key, wrapper, previous"):
-        _backend.get_backend().attribute_swap([("not a dict", "k", 1, 2)], missing)
+        native.hide_attributes([("not a dict", "k", 1, 2)], missing)
+
+
+def test_a_function_that_compiles_the_model_before_calling_it_needs_no_model_argument():
+    from torch._dynamo.utils import counters
+    scope = {}
+    exec(PRELOADED_JOB.split("model = Model()")[0], scope)  # noqa: S102 - the class above
+    model, x = scope["Model"](), torch.randn(2, 4)
+    compile_before = torch.compile
+
+    def job(x):  # a closure: the model is found at its first call, after the compile
+        with torch.no_grad():
+            step = model.get_compiled_call(None)
+            model(x)
+            for _ in range(2):
+                step(x)
+    counters.clear()
+    with pytest.warns(RuntimeWarning, match="compiled the model's __call__ while traced"):
+        trace = tt.trace(job, x, kernels="off")
+    assert sum(counters["graph_break"].values()) == 0
+    assert trace["self"].num_calls == 3 and trace["a"].num_calls == 1
+    assert torch.compile is compile_before  # the watch is off with the trace
+    before = counters["stats"]["unique_graphs"]
+    with torch.no_grad():  # watched still, passing through: the same compiled code
+        model._compiled_call(x)
+    assert counters["stats"]["unique_graphs"] == before
