@@ -159,6 +159,18 @@ answer() {
   write_summary
 }
 
+# answer_from LOG "QUESTION|file::test" [optional]: the test's verdict in LOG ("skipped here"
+# under SKIP_GPU; for an optional step that did not run, "not checked: out of time")
+answer_from() {
+  if [ -n "${SKIP_GPU:-}" ]; then
+    answer "${2%%|*}" "skipped here (SKIP_GPU)"
+  elif [ -n "${3:-}" ] && [ ! -f "$1" ]; then
+    answer "${2%%|*}" "not checked: out of time"
+  else
+    answer "${2%%|*}" "$(test_answer "$1" "${2#*|}" 2>/dev/null)"
+  fi
+}
+
 gpu_tests() {
   local ctest_rc pytest_rc others=()
   step -g ctest-gpu 60 20 bash -c "cd '$BUILD_DIR' && ctest -L gpu --no-tests=error --output-on-failure -j2 --timeout 55"
@@ -176,11 +188,7 @@ gpu_tests() {
   [ -n "${SKIP_GPU:-}" ] && all="skipped here (SKIP_GPU)"
   answer "every \`gpu\` test passes" "$all"
   for q in "${ANSWERS[@]}"; do
-    if [ -n "${SKIP_GPU:-}" ]; then
-      answer "${q%%|*}" "skipped here (SKIP_GPU)"
-    else
-      answer "${q%%|*}" "$(test_answer "$WORK/pytest-gpu.log" "${q#*|}" 2>/dev/null)"
-    fi
+    answer_from "$WORK/pytest-gpu.log" "$q"
   done
 }
 
@@ -188,12 +196,11 @@ gpu_tests() {
 # and trace 4 tokens each: ~10-15 s per test (estimated; the 2-GPU test skips on one GPU).
 nccl_check() {
   step -g nccl 45 25 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider "$NCCL_FILE"
+  answer_from "$WORK/nccl.log" "$NCCL_ONE"
   if [ -n "${SKIP_GPU:-}" ]; then
-    answer "${NCCL_ONE%%|*}" "skipped here (SKIP_GPU)"
     answer "${NCCL_TWO%%|*}" "skipped here (SKIP_GPU)"
     return
   fi
-  answer "${NCCL_ONE%%|*}" "$(test_answer "$WORK/nccl.log" "${NCCL_ONE#*|}" 2>/dev/null)"
   local gpus
   gpus=$("$TOKENTRACE_PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)
   answer "${NCCL_TWO%%|*}" "$(device_answer "$WORK/nccl.log" "${NCCL_TWO#*|}" 2 "${gpus:-0}")"
@@ -209,13 +216,7 @@ compiled_check() {
     -m gpu "$COMPILED_FILE"
   local c
   for c in "${COMPILED[@]}"; do
-    if [ -n "${SKIP_GPU:-}" ]; then
-      answer "${c%%|*}" "skipped here (SKIP_GPU)"
-    elif [ -f "$WORK/compiled-gpu.log" ]; then
-      answer "${c%%|*}" "$(test_answer "$WORK/compiled-gpu.log" "${c#*|}" 2>/dev/null)"
-    else
-      answer "${c%%|*}" "not checked: out of time"
-    fi
+    answer_from "$WORK/compiled-gpu.log" "$c" optional
   done
 }
 write_summary
