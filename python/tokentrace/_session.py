@@ -201,6 +201,7 @@ class HookSet:
         for wrapper in self.entries:  # held by the job (a compiled call): passes through now
             wrapper.enabled = 0
         self.entries = []
+        self._plan = None  # nothing left to hide: keep no module dicts alive
         for mod, wrapper, previous, attr in reversed(self.wrapped):
             if mod.__dict__.get(attr) is wrapper:
                 if previous is _MISSING:
