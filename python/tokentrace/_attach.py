@@ -19,6 +19,7 @@ import functools
 import inspect
 import itertools
 import json
+import sys
 import warnings
 
 import torch
@@ -181,13 +182,25 @@ class FirstRoot:
         original = self._original = torch.nn.Module.__dict__["__call__"]
         first = self
 
+        def attach(module):
+            first.remove()
+            first.attachment.attach(module)
+        attach_now = attach
+
         def call(module, *args, **kwargs):
             # Code that took `module.__call__` while ours was in place (generate keeps
             # `model_forward = self.__call__` for all its steps) calls us again: pass through.
             if first._patched:
-                first.remove()
-                first.attachment.attach(module)
+                attach_now(module)
             return original(module, *args, **kwargs)
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None:
+            # A compiled function (tt.trace(torch.compile(fn))) calls its first module inside
+            # its compiled region. TorchDynamo cannot trace the attach (it failed with an
+            # internal AssertionError): it runs it as it is, and this frame too; the module's
+            # call path below runs as it would without us (compiled where it was).
+            attach_now = dynamo.disable(attach)
+            call = dynamo.disable(call, recursive=False)
         torch.nn.Module.__call__ = call
         self._patched = True
 

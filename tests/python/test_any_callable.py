@@ -83,3 +83,23 @@ def test_a_part_called_before_its_model_is_named(gpt2, prompt):
         trace = tt.trace(embed_then_run, prompt, kernels="off")
     # The embedding is the root: its own call, then its call inside the model's forward.
     assert trace.num_tokens == 2 and trace.sites == ["self"]
+
+
+def test_a_compiled_function_calling_an_uncompiled_model_is_traced_with_its_warning():
+    # TorchDynamo traces the function and, inside it, the first module call: the attach must
+    # run outside its tracing (it failed there with TorchDynamo's internal AssertionError).
+    from torch import nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+
+    def helper(x):
+        return model(x) * 2, model(x + 1)
+    compiled = torch.compile(helper, backend="eager")  # TorchDynamo only: fast
+    x = torch.randn(3, 4)
+    with pytest.warns(RuntimeWarning, match="recording wrappers inside the compiled region"):
+        trace = tt.trace(compiled, x, kernels="off")
+    assert trace.meta["model"] == "Sequential"
+    assert trace["self"].num_calls == 2 and trace["0"].num_calls == 2
+    assert list(trace["2:1"].out.shape) == [3, 2]
+    expected = helper(x)
+    assert all(torch.equal(a, b) for a, b in zip(compiled(x), expected))  # after the trace
