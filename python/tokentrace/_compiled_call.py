@@ -102,12 +102,14 @@ class CompiledCalls:
         self.installed = False
 
 
-def watch_compile():
+def watch_compile(on_compile=None):
     """From now on, torch.compile hands out a module's compiled __call__ wrapped: a call asks
     whether a trace is attached to that module (then it runs as that trace's wrapped() call),
     else runs the compiled call as it is. Anything else is compiled as torch.compile makes
     it. Returns the function that gives torch.compile back (tt.trace, at its end; the
-    preloaded job keeps the watch for the process); calls handed out stay watched."""
+    preloaded job keeps the watch for the process); calls handed out stay watched.
+    on_compile(): called at each torch.compile, TorchDynamo loaded (the preloaded job's
+    first-call hook then becomes one TorchDynamo does not trace)."""
     real = torch.compile
     if getattr(real, "tokentrace_watching", False):
         return lambda: None
@@ -115,6 +117,8 @@ def watch_compile():
     @functools.wraps(real)
     def compile(*args, **kwargs):
         compiled = real(*args, **kwargs)
+        if on_compile is not None:
+            on_compile()
         fn = args[0] if args else kwargs.get("model")
         owner = getattr(fn, "__self__", None)
         if not isinstance(owner, torch.nn.Module) or \

@@ -52,7 +52,21 @@ def install():
     _state["handle"] = register_module_forward_pre_hook(_first_call)
     # A compiled __call__ taken before the first root call (transformers' generate takes it
     # before its prefill) is recorded from outside when it runs (_compiled_call.py).
-    watch_compile()
+    watch_compile(on_compile=_compiling)
+
+
+def _compiling():
+    """The job compiles something (TorchDynamo is loaded now). A compiled function may make
+    the first module call inside its compiled region, where TorchDynamo would trace this
+    hook and the whole attach (it cannot: an internal error, printed, and nothing recorded).
+    Until the first call, the hook is one TorchDynamo runs as it is (a graph break there)."""
+    handle = _state["handle"]
+    if _state["done"] or handle is None or _state.get("untraced"):
+        return
+    _state["untraced"] = True
+    hooks = handle.hooks_dict_ref()
+    if hooks is not None and handle.id in hooks:
+        hooks[handle.id] = sys.modules["torch._dynamo"].disable(_first_call)
 
 
 def _first_call(module, args):

@@ -204,3 +204,25 @@ def test_a_function_that_compiles_the_model_before_calling_it_needs_no_model_arg
     with torch.no_grad():  # watched still, passing through: the same compiled code
         model._compiled_call(x)
     assert counters["stats"]["unique_graphs"] == before
+
+
+def test_the_preloaded_job_attaches_when_a_compiled_function_calls_the_model_first(tmp_path):
+    # TorchDynamo traces the function and the first-call hook in it: the attach must run
+    # outside its tracing (it failed there: TorchDynamo's error on stderr, nothing recorded).
+    from test_preload import _run_cli, _write_job
+    job, own = _write_job(tmp_path, """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+compiled = torch.compile(lambda x: model(x) * 2, backend="eager")
+for _ in range(2):
+    print("OUT", list(compiled(torch.randn(3, 4)).shape))
+""")
+    res = _run_cli(tmp_path, job, own, ("--kernels", "off"),
+                   TOKENTRACE_OUT=str(tmp_path / "f.sqlite"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.splitlines()[-2:] == ["OUT [3, 2]"] * 2
+    assert "hooks not installed" not in res.stderr and "Traceback" not in res.stderr
+    trace = tt.load(tmp_path / "f.sqlite")
+    assert trace["self"].num_calls == 2 and trace["0"].num_calls == 2
