@@ -13,56 +13,21 @@ import pytest
 import torch
 
 import tokentrace as tt
-from test_compiled_llama import NEW_TOKENS, _counts, check_decode_attribution
+from test_compiled_llama import LLAMA, NEW_TOKENS, check_decode_attribution
+from test_compiled_llama import _generate as _generate_model
 
-MODEL = """
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.generation.configuration_utils import CompileConfig
-import torch._inductor.config
-torch._inductor.config.compile_threads = 1  # no worker pool on 2 cores
-torch.manual_seed(0)
-lm = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                  num_hidden_layers=1, num_attention_heads=4,
-                                  num_key_value_heads=2)).eval()
+MODEL = LLAMA + """
 # generate compiles the model for its decode steps: what it does on CUDA with a static cache
+from transformers.generation.configuration_utils import CompileConfig
 compile_config = CompileConfig(dynamic=False, mode="default")
 compile_config._compile_all_devices = True
-prompt = torch.tensor([[3, 17, 42, 8, 99]])
-kwargs = dict(max_new_tokens=%d, min_new_tokens=%d, do_sample=False,
-              cache_implementation="static", compile_config=compile_config)
-""" % (NEW_TOKENS, NEW_TOKENS)
+kwargs["compile_config"] = compile_config
+"""
 
 
 def _generate(traced):
-    """(ids, (graph breaks, graphs), trace or None, ids and counts of an untraced generate
-    run right after, with the same model) of a fresh compile."""
-    import torch._inductor.config as config
-    from torch._dynamo.utils import counters
-    torch._dynamo.reset()
-    counters.clear()
-    scope = {}
-    exec(MODEL, scope)  # noqa: S102 - the same text the job below runs
-    lm, prompt, kwargs = scope["lm"], scope["prompt"], scope["kwargs"]
-    out = []
-
-    def generate(prompt):
-        with torch.no_grad():
-            out.append(lm.generate(prompt, **kwargs))
-    saved = config.force_disable_caches
-    config.force_disable_caches = True  # every run compiles
-    try:
-        trace = None
-        if traced:
-            with pytest.warns(RuntimeWarning, match="compiled the model's __call__ while traced"):
-                trace = tt.trace(generate, prompt, model=lm, kernels="off", ops=True)
-        else:
-            generate(prompt)
-        counts = _counts()
-        generate(prompt)  # again, untraced: compiled already, nothing new to compile
-        return out[0], counts, trace, (out[1], _counts())
-    finally:
-        config.force_disable_caches = saved
+    return _generate_model(traced, MODEL, "compiled the model's __call__ while traced",
+                           again=True)
 
 
 @pytest.mark.slow

@@ -14,7 +14,9 @@ from tokentrace import _compiled_join
 
 NEW_TOKENS = 4
 
-MODEL = """
+# The model, its prompt and generate's arguments `kwargs` (to which a test's own are added),
+# as the job below runs them too.
+LLAMA = """
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 import torch._inductor.config
@@ -23,17 +25,20 @@ torch.manual_seed(0)
 lm = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
                                   num_hidden_layers=1, num_attention_heads=4,
                                   num_key_value_heads=2)).eval()
-# transformers' documented way: a static cache and a compiled forward, one graph per shape
-lm.forward = torch.compile(lm.forward, dynamic=False)
 prompt = torch.tensor([[3, 17, 42, 8, 99]])
 kwargs = dict(max_new_tokens=%d, min_new_tokens=%d, do_sample=False,
               cache_implementation="static")
 """ % (NEW_TOKENS, NEW_TOKENS)
 
+MODEL = LLAMA + """
+# transformers' documented way: a static cache and a compiled forward, one graph per shape
+lm.forward = torch.compile(lm.forward, dynamic=False)
+"""
 
-def _model():
+
+def _model(text=MODEL):
     scope = {}
-    exec(MODEL, scope)  # noqa: S102 - the same text the job below runs
+    exec(text, scope)  # noqa: S102 - the same text the job below runs
     return scope["lm"], scope["prompt"], scope["kwargs"]
 
 
@@ -42,13 +47,15 @@ def _counts():
     return (sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"])
 
 
-def _generate(traced):
-    """(generated ids, (graph breaks, graphs), trace or None) of a fresh compile."""
+def _generate(traced, text=MODEL, warns="inside a compiled region", again=False):
+    """(generated ids, (graph breaks, graphs), trace or None, and with again= the ids and
+    counts of an untraced generate run right after, with the same model) of a fresh compile
+    of `text`'s model (it defines lm, prompt and generate's kwargs); a trace warns `warns`."""
     import torch._inductor.config as config
     from torch._dynamo.utils import counters
     torch._dynamo.reset()
     counters.clear()
-    lm, prompt, kwargs = _model()
+    lm, prompt, kwargs = _model(text)
     out = []
 
     def generate(prompt):
@@ -57,12 +64,17 @@ def _generate(traced):
     saved = config.force_disable_caches
     config.force_disable_caches = True  # every run compiles
     try:
-        if not traced:
+        trace = None
+        if traced:
+            with pytest.warns(RuntimeWarning, match=warns):
+                trace = tt.trace(generate, prompt, model=lm, kernels="off", ops=True)
+        else:
             generate(prompt)
-            return out[0], _counts(), None
-        with pytest.warns(RuntimeWarning, match="inside a compiled region"):
-            trace = tt.trace(generate, prompt, model=lm, kernels="off", ops=True)
-        return out[0], _counts(), trace
+        counts = _counts()
+        if not again:
+            return out[0], counts, trace, None
+        generate(prompt)  # again, untraced: compiled already, nothing new to compile
+        return out[0], counts, trace, (out[1], _counts())
     finally:
         config.force_disable_caches = saved
 
@@ -102,8 +114,8 @@ def check_decode_attribution(trace, tokens):
 
 @pytest.mark.slow
 def test_a_compiled_llama_decodes_compiled_and_each_kernel_has_its_modules(plain):
-    plain_ids, plain_counts, _ = plain
-    ids, counts, trace = _generate(traced=True)
+    plain_ids, plain_counts, _, _ = plain
+    ids, counts, trace, _ = _generate(traced=True)
     assert plain_counts == (0, 2)  # prefill and decode graphs, no break
     assert counts == plain_counts  # no added graph break, no added graph: no eager fallback
     assert torch.equal(ids, plain_ids)  # the same tokens
