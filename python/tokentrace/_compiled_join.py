@@ -30,6 +30,13 @@ def _site(parent_site, path):
     return path if parent_site == ROOT else f"{parent_site}.{path}"
 
 
+def _kernel(call_id, token, name, compiled_site, paths, cpu_ns, gpu_ns):
+    """The CompiledKernel of a match: its paths (relative to the compiled module's site) as
+    sites; more than one is a fused kernel."""
+    modules = [_site(compiled_site, p) for p in paths]
+    return CompiledKernel(call_id, token, name, modules, len(modules) > 1, cpu_ns, gpu_ns)
+
+
 def _is_marker(name):
     """TorchDynamo's and Inductor's own RecordFunction ranges ("Torch-Compiled Region: 0/0",
     "TorchDynamo Cache Lookup"): not ops (an op is "namespace::name"), not kernels."""
@@ -212,9 +219,7 @@ def join(q, noted=None):
                 if paths is None:
                     lost.append((cid, token, name))
                     continue
-                modules = [_site(module_site[up], p) for p in paths]
-                replayed.append(CompiledKernel(cid, token, name, modules, len(modules) > 1,
-                                               0, gpu_ns))
+                replayed.append(_kernel(cid, token, name, module_site[up], paths, 0, gpu_ns))
     for parent, rows in items.items():
         rows.sort(key=lambda r: (r[0], r[1]))
         matched = match([r[4] for r in rows], [r[7] for r in rows])
@@ -224,9 +229,8 @@ def join(q, noted=None):
             if paths is None:
                 lost.append((cid, token, name))
                 continue
-            modules = [_site(module_site[parent], p) for p in paths]
-            kernels.append(CompiledKernel(cid, token, name, modules, len(modules) > 1,
-                                          cpu_ns, gpu_ns))
+            kernels.append(_kernel(cid, token, name, module_site[parent], paths, cpu_ns,
+                                   gpu_ns))
     kernels += replayed
     kernels.sort(key=lambda k: k.token)  # stable: launch order within a token, replays last
     return kernels, lost
