@@ -32,8 +32,12 @@ namespace {
 // Wake-ups of the background thread (Stop, and the signal handler, which can only write to a
 // file descriptor): one eventfd per process, made before the first session's thread starts.
 std::atomic<int> g_wake_fd{-1};
-// Held while a file is claimed under a directory lock, and by fork() (shim.cc's atfork
-// handlers), so no child is made mid-claim.
+// Every session's drain lock (Session::drain_mutex_), taken by fork() (shim.cc's atfork
+// handlers) before the claim lock: a fork waits for the drain that is writing, so the child
+// never inherits SQLite's mutexes or allocator held by a thread it does not have.
+std::mutex g_drain_mutex;
+// Held while a file is claimed under a directory lock, and by fork(), so no child is made
+// mid-claim. Taken after g_drain_mutex (OpenStoreLocked runs inside a drain).
 std::mutex g_claim_mutex;
 std::atomic<int> g_stop_signal{0};  // set by RequestStopFromSignal
 std::atomic<int64_t> g_stop_signal_ns{
@@ -133,7 +137,8 @@ Session::Session(const Config& config, bool preload, std::string out_path)
       out_path_(std::move(out_path)),
       run_id_(preload ? RunIdFromEnvironment() : ""),
       joiner_(config.kernels, &clock::TicksToNs),
-      drainer_(ProcessDrainParts()) {}
+      drainer_(ProcessDrainParts()),
+      drain_mutex_(g_drain_mutex) {}
 
 DrainParts Session::ProcessDrainParts() {
   DrainParts parts;
@@ -151,6 +156,7 @@ DrainParts Session::ProcessDrainParts() {
   parts.host_now_ns = &clock::HostNowNs;
   parts.slow_drain_ms = TestSlowDrainMs();
   parts.step_events = kSignalDrainStep;
+  parts.interrupted = [] { return g_stop_signal.load() != 0; };
   return parts;
 }
 
@@ -173,8 +179,16 @@ std::unique_ptr<Store> Session::OpenStoreLocked(std::string* error) {
   return std::move(claim.store);
 }
 
-void Session::BeforeFork() { g_claim_mutex.lock(); }
-void Session::AfterForkInParent() { g_claim_mutex.unlock(); }
+void Session::BeforeFork() {
+  g_drain_mutex.lock();
+  g_claim_mutex.lock();
+  recorder::BeforeFork();
+}
+void Session::AfterForkInParent() {
+  recorder::AfterFork();
+  g_claim_mutex.unlock();
+  g_drain_mutex.unlock();
+}
 
 Session::~Session() {
   std::string ignored;
@@ -306,7 +320,9 @@ bool Session::RequestStopFromSignal(int sig) {
 bool Session::StopFromSignalDone() { return g_signal_stop_done.load(); }
 
 void Session::AfterForkInChild() {
-  new (&g_claim_mutex) std::mutex();  // held by the forking thread (BeforeFork)
+  recorder::AfterFork();  // held by the forking thread, this one (BeforeFork)
+  g_claim_mutex.unlock();
+  g_drain_mutex.unlock();
   const int fd = g_wake_fd.exchange(-1);
   if (fd >= 0) close(fd);
   g_loop_running.store(false);
@@ -332,7 +348,7 @@ bool Session::Flush(std::string* error) {
   return drainer_.Drain(false, error);
 }
 
-bool Session::Stop(std::string* error) {
+bool Session::Stop(std::string* error, const MetaRowList& extra_meta) {
   bool already;
   {
     std::lock_guard<std::mutex> drain(drain_mutex_);
@@ -360,7 +376,7 @@ bool Session::Stop(std::string* error) {
   bool ok;
   {
     std::lock_guard<std::mutex> drain(drain_mutex_);
-    ok = WriteFinalLocked({}, error);
+    ok = WriteFinalLocked(extra_meta, error);
   }
   if (kernels_started_) cupti::Stop();
   if (drainer_.store() != nullptr) drainer_.store()->Close();

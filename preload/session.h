@@ -40,8 +40,9 @@ class Session : public cupti::ActivitySink {
   void StartKernels();
   // Drains rings and CUPTI now and commits.
   bool Flush(std::string* error);
-  // Final drain, closes open calls, writes and closes the file. Idempotent.
-  bool Stop(std::string* error);
+  // Final drain, closes open calls, writes and closes the file, with `extra_meta` among the
+  // final meta rows (e.g. exit_exec). Idempotent.
+  bool Stop(std::string* error, const MetaRowList& extra_meta = {});
 
   // Async-signal-safe: the job is being terminated by `sig`. Asks the running session's
   // background thread to write what it has (closing open calls; CUPTI is not touched, the
@@ -52,7 +53,8 @@ class Session : public cupti::ActivitySink {
   static bool StopFromSignalDone();
   // In a fork child, before its own session starts: the wake-up channel is the parent's.
   static void AfterForkInChild();
-  // Around fork() in the parent (pthread_atfork): no fork while a file is being claimed.
+  // Around fork() in the parent (pthread_atfork): no fork while a drain runs or a file is
+  // being claimed, so the child finds SQLite's locks and memory as no thread is using them.
   static void BeforeFork();
   static void AfterForkInParent();
 
@@ -95,7 +97,9 @@ class Session : public cupti::ActivitySink {
   OncePerSecond checkpoint_due_{config_.flush_ms};   // background thread only
   std::string last_error_;
 
-  std::mutex drain_mutex_;  // one drain at a time (background thread, Flush, Stop)
+  // One drain at a time (background thread, Flush, Stop). Process-wide, so that fork() can
+  // take it (BeforeFork): a child is never made while a drain is inside SQLite.
+  std::mutex& drain_mutex_;
 
   mutable std::mutex status_mutex_;
   std::string kernels_status_;                // the detail (meta kernels_status)

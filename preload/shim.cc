@@ -13,9 +13,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
+#include <cstdarg>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/config.h"
 #include "core/deadline_wait.h"
@@ -72,31 +75,101 @@ void StopAtExit() {
 // calls here. SIGINT is left alone: Python turns it into KeyboardInterrupt (and then exits
 // through atexit) only when it finds SIGINT at its default at start-up.
 
+//
+// A job that sets its own handler keeps it; when it puts the default back (Python's
+// signal.signal(SIGTERM, SIG_DFL), often inside its handler just before re-raising), ours is
+// put back instead, standing for the default (sigaction below), so that re-raise is still
+// written first. The job is told SIG_DFL when it asks.
+
+using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
+
+// libc's sigaction, under ours (set before any handler of ours is installed).
+std::atomic<SigactionFn> g_real_sigaction{nullptr};
+// SIGTERM and SIGHUP are managed here once ours was installed for them (or for either).
+std::atomic<bool> g_manages_termination{false};
+
+SigactionFn RealSigaction() {
+  SigactionFn real = g_real_sigaction.load();
+  if (real == nullptr) {
+    real = reinterpret_cast<SigactionFn>(dlsym(RTLD_NEXT, "sigaction"));
+    g_real_sigaction.store(real);
+  }
+  return real;
+}
+
 void OnTerminationSignal(int sig) {
   if (Session::RequestStopFromSignal(sig)) {
     const timespec step{0, 1000000};  // 1 ms
     WaitUntilDone([] { return Session::StopFromSignalDone(); }, &MonotonicNs,
                   [&step] { nanosleep(&step, nullptr); }, kSignalWaitNs);
   }
-  signal(sig, SIG_DFL);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  g_real_sigaction.load()(sig, &dfl, nullptr);  // the default itself, not ours standing for it
   raise(sig);  // delivered when this handler returns (the signal is blocked until then)
 }
 
+struct sigaction OurTerminationAction() {
+  struct sigaction ours {};
+  ours.sa_handler = &OnTerminationSignal;
+  sigemptyset(&ours.sa_mask);
+  sigaddset(&ours.sa_mask, SIGTERM);
+  sigaddset(&ours.sa_mask, SIGHUP);
+  return ours;
+}
+
+bool IsTermination(int sig) { return sig == SIGTERM || sig == SIGHUP; }
+
+bool IsDefault(const struct sigaction* act) {
+  return act->sa_handler == SIG_DFL && (act->sa_flags & SA_SIGINFO) == 0;
+}
+
 void InstallSignalHandlers() {
+  SigactionFn real = RealSigaction();
+  if (real == nullptr) return;
   for (int sig : {SIGTERM, SIGHUP}) {
     struct sigaction current {};
-    if (sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
-        (current.sa_flags & SA_SIGINFO) != 0) {
+    if (real(sig, nullptr, &current) != 0 || !IsDefault(&current)) {
       continue;  // the job handles (or ignores) it: its handler exits through atexit or _exit
     }
-    struct sigaction ours {};
-    ours.sa_handler = &OnTerminationSignal;
-    sigemptyset(&ours.sa_mask);
-    sigaddset(&ours.sa_mask, SIGTERM);
-    sigaddset(&ours.sa_mask, SIGHUP);
-    sigaction(sig, &ours, nullptr);
+    const struct sigaction ours = OurTerminationAction();
+    real(sig, &ours, nullptr);
   }
+  g_manages_termination.store(true);
 }
+
+}  // namespace
+
+// The job's sigaction for SIGTERM/SIGHUP once ours are installed: the default the job asks for
+// is ours (which ends the job by the signal, at its default, after the final write), and the
+// job sees SIG_DFL wherever ours stands. Every other signal, and every other action, is libc's.
+int ManagedSigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  SigactionFn real = RealSigaction();
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  if (!IsTermination(sig) || !g_manages_termination.load()) return real(sig, act, old);
+  struct sigaction current {};
+  if (real(sig, nullptr, &current) != 0) return real(sig, act, old);
+  if (act != nullptr) {
+    const struct sigaction ours = OurTerminationAction();
+    const int rc = real(sig, IsDefault(act) ? &ours : act, nullptr);
+    if (rc != 0) return rc;
+  }
+  if (old != nullptr) {
+    *old = current;
+    if (current.sa_handler == &OnTerminationSignal) {
+      old->sa_handler = SIG_DFL;
+      old->sa_flags = 0;
+      sigemptyset(&old->sa_mask);
+    }
+  }
+  return 0;
+}
+
+namespace {
 
 void ForkChild() {
   State& s = S();
@@ -154,7 +227,11 @@ bool StartSession(const Config& config, bool preload, std::string* error) {
              "'; stop it first";
     return false;
   }
-  s.session = Session::Start(config, preload, error);
+  // The path is made absolute now: a job that changes directory keeps writing this file, and
+  // a fork child's own file lands beside it.
+  Config absolute = config;
+  absolute.out_path = AbsoluteOutPattern(config.out_path);
+  s.session = Session::Start(absolute, preload, error);
   if (!s.session) return false;
   static bool hooks_installed = false;
   if (!hooks_installed) {
@@ -163,14 +240,14 @@ bool StartSession(const Config& config, bool preload, std::string* error) {
     atexit(&StopAtExit);
     InstallSignalHandlers();
   }
-  s.config = config;
+  s.config = absolute;
   s.preload = preload;
   s.owner = getpid();
   s.last_out_path = s.session->out_path();
   return true;
 }
 
-bool StopSession(std::string* error) {
+bool StopSession(std::string* error, const MetaRowList& extra_meta) {
   State& s = S();
   if (s.owner != getpid()) return true;  // checked before locking: a vfork child shares memory
   std::unique_ptr<Session> session;
@@ -180,7 +257,7 @@ bool StopSession(std::string* error) {
     session = std::move(s.session);
     s.last_out_path = session->out_path();
   }
-  const bool ok = session->Stop(error);
+  const bool ok = session->Stop(error, extra_meta);
   std::lock_guard<std::mutex> lock(s.mutex);
   s.last_out_path = session->out_path();  // the file it wrote (settled at its first write)
   return ok;
@@ -233,6 +310,133 @@ void StartKernelsFromInjection() {
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
   tokentrace::shim::StartKernelsFromInjection();
   return 1;
+}
+
+// exec*() replaces the process image: what the rings hold and the file's last rows would be
+// gone (a job that execs soon after its last events left no file at all). The session is
+// stopped first, as at exit, with the program's path in the meta (exit_exec); if the exec
+// fails, a preloaded process records on in a new session (the same file name is now this
+// run's, so it writes '<out>.<pid>' and says so).
+namespace tokentrace::shim {
+namespace {
+
+bool g_restart_after_exec = false;
+
+void BeforeExec(const char* program) {
+  State& s = S();
+  if (s.owner != getpid()) return;  // a vfork child: the session is the parent's
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.session) return;
+    g_restart_after_exec = s.preload;
+  }
+  std::string error;
+  if (!StopSession(&error, {{"exit_exec", program != nullptr ? program : ""}}) && !error.empty()) {
+    fprintf(stderr, "%s\n", error.c_str());
+  }
+}
+
+void AfterFailedExec() {
+  if (!g_restart_after_exec) return;
+  g_restart_after_exec = false;
+  State& s = S();
+  Config config;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.session) return;
+    config = s.config;
+  }
+  std::string error;
+  if (!StartSession(config, true, &error)) fprintf(stderr, "%s\n", error.c_str());
+}
+
+template <typename Fn>
+Fn Next(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+// Calls the real exec `fn` (looked up once) between BeforeExec and AfterFailedExec.
+template <typename Fn, typename... Args>
+int Exec(Fn real, const char* program, Args... args) {
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  BeforeExec(program);
+  const int rc = real(args...);
+  const int saved = errno;
+  AfterFailedExec();
+  errno = saved;
+  return rc;
+}
+
+// The arguments of execl/execlp/execle after `first`, up to the terminating null pointer.
+std::vector<char*> ArgList(const char* first, va_list* ap) {
+  std::vector<char*> argv{const_cast<char*>(first)};
+  while (argv.back() != nullptr) argv.push_back(va_arg(*ap, char*));
+  return argv;
+}
+
+}  // namespace
+}  // namespace tokentrace::shim
+
+#define TT_EXPORT extern "C" __attribute__((visibility("default")))
+
+TT_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
+  static auto real = tokentrace::shim::Next<decltype(&execve)>("execve");
+  return tokentrace::shim::Exec(real, path, path, argv, envp);
+}
+TT_EXPORT int execv(const char* path, char* const argv[]) {
+  static auto real = tokentrace::shim::Next<decltype(&execv)>("execv");
+  return tokentrace::shim::Exec(real, path, path, argv);
+}
+TT_EXPORT int execvp(const char* file, char* const argv[]) {
+  static auto real = tokentrace::shim::Next<decltype(&execvp)>("execvp");
+  return tokentrace::shim::Exec(real, file, file, argv);
+}
+TT_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  static auto real = tokentrace::shim::Next<decltype(&execvpe)>("execvpe");
+  return tokentrace::shim::Exec(real, file, file, argv, envp);
+}
+TT_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
+  static auto real = tokentrace::shim::Next<decltype(&fexecve)>("fexecve");
+  return tokentrace::shim::Exec(real, argv != nullptr ? argv[0] : nullptr, fd, argv, envp);
+}
+TT_EXPORT int execl(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  std::vector<char*> argv = tokentrace::shim::ArgList(arg, &ap);
+  va_end(ap);
+  return execv(path, argv.data());
+}
+TT_EXPORT int execlp(const char* file, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  std::vector<char*> argv = tokentrace::shim::ArgList(arg, &ap);
+  va_end(ap);
+  return execvp(file, argv.data());
+}
+TT_EXPORT int execle(const char* path, const char* arg, ...) {
+  va_list ap;
+  va_start(ap, arg);
+  std::vector<char*> argv = tokentrace::shim::ArgList(arg, &ap);
+  char* const* envp = va_arg(ap, char* const*);
+  va_end(ap);
+  return execve(path, argv.data(), envp);
+}
+
+TT_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  return tokentrace::shim::ManagedSigaction(sig, act, old);
+}
+// signal() as glibc gives it (BSD semantics: SA_RESTART), through the sigaction above.
+TT_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+  struct sigaction act {}, old{};
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  sigaddset(&act.sa_mask, sig);
+  act.sa_flags = SA_RESTART;
+  if (tokentrace::shim::ManagedSigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
 }
 
 // os._exit() and other direct _exit calls skip atexit; flush what we have first. A vfork

@@ -5,11 +5,12 @@
 #include <string>
 
 #include "core/config.h"
+#include "session/meta_rows.h"
 
 namespace tokentrace::shim {
 
 bool StartSession(const Config& config, bool preload, std::string* error);
-bool StopSession(std::string* error);
+bool StopSession(std::string* error, const MetaRowList& extra_meta = {});
 bool FlushSession(std::string* error);
 bool SessionActive();
 std::string OutPath();

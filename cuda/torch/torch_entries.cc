@@ -10,12 +10,15 @@
 
 #include "cuda/patch_ops.h"
 #include "cuda/torch/torch_table.h"
+#include "tokentrace/tokentrace.h"
 
 namespace tokentrace::torch_ops {
 namespace {
 
 using patch::PatchEntry;
 using patch::PatchError;
+
+static_assert(TOKENTRACE_MAX_CALL_NUMBER <= UINT32_MAX, "call numbers fit CallSelector's fields");
 
 bool Representable(c10::ScalarType st) {
   return st == at::kFloat || st == at::kHalf || st == at::kBFloat16 || st == at::kDouble ||
@@ -85,6 +88,14 @@ EntryProblem DecodeAndCheckEntry(const int64_t* ints, const double* floats,
     return Problem(PatchError::kBadSite, "the entry is for site " + std::to_string(ints[0]) +
                                              " but the table has sites 0.." +
                                              std::to_string(max_sites - 1));
+  }
+  for (int i : {3, 4}) {  // the selector's first and last call or token: 32 bits, never wrapped
+    if (ints[i] < 0 || ints[i] > static_cast<int64_t>(TOKENTRACE_MAX_CALL_NUMBER)) {
+      return Problem(PatchError::kBadSelector, "the entry selects call or token " +
+                                                   std::to_string(ints[i]) +
+                                                   "; calls and tokens are numbered 1.." +
+                                                   std::to_string(TOKENTRACE_MAX_CALL_NUMBER));
+    }
   }
   if (operand.defined()) {
     EntryProblem p = SetOperand(operand, device, *entry);

@@ -24,27 +24,28 @@
   X(TOKENTRACE_ESCAPE_HOST_READ, 4, "host_read")               /* reported by the Python layer */
 
 /* What could not be recorded, or not fully (never silent: counted in the losses table). */
-#define TOKENTRACE_LOSS_KINDS(X)                                                          \
-  X(TOKENTRACE_LOSS_BUFFER_FULL, 0, "buffer_full")                                        \
-  X(TOKENTRACE_LOSS_CUPTI_DROPPED, 1, "cupti_dropped")                                    \
-  X(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, 2, "gpu_wait_timeout")                              \
-  X(TOKENTRACE_LOSS_UNKNOWN_CORRELATION, 3, "unknown_correlation")                        \
-  X(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE, 4, "unknown_graph_node")                          \
-  X(TOKENTRACE_LOSS_GPU_TIME_MISSING, 5, "gpu_time_missing")                              \
-  X(TOKENTRACE_LOSS_UNBALANCED_POP, 6, "unbalanced_pop")                                  \
-  X(TOKENTRACE_LOSS_UNCLOSED_RANGE, 7, "unclosed_range")                                  \
-  X(TOKENTRACE_LOSS_DEPTH_OVERFLOW, 8, "depth_overflow")                                  \
-  X(TOKENTRACE_LOSS_SITE_OVERFLOW, 9, "site_overflow")                                    \
-  X(TOKENTRACE_LOSS_AFTER_THREAD_EXIT, 10, "after_thread_exit")                           \
-  X(TOKENTRACE_LOSS_OUTPUT_DIMS_TRUNCATED, 11, "output_dims_truncated")                   \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_CALLS, 12, "write_failed_calls")                         \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS, 13, "write_failed_kernels")                     \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES, 14, "write_failed_escapes")                     \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS, 15, "write_failed_outputs")                     \
-  X(TOKENTRACE_LOSS_SAVE_FAILED, 16, "save_failed")     /* counted by the Python layer */ \
-  X(TOKENTRACE_LOSS_INPUTS_FAILED, 17, "inputs_failed") /* counted by the Python layer */ \
-  X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")                               \
-  X(TOKENTRACE_LOSS_COMPILED_UNATTRIBUTED, 19, "compiled_unattributed") /* Python layer */
+#define TOKENTRACE_LOSS_KINDS(X)                                                           \
+  X(TOKENTRACE_LOSS_BUFFER_FULL, 0, "buffer_full")                                         \
+  X(TOKENTRACE_LOSS_CUPTI_DROPPED, 1, "cupti_dropped")                                     \
+  X(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, 2, "gpu_wait_timeout")                               \
+  X(TOKENTRACE_LOSS_UNKNOWN_CORRELATION, 3, "unknown_correlation")                         \
+  X(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE, 4, "unknown_graph_node")                           \
+  X(TOKENTRACE_LOSS_GPU_TIME_MISSING, 5, "gpu_time_missing")                               \
+  X(TOKENTRACE_LOSS_UNBALANCED_POP, 6, "unbalanced_pop")                                   \
+  X(TOKENTRACE_LOSS_UNCLOSED_RANGE, 7, "unclosed_range")                                   \
+  X(TOKENTRACE_LOSS_DEPTH_OVERFLOW, 8, "depth_overflow")                                   \
+  X(TOKENTRACE_LOSS_SITE_OVERFLOW, 9, "site_overflow")                                     \
+  X(TOKENTRACE_LOSS_AFTER_THREAD_EXIT, 10, "after_thread_exit")                            \
+  X(TOKENTRACE_LOSS_OUTPUT_DIMS_TRUNCATED, 11, "output_dims_truncated")                    \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_CALLS, 12, "write_failed_calls")                          \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS, 13, "write_failed_kernels")                      \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES, 14, "write_failed_escapes")                      \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS, 15, "write_failed_outputs")                      \
+  X(TOKENTRACE_LOSS_SAVE_FAILED, 16, "save_failed")     /* counted by the Python layer */  \
+  X(TOKENTRACE_LOSS_INPUTS_FAILED, 17, "inputs_failed") /* counted by the Python layer */  \
+  X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")                                \
+  X(TOKENTRACE_LOSS_COMPILED_UNATTRIBUTED, 19, "compiled_unattributed") /* Python layer */ \
+  X(TOKENTRACE_LOSS_NO_MEMORY, 20, "no_memory")
 
 #define TOKENTRACE_KIND_ENUMERATOR_(name, value, text) name = value,
 enum tokentrace_site_kind { TOKENTRACE_SITE_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };

@@ -43,6 +43,9 @@ extern "C" {
  * ring gets this many events (48 B each, 24 MiB) instead of the default, so a 200 ms flush
  * period holds some 170,000 ops. */
 #define TOKENTRACE_OPS_BUFFER_EVENTS (1u << 19)
+/* The largest call number k and token number: both are 32 bits in the recorder's events and
+ * in the patch table's call selectors (cuda/patch_table.h), numbered from 1. */
+#define TOKENTRACE_MAX_CALL_NUMBER 4294967295u
 
 typedef struct tokentrace_options {
   uint32_t struct_size;    /* sizeof(tokentrace_options) */

@@ -190,7 +190,7 @@ def _warn_escapes(result, escapes, python_counts):
     warn_once(total, tokens, sorted(by_loc.items(), key=lambda kv: -kv[1]), stacklevel=5)
 
 
-def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels="summary",
+def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=None,
           out=None, tokenizer=None, model=None, edits=None, shard_mb=64, inputs_of=None,
           ops=False, intervene=None):
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
@@ -202,7 +202,8 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
     (trace["site:k"].out is then the tensor; for sites whose inputs are recorded,
     .inputs holds tensors too). inputs_of=: sites whose inputs (every tensor and value each call
     was given, by path) are recorded besides the root's, which always are.
-    kernels: 'off' | 'summary' | 'full' | 'sample:N'.
+    kernels: 'off' | 'summary' | 'full' | 'sample:N'; None (the default): TOKENTRACE_KERNELS,
+    else 'summary'.
     out: the SQLite file (default: a temporary file; see trace.path).
     ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops).
     edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
@@ -222,7 +223,7 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
 
 
 def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
-           kernels="summary", out=None, tokenizer=None, edits=None, shard_mb=64,
+           kernels=None, out=None, tokenizer=None, edits=None, shard_mb=64,
            inputs_of=None, ops=False, intervene=None):
     """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
 

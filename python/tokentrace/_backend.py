@@ -13,12 +13,13 @@ from ._errors import fail
 
 
 def check_kernel_mode(kernels):
-    """The kernel mode to record with (None: the default); C++ (src/core/config.cc) judges it."""
+    """The kernel mode to record with; C++ (src/core/config.cc) judges it. None stays None:
+    the shim then takes TOKENTRACE_KERNELS, or its default when that is unset."""
     native = _loader.load()
     if native is None:
         get_backend()  # raises: without the extension there is nothing to record with
     if kernels is None:
-        return native.DEFAULT_KERNEL_MODE
+        return None
     if not isinstance(kernels, str):
         fail(f"kernels={kernels!r} is not a kernel mode ({native.KERNEL_MODES_ACCEPTED})")
     try:
@@ -40,7 +41,7 @@ class NativeBackend:
     def kernels_status(self):
         return self._n.kernels_status()
 
-    def start(self, out_path, kernels="summary"):
+    def start(self, out_path, kernels=None):
         try:
             self._n.start(out_path, kernels, None)
         except RuntimeError as exc:

@@ -70,14 +70,27 @@ def _runs(value_sets):
     return merged
 
 
+def _max_number():
+    """The largest call or token number (32 bits in the recorder and the patch table):
+    include/tokentrace/tokentrace.h, through the extension."""
+    from . import _loader
+    native = _loader.load()
+    return native.MAX_CALL_NUMBER if native is not None else 2**32 - 1
+
+
 def _ints(by, value):
     if isinstance(value, range):
         if value.step <= 0 or value.start < 1:
             fail(f"tt.{by}(range) takes increasing 1-based ranges, got {value!r}")
+        if len(value) and value[-1] > _max_number():
+            fail(f"tt.{by}(range): {value[-1]} is past the largest {by} number, "
+                 f"{_max_number()}")
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
             fail(f"tt.{by}(k): k is 1-based, got {value}")
+        if value > _max_number():
+            fail(f"tt.{by}(k): k={value} is past the largest {by} number, {_max_number()}")
         return frozenset([value])
     if isinstance(value, (list, tuple, set, frozenset)) and value:
         return frozenset(_one for v in value for _one in _ints(by, v))

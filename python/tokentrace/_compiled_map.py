@@ -48,14 +48,24 @@ def _runtime_name(name, generated, graph_id, profiled):
     return "::".join(parts[:2]) if len(parts) >= 2 else name
 
 
+# TorchDynamo's source of the compiled module: a local or global (L / G) and the subscripts
+# that reach it: L['self'], L['args'][0] (a forward wrapped in a *args function, as
+# transformers' deprecate_kwarg does), L['kwargs']['model'], G['model'].
+_SOURCE = re.compile(r"^[LG](?:\[(?:'[^']*'|\"[^\"]*\"|\d+)\])+")
+
+
 def module_path(fqn):
     """"L['self'].model.layers[0].mlp" (TorchDynamo's name) -> "model.layers.0.mlp", relative
-    to the compiled module; "" is the compiled module itself."""
-    s = re.sub(r"\._modules\['([^']*)'\]", r".\1", fqn)
+    to the compiled module, whatever source names that module; "" is the compiled module."""
+    s = re.sub(r"\._modules\[['\"]([^'\"]*)['\"]\]", r".\1", fqn)
+    source = _SOURCE.match(s)
+    if source is not None:
+        s = s[source.end():]
+    else:  # an older spelling without L/G ("self.model..."): its first part is the source
+        s = s.partition(".")[2]
     s = re.sub(r"\[(\d+)\]", r".\1", s)
-    s = re.sub(r"\['([^']*)'\]", r".\1", s)
-    parts = s.split(".")
-    return ".".join(parts[2:]) if parts[0] in ("L", "G") else ".".join(parts[1:])
+    s = re.sub(r"\[['\"]([^'\"]*)['\"]\]", r".\1", s)
+    return s.strip(".")
 
 
 def _node_module(node):

@@ -77,14 +77,31 @@ def read_rules(path, device=None):
     except json.JSONDecodeError as exc:
         fail(f"edit spec {path} is not valid JSON: {exc.msg} at line {exc.lineno} column "
              f"{exc.colno}")
+    except RecursionError:
+        fail(f"edit spec {path} nests its JSON too deeply to read (a rule is an object of "
+             f"strings, numbers and short lists)")
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        fail(f"edit spec {path} cannot be read: {_clip(str(exc))}")
     if not isinstance(data, list):
         fail(f"edit spec {path}: the top level must be a JSON list of rules "
              f'([{{"site": ..., "op": ...}}, ...]), got {type(data).__name__}')
     base = os.path.dirname(os.path.abspath(path))
     rules = []
     for i, item in enumerate(data):
-        rules.append(_rule(item, f"edit spec {path}, rule {i}", base, device))
+        where = f"edit spec {path}, rule {i}"
+        try:
+            rules.append(_rule(item, where, base, device))
+        except TokentraceError:
+            raise
+        except (RecursionError, ValueError, TypeError, OverflowError, MemoryError) as exc:
+            fail(f"{where}: cannot be read ({type(exc).__name__}: {_clip(str(exc))})")
     return rules
+
+
+def _clip(text, limit=200):
+    """An error text cut to one short line: a message quoting a huge value stays readable."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _rule(item, where, base, device):

@@ -83,6 +83,8 @@ def check_writable(path):
         return f"the directory {directory} does not exist"
     if os.path.isdir(path):
         return f"{path} is a directory"
+    if os.path.exists(path) and not os.path.isfile(path):
+        return f"{path} is not a regular file (a FIFO, a socket or a device)"
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
             return f"{path} is not writable"

@@ -125,8 +125,11 @@ def _attach_edits(model, args):
         device = next(iter(model.parameters()), torch.empty(0)).device
         hooks = load_spec(spec_path, device=device).hooks_for(model)
         hooks.install()
-    except TokentraceError as exc:
+    except Exception as exc:  # ours says what is wrong; anything else is still a bad spec
         message = str(exc).removeprefix("tokentrace: ")
+        if not isinstance(exc, TokentraceError):
+            message = " ".join(message.split())[:200]
+            message = f"{spec_path} could not be used ({type(exc).__name__}: {message})"
         _say(f"{variable}: {message}; stopping the job (fix the spec, or unset "
              f"{variable} to run without edits)")
         sys.stderr.flush()

@@ -98,6 +98,8 @@ bool CheckOutDir(const std::string& pattern, const std::string& what, std::strin
           std::to_string(NAME_MAX - 16) + ")";
   } else if (path.rfind("/dev/", 0) == 0) {
     why = "it is under /dev (accepted: a file path on a disk)";
+  } else if (const std::string what = OutPathNotAFile(path); !what.empty()) {
+    why = "it is " + what + ", not a file (accepted: a regular file path)";
   }
   std::string version;  // a file there that is not a trace is the user's, and never replaced
   if (why.empty() && IsFile(path) &&

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
 namespace tokentrace::buffers {
@@ -20,7 +21,15 @@ Registry& R() {
 ThreadBuffer* Register(uint32_t capacity) {
   Registry& r = R();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.rings.push_back(std::make_unique<ThreadBuffer>(capacity, r.next_thread_index++));
+  // Out of memory (a `ulimit -v`, a big TOKENTRACE_BUFFER_EVENTS): no ring, and the caller
+  // counts what it drops; an exception must never reach the job's thread.
+  try {
+    r.rings.reserve(r.rings.size() + 1);
+    r.rings.push_back(std::make_unique<ThreadBuffer>(capacity, r.next_thread_index));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  ++r.next_thread_index;
   return r.rings.back().get();
 }
 
@@ -41,11 +50,12 @@ void ForEach(const std::function<void(ThreadBuffer&)>& fn) {
   r.rings.resize(kept);
 }
 
+void LockForFork() { R().mutex.lock(); }
+void UnlockAfterFork() { R().mutex.unlock(); }
+
 void ResetAllUnsafe() {
   Registry& r = R();
-  // The fork child has one thread; the lock may have been held by a parent thread at fork
-  // time, so it is re-created rather than taken.
-  new (&r.mutex) std::mutex();
+  // The fork child has one thread, and no other held the lock at the fork (LockForFork).
   // Every ring belonged to a thread of the parent; the child re-registers its own.
   for (auto& ring : r.rings) {
     ring->ResetUnsafe();

@@ -10,7 +10,11 @@
 
 namespace tokentrace::buffers {
 
-// Creates and registers a ring for the calling thread.
+// Around fork() (recorder::BeforeFork): no ring is being registered or drained in the child.
+void LockForFork();
+void UnlockAfterFork();  // in the parent and in the child (the forking thread holds it)
+
+// Creates and registers a ring for the calling thread; nullptr when it cannot be allocated.
 ThreadBuffer* Register(uint32_t capacity);
 
 // Calls fn(ring) for every ring (drain them there), then frees the rings that were retired

@@ -34,6 +34,9 @@ Calibration& State() {
 
 }  // namespace
 
+void LockForFork() { Mutex().lock(); }
+void UnlockAfterFork() { Mutex().unlock(); }
+
 void Calibrate() {
 #if defined(__x86_64__)
   std::lock_guard<std::mutex> lock(Mutex());

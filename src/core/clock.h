@@ -30,6 +30,10 @@ inline uint64_t RawTicks() {
 #endif
 }
 
+// Around fork() (recorder::BeforeFork): the calibration is whole in the child.
+void LockForFork();
+void UnlockAfterFork();
+
 // Converts raw ticks to HostNowNs() nanoseconds. Thread-safe; Calibrate() refines the rate.
 int64_t TicksToNs(uint64_t ticks);
 // Takes a new (ticks, ns) reference point; call from the background thread now and then.

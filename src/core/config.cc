@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -89,6 +91,29 @@ std::string NewRunId() {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   return std::to_string(getpid()) + "-" +
          std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(now).count());
+}
+
+std::string AbsoluteOutPattern(const std::string& pattern) {
+  if (pattern.empty() || pattern[0] == '/') return pattern;
+  char buf[PATH_MAX];
+  if (getcwd(buf, sizeof buf) == nullptr) return pattern;
+  std::string dir;
+  for (const char* c = buf; *c != '\0'; ++c) {
+    if (*c == '%') dir += '%';
+    dir += *c;
+  }
+  if (dir != "/") dir += '/';
+  return dir + (pattern.rfind("./", 0) == 0 ? pattern.substr(2) : pattern);
+}
+
+std::string OutPathNotAFile(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
+  return "not a regular file";
 }
 
 std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank,

@@ -60,6 +60,16 @@ std::optional<Config> ConfigFromEnvironment(std::string* error);
 std::string ExpandOutPath(const std::string& pattern, long pid, const std::string& rank,
                           const std::string& host);
 
+// `pattern` (an output path, before ExpandOutPath) made absolute against the current
+// directory (a '%' in that directory is escaped), so a job that changes directory later keeps
+// writing the file it started with. An absolute pattern comes back unchanged.
+std::string AbsoluteOutPattern(const std::string& pattern);
+
+// Why `path` cannot be a trace file to write: "" when nothing is there or it is a regular
+// file (or a link to one); else what is there ("a FIFO", "a socket", "a device", "a
+// directory"), which SQLite would block on or fail to open.
+std::string OutPathNotAFile(const std::string& path);
+
 // Parses "drop" | "wait" (what a thread does when its ring is full) into *wait; error names
 // `what`.
 bool ParseOnFull(const std::string& text, const std::string& what, bool* wait, std::string* error);

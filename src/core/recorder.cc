@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <new>
 
 #include "core/buffer_registry.h"
 #include "core/clock.h"
@@ -53,6 +54,10 @@ std::atomic<uint64_t> g_depth_overflows{0};
 // Events from a thread whose thread-local state is already destroyed: its TLS destructors
 // ran (for the main thread: exit() runs them before atexit handlers and static destructors).
 std::atomic<uint64_t> g_after_thread_exit{0};
+// Events of a thread whose state or ring could not be allocated (out of memory, a `ulimit -v`):
+// dropped and counted, never thrown into the job. The allocation is tried again at the next
+// event, so a thread records again once memory is there.
+std::atomic<uint64_t> g_no_memory{0};
 // Insert-only set of 32-bit ids (0 = empty slot), lock-free.
 struct IdSet {
   std::atomic<uint32_t> slots[kGraphSlots];
@@ -119,12 +124,21 @@ ThreadState* SlowState() {
   if (t_state == nullptr) {
     static thread_local ThreadExit exit_hook;  // registers the destructor on first use
     (void)&exit_hook;
-    t_state = new ThreadState();
+    t_state = new (std::nothrow) ThreadState();
+    if (t_state == nullptr) {
+      g_no_memory.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
   }
   ThreadState* s = t_state;
   const uint32_t gen = g_generation.load(std::memory_order_acquire);
-  if (s->ring == nullptr)
+  if (s->ring == nullptr) {
     s->ring = buffers::Register(g_ring_capacity.load(std::memory_order_relaxed));
+    if (s->ring == nullptr) {
+      g_no_memory.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+  }
   s->id_base = static_cast<uint64_t>(s->ring->thread_index() + 1) << kThreadShift;
   s->local_calls = 0;
   s->generation = gen;
@@ -333,6 +347,7 @@ void BeginSession(uint32_t ring_capacity) {
   g_unbalanced_pops.store(0, std::memory_order_relaxed);
   g_depth_overflows.store(0, std::memory_order_relaxed);
   g_after_thread_exit.store(0, std::memory_order_relaxed);
+  g_no_memory.store(0, std::memory_order_relaxed);
   g_token_graphs.Clear();
   g_token_execs.Clear();
   g_generation.fetch_add(1, std::memory_order_release);
@@ -346,6 +361,19 @@ uint8_t Generation() { return static_cast<uint8_t>(g_generation.load(std::memory
 uint64_t TakeUnbalancedPops() { return g_unbalanced_pops.exchange(0); }
 uint64_t TakeDepthOverflows() { return g_depth_overflows.exchange(0); }
 uint64_t TakeAfterThreadExit() { return g_after_thread_exit.exchange(0); }
+uint64_t TakeNoMemory() { return g_no_memory.exchange(0); }
+
+void BeforeFork() {
+  buffers::LockForFork();
+  sites::LockForFork();
+  clock::LockForFork();
+}
+
+void AfterFork() {
+  clock::UnlockAfterFork();
+  sites::UnlockAfterFork();
+  buffers::UnlockAfterFork();
+}
 
 void ResetAfterFork() {
   if (t_state != nullptr) {

@@ -86,7 +86,15 @@ uint64_t TakeDepthOverflows();
 // range or a launch from a thread-local object's destructor that runs after ours. (The
 // main thread keeps its state to the end, for atexit handlers and static destructors.)
 uint64_t TakeAfterThreadExit();
-// In a fork child: forget the parent's open calls and rings (only the forking thread exists).
+// Events dropped because a thread's state or ring could not be allocated (no_memory).
+uint64_t TakeNoMemory();
+// Around fork() (pthread_atfork, in the forking thread): BeforeFork takes the core's locks
+// (ring registry, site registry, clock), so no other thread holds one half-way through an
+// update when the child is made; AfterFork releases them, in the parent and in the child.
+void BeforeFork();
+void AfterFork();
+// In a fork child, after AfterFork: forget the parent's open calls and rings (only the forking
+// thread exists).
 void ResetAfterFork();
 
 }  // namespace tokentrace::recorder

@@ -112,6 +112,9 @@ bool IsToken(uint32_t id) {
   return id < kMaxSites && R().is_token[id].load(std::memory_order_relaxed) != 0;
 }
 
+void LockForFork() { R().insert_mutex.lock(); }
+void UnlockAfterFork() { R().insert_mutex.unlock(); }
+
 void SetTokenRange(const std::string& regex) {
   Registry& r = R();
   std::lock_guard<std::mutex> lock(r.insert_mutex);

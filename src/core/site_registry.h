@@ -26,6 +26,10 @@ bool IsToken(uint32_t id);
 
 // Sets the token-range regex ("" = none) and re-evaluates every known range site.
 // Not for the hot path; call before a session starts recording.
+// Around fork() (recorder::BeforeFork): no insert is half done in the child.
+void LockForFork();
+void UnlockAfterFork();  // in the parent and in the child (the forking thread holds it)
+
 void SetTokenRange(const std::string& regex);
 
 // Number of ids handed out so far (max id + 1).

@@ -2,6 +2,7 @@
 
 #include <cupti.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -145,7 +146,9 @@ KernelsOff SubscribeFailureKind(CUptiResult r) {
   }
 }
 
-// True when libcuda.so.1 is (or can be) loaded; only asked after a failure.
+// True when libcuda.so.1 is (or can be) loaded. Asked before libcupti is opened: some CUPTI
+// builds crash in their first call when there is no driver (13.2's cuptiGetVersion recurses
+// until the stack overflows), so a machine without one never calls into CUPTI.
 bool DriverLoadable(std::string* why) {
   void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
   if (h == nullptr) h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -175,13 +178,7 @@ bool Subscribe(std::string* why, KernelsOff* reason) {
   g_subscriber = nullptr;
   other[sizeof(other) - 1] = '\0';
   *why = SubscribeFailure(r, other);
-  *reason = SubscribeFailureKind(r);
-  // Without a driver CUPTI 13 answers CUPTI_ERROR_UNKNOWN; say what is really missing.
-  std::string no_driver;
-  if (r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && !DriverLoadable(&no_driver)) {
-    *why = "no NVIDIA driver (" + no_driver + "); " + *why;
-    *reason = KernelsOff::kNoGpu;
-  }
+  *reason = SubscribeFailureKind(r);  // the driver was found before libcupti was opened
   return false;
 }
 
@@ -262,12 +259,18 @@ bool Start(const Config& config, ActivitySink* sink, std::string* why_off, Kerne
     return fail("TOKENTRACE_KERNELS=off");
   }
   if (sink == nullptr) return fail("no activity sink (internal error)");
+  if (!config.cupti_path.empty() && access(config.cupti_path.c_str(), F_OK) != 0) {
+    off = KernelsOff::kNoCupti;  // named without opening anything
+    return fail("cannot load TOKENTRACE_CUPTI=" + config.cupti_path + " (not found)");
+  }
+  std::string no_driver;
+  if (!DriverLoadable(&no_driver)) {
+    off = KernelsOff::kNoGpu;
+    return fail("no NVIDIA driver (" + no_driver + "); libcupti was not opened");
+  }
   g_api = LoadCuptiApi(config.cupti_path, &why);
   if (g_api == nullptr) {
-    // No libcupti on a machine without a driver (a CPU-only torch) is "no GPU", not a
-    // CUPTI problem to fix.
-    std::string no_driver;
-    off = DriverLoadable(&no_driver) ? KernelsOff::kNoCupti : KernelsOff::kNoGpu;
+    off = KernelsOff::kNoCupti;
     return fail(why);
   }
   if (!Subscribe(&why, &off)) return fail(why);

@@ -9,26 +9,41 @@ namespace tokentrace {
 
 bool Drainer::Drain(bool final, std::string* error) {
   parts_.calibrate();
-  Batch batch;
-  // Activities first, then rings: a record already queued had its launch event written
-  // before, so that event is in this drain too (records rarely wait in `pending`).
+  // Activities are joined in the last chunk, after every launch event this drain takes (a
+  // record queued now had its launch event written before).
   ActivityQueue::Taken activities = parts_.activities->Take();
+  // The rings go to the file in chunks of at most chunk_events per ring, each written before
+  // the next is taken: no batch grows with the rings' size, a kill loses at most one chunk,
+  // and a stop requested by a signal waits for one chunk, not for every ring to empty.
   // The test-only slow writer takes one step of each ring per drain, and sleeps.
-  DrainBudget slow(
-      INT64_MAX, [] { return int64_t{0}; }, parts_.step_events);
   const bool slowed = parts_.slow_drain_ms > 0 && !final;
-  const uint64_t dropped = TakeRings(&batch, slowed ? &slow : nullptr);
-  if (slowed) SleepSlow();
-  activities.ForEach([&](const GpuActivity& a) { parts_.joiner->OnActivity(a, &batch); });
-  if (final) {
-    parts_.joiner->Finish(parts_.host_now_ns(), &batch);
-  } else {
-    parts_.joiner->EndDrain(&batch);
+  DrainBudget chunks(
+      INT64_MAX, [] { return int64_t{0}; }, slowed ? parts_.step_events : parts_.chunk_events);
+  bool ok = true;
+  for (;;) {
+    Batch batch;
+    AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, TakeRings(&batch, &chunks), &batch);
+    const bool more =
+        chunks.Again() && !slowed && (final || !parts_.interrupted || !parts_.interrupted());
+    if (!more) {
+      activities.ForEach([&](const GpuActivity& a) { parts_.joiner->OnActivity(a, &batch); });
+      if (final) {
+        parts_.joiner->Finish(parts_.host_now_ns(), &batch);
+      } else {
+        parts_.joiner->EndDrain(&batch);
+      }
+      AddLoss(TOKENTRACE_LOSS_CUPTI_DROPPED, parts_.activities->TakeDropped(), &batch);
+      TakeLosses(parts_.loss_sources, &batch);
+    }
+    std::string chunk_error;
+    if (!Write(batch, &chunk_error)) {  // counted (Unwritten) and retried with the next write
+      if (ok) *error = chunk_error;
+      ok = false;
+    }
+    if (!more) break;
   }
-  AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, dropped, &batch);
-  AddLoss(TOKENTRACE_LOSS_CUPTI_DROPPED, parts_.activities->TakeDropped(), &batch);
-  TakeLosses(parts_.loss_sources, &batch);
-  return Write(batch, error);
+  if (slowed) SleepSlow();
+  return ok;
 }
 
 uint64_t Drainer::TakeRings(Batch* batch, DrainBudget* budget) {

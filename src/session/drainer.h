@@ -56,6 +56,11 @@ struct DrainParts {
   int slow_drain_ms = 0;
   // The most events a bounded (or slowed) drain takes from a ring per step.
   uint64_t step_events = 16384;
+  // The most events a drain takes from a ring before it writes them (a chunk).
+  uint64_t chunk_events = 65536;
+  // True when the drain should stop after the chunk it has written (a termination signal
+  // asked for the stop); what is left is taken by the next drain.
+  std::function<bool()> interrupted;
 };
 
 class Drainer {
@@ -66,8 +71,9 @@ class Drainer {
   void SetStore(std::unique_ptr<Store> store) { store_ = std::move(store); }
   Store* store() { return store_.get(); }
 
-  // Drains the rings and the queued records and writes them. `final`: calls still open are
-  // closed (counted as unclosed_range). False (and *error) when the write failed.
+  // Drains the rings and the queued records and writes them, in chunks (each written before
+  // the next is taken). `final`: calls still open are closed (counted as unclosed_range).
+  // False (and *error, the first failure) when a write failed.
   bool Drain(bool final, std::string* error);
   // A signal stop's drain, in steps until the rings are empty or `budget`'s deadline; what is
   // left is counted as `signal_deadline`. A failed step is counted and retried at the end.

@@ -6,11 +6,18 @@
 
 #include <cerrno>
 
+#include "core/config.h"
 #include "store/reader.h"
 
 namespace tokentrace {
 
 bool CheckWritable(const std::string& path, std::string* error) {
+  const std::string what = OutPathNotAFile(path);
+  if (!what.empty()) {
+    *error = "tokentrace: cannot write '" + path + "': it is " + what +
+             ", not a file (accepted: a regular file path; set TOKENTRACE_OUT or --out)";
+    return false;
+  }
   const std::string dir = DirOf(path);
   if (access(dir.c_str(), W_OK) != 0) {
     *error = "tokentrace: cannot write '" + path + "': directory '" + dir +

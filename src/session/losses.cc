@@ -16,6 +16,7 @@ std::span<const LossSource> CoreLossSources() {
       {TOKENTRACE_LOSS_UNBALANCED_POP, &recorder::TakeUnbalancedPops},
       {TOKENTRACE_LOSS_DEPTH_OVERFLOW, &recorder::TakeDepthOverflows},
       {TOKENTRACE_LOSS_AFTER_THREAD_EXIT, &recorder::TakeAfterThreadExit},
+      {TOKENTRACE_LOSS_NO_MEMORY, &recorder::TakeNoMemory},
       {TOKENTRACE_LOSS_SITE_OVERFLOW, &sites::TakeOverflows},
   };
   return kSources;

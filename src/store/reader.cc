@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/launch_meta.h"
 #include "store/schema.h"
 #include "store/statement.h"
 
@@ -132,6 +133,13 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     return nullptr;
   }
   reader->schema_version_ = number;
+  if (wal_missing) {
+    Statement exit_anchor;
+    if (exit_anchor.Prepare(db, "SELECT 1 FROM meta WHERE key = ?", &msg)) {
+      exit_anchor.BindStatic(1, kMetaAnchorExit);
+      reader->misses_its_wal_ = exit_anchor.Step() != SQLITE_ROW;
+    }
+  }
   return reader;
 }
 

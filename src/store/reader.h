@@ -102,6 +102,10 @@ class Reader {
   const std::string& path() const { return path_; }
   // The schema version that wrote the file (meta.schema_version): 1 has no call_inputs.
   int schema_version() const { return schema_version_; }
+  // True when the writer never closed the file (no clock_anchor_exit in its meta) and no -wal
+  // is beside it: a copy made without its write-ahead log, whose rows written after the last
+  // checkpoint (about the last second of the run) are not in it, uncounted.
+  bool misses_its_wal() const { return misses_its_wal_; }
   // The open connection, for cross-file readers (src/multi) that stream their own queries.
   sqlite3* db() const { return db_; }
 
@@ -112,6 +116,7 @@ class Reader {
   std::string path_;
   sqlite3* db_ = nullptr;
   int schema_version_ = 0;
+  bool misses_its_wal_ = false;
 };
 
 // The value of `key` in the meta table of the trace file at `path` ("" when there is no such

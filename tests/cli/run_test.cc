@@ -127,7 +127,9 @@ TEST(RunTest, BadOutPathsAreRejectedBeforeTheJobStarts) {
       {dir + "/", "it names a directory"},
       {dir, "it names a directory"},
       {dir + "/" + std::string(250, 'x') + ".sqlite", "the file name is 257 bytes long"},
-      {"/dev/null", "it is under /dev"}};
+      {"/dev/null", "it is under /dev"},
+      {dir + "/fifo", "it is a FIFO, not a file"}};  // opening it would block the job forever
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
   for (const auto& [out, why] : cases) {
     auto r =
         RunCli({"run", "--out", out, "--", "/bin/sh", "-c", "touch " + dir + "/ran"}, {kShimEnv});

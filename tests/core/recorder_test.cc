@@ -2,7 +2,11 @@
 #include "core/recorder.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <thread>
 #include <vector>
@@ -124,6 +128,34 @@ TEST_F(RecorderTest, UnbalancedPopsAreCountedNotCrashed) {
   recorder::Pop();
   recorder::Pop();
   EXPECT_EQ(recorder::TakeUnbalancedPops(), 2u);
+}
+
+// A thread whose ring cannot be allocated (here a `ulimit -v` below the ring's size) drops
+// its events and counts them as no_memory; nothing is thrown into the job's thread. Runs in
+// the death test's child: exits 0 when both events were counted.
+[[noreturn]] void PushUnderAnAddressSpaceLimit() {
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  const rlim_t now = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+  rlimit limit{};
+  limit.rlim_cur = limit.rlim_max = now + (rlim_t{256} << 20);
+  if (pages == 0 || setrlimit(RLIMIT_AS, &limit) != 0) std::exit(3);
+  recorder::BeginSession(1u << 24);  // 768 MiB a ring: more than the limit leaves
+  const uint32_t site = sites::Intern("rec.no_memory", SiteKind::kModule);
+  recorder::TakeNoMemory();
+  std::thread([site] {
+    recorder::Push(site);
+    recorder::Pop();
+  }).join();
+  std::exit(recorder::TakeNoMemory() == 2 ? 0 : 1);
+}
+
+TEST(RecorderNoMemory, ARingThatCannotBeAllocatedIsCountedNotThrown) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(PushUnderAnAddressSpaceLimit(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(RecorderTest, OtherThreadsSeeTheCurrentToken) {

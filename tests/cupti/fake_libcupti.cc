@@ -2,6 +2,8 @@
 // cupti_api.cc requires, recording what the subscriber asked for. Tests drive it through the
 // fake_cupti_* functions (looked up with dlsym), e.g. to complete a buffer or drop records.
 #include <cupti.h>
+#include <dlfcn.h>
+#include <signal.h>
 
 #include <cstdlib>
 #include <map>
@@ -18,7 +20,10 @@ int g_flushes[2] = {0, 0};                                   // unforced, forced
 
 extern "C" {
 
+// As CUPTI 13.2 does without a driver (it retries dlopen("libcuda.so.1") until its stack
+// overflows): a caller that opens libcupti on a machine with no driver crashes here.
 CUptiResult CUPTIAPI cuptiGetVersion(uint32_t* version) {
+  if (dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) == nullptr) raise(SIGSEGV);
   *version = CUPTI_API_VERSION;
   return CUPTI_SUCCESS;
 }

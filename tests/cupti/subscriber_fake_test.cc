@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "cupti/activity_buffers.h"
 #include "cupti/subscriber.h"
@@ -24,9 +26,33 @@ Fn Control(void* handle, const char* name) {
   return fn;
 }
 
+// A libcupti that crashes in its first call when there is no driver (as CUPTI 13.2 does) is
+// never called on such a machine: Start says there is no GPU and the process lives.
+TEST(FakeCuptiWithoutDriver, IsNeverCalled) {
+  if (dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) != nullptr) {
+    GTEST_SKIP() << "a driver is loaded in this process";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Config config;
+        config.cupti_path = FAKE_CUPTI_PATH;
+        CountingSink sink;
+        std::string why;
+        KernelsOff kind = KernelsOff::kNo;
+        const bool started = Start(config, &sink, &why, &kind);
+        std::fprintf(stderr, "%s\n", why.c_str());
+        std::exit(!started && kind == KernelsOff::kNoGpu ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "no NVIDIA driver");
+}
+
 class FakeSubscriberTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // A driver first, as on a GPU machine: libcupti is opened only when one is there.
+    driver_ = dlopen(FAKE_CUDA_PATH, RTLD_NOW | RTLD_GLOBAL);
+    ASSERT_NE(driver_, nullptr) << dlerror();
     Config config;
     config.cupti_path = FAKE_CUPTI_PATH;
     std::string why;
@@ -37,6 +63,7 @@ class FakeSubscriberTest : public ::testing::Test {
   void TearDown() override { Stop(); }
 
   CountingSink sink_;
+  void* driver_ = nullptr;
   void* cupti_ = nullptr;
 };
 

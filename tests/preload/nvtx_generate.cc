@@ -10,6 +10,8 @@
 //   nvtx_generate hang_in_token    1 token, then a second one's root and a block, then sleeps
 //                                  inside that token (the test SIGKILLs it)
 //   nvtx_generate hang_own_handler the same with its own SIGTERM handler, which calls exit(7)
+//   nvtx_generate hang_reraise     the same with a handler that puts the default back and
+//                                  re-raises (as Python jobs' cleanup handlers do)
 //   nvtx_generate quick_exit       1 token, then _exit(3) (like Python's os._exit)
 //   nvtx_generate unbalanced       pops with nothing open, leaves a range open at exit
 //   nvtx_generate injected         like a CUDA job: an exit handler registered before the
@@ -21,6 +23,13 @@
 //                                  write may still be creating the file); the child records 1
 //   nvtx_generate thread_exit      a thread records 1 token; a thread-local object made
 //                                  before that emits another from its destructor, too late
+//   nvtx_generate fork_busy N      a thread records foreign tokens without pause while the
+//                                  main thread forks N children one after another; each
+//                                  child records 1 token and exits
+//   nvtx_generate exec N PROG      N hooks tokens, then execv(PROG) at once (PROG "" : a path
+//                                  that does not exist, so the exec fails) and, when it
+//                                  failed, N more tokens
+//   nvtx_generate chdir N DIR      1 hooks token, chdir to DIR, N more
 //   nvtx_generate paced N          N hooks tokens, one a millisecond
 //   nvtx_generate short_threads N  64 waves of 4 threads that record N foreign tokens (5 calls
 //                                  each) and exit, and one that records 10 N
@@ -29,6 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -137,6 +147,15 @@ int main(int argc, char** argv) {
     printf("ready\n");
     fflush(stdout);
     for (;;) pause();
+  } else if (mode == "hang_reraise") {
+    signal(SIGTERM, [](int sig) {
+      signal(sig, SIG_DFL);
+      raise(sig);  // delivered when this handler returns
+    });
+    HookToken();
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) pause();
   } else if (mode == "quick_exit") {
     HookToken();
     _exit(3);
@@ -171,6 +190,29 @@ int main(int argc, char** argv) {
       (void)&late;
       HookToken();
     }).join();
+  } else if (mode == "fork_busy") {
+    // The drain is nearly always inside SQLite when a fork comes: the child must not inherit
+    // its locks (it would block forever, holding the directory lock every later child needs).
+    std::atomic<bool> stop{false};
+    std::thread busy([&stop] {
+      while (!stop.load()) ForeignToken();
+    });
+    int failed = 0;
+    for (int i = 0; i < tokens; ++i) failed += ForkOneTokenChild() != 0;
+    stop.store(true);
+    busy.join();
+    return failed;
+  } else if (mode == "exec") {
+    for (int t = 0; t < tokens; ++t) HookToken();
+    const char* prog = argc > 3 && argv[3][0] != '\0' ? argv[3] : "/no/such/program";
+    char* const args[] = {const_cast<char*>(prog), nullptr};
+    execv(prog, args);
+    printf("exec failed\n");
+    for (int t = 0; t < tokens; ++t) HookToken();
+  } else if (mode == "chdir") {
+    HookToken();  // before the first write: the file is not created yet
+    if (argc < 4 || chdir(argv[3]) != 0) return 5;
+    for (int t = 0; t < tokens; ++t) HookToken();
   } else if (mode == "paced") {
     for (int t = 0; t < tokens; ++t) {  // one token a millisecond: many drains, many writes
       HookToken();

@@ -140,6 +140,17 @@ TEST(PreloadTest, JobsOwnSigtermHandlerIsKept) {
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM meta WHERE key='exit_signal'"), "0");
 }
 
+// A job whose own handler puts the default back and re-raises (no atexit runs then): the
+// default it restores is ours, so the run is written as for a job without a handler, and the
+// job still dies by SIGTERM; asked, the job is told SIG_DFL.
+TEST(PreloadTest, AJobsHandlerThatReraisesAtTheDefaultStillGetsItsRunWritten) {
+  const std::string out = TempDir() + "/t.sqlite";
+  Result r = RunThenTerminate("hang_reraise", out);
+  EXPECT_NE(r.output.find("status=143"), std::string::npos) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='exit_signal'"), "SIGTERM");
+}
+
 TEST(PreloadTest, UnderscoreExitStillFlushes) {
   std::string out = TempDir() + "/t.sqlite";
   Result r = Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " quick_exit");
@@ -241,6 +252,37 @@ TEST(PreloadTest, AFileThatIsNotATraceIsNotReplaced) {
   EXPECT_NE(r.output.find("is not a tokentrace trace (or cannot be read), so it is kept"),
             std::string::npos)
       << r.output;
+}
+
+// A job that execs right after its last events (no periodic drain ran before): the file is
+// complete, its meta names the program; when the exec fails, recording goes on in a second
+// file of the same process.
+TEST(PreloadTest, ExecRightAfterTheLastEventsKeepsThem) {
+  const std::string dir = TempDir(), out = dir + "/e.sqlite";
+  Result r = Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=60000") + kProgram + " exec 3 /bin/true");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "3") << r.output;
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key = 'exit_exec'"), "/bin/true");
+
+  const std::string failed = dir + "/f.sqlite";
+  r = Shell(Preloaded(failed, "TOKENTRACE_FLUSH_MS=60000") + kProgram + " exec 2 ''");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("exec failed"), std::string::npos) << r.output;
+  const std::vector<std::string> files = TraceFiles(dir, "f.sqlite");
+  ASSERT_EQ(files.size(), 2u) << r.output;
+  EXPECT_EQ(One(files[0], "SELECT COUNT(*) FROM tokens"), "2") << r.output;
+  EXPECT_EQ(One(files[1], "SELECT COUNT(*) FROM tokens"), "2") << r.output;
+}
+
+// A relative TOKENTRACE_OUT and a job that changes directory before the first write: the
+// whole trace is where the job started, none of it in the new directory.
+TEST(PreloadTest, ARelativeOutIsWhereTheJobStartedAfterAChdir) {
+  const std::string dir = TempDir(), elsewhere = TempDir();
+  Result r = Shell("cd " + dir + " && " + Preloaded("rel.sqlite") + kProgram + " chdir 2 " +
+                   elsewhere);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(dir + "/rel.sqlite", "SELECT COUNT(*) FROM tokens"), "3") << r.output;
+  EXPECT_NE(access((elsewhere + "/rel.sqlite").c_str(), F_OK), 0);
 }
 
 // A fork while the first write is creating the file (here held up by another program's lock

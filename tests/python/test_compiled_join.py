@@ -91,3 +91,10 @@ def test_module_paths_from_dynamo_names():
     assert module_path("L['self'].model.layers[0].mlp") == "model.layers.0.mlp"
     assert module_path("L['self']._modules['model']._modules['norm']") == "model.norm"
     assert module_path("L['self']") == ""
+    # transformers 5.24 wraps forward in a *args function: the module is L['args'][0]
+    assert module_path("L['args'][0].model.layers[0].mlp") == "model.layers.0.mlp"
+    assert module_path("L['args'][0]._modules['lm_head']") == "lm_head"
+    assert module_path("L['args'][0]") == ""
+    assert module_path("L['kwargs']['model'].layers[1]") == "layers.1"
+    assert module_path("G['model'].model.norm") == "model.norm"
+    assert module_path("self.model.layers[2]") == "model.layers.2"

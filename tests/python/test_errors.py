@@ -30,12 +30,15 @@ def test_callable_that_runs_no_model(prompt):
         tt.trace(lambda x: x, prompt)
 
 
-@pytest.mark.parametrize("where", ["missing_dir", "readonly_dir", "is_dir"])
+@pytest.mark.parametrize("where", ["missing_dir", "readonly_dir", "is_dir", "fifo"])
 def test_unwritable_output_path(tmp_path, gpt2, prompt, where):
     if where == "missing_dir":
         out = tmp_path / "nope" / "t.sqlite"
     elif where == "is_dir":
         out = tmp_path
+    elif where == "fifo":  # opening it would block the caller forever
+        out = tmp_path / "fifo"
+        os.mkfifo(out)
     else:
         if os.geteuid() == 0:
             pytest.skip("root can write a read-only directory")
@@ -51,6 +54,23 @@ def test_unwritable_output_path(tmp_path, gpt2, prompt, where):
     finally:
         h.remove()
     assert not calls  # raised before any model work
+
+
+def test_kernels_off_in_the_environment_is_honoured(gpt2, prompt, monkeypatch):
+    """tt.trace without kernels= takes TOKENTRACE_KERNELS, as `tokentrace run` does (on a
+    machine whose CUPTI misbehaves, off is the way to keep it out)."""
+    monkeypatch.setenv("TOKENTRACE_KERNELS", "off")
+    trace = tt.trace(gpt2, prompt)
+    assert trace.meta["kernel_mode"] == "off"
+    monkeypatch.delenv("TOKENTRACE_KERNELS")
+    assert tt.trace(gpt2, prompt).meta["kernel_mode"] == "summary"
+
+
+@pytest.mark.parametrize("k", [2**32, 2**32 + 1, 10**30])
+def test_call_and_token_numbers_past_32_bits_are_refused(k):
+    for select in (tt.call, tt.token):
+        with pytest.raises(tt.TokentraceError, match=f"k={k} is past the largest"):
+            select(k)
 
 
 def test_bad_kernel_mode(gpt2, prompt):

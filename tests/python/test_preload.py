@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from tt_testutil import PYDIR, ROOT
@@ -105,6 +106,40 @@ def test_cli_run_unmodified_script(tmp_path):
     assert list(trace["transformer.h.0.mlp:2"].inputs["hidden_states"].shape) == [1, 1, 32]
     saved = trace["transformer.h.1.mlp:2"].inputs["hidden_states"]
     assert isinstance(saved, torch.Tensor) and list(saved.shape) == [1, 1, 32]
+
+
+# Jobs that first reach torch in other ways than `import torch` (most Hugging Face scripts
+# start with transformers; vLLM probes with find_spec before importing).
+FIRST_LINES = {
+    "from_transformers": "from transformers import GPT2Config\n",
+    "find_spec_first": ("import importlib.util\nassert importlib.util.find_spec('torch')\n"
+                        "assert importlib.util.find_spec('torch')\n"),
+    "import_module": "import importlib\ntorch = importlib.import_module('torch')\n",
+}
+
+
+@pytest.mark.parametrize("first", sorted(FIRST_LINES))
+def test_jobs_that_reach_torch_another_way_are_recorded(tmp_path, first):
+    job, own = _write_job(tmp_path, FIRST_LINES[first] + JOB)
+    out = tmp_path / "f.sqlite"
+    res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(out),
+                   TOKENTRACE_SITES="transformer.h.*.mlp", TOKENTRACE_SAVE="transformer.h.1.mlp")
+    assert res.returncode == 0, res.stderr
+    assert "JOB-DONE [1, 9]" in res.stdout
+    assert out.exists(), res.stderr
+    _check(str(out), saved=True)
+
+
+def test_torch_imported_past_the_watcher_is_said_in_one_line(tmp_path):
+    """A job that takes the boot's watcher off sys.meta_path before importing torch records
+    nothing, and is told so at exit instead of finding no file."""
+    drop = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
+            "if type(f).__name__ != '_TorchWatcher']\n")
+    job, own = _write_job(tmp_path, drop + JOB)
+    res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "n.sqlite"))
+    assert res.returncode == 0 and "JOB-DONE" in res.stdout, res.stderr
+    said = [ln for ln in res.stderr.splitlines() if "hooks were never installed" in ln]
+    assert len(said) == 1, res.stderr
 
 
 def test_two_jobs_of_one_run_keep_their_own_files_and_tensors(tmp_path):
@@ -237,6 +272,23 @@ def test_bad_edits_file_stops_the_job_before_the_model_runs(tmp_path):
     assert "tokentrace: --patches is deprecated; use --edits" in res.stderr
     assert "TOKENTRACE_EDITS: " in res.stderr and "unknown op \"zap\"" in res.stderr
     assert "stopping the job" in res.stderr
+
+
+@pytest.mark.parametrize("text", ["[" * 100000 + "]" * 100000,
+                                  '[{"site": "self", "op": "scale", "factor": ' + "7" * 5000
+                                  + "}]"])
+def test_an_edits_file_python_cannot_read_stops_the_job_in_one_line(tmp_path, text):
+    """A spec that makes Python raise something else than our error (too deep, an integer
+    of too many digits) is still a bad spec: the job stops before its model runs."""
+    spec = tmp_path / "deep.json"
+    spec.write_text(text)
+    job, own = _write_job(tmp_path)
+    res = _run_cli(tmp_path, job, own, ["--edits", str(spec)],
+                   TOKENTRACE_OUT=str(tmp_path / "d.sqlite"))
+    assert res.returncode == 2 and "JOB-DONE" not in res.stdout, res.stderr
+    said = [ln for ln in res.stderr.splitlines() if "TOKENTRACE_EDITS: " in ln]
+    assert len(said) == 1 and "stopping the job" in said[0] and len(said[0]) < 600, res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def test_old_edits_variable_name_still_works_in_the_job(monkeypatch, capsys):

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/site_registry.h"
 #include "store/test_db.h"
@@ -201,6 +202,44 @@ TEST_F(DrainerTest, ASignalStopDrainsInStepsUntilItsDeadline) {
   EXPECT_EQ(ring_.Pending(), 0u);
   EXPECT_EQ(Count("calls"), 2);  // each step was written
   EXPECT_EQ(Loss("signal_deadline"), 9);
+}
+
+// A drain writes each chunk (here 3 events of the ring) before it takes the next: however
+// large the rings, a kill loses at most one chunk and no batch grows with them.
+TEST_F(DrainerTest, ADrainWritesEachChunkBeforeTakingTheNext) {
+  DrainParts parts = Parts();
+  parts.chunk_events = 3;
+  std::vector<int64_t> calls_in_file;  // what the file held each time the rings were read
+  auto rings = parts.rings;
+  parts.rings = [&](const std::function<void(ThreadBuffer&)>& fn) {
+    calls_in_file.push_back(access(path_.c_str(), F_OK) == 0 ? Count("calls") : -1);
+    rings(fn);
+  };
+  Drainer drainer(std::move(parts));
+  for (uint64_t id = 1; id <= 5; ++id) Call(id, "drainer.chunks", 200 + id);  // 15 events
+  Kernel(203, "gemm");
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(calls_in_file, (std::vector<int64_t>{-1, 1, 2, 3, 4}));
+  EXPECT_EQ(Count("calls"), 5);
+  EXPECT_EQ(QueryInt(path_, "SELECT call_id FROM kernels"), 3);  // joined after every chunk
+  EXPECT_EQ(ring_.Pending(), 0u);
+}
+
+// A termination signal's stop is asked for while a drain runs: the drain ends after the chunk
+// it wrote, so the stop does not wait for every ring to empty; the rest stays for later.
+TEST_F(DrainerTest, AStopAskedForBySignalEndsADrainAfterItsChunk) {
+  DrainParts parts = Parts();
+  parts.chunk_events = 3;
+  parts.interrupted = [] { return true; };
+  Drainer drainer(std::move(parts));
+  for (uint64_t id = 1; id <= 4; ++id) Call(id, "drainer.interrupted", 300 + id);
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(drainer.counts().drained, 3u);
+  EXPECT_EQ(ring_.Pending(), 9u);
+  ASSERT_TRUE(drainer.WriteFinal({}, &error)) << error;  // the final drain is never cut short
+  EXPECT_EQ(Count("calls"), 4);
 }
 
 TEST_F(DrainerTest, TheTestOnlySlowDrainTakesOneStepPerDrain) {

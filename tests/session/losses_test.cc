@@ -43,7 +43,7 @@ TEST(LossesTest, CoreSourcesAreTheRecordersAndRegistrysCounters) {
   std::set<std::string> kinds;
   for (const LossSource& s : CoreLossSources()) kinds.insert(LossKindName(s.kind));
   EXPECT_EQ(kinds, (std::set<std::string>{"unbalanced_pop", "depth_overflow", "after_thread_exit",
-                                          "site_overflow"}));
+                                          "no_memory", "site_overflow"}));
   recorder::BeginSession(1024);
   for (const LossSource& s : CoreLossSources()) s.take();  // from earlier tests of the binary
   recorder::Pop();                                         // no call open: an unbalanced pop

@@ -2,8 +2,10 @@
 
 It does two things at interpreter start, and imports nothing heavy:
   1. runs the sitecustomize this one shadows, if there is one further down sys.path;
-  2. waits for `import torch` to finish, then hands over to tokentrace.preload, which hooks
-     the first model whose forward runs (its first root call).
+  2. waits for torch's module body to finish (however torch is first imported: `import
+     torch`, `from transformers import ...`, importlib, after find_spec probes), then hands
+     over to tokentrace.preload, which hooks the first model whose forward runs (its first
+     root call).
 A job that never imports torch is untouched. Nothing here may stop the job: every failure is
 one line on stderr.
 """
@@ -40,7 +42,11 @@ def _ensure_package_importable():
         sys.path.append(os.path.dirname(os.path.dirname(_BOOT)))
 
 
+_hooked = []  # holds True once _torch_ready ran
+
+
 def _torch_ready():
+    _hooked.append(True)
     try:
         _ensure_package_importable()
         from tokentrace import preload
@@ -51,28 +57,47 @@ def _torch_ready():
 
 
 class _TorchWatcher:
-    """A one-shot meta path finder: runs _torch_ready right after torch's module body."""
+    """A meta path finder that runs _torch_ready right after torch's module body.
+
+    It answers every lookup of "torch" with the spec the other finders give, its loader's
+    exec_module wrapped, and stays on sys.meta_path until that body has run: a lookup that
+    imports nothing (importlib.util.find_spec("torch"), as transformers and vLLM probe before
+    importing it) leaves it watching for the real import, however many times it is asked.
+    """
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or _hooked:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        import importlib.util
-
-        spec = importlib.util.find_spec(name)
+        spec = None
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
+        watcher = self
 
         def exec_then_hook(module):
             exec_module(module)
-            _torch_ready()
+            try:
+                sys.meta_path.remove(watcher)
+            except ValueError:
+                pass
+            if not _hooked:
+                _torch_ready()
 
         spec.loader.exec_module = exec_then_hook
         return spec
+
+
+def _say_if_never_hooked():
+    """At exit: a job that imported torch past the watcher (nothing was hooked) is told."""
+    if "torch" in sys.modules and not _hooked:
+        print("tokentrace: torch was imported but tokentrace's hooks were never installed, so "
+              "nothing was recorded (the import went past the boot's watcher)", file=sys.stderr)
 
 
 def _boot():
@@ -86,7 +111,10 @@ def _boot():
         if "torch" in sys.modules:
             _torch_ready()
         else:
+            import atexit
+
             sys.meta_path.insert(0, _TorchWatcher())
+            atexit.register(_say_if_never_hooked)
     except Exception as exc:
         print(f"tokentrace: preload boot failed: {exc}", file=sys.stderr)
 
