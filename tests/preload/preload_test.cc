@@ -259,13 +259,13 @@ TEST(PreloadTest, AFileThatIsNotATraceIsNotReplaced) {
 // file of the same process.
 TEST(PreloadTest, ExecRightAfterTheLastEventsKeepsThem) {
   const std::string dir = TempDir(), out = dir + "/e.sqlite";
-  Result r = Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=60000") + kProgram + " exec 3 /bin/true");
+  Result r = Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " exec 3 /bin/true");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "3") << r.output;
   EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key = 'exit_exec'"), "/bin/true");
 
   const std::string failed = dir + "/f.sqlite";
-  r = Shell(Preloaded(failed, "TOKENTRACE_FLUSH_MS=60000") + kProgram + " exec 2 ''");
+  r = Shell(Preloaded(failed, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " exec 2 ''");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("exec failed"), std::string::npos) << r.output;
   const std::vector<std::string> files = TraceFiles(dir, "f.sqlite");
