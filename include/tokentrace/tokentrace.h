@@ -47,6 +47,10 @@ extern "C" {
  * in the patch table's call selectors (cuda/patch_table.h), numbered from 1. */
 #define TOKENTRACE_MAX_CALL_NUMBER 4294967295u
 
+/* The meta key the writer adds when it closes the file (its last write): a file without it was
+ * not finished (the job was killed, or the file was copied while it ran). */
+#define TOKENTRACE_META_CLOSED "clock_anchor_exit"
+
 typedef struct tokentrace_options {
   uint32_t struct_size;    /* sizeof(tokentrace_options) */
   uint32_t api_version;    /* TOKENTRACE_API_VERSION */

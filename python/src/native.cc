@@ -423,6 +423,7 @@ NB_MODULE(_native, m) {
   m.attr("__version__") = TOKENTRACE_VERSION;  // pyproject.toml's, through CMake
   m.attr("OPS_BUFFER_EVENTS") = TOKENTRACE_OPS_BUFFER_EVENTS;
   m.attr("MAX_CALL_NUMBER") = TOKENTRACE_MAX_CALL_NUMBER;
+  m.attr("META_CLOSED") = TOKENTRACE_META_CLOSED;
   // The trace schema (src/store/schema.sql, embedded at build time): Python creates test
   // files from it and reads tokens with the same SELECT as the C++ readers.
   m.attr("SCHEMA_SQL") = tokentrace::kSchemaSql;

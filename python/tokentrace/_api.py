@@ -4,6 +4,7 @@ import atexit
 import itertools
 import os
 import shutil
+import sqlite3
 import tempfile
 import warnings
 
@@ -15,7 +16,7 @@ from ._backend import check_kernel_mode, get_backend
 from ._compiled import compiled_entry
 from ._compiled_call import watch_compile
 from ._edit_spec import check_edits
-from ._errors import fail
+from ._errors import TokentraceError, fail
 from ._escapes import warn_once
 from ._naming import ROOT, site_names
 from ._prompt import is_text, tokenize
@@ -163,8 +164,17 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
         status = backend.kernels_status
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the last kernels' records reach the file before stop
-        backend.stop()
-        attached.write_rows(path, {"kernels_status": status})
+        # A stop or a write of our rows that fails (a full disk) after the run: the file has
+        # what fitted and counts the rest; the caller keeps the trace and is told.
+        ending_error = None
+        try:
+            backend.stop()
+        except TokentraceError as exc:
+            ending_error = exc
+        try:
+            attached.write_rows(path, {"kernels_status": status})
+        except (TokentraceError, OSError, sqlite3.Error) as exc:
+            ending_error = ending_error or exc
     if attached.model is None:
         fail(f"{getattr(fn, '__qualname__', fn)!r} called no torch.nn.Module, so there was "
              f"no model to trace; pass a function that runs the model, or model=...")
@@ -173,7 +183,19 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
     not_hooked = attached.not_hooked_message()
     if not_hooked:
         warnings.warn(not_hooked, RuntimeWarning, stacklevel=3)
-    result = (Recording if kind == "record" else Trace)(path)
+    try:
+        result = (Recording if kind == "record" else Trace)(path)
+    except TokentraceError:
+        if ending_error is None:
+            raise
+        fail(str(ending_error))  # nothing readable was left
+    if ending_error is not None:
+        message = str(ending_error).removeprefix("tokentrace: ")
+        counted = (", and its losses count the rest" if result.losses
+                   else "; what is missing is not counted in it")
+        warnings.warn(f"tokentrace: the run finished but its trace could not be written whole "
+                      f"({message}); {path} has what fitted{counted}", RuntimeWarning,
+                      stacklevel=3)
     _warn_escapes(result, attached.escapes, attached.on_cpu)
     return result
 

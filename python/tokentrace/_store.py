@@ -68,9 +68,13 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
                     con.execute("INSERT INTO losses(kind, count) VALUES (?,?) ON CONFLICT(kind) "
                                 "DO UPDATE SET count = count + excluded.count", (kind, count))
         except BaseException:
-            con.execute("ROLLBACK")
+            if con.in_transaction:  # SQLite ends it itself on some errors (a full disk)
+                con.execute("ROLLBACK")
             raise
         con.execute("COMMIT")
+    except sqlite3.Error as exc:
+        fail(f"cannot add the Python layer's rows (saved-tensor index, escape sites, inputs, "
+             f"its meta and losses) to {path}: {exc}")
     finally:
         con.close()
 

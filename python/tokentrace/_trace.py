@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import urllib.parse
+import warnings
 from collections import namedtuple
 
 from ._errors import fail
@@ -205,6 +206,14 @@ class Trace:
             fail(f"{self.path} has trace schema version {version}; this tokentrace reads "
                  f"versions {oldest} to {newest}")
         self.schema_version = int(version)  # the version that wrote the file
+        # Never closed by its writer and no -wal beside it: a copy that may lack the rows
+        # written after its last checkpoint, which no loss count covers.
+        self.misses_its_wal = wal_missing and native.META_CLOSED not in self.meta
+        if self.misses_its_wal:
+            warnings.warn(f"tokentrace: {self.path}: the writer never closed this file and its "
+                          f"-wal is not beside it, so what it wrote after its last checkpoint "
+                          f"(about the last second) is missing; copy {self.path}-wal with it",
+                          RuntimeWarning, stacklevel=3)
         self._tokens_sql = native.TOKENS_SELECT_SQL
         self._sites = {}
         self._site_order = []

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokentrace/tokentrace.h"
+
 namespace tokentrace {
 
 inline constexpr char kMetaRank[] = "rank";
@@ -29,7 +31,7 @@ inline constexpr char kMetaLaunchId[] = "launch_id";
 inline constexpr char kMetaLaunchIdFrom[] = "launch_id_from";  // the variable it came from
 inline constexpr char kMetaAnchorStart[] = "clock_anchor_start";
 inline constexpr char kMetaAnchorLast[] = "clock_anchor_last";
-inline constexpr char kMetaAnchorExit[] = "clock_anchor_exit";
+inline constexpr char kMetaAnchorExit[] = TOKENTRACE_META_CLOSED;  // the file was closed
 
 // A process's place in a launch, from the variables torchrun, Open MPI, MPICH/PMI and Slurm
 // set (the first one set wins; see launch_meta.cc for the order). Empty when unknown, except

@@ -60,6 +60,31 @@ def test_trace_copied_without_its_wal_says_the_wal_is_missing(tmp_path):
         tt.load(path)
 
 
+def test_a_copy_of_an_unfinished_trace_without_its_wal_is_said_to_miss_rows(tmp_path):
+    """A file its writer never closed, with no -wal beside it, may lack its last second:
+    tt.load warns (no loss count covers those rows); a finished trace loads silently."""
+    import shutil
+    import sqlite3
+    import warnings
+
+    import pytest
+    model = torch.nn.Linear(4, 4)
+    finished = tt.trace(model, torch.ones(1, 4), kernels="off", out=tmp_path / "done.sqlite")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not tt.load(finished.path).misses_its_wal
+    copy = str(tmp_path / "copy.sqlite")
+    shutil.copy(finished.path, copy)
+    con = sqlite3.connect(copy)  # as a killed writer leaves it: in WAL mode, not closed
+    con.execute("DELETE FROM meta WHERE key = 'clock_anchor_exit'")
+    con.commit()
+    con.execute("PRAGMA journal_mode=WAL")
+    con.close()
+    with pytest.warns(RuntimeWarning, match="never closed this file and its -wal is not beside"):
+        trace = tt.load(copy)
+    assert trace.misses_its_wal and trace["self"].num_calls == 1
+
+
 def test_trace_never_replaces_a_file_that_is_not_a_trace(tmp_path):
     import pytest
     path = tmp_path / "notes.sqlite"
