@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cerrno>
-#include <cstdarg>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -430,7 +430,8 @@ TT_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* 
 }
 // signal() as glibc gives it (BSD semantics: SA_RESTART), through the sigaction above.
 TT_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
-  struct sigaction act {}, old{};
+  struct sigaction act {
+  }, old{};
   act.sa_handler = handler;
   sigemptyset(&act.sa_mask);
   sigaddset(&act.sa_mask, sig);

@@ -252,10 +252,11 @@ int ReportCommand(const std::vector<std::string>& args) {
   bool any = false;
   for (const auto& [kind, count] : losses) any = any || count != 0;
   if (reader->misses_its_wal()) {
-    out += "\n  not counted: the writer never closed this file and its -wal is not beside it, "
-           "so what it wrote after its last checkpoint (about the last second) is missing; "
-           "copy '" +
-           ForTerminal(reader->path()) + "-wal' with it";
+    out +=
+        "\n  not counted: the writer never closed this file and its -wal is not beside it, "
+        "so what it wrote after its last checkpoint (about the last second) is missing; "
+        "copy '" +
+        ForTerminal(reader->path()) + "-wal' with it";
   }
   if (!any && !reader->misses_its_wal()) {
     out += " none\n";

@@ -278,8 +278,8 @@ TEST(PreloadTest, ExecRightAfterTheLastEventsKeepsThem) {
 // whole trace is where the job started, none of it in the new directory.
 TEST(PreloadTest, ARelativeOutIsWhereTheJobStartedAfterAChdir) {
   const std::string dir = TempDir(), elsewhere = TempDir();
-  Result r = Shell("cd " + dir + " && " + Preloaded("rel.sqlite") + kProgram + " chdir 2 " +
-                   elsewhere);
+  Result r =
+      Shell("cd " + dir + " && " + Preloaded("rel.sqlite") + kProgram + " chdir 2 " + elsewhere);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(One(dir + "/rel.sqlite", "SELECT COUNT(*) FROM tokens"), "3") << r.output;
   EXPECT_NE(access((elsewhere + "/rel.sqlite").c_str(), F_OK), 0);
