@@ -39,10 +39,14 @@ std::unordered_map<int64_t, std::shared_ptr<TableState>>& Registry() {
 }
 
 // Decodes and checks every entry of a table_create / table_check call. On a bad entry returns
-// its index (and *problem); else -1, with the entries and their operands in *state.
+// its index (and *problem); else -1, with the entries and their operands in *state. With
+// `own_operands` (table_create) each operand is copied into memory the table owns: the
+// caller's tensor may be resized, set_() or freed later without the table reading freed
+// memory (its entries keep raw data pointers for the device).
 int64_t DecodeEntries(at::IntArrayRef ints, at::ArrayRef<double> floats,
                       const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites,
-                      const c10::Device& device, TableState* state, EntryProblem* problem) {
+                      const c10::Device& device, bool own_operands, TableState* state,
+                      EntryProblem* problem) {
   const size_t n = operands.size();
   TORCH_CHECK(ints.size() == n * kIntsPerEntry && floats.size() == n * kFloatsPerEntry,
               "tokentrace: table_create needs ", kIntsPerEntry, " ints and ", kFloatsPerEntry,
@@ -54,7 +58,8 @@ int64_t DecodeEntries(at::IntArrayRef ints, at::ArrayRef<double> floats,
               "tokentrace: patch tables live on the CPU or a CUDA device, not ", device.str());
   for (size_t i = 0; i < n; ++i) {
     const std::optional<at::Tensor> operand = operands.get(i);
-    const at::Tensor keep = operand.has_value() ? *operand : at::Tensor();
+    at::Tensor keep = operand.has_value() ? *operand : at::Tensor();
+    if (own_operands && keep.defined() && keep.device() == device) keep = keep.detach().clone();
     PatchEntry e{};
     *problem =
         DecodeAndCheckEntry(ints.data() + i * kIntsPerEntry, floats.data() + i * kFloatsPerEntry,
@@ -78,7 +83,7 @@ std::tuple<int64_t, int64_t, std::string> TableCheck(
   TableState scratch;
   EntryProblem problem;
   const int64_t bad =
-      DecodeEntries(ints, floats, operands, max_sites, WithIndex(device), &scratch, &problem);
+      DecodeEntries(ints, floats, operands, max_sites, WithIndex(device), false, &scratch, &problem);
   return {bad, static_cast<int64_t>(problem.code), problem.message};
 }
 
@@ -91,7 +96,7 @@ int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
   state->max_sites = static_cast<uint32_t>(max_sites);
   EntryProblem problem;
   const int64_t bad =
-      DecodeEntries(ints, floats, operands, max_sites, device, state.get(), &problem);
+      DecodeEntries(ints, floats, operands, max_sites, device, true, state.get(), &problem);
   TORCH_CHECK(bad < 0, problem.message, " (patch entry ", bad, ")");
   if (device.is_cpu()) {
     std::string why;

@@ -20,6 +20,21 @@ import torch
 
 from ._errors import fail
 
+# Index values are 64-bit in the patch table (cuda/patch_table.h DimSlice).
+_INT64 = range(-2**63, 2**63)
+
+
+def show(value, limit=80):
+    """repr(value), cut to `limit` characters: an error quoting a huge value stays one line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check_int(v, what):
+    if v not in _INT64:
+        fail(f"{what}: index value {show(v)} is outside the 64-bit range the patch table "
+             f"holds (accepted: -2**63 .. 2**63-1; a real output is far smaller)")
+
 
 def _check_index(index, what):
     if index is None:
@@ -30,14 +45,32 @@ def _check_index(index, what):
         if part is Ellipsis or isinstance(part, slice):
             for v in (part.start, part.stop, part.step) if isinstance(part, slice) else ():
                 if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-                    fail(f"{what}: slice bounds must be ints or None, got {part!r}")
+                    fail(f"{what}: slice bounds must be ints or None, got {show(part)}")
+                if v is not None:
+                    _check_int(v, what)
             if isinstance(part, slice) and part.step is not None and part.step <= 0:
-                fail(f"{what}: slice steps must be positive, got {part!r}")
+                fail(f"{what}: slice steps must be positive, got {show(part)}")
         elif not isinstance(part, int) or isinstance(part, bool):
-            fail(f"{what}: index= takes ints, slices and ... per dimension, got {part!r}")
+            fail(f"{what}: index= takes ints, slices and ... per dimension, got {show(part)}")
+        else:
+            _check_int(part, what)
     if sum(p is Ellipsis for p in index) > 1:
-        fail(f"{what}: index= takes at most one ..., got {index!r}")
+        fail(f"{what}: index= takes at most one ..., got {show(index)}")
     return index
+
+
+def _number(value, what):
+    """`value` as a float; NaN is refused (every edited element would become NaN)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        fail(f"{what} takes a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        fail(f"{what}: {show(value)} is too large for a float")
+    if math.isnan(number):
+        fail(f"{what}: NaN would make every edited element NaN; pass a number (inf and -inf "
+             f"are accepted)")
+    return number
 
 
 class Op:
@@ -71,9 +104,7 @@ class fill(Op):  # noqa: N801
     name = "fill"
 
     def __init__(self, value, index=None):
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            fail(f"tt.fill(value) takes a number, got {type(value).__name__}")
-        self.value = float(value)
+        self.value = _number(value, "tt.fill(value)")
         super().__init__(index)
 
     def table_args(self):
@@ -86,6 +117,8 @@ class add(Op):  # noqa: N801
     def __init__(self, operand, index=None):
         if not isinstance(operand, (torch.Tensor, int, float)) or isinstance(operand, bool):
             fail(f"tt.add(operand) takes a tensor or a number, got {type(operand).__name__}")
+        if not isinstance(operand, torch.Tensor):
+            _number(operand, "tt.add(operand)")
         self.operand = operand
         super().__init__(index)
 
@@ -102,9 +135,7 @@ class scale(Op):  # noqa: N801
     name = "scale"
 
     def __init__(self, factor, index=None):
-        if not isinstance(factor, (int, float)) or isinstance(factor, bool):
-            fail(f"tt.scale(factor) takes a number, got {type(factor).__name__}")
-        self.factor = float(factor)
+        self.factor = _number(factor, "tt.scale(factor)")
         super().__init__(index)
 
     def table_args(self):
@@ -118,8 +149,8 @@ class clamp(Op):  # noqa: N801
         if lo is None and hi is None:
             fail("tt.clamp(lo, hi) needs at least one bound")
         for v in (lo, hi):
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
-                fail(f"tt.clamp bounds must be numbers or None, got {v!r}")
+            if v is not None:
+                _number(v, "tt.clamp(lo, hi)")
         if lo is not None and hi is not None and lo > hi:
             fail(f"tt.clamp: lo={lo} is above hi={hi}")
         self.lo, self.hi = lo, hi

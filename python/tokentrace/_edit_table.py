@@ -25,8 +25,15 @@ class TableEntries:
         problem."""
         selectors = rule.calls.table_selectors()
         if len(self.entry_rule) + len(selectors) > MAX_ENTRIES:
-            rule_error(i, f"its calls= selects too many separate calls or tokens for the "
-                          f"patch table ({MAX_ENTRIES} entries); use ranges")
+            if len(selectors) > 1:
+                why = (f"its calls= selects {len(selectors)} separate runs of calls or tokens "
+                       f"at each site (one entry each); use ranges")
+            else:
+                why = ("the rules and the sites they select need more entries than the patch "
+                       "table takes (one per rule and site, for each run of calls); select "
+                       "fewer sites, or merge rules")
+            rule_error(i, f"{why} (the table takes {MAX_ENTRIES} entries; "
+                          f"{len(self.entry_rule)} came before this one)")
         for sel in selectors:
             self.entries.append((site_id, rule.action, box, sel))
             self.entry_rule.append(i)

@@ -78,6 +78,9 @@ def validate(rule_error, op, site, module, dtype, key, box, output, device):
                    f"patch table edits {', '.join(names[:-1])} and {names[-1]} outputs")
     t = op.operand_tensor()
     if t is not None:
+        if t.numel() == 0:
+            rule_error(f"the operand is empty (shape {list(t.shape)}); an edit with it would "
+                       f"change nothing")
         if t.device != device:
             rule_error(f"the operand is on {t.device} but the model is on "
                        f"{device}; move it with .to({str(device)!r}) "

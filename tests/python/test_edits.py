@@ -1,5 +1,7 @@
 """tt.when(...).bind(model): real forward/generate with edits, num_fires, call selectors."""
 
+import math
+
 import pytest
 import torch
 
@@ -70,3 +72,29 @@ def test_old_intervene_keyword_still_works_and_warns(llama, prompt):
         tt.trace(llama, prompt, edits=spec, intervene=spec)
     with pytest.raises(tt.TokentraceError, match="edits= takes an edit spec"):
         tt.record(llama, prompt, save=tt.module(V), edits="zero")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: tt.fill(float("nan")), "NaN would make every edited element NaN"),
+    (lambda: tt.scale(math.nan), "NaN would make"),
+    (lambda: tt.clamp(lo=math.nan), "NaN would make"),
+    (lambda: tt.zero(index=(2**63,)), "index value 9223372036854775808 is outside the 64-bit"),
+    (lambda: tt.zero(index=(slice(0, 10**30),)), "is outside the 64-bit range"),
+    (lambda: tt.zero(index=(list(range(10**6)),)), r"got \[0, 1, 2, .*\.\.\.$"),
+    (lambda: tt.add(10**400), "is too large for a float"),
+])
+def test_edit_values_the_table_cannot_take_are_one_short_line(make, message):
+    """Values that once passed silently (NaN), wrapped or reached torch (2**63: "Expected a
+    value of type List[int]"), or printed a 25 MB message (a list of 10**6 indices)."""
+    with pytest.raises(tt.TokentraceError, match=message) as err:
+        make()
+    assert len(str(err.value)) < 300 and "\n" not in str(err.value)
+    tt.fill(-math.inf)  # -inf (masking) is a number the table takes
+
+
+def test_too_many_entries_names_the_sites_and_rules_not_calls():
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(5000)])
+    with pytest.raises(tt.TokentraceError, match="the rules and the sites they select need "
+                                                 "more entries than the patch table takes"):
+        tt.when("*", tt.zero()).bind(model)
+

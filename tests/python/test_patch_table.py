@@ -215,12 +215,34 @@ def test_installed_block_counts_across_calls(llama, prompt):
     (lambda: tt.when(V, tt.add(torch.ones(16, dtype=torch.int64))),
      r"the operand has dtype int64; accepted: float32, float16, bfloat16"),
     (lambda: tt.when(V, tt.zero(), calls=tt.call(range(1, 20000, 2))),
-     r"selects too many separate calls"),
+     r"its calls= selects 10000 separate runs of calls or tokens at each site"),
+    (lambda: tt.when(V, tt.add(torch.ones(0))),
+     r"rule 0 .*the operand is empty \(shape \[0\]\); an edit with it would change nothing"),
 ])
 def test_bind_time_errors(llama, make, message):
     with pytest.raises(tt.TokentraceError, match=message) as err:
         make().bind(llama)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("change", ["fill_", "resize_", "set_"])
+def test_an_operand_changed_after_bind_does_not_change_the_edit(llama, prompt, change):
+    """The table owns a copy of each operand from bind on: an operand resized or set_() after
+    bind was once read after free (valgrind: an invalid read in ApplyRow), adding ~1e14."""
+    delta = torch.linspace(-1, 1, 16)
+    with torch.no_grad():
+        reference = tt.when(V, tt.add(delta.clone())).bind(llama)(prompt).logits
+        bound = tt.when(V, tt.add(delta)).bind(llama)
+        if change == "fill_":
+            delta.fill_(1e6)
+        elif change == "resize_":
+            delta.resize_(1 << 20).fill_(1e6)  # a new block: the old one is freed
+        else:
+            delta.set_(torch.full((16,), 1e6))
+        junk = [torch.full((16,), 1e6) for _ in range(64)]  # reuses freed blocks
+        edited = bound(prompt).logits
+    del junk
+    assert torch.equal(edited, reference)
 
 
 def test_bind_rejects_a_dtype_the_table_cannot_take():
@@ -235,8 +257,10 @@ def test_an_entry_the_library_refuses_is_reported_on_its_rule():
     """The library returns the refused entry's index (data, not text); rule 0 has 3 entries
     (3 separate calls), so entry 4 is rule 2's."""
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)).eval()
+    bad = tt.clamp(0.0, 1.0)
+    bad.lo = float("nan")  # past tt.clamp's own check, so the library's check refuses it
     spec = (tt.when("0", tt.zero(), calls=tt.call([1, 3, 5])) + tt.when("1", tt.scale(2.0))
-            + tt.when("1", tt.clamp(float("nan"), 1.0)))
+            + tt.when("1", bad))
     with pytest.raises(tt.TokentraceError) as err:
         spec.bind(model)
     text = str(err.value)
