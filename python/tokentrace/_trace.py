@@ -1,5 +1,5 @@
-"""Trace and Recording: read-only views over a SQLite trace file (schema versions 1 and 2;
-version 1 files have no call_inputs).
+"""Trace and Recording: read-only views over a SQLite trace file (every schema version the
+extension reads, OLDEST_READABLE_SCHEMA to SCHEMA_VERSION; version 1 files have no call_inputs).
 
 Reads are lazy: sites are loaded on open, each site's calls on first access, and GPU totals
 (inclusive of child calls) in one pass when first asked for. The file may still be growing
@@ -8,6 +8,7 @@ Reads are lazy: sites are loaded on open, each site's calls on first access, and
 
 import json
 import os
+import re
 import sqlite3
 import urllib.parse
 import warnings
@@ -188,10 +189,18 @@ class Trace:
                 uri += "&immutable=1"
             self._con = sqlite3.connect(uri, uri=True, timeout=30)
             self._con.text_factory = lambda b: b.decode("utf-8", "replace")
-            self._tables = {r[0] for r in self._con.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+            objects = self._con.execute(
+                "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as exc:
             _fail_not_a_trace(self.path, f"SQLite file ({exc})", wal_missing)
+        # Only tables are read: a view where the schema has a table (a crafted file) could be
+        # made to never end. The table names are the schema's (src/store/schema.sql).
+        ours = set(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", schema().SCHEMA_SQL))
+        for name, kind in objects:
+            if kind == "view" and name in ours:
+                fail(f"{self.path} is not a tokentrace trace (its '{name}' is a view, not a "
+                     f"table)")
+        self._tables = {name for name, _ in objects}
         if "sites" not in self._tables or "calls" not in self._tables:
             _fail_not_a_trace(self.path, "trace (no sites/calls tables)", wal_missing)
         if "meta" not in self._tables:

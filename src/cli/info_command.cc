@@ -52,6 +52,14 @@ int InfoCommand(const std::vector<std::string>& args) {
   }
   std::string out =
       "file " + file + " (" + Fixed(static_cast<double>(bytes) / 1048576.0, 2) + " MiB)\n\nmeta:\n";
+  // A value far longer than a screen (a crafted file's 100 MB value) is cut, with its size.
+  constexpr size_t kMaxMetaChars = 2000;
+  for (auto& [key, value] : meta) {
+    if (value.size() <= kMaxMetaChars) continue;
+    const size_t bytes = value.size();
+    value = ForTerminal(value, kMaxMetaChars) + " (" + std::to_string(bytes) + " bytes; sqlite3 " +
+            "prints it whole)";
+  }
   out += FormatKeyValues(meta);  // left-aligned: one long value must not push the others
   std::vector<std::vector<std::string>> rows;
   out += "\ncounts:\n";

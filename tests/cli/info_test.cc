@@ -51,6 +51,18 @@ TEST(InfoTest, MetaValuesAreLeftAlignedAndWrapped) {
   EXPECT_NE(r.out.find("\n                  CUPTI_ERROR_UNKNOWN\n"), std::string::npos) << r.out;
 }
 
+// A meta value of 100 MB (a crafted file) is shown cut, with its size, not printed whole.
+TEST(InfoTest, AHugeMetaValueIsCutWithItsSize) {
+  std::string path = testing::TempDir() + "/huge_meta.sqlite";
+  testing::WriteSmallTrace(path, false, {{"note", std::string(100 << 20, 'x')}});
+  auto r = RunCli({"info", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_LT(r.out.size(), 10000u);
+  EXPECT_NE(testing::Squeeze(r.out).find("(104857600 bytes; sqlite3 prints it whole)"),
+            std::string::npos)
+      << r.out.substr(0, 400);
+}
+
 // Each bad input, for each reading command: exit 1 and exactly one "tokentrace: " line.
 TEST(FileErrorTest, MissingNonSqliteAndForeignSqliteFiles) {
   std::string dir = testing::TempDir();

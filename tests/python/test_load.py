@@ -156,3 +156,22 @@ def test_damaged_file_is_a_one_line_error(tmp_path):
         f.write(b"\xA5" * size)
     with pytest.raises(tt.TokentraceError, match="cannot be read: .*damaged"):
         tt.load(path).tokens
+
+
+def test_a_file_whose_tables_are_views_is_refused_at_once(tmp_path):
+    """A crafted file whose `calls` is a view that never ends: refused on open (a view where
+    the schema has a table), not read forever."""
+    import sqlite3
+
+    import pytest
+    path = make_trace_file(str(tmp_path / "crafted.sqlite"))
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE calls")
+    con.execute("CREATE VIEW calls AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+                "FROM r) SELECT x AS id, 1 AS site_id, x AS k, 1 AS token, 0 AS parent_id, "
+                "0 AS thread, 0 AS cpu_begin_ns, 1 AS cpu_end_ns FROM r")
+    con.commit()
+    con.close()
+    with pytest.raises(tt.TokentraceError, match="its 'calls' is a view, not a table"):
+        tt.load(path)
+
