@@ -82,8 +82,8 @@ std::tuple<int64_t, int64_t, std::string> TableCheck(
     const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites, c10::Device device) {
   TableState scratch;
   EntryProblem problem;
-  const int64_t bad =
-      DecodeEntries(ints, floats, operands, max_sites, WithIndex(device), false, &scratch, &problem);
+  const int64_t bad = DecodeEntries(ints, floats, operands, max_sites, WithIndex(device), false,
+                                    &scratch, &problem);
   return {bad, static_cast<int64_t>(problem.code), problem.message};
 }
 
