@@ -13,10 +13,10 @@ import difflib
 
 from ._errors import fail
 from ._inputs import parameter_names, walk_call
-from ._paths import descend, ends, put_at
+from ._paths import cache_alias, descend, ends, put_at
 
 
-def locate(names, args, kwargs, path):
+def locate(names, args, kwargs, path, alias=True):
     """The steps from the call's arguments to the value at `path`, or None when it names
     nothing. Steps: ("arg", i) or ("kw", name) first, then ("item", i), ("key", k) and
     ("attr", name)."""
@@ -27,7 +27,8 @@ def locate(names, args, kwargs, path):
             steps = descend(value, path[len(name):], [step])
             if steps is not None:
                 return steps
-    return None
+    other = cache_alias(path) if alias else None  # the cache's other name (past_key_values/cache)
+    return locate(names, args, kwargs, other, alias=False) if other is not None else None
 
 
 def get(args, kwargs, steps):

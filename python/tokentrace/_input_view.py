@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from ._errors import fail
 from ._inputs import InputEntry
 from ._outputs import parse_dtype
+from ._paths import CACHE_NAMES, cache_alias, ends
 
 
 def entry_from_row(path, kind, type_name, shape, dtype, device, value):
@@ -32,8 +33,28 @@ class CallInputs(Mapping):
         self._rows = {r[0]: r for r in rows}  # path -> (path, kind, ..., file, key)
         self._load = load_tensor
 
-    def __getitem__(self, path):
+    def _row(self, path):
+        """The row at `path`; the cache by either of its names (past_key_values, cache)."""
         row = self._rows.get(path)
+        if row is None and isinstance(path, str):
+            alias = cache_alias(path)
+            row = self._rows.get(alias) if alias is not None else None
+        return row
+
+    @property
+    def cache_name(self):
+        """The name the call gave its cache argument ("past_key_values" or "cache"), or None
+        when it was given no cache. Lookups take either name."""
+        for name in CACHE_NAMES:
+            if any(ends(p, name) for p in self._rows):
+                return name
+        return None
+
+    def __contains__(self, path):
+        return self._row(path) is not None
+
+    def __getitem__(self, path):
+        row = self._row(path)
         if row is None:
             self._unknown(path)
         file, key = row[7], row[8]
@@ -49,9 +70,10 @@ class CallInputs(Mapping):
 
     def entry(self, path):
         """The InputEntry at `path` (metadata), also where the tensor was saved."""
-        if path not in self._rows:
+        row = self._row(path)
+        if row is None:
             self._unknown(path)
-        return entry_from_row(*self._rows[path][:7])
+        return entry_from_row(*row[:7])
 
     def _unknown(self, path):
         paths = list(self._rows)

@@ -16,6 +16,19 @@ from ._inputs import _CACHE, _DATACLASS, _DICT, _SEQ, _kind_of
 
 _INDEX = re.compile(r"\[(\d+)\]")
 
+# The names transformers gives the cache argument of a forward: past_key_values, and cache
+# since 5.24 (its generate passes cache=; the old name is still taken, deprecated).
+CACHE_NAMES = ("past_key_values", "cache")
+
+
+def cache_alias(path):
+    """`path` with the cache argument's other name ("past_key_values.layers[0].keys" <->
+    "cache.layers[0].keys"), or None when it does not start with either."""
+    for name, other in (CACHE_NAMES, CACHE_NAMES[::-1]):
+        if ends(path, name):
+            return other + path[len(name):]
+    return None
+
 
 def ends(rest, text):
     """Whether `rest` starts with the path component `text` (and the component ends there)."""

@@ -45,6 +45,36 @@ def test_root_inputs_by_path_with_the_cache_per_layer(llama, prompt):
     assert trace.schema_version == _store.schema().SCHEMA_VERSION
 
 
+@pytest.mark.parametrize("given", ["past_key_values", "cache"])
+def test_the_cache_is_found_by_either_of_its_names(given):
+    """transformers 5.24 calls the cache argument `cache` (its generate passes cache=); older
+    ones `past_key_values`. A lookup or an input edit by either name finds it, and
+    inputs.cache_name says which the call used."""
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x, **kwargs):
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            return self.proj(x) + cache["keys"].sum()
+
+    step = Step().eval()
+    kwargs = {given: {"keys": torch.ones(2, 3)}}
+    trace = _trace(step, torch.ones(1, 4), kwargs, kernels="off")
+    inputs = trace["self:1"].inputs
+    assert inputs.cache_name == given
+    for name in ("past_key_values", "cache"):
+        assert f"{name}.keys" in inputs
+        assert list(inputs.entry(f"{name}.keys").shape) == [2, 3]
+    spec = tt.when("self", tt.zero(), input=("cache" if given == "past_key_values"
+                                             else "past_key_values") + ".keys")
+    with torch.no_grad():
+        edited = spec.bind(step)(torch.ones(1, 4), **{given: {"keys": torch.ones(2, 3)}})
+        plain = step.proj(torch.ones(1, 4))
+    assert torch.equal(edited, plain)  # the cache's keys were zeroed through the other name
+
+
 def test_other_sites_on_request_only(llama, prompt):
     site = "model.layers.0.self_attn"
     trace = _decode_step(llama, _prefill_cache(llama, prompt), inputs_of=tt.module(site))
