@@ -310,18 +310,6 @@ PyObject* WrapperRepr(PyObject* self) {
                               w->forward != nullptr ? w->forward : Py_None);
 }
 
-// open()/close(output): the call in progress when the wrapper was installed (preload installs
-// from inside the first root call) is opened and closed by hand, with the same numbering.
-PyObject* WrapperOpen(PyObject* self, PyObject*) {
-  OpenCall(reinterpret_cast<ForwardWrapper*>(self)->site);
-  Py_RETURN_NONE;
-}
-
-PyObject* WrapperClose(PyObject* self, PyObject* output) {
-  auto* w = reinterpret_cast<ForwardWrapper*>(self);
-  return PyBool_FromLong(CloseCall(w->site, output == Py_None ? nullptr : output, w->record != 0));
-}
-
 // Pickling and copy.deepcopy of a module while it is traced (torch.save(model), a checkpoint
 // callback) see the wrapper in the module's __dict__: it reduces to the original forward
 // (through the identity tokentrace._session.original_forward), so the copy gets a plain,
@@ -338,8 +326,6 @@ PyObject* WrapperReduce(PyObject* self, PyObject*) {
 
 PyMethodDef g_wrapper_methods[] = {
     {"__reduce__", WrapperReduce, METH_NOARGS, "pickles as the original forward"},
-    {"open", WrapperOpen, METH_NOARGS, "open a call of this site by hand"},
-    {"close", WrapperClose, METH_O, "close the call open() opened, recording its output"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMemberDef g_wrapper_members[] = {

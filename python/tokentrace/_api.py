@@ -150,7 +150,7 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
             if model is not None:
                 attached.attach(model)
             else:
-                finder = FirstRoot(attached)
+                finder = FirstRoot(attached.attach)
             attached.escapes.install()
             fn(*args, **kwargs)
         finally:

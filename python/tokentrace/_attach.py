@@ -66,9 +66,9 @@ class Attachment:
         self.on_cpu = True
         self.ops_on = False
 
-    def attach(self, model, running_root_args=None):
-        """Installs everything on `model`: before its first call, or from inside the call in
-        progress (running_root_args: its positional arguments; that call is token 1)."""
+    def attach(self, model):
+        """Installs everything on `model`, before its first call (FirstRoot: the call that
+        found it is then made through what was installed)."""
         hooked, saved, self.inputs = self.select(model)
         self.model = model
         self.edits = self.edit_spec.hooks_for(model) if self.edit_spec is not None else None
@@ -79,7 +79,7 @@ class Attachment:
                              self.recorder)
         if self.edits is not None:
             self.edits.install()
-        self.hooks.install(running_root_args)
+        self.hooks.install()
         # The job compiling the model itself (transformers' generate): compiled from outside.
         self.compiled_calls = CompiledCalls(self.hooks, model, self._compiled_noted)
         if self.ops:
@@ -170,21 +170,27 @@ class Attachment:
 
 
 class FirstRoot:
-    """Attaches to the first module called. Until then, nn.Module.__call__ is ours: it puts
-    everything on that module, gives __call__ back, and makes the call again through it, so
-    the first call is recorded like every later one (its keyword arguments too). Catching
-    the call before the module's own call path starts keeps a module compiled in place
-    (module.compile()) compiled: its call path, hooks included, runs inside the compiled
-    region, where a global forward pre-hook would be traced by TorchDynamo."""
+    """Calls on_first(module) with the first module called, before its call runs. Until then,
+    nn.Module.__call__ is ours: it calls on_first, gives __call__ back, and makes the call
+    again through it, so the first call is recorded like every later one (its keyword
+    arguments too). Catching the call before the module's own call path starts keeps a module
+    compiled in place (module.compile()) compiled: its call path, hooks included, runs inside
+    the compiled region, where a global forward pre-hook would be traced by TorchDynamo.
+    tt.trace without model= and the preloaded job (preload.py) both find their root so."""
 
-    def __init__(self, attachment):
-        self.attachment = attachment
-        original = self._original = torch.nn.Module.__dict__["__call__"]
-        first = self
+    def __init__(self, on_first):
+        self._original = torch.nn.Module.__dict__["__call__"]
+        self._on_first = on_first
+        self._patched = False
+        self._untraced = False
+        self._install(sys.modules.get("torch._dynamo"))
+
+    def _install(self, dynamo):
+        original, first = self._original, self
 
         def attach(module):
             first.remove()
-            first.attachment.attach(module)
+            first._on_first(module)
         attach_now = attach
 
         def call(module, *args, **kwargs):
@@ -193,7 +199,6 @@ class FirstRoot:
             if first._patched:
                 attach_now(module)
             return original(module, *args, **kwargs)
-        dynamo = sys.modules.get("torch._dynamo")
         if dynamo is not None:
             # A compiled function (tt.trace(torch.compile(fn))) calls its first module inside
             # its compiled region. TorchDynamo cannot trace the attach (it failed with an
@@ -201,8 +206,16 @@ class FirstRoot:
             # call path below runs as it would without us (compiled where it was).
             attach_now = dynamo.disable(attach)
             call = dynamo.disable(call, recursive=False)
+            self._untraced = True
+        call.tokentrace_stands_for = original  # what torch.compile of it compiles (watch_compile)
         torch.nn.Module.__call__ = call
         self._patched = True
+
+    def untraced(self):
+        """TorchDynamo is loaded now (the job compiles something): until the first call, ours
+        is a __call__ TorchDynamo runs as it is (a graph break there)."""
+        if self._patched and not self._untraced and "torch._dynamo" in sys.modules:
+            self._install(sys.modules["torch._dynamo"])
 
     def remove(self):
         if self._patched:

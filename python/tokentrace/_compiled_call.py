@@ -26,6 +26,7 @@ to that module now (the same hide-and-record then; else it runs as it is).
 """
 
 import functools
+import types
 import weakref
 
 import torch
@@ -116,13 +117,20 @@ def watch_compile(on_compile=None):
 
     @functools.wraps(real)
     def compile(*args, **kwargs):
+        fn = args[0] if args else kwargs.get("model")
+        owner = getattr(fn, "__self__", None)
+        is_call = isinstance(owner, torch.nn.Module) and \
+            getattr(fn, "__func__", None) is getattr(type(owner), "__call__", None)
+        # A __call__ taken while the root is still being looked for is _attach.FirstRoot's
+        # stand-in: compile the __call__ it stands in for, as the job would have.
+        stands_for = getattr(getattr(fn, "__func__", None), "tokentrace_stands_for", None)
+        if is_call and stands_for is not None:
+            fn = types.MethodType(stands_for, owner)
+            args, kwargs = ((fn,) + args[1:], kwargs) if args else (args, dict(kwargs, model=fn))
         compiled = real(*args, **kwargs)
         if on_compile is not None:
             on_compile()
-        fn = args[0] if args else kwargs.get("model")
-        owner = getattr(fn, "__self__", None)
-        if not isinstance(owner, torch.nn.Module) or \
-                getattr(fn, "__func__", None) is not getattr(type(owner), "__call__", None):
+        if not is_call:
             return compiled
         owner_ref = weakref.ref(owner)
 

@@ -70,11 +70,8 @@ class HookSet:
     def _wrappers(self):
         return [w for _, w, _, _ in self.wrapped] + self.entries
 
-    def install(self, running_root_args=None):
-        """Installs the hooks. running_root_args: the root is being called right now (preload
-        installs from inside the first root call): that call is opened here (its positional
-        arguments are its recorded inputs) and closed by a one-shot forward hook when it
-        returns."""
+    def install(self):
+        """Installs the hooks (before the root's first call)."""
         names = site_names(self.model)
         # nn.DataParallel copies each module's __dict__ into its replicas: a wrapped forward
         # would run the original module there. Such models get the hook pairs throughout.
@@ -83,7 +80,6 @@ class HookSet:
         # runs inside it is left alone (python/tokentrace/_compiled.py).
         entries, inside = compiled_layout(names)
         self.not_hooked = [n for n in self.hooked if n in inside]
-        root_open = None
         try:
             for name in self.hooked:
                 if name in inside:
@@ -95,21 +91,18 @@ class HookSet:
                 saver = self._saver(name) if name in self.saved and self.sink is not None else None
                 on_input = (self.recorder.hook(mod.forward, name in self.saved)
                             if name in self.inputs else None)
-                opened = None
+                wrapped = False
                 if name in entries:
-                    opened = self._wrap(mod, sid, name, kind, saver, on_input, entries[name])
+                    wrapped = self._wrap(mod, sid, name, kind, saver, on_input, entries[name])
                 elif not (replicated or mod._forward_hooks or mod._forward_pre_hooks):
-                    opened = self._wrap(mod, sid, name, kind, saver, on_input)
-                if opened is None:
-                    opened = self._hook(mod, sid, name, kind, saver, on_input)
+                    wrapped = self._wrap(mod, sid, name, kind, saver, on_input)
+                if not wrapped:
+                    self._hook(mod, sid, name, kind, saver, on_input)
                 if name == ROOT:
-                    root_open = opened
                     self._root = (sid, kind, saver, on_input)
         except BaseException:
             self.remove()
             raise
-        if running_root_args is not None and root_open is not None:
-            root_open(running_root_args)
 
     @property
     def input_errors(self):
@@ -119,27 +112,16 @@ class HookSet:
         return self.recorder.failed + sum(w.input_errors for w in self._wrappers())
 
     def _wrap(self, mod, sid, name, kind, saver, on_input, attr="forward"):
+        """Wraps `mod`'s `attr` in the native recording wrapper; False when it cannot be."""
         previous = mod.__dict__.get(attr, _MISSING)
         forward = getattr(mod, attr)
         wrapper = self.backend.wrap_forward(sid, name, kind, forward, saver, on_input)
         try:
             object.__setattr__(mod, attr, wrapper)
         except Exception:
-            return None
+            return False
         self.wrapped.append((mod, wrapper, previous, attr))
-
-        def open_in_progress(args):
-            wrapper.open()
-            if on_input is not None:
-                self.recorder.safe(on_input)(mod, args, {})
-            holder = []
-
-            def close(module, args, output):
-                holder[0].remove()
-                wrapper.close(output)
-            holder.append(mod.register_forward_hook(close, always_call=True))
-            self.handles.append(holder[0])
-        return open_in_progress
+        return True
 
     def _hook(self, mod, sid, name, kind, saver, on_input):
         pre = self.backend.pre_hook(sid, name, kind)
@@ -155,12 +137,6 @@ class HookSet:
             self.handles.append(mod.register_forward_pre_hook(record_inputs, with_kwargs=True))
         self.handles.append(mod.register_forward_pre_hook(pre, prepend=True))
         self.handles.append(mod.register_forward_hook(post, always_call=True))
-
-        def open_in_progress(args):
-            pre(mod, ())
-            if record_inputs is not None:
-                record_inputs(mod, args, {})
-        return open_in_progress
 
     def _saver(self, site):
         current = self.backend.current

@@ -1,13 +1,14 @@
 """Preload mode: hook an unmodified job (started by `tokentrace run -- python job.py`).
 
-boot/sitecustomize.py calls install() right after torch is imported. install() adds one global
-forward pre-hook; the first module whose forward runs is the root (`self`, one call per
-token). At that moment the global hook removes itself and the per-site hooks go onto that
+boot/sitecustomize.py calls install() right after torch is imported. install() takes
+nn.Module.__call__ until the first module call (_attach.FirstRoot, as tt.trace without model=
+does); that module is the root (`self`, one call per token). The per-site hooks go onto that
 model, selected by TOKENTRACE_SITES (globs; default every module), with the outputs of
-TOKENTRACE_SAVE sites streamed next to the trace file. The call already in progress is opened
-by hand, so token 1 is that first call. What goes on the model (hooks, saved-tensor sink, input
-recorder, op records, escape counter) and the rows added at exit are tt.trace's own set-up
-(Attachment, python/tokentrace/_attach.py); only the options come from the environment here.
+TOKENTRACE_SAVE sites streamed next to the trace file, and the first call is then made
+through them, so token 1 is that call, its keyword arguments recorded too. What goes on the
+model (hooks, saved-tensor sink, input recorder, op records, escape counter) and the rows
+added at exit are tt.trace's own set-up (Attachment, python/tokentrace/_attach.py); only the
+options come from the environment here.
 
 The shim (LD_PRELOAD) owns the session and the file: it was started in its constructor from
 the TOKENTRACE_* environment, and it writes the file until the process exits. At Python exit
@@ -29,7 +30,7 @@ import sys
 
 import torch
 
-from ._attach import Attachment, selection
+from ._attach import Attachment, FirstRoot, selection
 from ._backend import get_backend
 from ._compiled_call import watch_compile
 from ._errors import TokentraceError
@@ -37,7 +38,7 @@ from ._naming import site_names
 from ._selectors import module as select_module
 from ._selectors import parse_env_list
 
-_state = {"handle": None, "done": False}
+_state = {"first": None, "done": False}
 
 
 def _say(message):
@@ -46,10 +47,11 @@ def _say(message):
 
 
 def install():
-    if _state["handle"] is not None or _state["done"]:
+    if _state["first"] is not None or _state["done"]:
         return
-    from torch.nn.modules.module import register_module_forward_pre_hook
-    _state["handle"] = register_module_forward_pre_hook(_first_call)
+    # The first module the job calls is the root; its call is then made through the hooks,
+    # so token 1 is recorded like every later one, keyword arguments included.
+    _state["first"] = FirstRoot(_first_call)
     # A compiled __call__ taken before the first root call (transformers' generate takes it
     # before its prefill) is recorded from outside when it runs (_compiled_call.py).
     watch_compile(on_compile=_compiling)
@@ -57,28 +59,20 @@ def install():
 
 def _compiling():
     """The job compiles something (TorchDynamo is loaded now). A compiled function may make
-    the first module call inside its compiled region, where TorchDynamo would trace this
-    hook and the whole attach (it cannot: an internal error, printed, and nothing recorded).
-    Until the first call, the hook is one TorchDynamo runs as it is (a graph break there)."""
-    handle = _state["handle"]
-    if _state["done"] or handle is None or _state.get("untraced"):
-        return
-    _state["untraced"] = True
-    hooks = handle.hooks_dict_ref()
-    if hooks is not None and handle.id in hooks:
-        hooks[handle.id] = sys.modules["torch._dynamo"].disable(_first_call)
+    the first module call inside its compiled region, where TorchDynamo would trace the
+    attach (it cannot: an internal error, printed, and nothing recorded). Until the first
+    call, ours is a __call__ TorchDynamo runs as it is (a graph break there)."""
+    first = _state["first"]
+    if first is not None and not _state["done"]:
+        first.untraced()
 
 
-def _first_call(module, args):
-    if _state["done"]:
-        return None
+def _first_call(module):
     _state["done"] = True
-    _state["handle"].remove()
     try:
-        _attach(module, args)
+        _attach(module)
     except Exception as exc:  # never crash the traced job
         _say(f"hooks not installed on {type(module).__name__}: {exc}")
-    return None
 
 
 def _select(env, names, default_all):
@@ -94,9 +88,9 @@ def _select(env, names, default_all):
         return []
 
 
-def _attach(model, args):
-    edits = _attach_edits(model, args)
-    if not _attach_recording(model, args) and edits is not None:
+def _attach(model):
+    edits = _attach_edits(model)
+    if not _attach_recording(model) and edits is not None:
         atexit.register(_say_fires, edits)
 
 
@@ -112,9 +106,9 @@ def _edits_variable():
     return "TOKENTRACE_PATCHES", os.environ["TOKENTRACE_PATCHES"].strip()
 
 
-def _attach_edits(model, args):
+def _attach_edits(model):
     """TOKENTRACE_EDITS: the JSON edit spec, installed on the root as a bound model's
-    forward hooks (counting from the first root call, the one in progress). A bad spec stops
+    forward hooks (counting from the first root call, made through them). A bad spec stops
     the job before the model's first forward runs (exit status 2): running without the edits
     the user asked for would give results that look right and are not."""
     variable, spec_path = _edits_variable()
@@ -134,12 +128,11 @@ def _attach_edits(model, args):
              f"{variable} to run without edits)")
         sys.stderr.flush()
         os._exit(2)
-    hooks._root_pre(model, args)  # the root call in progress is token 1
     _state["edits"] = hooks
     return hooks
 
 
-def _attach_recording(model, args):
+def _attach_recording(model):
     """The recording hooks; False when nothing records (no extension, or the shim is off)."""
     try:
         backend = get_backend()
@@ -150,11 +143,10 @@ def _attach_recording(model, args):
         _say("the native shim is not recording (run the job with `tokentrace run -- ...`); "
              "no recording hooks installed")
         return False
-    # The set-up of tt.trace (python/tokentrace/_attach.py), from inside the first root call:
-    # of that call, its positional arguments are the recorded inputs.
+    # The set-up of tt.trace (python/tokentrace/_attach.py), before the first root call.
     attached = Attachment(backend, backend.settled_path, _env_selection, ops=_ops_wanted(),
                           say=_say)
-    attached.attach(model, running_root_args=args)
+    attached.attach(model)
     not_hooked = attached.not_hooked_message()
     if not_hooked:
         _say(not_hooked)

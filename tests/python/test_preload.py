@@ -130,6 +130,38 @@ def test_jobs_that_reach_torch_another_way_are_recorded(tmp_path, first):
     _check(str(out), saved=True)
 
 
+KWARGS_JOB = textwrap.dedent("""
+    import torch
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, input_ids=None, positions=None):
+            return self.proj(input_ids) + positions
+
+    step = Step()
+    for _ in range(3):  # by keyword, as vLLM calls its model
+        step(input_ids=torch.ones(1, 4), positions=torch.zeros(1, 4))
+    print("JOB-DONE")
+""")
+
+
+def test_the_roots_keyword_arguments_are_its_inputs_from_token_1(tmp_path):
+    """The first root call, where the job attaches, is recorded like the later ones: its
+    keyword arguments are its inputs (they were missing from token 1)."""
+    import tokentrace as tt
+    job, own = _write_job(tmp_path, KWARGS_JOB)
+    out = tmp_path / "kw.sqlite"
+    res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(out))
+    assert res.returncode == 0 and "JOB-DONE" in res.stdout, res.stderr
+    trace = tt.load(out)
+    assert trace["self"].num_calls == 3 and trace["proj"].num_calls == 3
+    for k in (1, 2, 3):
+        assert list(trace[f"self:{k}"].inputs) == ["input_ids", "positions"], k
+
+
 def test_torch_imported_past_the_watcher_is_said_in_one_line(tmp_path):
     """A job that takes the boot's watcher off sys.meta_path before importing torch records
     nothing, and is told so at exit instead of finding no file."""
