@@ -11,11 +11,17 @@
 #                      apt-get would only spend its timeouts); build with what is installed
 #   TOKENTRACE_TARGETS ninja targets to build (default: all); scripts/gpu-check.sh builds
 #                      only what it runs
-# Writes $BUILD_DIR/env.sh, which test.sh and demo.sh source.
+#   TOKENTRACE_NEWEST  set: the second environment, with the newest torch and transformers
+#                      (scripts/requirements-newest.txt) in ~/.cache/tokentrace/venv-newest;
+#                      only the torch ops library is built for it ($BUILD_DIR/torch-ops-newest:
+#                      the rest of the build does not depend on torch), after a first plain run
+# Writes $BUILD_DIR/env.sh (env-newest.sh), which test.sh and demo.sh source.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-VENV=${TOKENTRACE_VENV:-$HOME/.cache/tokentrace/venv}
+NEWEST=${TOKENTRACE_NEWEST:-}
+SUFFIX=${NEWEST:+-newest}
+VENV=${TOKENTRACE_VENV:-$HOME/.cache/tokentrace/venv$SUFFIX}
 log() { echo "[setup] $*" >&2; }
 
 # 1. System packages (only the missing ones; needs root or sudo when something is missing).
@@ -51,6 +57,13 @@ fi
 #    everything (the GPU machine), else create the venv from scripts/requirements.txt.
 has_all() { "$1" -c 'import torch, transformers, nanobind, pytest, safetensors, matplotlib' >/dev/null 2>&1; }
 REQ="$ROOT/scripts/requirements.txt"
+if [ -n "$NEWEST" ]; then
+  # requirements.txt with its torch and transformers pins replaced by the newest ones
+  mkdir -p "$BUILD_DIR"
+  { grep -v -E '^(torch|transformers)==' "$REQ"; grep -E '==' "$ROOT/scripts/requirements-newest.txt"; } \
+    > "$BUILD_DIR/requirements-newest.txt"
+  REQ="$BUILD_DIR/requirements-newest.txt"
+fi
 # One stamp per requirements text: a changed file (a package added) installs once, and
 # branches that differ in requirements share the cached venv without reinstalling in turn.
 STAMP="$VENV/.tokentrace-requirements-$(sha256sum "$REQ" | cut -c1-16)"
@@ -58,7 +71,7 @@ if [ -n "${TOKENTRACE_PYTHON:-}" ]; then
   PY=$TOKENTRACE_PYTHON
 elif [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && has_all "$VENV/bin/python"; then
   PY=$VENV/bin/python
-elif [ ! -x "$VENV/bin/python" ] && has_all python3; then
+elif [ -z "$NEWEST" ] && [ ! -x "$VENV/bin/python" ] && has_all python3; then
   PY=$(command -v python3)  # e.g. the GPU machine: torch preinstalled, no registry
 else
   if [ ! -x "$VENV/bin/python" ]; then
@@ -73,18 +86,26 @@ else
 fi
 log "python: $PY ($("$PY" -c 'import torch; print("torch", torch.__version__)'))"
 
-# 3. Build (native library, program, tests, benchmarks, device code, Python extension).
+# 3. Build (native library, program, tests, benchmarks, device code, Python extension). The
+#    newest environment reuses it: only the torch ops library depends on torch, and both
+#    environments are made from the same python3, so the extension loads in either.
+if [ -n "$NEWEST" ] && [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  echo "tokentrace: TOKENTRACE_NEWEST=1 needs the build of a plain scripts/setup.sh run in $BUILD_DIR first" >&2
+  exit 1
+fi
 CUDA_FLAG=ON
 command -v "$CUDA_ROOT/bin/nvcc" >/dev/null 2>&1 || CUDA_FLAG=OFF
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+if [ -n "$NEWEST" ]; then
+  log "newest environment: the build in $BUILD_DIR is reused"
+elif [ ! -f "$BUILD_DIR/build.ninja" ]; then
   log "configuring $BUILD_DIR"
   PATH="$CUDA_ROOT/bin:$PATH" cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DTOKENTRACE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PY" -DTOKENTRACE_BUILD_CUDA=$CUDA_FLAG \
     -DTOKENTRACE_CUDA_ROOT="$CUDA_ROOT" >/dev/null
 fi
-log "building (ninja; log in $BUILD_DIR/build.log)"
+[ -n "$NEWEST" ] || log "building (ninja; log in $BUILD_DIR/build.log)"
 # shellcheck disable=SC2086  # a list of targets
-if ! PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" ${TOKENTRACE_TARGETS:-} >"$BUILD_DIR/build.log" 2>&1; then
+if [ -z "$NEWEST" ] && ! PATH="$CUDA_ROOT/bin:$PATH" ninja -C "$BUILD_DIR" ${TOKENTRACE_TARGETS:-} >"$BUILD_DIR/build.log" 2>&1; then
   grep -E -A5 "error|FAILED" "$BUILD_DIR/build.log" | head -60 >&2
   echo "tokentrace: the build failed; the whole log is $BUILD_DIR/build.log" >&2
   exit 1
@@ -94,7 +115,7 @@ fi
 #    this python's torch into $BUILD_DIR/torch-ops; what the declarative edits run through. CUDA
 #    only when nvcc exists and the torch is a CUDA build (build.sh decides); ninja rebuilds only
 #    what changed.
-TORCH_OPS_DIR="$BUILD_DIR/torch-ops"
+TORCH_OPS_DIR="$BUILD_DIR/torch-ops$SUFFIX"
 log "building the torch ops (log in $TORCH_OPS_DIR.log)"
 if ! PATH="$CUDA_ROOT/bin:$PATH" bash "$ROOT/cuda/torch/build.sh" "$TORCH_OPS_DIR" "$PY" >"$TORCH_OPS_DIR.log" 2>&1; then
   grep -E -A5 "error|FAILED|Error" "$TORCH_OPS_DIR.log" | head -60 >&2
@@ -102,7 +123,7 @@ if ! PATH="$CUDA_ROOT/bin:$PATH" bash "$ROOT/cuda/torch/build.sh" "$TORCH_OPS_DI
   exit 1
 fi
 
-cat > "$BUILD_DIR/env.sh" <<ENV
+cat > "$BUILD_DIR/env$SUFFIX.sh" <<ENV
 # Written by scripts/setup.sh: the environment of the tests, the demo and the benchmarks.
 export TOKENTRACE_PY="$PY"
 export TOKENTRACE_PYTHON="$PY"  # the interpreter \`tokentrace plot\` runs

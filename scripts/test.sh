@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Builds everything (scripts/setup.sh), checks the format of the C++ (clang-format) and lints
 # the Python (ruff), then runs every test: the C++ suites (ctest) and the Python suite with the
-# docs examples (pytest). Tests that need a GPU are labelled `gpu`
-# (ctest) / marked `gpu` (pytest) and skip cleanly without one.
+# docs examples (pytest), on the oldest supported torch and transformers (the pins of
+# scripts/requirements.txt); then the Python suite again on the newest
+# (scripts/requirements-newest.txt), in a second cached environment with its own build of the
+# torch ops library. The C++ suites run once: nothing else in the build depends on torch.
+# Tests that need a GPU are labelled `gpu` (ctest) / marked `gpu` (pytest) and skip cleanly
+# without one. TOKENTRACE_SKIP_NEWEST=1 skips the second environment (a quick local run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -21,6 +25,13 @@ echo "== Python lint (ruff) =="
 echo "== C++ tests (ctest) =="
 (cd "$BUILD_DIR" && ctest -j"$JOBS" --output-on-failure --timeout 600 "$@") 2>&1 | grep -v -E "^\s+[0-9]+ - .*\(Skipped\)$|\*\*\*Skipped"
 
-echo "== Python tests (pytest) =="
+echo "== Python tests (pytest), $("$TOKENTRACE_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)') =="
 cd "$ROOT"
+"$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
+[ -z "${TOKENTRACE_SKIP_NEWEST:-}" ] || exit 0
+
+TOKENTRACE_NEWEST=1 "$ROOT/scripts/setup.sh"
+# shellcheck disable=SC1091
+source "$BUILD_DIR/env-newest.sh"
+echo "== Python tests (pytest), $("$TOKENTRACE_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)') =="
 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
