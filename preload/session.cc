@@ -1,13 +1,15 @@
 #include "preload/session.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iterator>
 #include <span>
@@ -15,6 +17,7 @@
 #include "core/buffer_registry.h"
 #include "core/clock.h"
 #include "core/deadline_wait.h"
+#include "core/fd_guard.h"
 #include "core/recorder.h"
 #include "core/site_registry.h"
 #include "cupti/subscriber.h"
@@ -30,8 +33,14 @@ namespace tokentrace {
 namespace {
 
 // Wake-ups of the background thread (Stop, and the signal handler, which can only write to a
-// file descriptor): one eventfd per process, made before the first session's thread starts.
-std::atomic<int> g_wake_fd{-1};
+// file descriptor): one pipe per process, made before the first session's thread starts. Its
+// two descriptors are guarded (core/fd_guard.h), and before each use they are checked to
+// still be that pipe (its inode): one closed by a raw syscall, or whose number the job
+// reused, is never read or written, and the loop makes a new pipe.
+std::atomic<int> g_wake_read{-1};
+std::atomic<int> g_wake_write{-1};
+std::atomic<dev_t> g_wake_dev{0};
+std::atomic<ino_t> g_wake_ino{0};
 // Every session's drain lock (Session::drain_mutex_), taken by fork() (shim.cc's atfork
 // handlers) before the claim lock: a fork waits for the drain that is writing, so the child
 // never inherits SQLite's mutexes or allocator held by a thread it does not have.
@@ -45,20 +54,42 @@ std::atomic<int64_t> g_stop_signal_ns{
 std::atomic<bool> g_loop_running{false};
 std::atomic<bool> g_signal_stop_done{false};
 
-int WakeFd() {
-  int fd = g_wake_fd.load();
-  if (fd < 0) {
-    fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    g_wake_fd.store(fd);
+bool IsTheWakePipe(int fd) {
+  struct stat st;
+  return fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == g_wake_ino.load() &&
+         st.st_dev == g_wake_dev.load();
+}
+
+void MakeWakePipe() {
+  int fds[2];
+  struct stat st;
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  if (fstat(fds[0], &st) == 0) {
+    g_wake_dev.store(st.st_dev);
+    g_wake_ino.store(st.st_ino);
   }
-  return fd;
+  fd_guard::Guard(fds[0]);
+  fd_guard::Guard(fds[1]);
+  g_wake_write.store(fds[1]);
+  g_wake_read.store(fds[0]);
+}
+
+// The read end, a new pipe's when either end is no longer the pipe (their numbers are the
+// job's now: left open, unguarded).
+int WakeReadFd() {
+  const int fd = g_wake_read.load();
+  if (fd >= 0 && IsTheWakePipe(fd) && IsTheWakePipe(g_wake_write.load())) return fd;
+  fd_guard::Unguard(fd);
+  fd_guard::Unguard(g_wake_write.load());
+  MakeWakePipe();
+  return g_wake_read.load();
 }
 
 void Wake() {
-  const int fd = g_wake_fd.load();
-  if (fd < 0) return;
-  const uint64_t one = 1;
-  ssize_t ignored = write(fd, &one, sizeof one);
+  const int fd = g_wake_write.load();
+  if (!IsTheWakePipe(fd)) return;
+  const char one = 1;
+  ssize_t ignored = write(fd, &one, 1);  // a full pipe is a pending wake-up already
   (void)ignored;
 }
 
@@ -115,7 +146,7 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
   } else {
     s->SetKernelsStatus("waiting for CUDA initialisation", KernelsOff::kNoCudaWork);
   }
-  WakeFd();
+  if (g_wake_read.load() < 0) MakeWakePipe();
   // The background thread never takes the job's termination signals (their handler waits for
   // it), so it starts with them blocked.
   sigset_t block, old;
@@ -251,12 +282,12 @@ void Session::OnDropped(uint64_t records) {
 }
 
 void Session::Loop() {
-  const int fd = g_wake_fd.load();
   while (!loop_stop_.load()) {
+    const int fd = WakeReadFd();
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, fd >= 0 ? 1 : 0, config_.flush_ms) > 0) {
-      uint64_t count;
-      ssize_t ignored = read(fd, &count, sizeof count);  // reset the eventfd
+    if (poll(&p, fd >= 0 ? 1 : 0, config_.flush_ms) > 0 && (p.revents & POLLIN) != 0) {
+      char wakes[64];
+      ssize_t ignored = read(fd, wakes, sizeof wakes);  // empty the pipe
       (void)ignored;
     }
     if (const int sig = g_stop_signal.load()) {
@@ -295,9 +326,9 @@ void Session::StopFromSignal(int sig) {
     if (!stopped_) {
       stopped_ = true;
       recorder::EndSession();
-      const std::string name = sig == SIGTERM  ? "SIGTERM"
-                               : sig == SIGHUP ? "SIGHUP"
-                                               : std::to_string(sig);
+      const char* abbrev = sigabbrev_np(sig);
+      const std::string name =
+          abbrev != nullptr ? std::string("SIG") + abbrev : std::to_string(sig);
       DrainBudget budget(g_stop_signal_ns.load() + kSignalDrainNs, &MonotonicNs, kSignalDrainStep);
       drainer_.DrainSteps(&budget);
       std::string error;
@@ -323,8 +354,13 @@ void Session::AfterForkInChild() {
   recorder::AfterFork();  // held by the forking thread, this one (BeforeFork)
   g_claim_mutex.unlock();
   g_drain_mutex.unlock();
-  const int fd = g_wake_fd.exchange(-1);
-  if (fd >= 0) close(fd);
+  // The parent's descriptors are copies here, never used by the child: not guarded, and the
+  // wake-up pipe is made again by the child's own session.
+  fd_guard::UnguardAll();
+  for (std::atomic<int>* end : {&g_wake_read, &g_wake_write}) {
+    const int fd = end->exchange(-1);
+    if (fd >= 0) close(fd);
+  }
   g_loop_running.store(false);
   g_stop_signal.store(0);
   g_stop_signal_ns.store(0);

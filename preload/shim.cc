@@ -3,6 +3,7 @@
 #include "preload/shim.h"
 
 #include <dlfcn.h>
+#include <linux/close_range.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -23,6 +24,7 @@
 #include "core/config.h"
 #include "core/deadline_wait.h"
 #include "core/drain_budget.h"
+#include "core/fd_guard.h"
 #include "core/recorder.h"
 #include "preload/injection.h"
 #include "preload/session.h"
@@ -65,15 +67,18 @@ void StopAtExit() {
   if (!StopSession(&error) && !error.empty()) fprintf(stderr, "%s\n", error.c_str());
 }
 
-// SIGTERM and SIGHUP (what `kill`, `timeout`, batch schedulers and a closed terminal send)
-// end a job without atexit. When the job has no handler of its own for them, ours asks the
-// background thread to write what fits and close the file, waits for that (at most
+// SIGTERM and SIGHUP (what `kill`, `timeout`, batch schedulers and a closed terminal send),
+// and SIGINT (Ctrl-C), end a job without atexit. When the job has no handler of its own for them,
+// ours asks the background thread to write what fits and close the file, waits for that (at most
 // kSignalWaitNs: the interrupted thread may hold a lock the writer needs; the writer stops
 // taking rows at kSignalDrainNs and counts the rest, core/drain_budget.h), then restores the
 // default action and re-raises, so the job still ends by that signal. The wait is a deadline
 // on CLOCK_MONOTONIC, not a count of naps (core/deadline_wait.h). Only async-signal-safe
-// calls here. SIGINT is left alone: Python turns it into KeyboardInterrupt (and then exits
-// through atexit) only when it finds SIGINT at its default at start-up.
+// calls here. Python turns SIGINT into KeyboardInterrupt only when it finds SIGINT at its
+// default at start-up: it asks through the sigaction below, which says SIG_DFL where ours
+// stands, so Python installs its own handler, as without tokentrace. A KeyboardInterrupt
+// that ends Python re-raises SIGINT at its default after finalizing (no atexit of C): that
+// default is ours, so the run is written then.
 
 //
 // A job that sets its own handler keeps it; when it puts the default back (Python's
@@ -85,7 +90,11 @@ using SigactionFn = int (*)(int, const struct sigaction*, struct sigaction*);
 
 // libc's sigaction, under ours (set before any handler of ours is installed).
 std::atomic<SigactionFn> g_real_sigaction{nullptr};
-// SIGTERM and SIGHUP are managed here once ours was installed for them (or for either).
+// The signals that end a job without atexit when left at their default: SIGTERM and SIGHUP
+// (kill, timeout, batch schedulers, a closed terminal) and SIGINT (Ctrl-C in a program that
+// does not handle it; Python does, as KeyboardInterrupt, and exits through atexit).
+constexpr int kTerminationSignals[] = {SIGTERM, SIGHUP, SIGINT};
+// They are managed here once ours was installed for them (or for any of them).
 std::atomic<bool> g_manages_termination{false};
 
 SigactionFn RealSigaction() {
@@ -114,12 +123,16 @@ struct sigaction OurTerminationAction() {
   struct sigaction ours {};
   ours.sa_handler = &OnTerminationSignal;
   sigemptyset(&ours.sa_mask);
-  sigaddset(&ours.sa_mask, SIGTERM);
-  sigaddset(&ours.sa_mask, SIGHUP);
+  for (int sig : kTerminationSignals) sigaddset(&ours.sa_mask, sig);
   return ours;
 }
 
-bool IsTermination(int sig) { return sig == SIGTERM || sig == SIGHUP; }
+bool IsTermination(int sig) {
+  for (int s : kTerminationSignals) {
+    if (s == sig) return true;
+  }
+  return false;
+}
 
 bool IsDefault(const struct sigaction* act) {
   return act->sa_handler == SIG_DFL && (act->sa_flags & SA_SIGINFO) == 0;
@@ -128,7 +141,7 @@ bool IsDefault(const struct sigaction* act) {
 void InstallSignalHandlers() {
   SigactionFn real = RealSigaction();
   if (real == nullptr) return;
-  for (int sig : {SIGTERM, SIGHUP}) {
+  for (int sig : kTerminationSignals) {
     struct sigaction current {};
     if (real(sig, nullptr, &current) != 0 || !IsDefault(&current)) {
       continue;  // the job handles (or ignores) it: its handler exits through atexit or _exit
@@ -423,6 +436,48 @@ TT_EXPORT int execle(const char* path, const char* arg, ...) {
   char* const* envp = va_arg(ap, char* const*);
   va_end(ap);
   return execve(path, argv.data(), envp);
+}
+
+// Descriptors the recorder keeps (core/fd_guard.h) are, for the job, as if they did not
+// exist: close() of one fails with EBADF, close_range and closefrom skip them.
+TT_EXPORT int close(int fd) {
+  static auto real = tokentrace::shim::Next<int (*)(int)>("close");
+  if (tokentrace::fd_guard::IsGuarded(fd)) {
+    errno = EBADF;
+    return -1;
+  }
+  return real(fd);
+}
+TT_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+  static auto real = tokentrace::shim::Next<int (*)(unsigned, unsigned, int)>("close_range");
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  if (first > last || (flags & CLOSE_RANGE_CLOEXEC) != 0) return real(first, last, flags);
+  return tokentrace::fd_guard::ForEachUnguardedRange(
+      first, last, [&](unsigned lo, unsigned hi) { return real(lo, hi, flags); });
+}
+TT_EXPORT void closefrom(int lowfd) {
+  static auto real = tokentrace::shim::Next<void (*)(int)>("closefrom");
+  if (lowfd < 0) lowfd = 0;
+  int guarded[tokentrace::fd_guard::kSlots];
+  if (tokentrace::fd_guard::GuardedIn(static_cast<unsigned>(lowfd), ~0u, guarded) == 0) {
+    if (real != nullptr) real(lowfd);
+    return;
+  }
+  tokentrace::fd_guard::ForEachUnguardedRange(
+      static_cast<unsigned>(lowfd), ~0u, [](unsigned lo, unsigned hi) {
+        if (syscall(SYS_close_range, lo, hi, 0) == 0) {
+          return 0;
+        }
+        // No close_range (Linux < 5.9): one by one.
+        const long max = sysconf(_SC_OPEN_MAX);
+        for (long fd = lo; fd <= max && fd <= long{hi}; ++fd) {
+          syscall(SYS_close, fd);
+        }
+        return 0;
+      });
 }
 
 TT_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {

@@ -96,7 +96,9 @@ bool Drainer::Write(Batch& batch, std::string* error) {
   if (batch.empty()) return true;
   // The periodic clock anchor rides on batches that are written anyway (launch_meta.h).
   batch.meta.emplace_back(kMetaAnchorLast, FormatAnchor(TakeClockAnchor()));
-  if (store_->Write(batch, error)) {
+  const bool written = store_->Write(batch, error);
+  if (std::string notice = store_->TakeNotice(); !notice.empty()) parts_.say(notice);
+  if (written) {
     unwritten_.Written(batch);
     return true;
   }
@@ -128,8 +130,7 @@ bool Drainer::WriteFinal(const MetaRowList& extra_meta, std::string* error) {
       unwritten_ = Unwritten();
     } else {
       *error = "tokentrace: '" + store_->path() + "' misses " + std::to_string(unwritten_.calls()) +
-               " calls that could not be written, and the disk has no room to say so in it (" +
-               ignored + ")";
+               " calls that could not be written, and cannot say so itself (" + ignored + ")";
     }
   }
   return ok;

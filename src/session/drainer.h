@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -61,6 +62,10 @@ struct DrainParts {
   // True when the drain should stop after the chunk it has written (a termination signal
   // asked for the stop); what is left is taken by the next drain.
   std::function<bool()> interrupted;
+  // Says a line to the user (what happened to the file: Store::TakeNotice).
+  std::function<void(const std::string&)> say = [](const std::string& line) {
+    fprintf(stderr, "%s\n", line.c_str());
+  };
 };
 
 class Drainer {

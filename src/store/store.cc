@@ -1,15 +1,20 @@
 #include "store/store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
+#include "core/fd_guard.h"
 #include "store/schema.h"
 #include "store/statement.h"
 
@@ -126,8 +131,7 @@ struct TokenDelta {
 
 }  // namespace
 
-Store::Store(std::string path, sqlite3* db)
-    : path_(std::move(path)), db_(db), st_(std::make_unique<Statements>()) {}
+Store::Store(std::string path) : path_(std::move(path)) {}
 
 Store::~Store() { Close(); }
 
@@ -156,18 +160,33 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
       return nullptr;
     }
   }
+  std::unique_ptr<Store> store(new Store(path));
+  if (!store->Connect(error)) {
+    // What was made of the file goes (a full disk stops the schema half way): it is not a
+    // trace, and a later Open, or another run, must not find it in the way.
+    store.reset();
+    for (const char* suffix : {"", "-wal", "-shm"}) unlink((path + suffix).c_str());
+    return nullptr;
+  }
+  return store;
+}
+
+bool Store::Connect(std::string* error) {
+  const std::vector<int> before = DescriptorsOfPath();
   sqlite3* db = nullptr;
   // NOMUTEX: a Store is used by one thread at a time (the background writer), so SQLite's
   // per-connection mutex is pure overhead (~20% of a kernel row's cost).
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc =
+      sqlite3_open_v2(path_.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     int sys = db != nullptr ? sqlite3_system_errno(db) : 0;
-    *error = CannotWrite(path, sys != 0 ? std::strerror(sys) : sqlite3_errstr(rc));
+    *error = CannotWrite(path_, sys != 0 ? std::strerror(sys) : sqlite3_errstr(rc));
     sqlite3_close(db);
-    return nullptr;
+    return false;
   }
-  std::unique_ptr<Store> store(new Store(path, db));
+  db_ = db;
+  st_ = std::make_unique<Statements>();
   sqlite3_busy_timeout(db, 2000);
   char* msg = nullptr;
   // page_size=16 KiB (set before WAL, while the file is empty): fewer page splits and page
@@ -180,6 +199,8 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
   // token order), so it needs the right edges of the trees and one drain's dirty pages; the
   // cache is what the writer adds to the job's resident memory as the file grows (a 16 MiB
   // cache wrote no faster: store_bench, 2026-11-30).
+  // On a file that exists (written again after a deletion) page_size is ignored and the
+  // schema's CREATE ... IF NOT EXISTS change nothing.
   const std::string setup = std::string(
                                 "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; "
                                 "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-4096; BEGIN;") +
@@ -187,22 +208,149 @@ std::unique_ptr<Store> Store::Open(const std::string& path, std::string* error) 
                             kSchemaVersion + "'); COMMIT;";
   if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
     int sys = sqlite3_system_errno(db);
-    *error = CannotWrite(path, sys != 0 ? std::strerror(sys) : (msg ? msg : "schema failed"));
+    *error = CannotWrite(path_, sys != 0 ? std::strerror(sys) : (msg ? msg : "schema failed"));
     sqlite3_free(msg);
-    return nullptr;
+    return false;
   }
-  if (!store->Prepare(&reason)) {
-    *error = CannotWrite(path, reason);
-    return nullptr;
+  std::string reason;
+  if (!Prepare(&reason)) {
+    *error = CannotWrite(path_, reason);
+    return false;
   }
-  store->lock_fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (store->lock_fd_ >= 0) flock(store->lock_fd_, LOCK_SH | LOCK_NB);
+  lock_fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd_ >= 0) flock(lock_fd_, LOCK_SH | LOCK_NB);
   // Best effort: without O_TMPFILE or the space, the file simply has no reserve.
-  store->reserve_fd_ = open(parent.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (store->reserve_fd_ >= 0 && posix_fallocate(store->reserve_fd_, 0, kReserveBytes) != 0) {
-    store->ReleaseReserve();
+  reserve_fd_ = open(DirOf(path_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (reserve_fd_ >= 0 && posix_fallocate(reserve_fd_, 0, kReserveBytes) != 0) ReleaseReserve();
+  HoldDescriptors(before);
+  return true;
+}
+
+std::vector<int> Store::DescriptorsOfPath() const {
+  std::vector<int> fds;
+  char real[PATH_MAX];
+  if (realpath(DirOf(path_).c_str(), real) == nullptr) return fds;
+  const char* slash = strrchr(path_.c_str(), '/');
+  const std::string name = std::string(real) + "/" + (slash != nullptr ? slash + 1 : path_.c_str());
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return fds;
+  char link[PATH_MAX];
+  while (dirent* e = readdir(dir)) {
+    const int fd = atoi(e->d_name);
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir)) continue;
+    const ssize_t n = readlinkat(dirfd(dir), e->d_name, link, sizeof link - 1);
+    if (n <= 0) continue;
+    link[n] = '\0';
+    const std::string target(link, static_cast<size_t>(n));
+    if (target == name || target == name + "-wal" || target == name + "-shm") fds.push_back(fd);
   }
-  return store;
+  closedir(dir);
+  return fds;
+}
+
+void Store::HoldDescriptors(const std::vector<int>& before) {
+  std::vector<int> fds;
+  for (int fd : DescriptorsOfPath()) {
+    if (std::find(before.begin(), before.end(), fd) == before.end()) fds.push_back(fd);
+  }
+  for (int fd : {lock_fd_, reserve_fd_}) {
+    if (fd >= 0 && std::find(fds.begin(), fds.end(), fd) == fds.end()) fds.push_back(fd);
+  }
+  held_.clear();
+  for (int fd : fds) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) continue;
+    held_.push_back({fd, st.st_dev, st.st_ino});
+    fd_guard::Guard(fd);
+  }
+}
+
+bool Store::Intact(bool* deleted) {
+  *deleted = false;
+  for (const Held& h : held_) {
+    struct stat st;
+    if (fstat(h.fd, &st) != 0 || st.st_dev != h.dev || st.st_ino != h.ino) {
+      Abandon("the job closed or reused its descriptor " + std::to_string(h.fd) +
+              ", so nothing more is written to it");
+      return false;
+    }
+    if (h.fd == lock_fd_ && st.st_nlink == 0) *deleted = true;
+  }
+  return true;
+}
+
+bool Store::CheckFiles(std::string* error) {
+  bool deleted = false;
+  if (!lost_.empty() || !Intact(&deleted)) {
+    *error = CannotWrite(path_, lost_);
+    return false;
+  }
+  return !deleted || WriteAgainAtPath(error);
+}
+
+void Store::Abandon(const std::string& why) {
+  lost_ = why;
+  // SQLite would close the descriptors: they are the job's now. The connection is kept
+  // (leaked) and never used again.
+  (void)st_.release();
+  db_ = nullptr;
+  for (const Held& h : held_) fd_guard::Unguard(h.fd);
+  held_.clear();
+  lock_fd_ = -1;
+  reserve_fd_ = -1;
+}
+
+bool Store::WriteAgainAtPath(std::string* error) {
+  // The rows so far are copied out of the deleted file (still open here) into a new one
+  // beside it, which then takes the path; what is written next goes to that one.
+  const std::string dir = DirOf(path_);
+  const char* slash = strrchr(path_.c_str(), '/');
+  const std::string copy_path = dir + "/.tokentrace-" + std::to_string(getpid()) + "-" +
+                                (slash != nullptr ? slash + 1 : path_.c_str());
+  auto fail = [&](const std::string& reason) {
+    *error = CannotWrite(path_,
+                         "it was deleted while the job wrote it, and cannot be made "
+                         "again (" +
+                             reason + ")");
+    unlink(copy_path.c_str());
+    return false;
+  };
+  unlink(copy_path.c_str());
+  sqlite3* copy = nullptr;
+  if (sqlite3_open_v2(copy_path.c_str(), &copy, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                      nullptr) != SQLITE_OK) {
+    const std::string reason = copy != nullptr ? sqlite3_errmsg(copy) : "out of memory";
+    sqlite3_close(copy);
+    return fail(reason);
+  }
+  sqlite3_backup* backup = sqlite3_backup_init(copy, "main", db_, "main");
+  int rc = backup != nullptr ? sqlite3_backup_step(backup, -1) : sqlite3_errcode(copy);
+  if (backup != nullptr) sqlite3_backup_finish(backup);
+  std::string reason = rc == SQLITE_DONE ? "" : sqlite3_errmsg(copy);
+  if (rc == SQLITE_DONE &&
+      sqlite3_exec(copy, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    reason = sqlite3_errmsg(copy);
+  }
+  sqlite3_close(copy);
+  if (!reason.empty()) return fail(reason);
+  Close();  // the deleted file goes with its last descriptor
+  if (rename(copy_path.c_str(), path_.c_str()) != 0) {
+    lost_ = std::string(
+                "it was deleted while the job wrote it, and its copy could not take its "
+                "place (") +
+            std::strerror(errno) + ")";
+    *error = CannotWrite(path_, lost_);
+    unlink(copy_path.c_str());
+    return false;
+  }
+  if (!Connect(error)) {
+    lost_ = *error;
+    return false;
+  }
+  notice_ = "tokentrace: '" + path_ +
+            "' was deleted while the job wrote it; it is written again at that path, with "
+            "everything it held";
+  return true;
 }
 
 bool Store::Prepare(std::string* error) {
@@ -254,11 +402,12 @@ bool Store::Prepare(std::string* error) {
 }
 
 bool Store::Write(const Batch& batch, std::string* error) {
-  if (db_ == nullptr) {
+  if (db_ == nullptr && lost_.empty()) {
     *error = CannotWrite(path_, "the store is closed");
     return false;
   }
   if (batch.empty()) return true;
+  if (!CheckFiles(error)) return false;
   if (!st_->begin.Run()) {
     *error = CannotWrite(path_, sqlite3_errmsg(db_));
     return false;
@@ -348,19 +497,26 @@ bool Store::BeingWritten(const std::string& path) {
 }
 
 void Store::Checkpoint() {
-  if (db_ != nullptr) {
+  std::string ignored;  // said by the next write
+  if (db_ != nullptr && CheckFiles(&ignored)) {
     sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   }
 }
 
 bool Store::ReleaseReserve() {
   if (reserve_fd_ < 0) return false;
+  fd_guard::Unguard(reserve_fd_);
+  std::erase_if(held_, [this](const Held& h) { return h.fd == reserve_fd_; });
   close(reserve_fd_);
   reserve_fd_ = -1;
   return true;
 }
 
 void Store::Close() {
+  bool deleted = false;
+  if (db_ != nullptr && !Intact(&deleted)) return;  // abandoned: nothing of it is closed
+  for (const Held& h : held_) fd_guard::Unguard(h.fd);
+  held_.clear();
   ReleaseReserve();
   if (db_ != nullptr) {
     st_.reset();  // statements must be finalized before close

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/records.h"
 
@@ -59,17 +60,48 @@ class Store {
 
   const std::string& path() const { return path_; }
 
+  // What happened to the file that the job should hear of, said once ("" when nothing):
+  // the file was deleted while being written and was written again at its path.
+  std::string TakeNotice() { return std::move(notice_); }
+
  private:
   struct Statements;
-  Store(std::string path, sqlite3* db);
+  // A descriptor of the file (SQLite's database, -wal and -shm ones, the lock, the reserve)
+  // and the file it named when opened.
+  struct Held {
+    int fd;
+    dev_t dev;
+    ino_t ino;
+  };
+  explicit Store(std::string path);
+  // Opens the connection to path_ (the file exists or is created), applies the schema,
+  // prepares the statements, takes the lock and the reserve, and guards the descriptors.
+  bool Connect(std::string* error);
   bool Prepare(std::string* error);
   bool WriteRows(const Batch& batch, std::string* error);
+  // Before each use of the connection: its descriptors still name its files (else the
+  // connection is abandoned, never touched again, and false), and a file deleted from its
+  // directory is written again at its path (false when that fails).
+  bool CheckFiles(std::string* error);
+  // The descriptors still name their files (else Abandon and false); *deleted: the file is
+  // no longer in its directory.
+  bool Intact(bool* deleted);
+  // Finds the descriptors Connect opened (those naming the file that `before` lacks).
+  void HoldDescriptors(const std::vector<int>& before);
+  std::vector<int> DescriptorsOfPath() const;
+  // The connection's descriptors were closed or reused by the job: leaves them and the
+  // connection as they are (closing them would close the job's files).
+  void Abandon(const std::string& why);
+  bool WriteAgainAtPath(std::string* error);
 
   std::string path_;
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> st_;
   int reserve_fd_ = -1;
   int lock_fd_ = -1;  // the shared flock that says "being written" (BeingWritten)
+  std::vector<Held> held_;
+  std::string lost_;  // why the file cannot be written any more ("" while it can)
+  std::string notice_;
 };
 
 }  // namespace tokentrace

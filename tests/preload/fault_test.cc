@@ -57,6 +57,22 @@ TEST(FaultTest, FullDiskThatFreesUpCountsWhatWasNotWritten) { ExpectEveryCallKep
 // the space the store set aside for it.
 TEST(FaultTest, FullDiskToTheEndStillCountsInTheFile) { ExpectEveryCallKeptOrCounted(0); }
 
+// The disk is full already when the file is to be made (its schema cannot be written), and
+// space returns later: one file, made once there is room, holding or counting every call;
+// never a second file beside a half-made one "that is not a trace".
+TEST(FaultTest, FullDiskWhenTheFileIsMadeLeavesOneFile) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite";
+  const std::string env = "LD_PRELOAD=" + kShim + ":" + kDiskFull +
+                          " TT_DISK_FULL_AFTER=0 TT_DISK_FULL_REFUSALS=3 TOKENTRACE_FLUSH_MS=5";
+  const Result r = Shell(Preloaded(out, env) + kProgram + " paced 300");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(TraceFiles(dir, "t.sqlite").size(), 1u) << r.output;
+  EXPECT_EQ(r.output.find("not a tokentrace trace"), std::string::npos) << r.output;
+  const int64_t written = std::stoll(One(out, "SELECT COUNT(*) FROM calls"));
+  const std::string failed = One(out, "SELECT count FROM losses WHERE kind='write_failed_calls'");
+  EXPECT_EQ(written + (failed.empty() ? 0 : std::stoll(failed)), 300 * 7) << r.output;
+}
+
 // A burst far faster than the writer (50,000 tokens in a tight loop, 700,000 events through a
 // 65,536-event ring): with --on-full wait every token is kept; with the default (drop) the
 // losses are counted, and stderr and the report say what share was lost.

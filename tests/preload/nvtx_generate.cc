@@ -34,12 +34,15 @@
 //   nvtx_generate short_threads N  64 waves of 4 threads that record N foreign tokens (5 calls
 //                                  each) and exit, and one that records 10 N
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -112,6 +115,7 @@ int ForkOneTokenChild() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (getenv("NVTX_GENERATE_DEFAULT_SIGINT") != nullptr) signal(SIGINT, SIG_DFL);
   const std::string mode = argc > 1 ? argv[1] : "hooks";
   const int tokens = argc > 2 ? atoi(argv[2]) : 3;
   g_domain = nvtxDomainCreateA("tokentrace");
@@ -213,6 +217,29 @@ int main(int argc, char** argv) {
     HookToken();  // before the first write: the file is not created yet
     if (argc < 4 || chdir(argv[3]) != 0) return 5;
     for (int t = 0; t < tokens; ++t) HookToken();
+  } else if (mode == "closerange" || mode == "closerange_raw") {
+    // Closes every descriptor from 3 up once the file is written (Python's os.closerange),
+    // through libc or by a raw syscall the shim cannot see; then opens files that take the
+    // freed numbers (in the directory argv[3]) and records as many tokens again.
+    for (int t = 0; t < tokens; ++t) HookToken();
+    usleep(200 * 1000);  // a few drains: the file exists
+    const int rc = mode == "closerange" ? close_range(3, ~0u, 0)
+                                        : static_cast<int>(syscall(SYS_close_range, 3, ~0u, 0));
+    if (rc != 0) return 6;
+    for (int i = 0; argc > 3 && i < 8; ++i) {
+      const std::string path = std::string(argv[3]) + "/job_file_" + std::to_string(i);
+      if (open(path.c_str(), O_RDWR | O_CREAT, 0600) < 0) return 7;
+    }
+    for (int t = 0; t < tokens; ++t) HookToken();
+    usleep(200 * 1000);
+  } else if (mode == "delete") {
+    // Deletes the trace file (argv[3]) and its -wal and -shm between two runs of tokens.
+    for (int t = 0; t < tokens; ++t) HookToken();
+    usleep(200 * 1000);
+    if (argc < 4) return 5;
+    for (const char* suffix : {"", "-wal", "-shm"}) unlink((std::string(argv[3]) + suffix).c_str());
+    for (int t = 0; t < tokens; ++t) HookToken();
+    usleep(200 * 1000);
   } else if (mode == "paced") {
     for (int t = 0; t < tokens; ++t) {  // one token a millisecond: many drains, many writes
       HookToken();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,11 +110,15 @@ TEST(PreloadTest, SigkilledRunLeavesAReadableFile) {
 // Runs nvtx_generate MODE (it records a token, prints "ready", then waits) with the longest
 // accepted flush period, sends it SIGTERM once it is ready, and returns its exit status as
 // the shell reports it ("status=N"; 143 = killed by SIGTERM).
-Result RunThenTerminate(const std::string& mode, const std::string& out) {
+Result RunThenTerminate(const std::string& mode, const std::string& out,
+                        const std::string& signal = "TERM") {
   const std::string log = out + ".stdout";
-  return Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000") + kProgram + " " + mode + " > " + log +
-               " 2>&1 & pid=$!; for i in $(seq 200); do grep -q ready " + log +
-               " && break; sleep 0.01; done; kill -TERM $pid; wait $pid; echo status=$?");
+  // A job the shell starts in the background has SIGINT ignored; the program puts it back at
+  // its default, as a job started from a terminal has it (NVTX_GENERATE_DEFAULT_SIGINT).
+  return Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=1000 NVTX_GENERATE_DEFAULT_SIGINT=1") +
+               kProgram + " " + mode + " > " + log + " 2>&1 & pid=$!; for i in $(seq 200); do " +
+               "grep -q ready " + log + " && break; sleep 0.01; done; kill -" + signal +
+               " $pid; wait $pid; echo status=$?");
 }
 
 // A job ended by SIGTERM (kill, timeout, a batch scheduler) without a handler of its own:
@@ -129,6 +134,19 @@ TEST(PreloadTest, SigtermedRunFlushesAndStillDiesBySigterm) {
   Result report = Shell(kCli + " report " + out);
   EXPECT_EQ(report.status, 0) << report.output;
   EXPECT_NE(report.output.find("the job was ended by SIGTERM"), std::string::npos) << report.output;
+}
+
+// Ctrl-C in a job that leaves SIGINT at its default (Python does not: it raises
+// KeyboardInterrupt and exits through atexit): as for SIGTERM, the run is written with its
+// exit record, the file is one file again, and the job dies by SIGINT.
+TEST(PreloadTest, CtrlCInAJobWithoutAHandlerStillWritesTheRun) {
+  const std::string out = TempDir() + "/t.sqlite";
+  Result r = RunThenTerminate("hang", out, "INT");
+  EXPECT_NE(r.output.find("status=130"), std::string::npos) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
+  EXPECT_EQ(One(out, "SELECT value FROM meta WHERE key='exit_signal'"), "SIGINT");
+  EXPECT_NE(access((out + "-wal").c_str(), F_OK), 0);
+  EXPECT_NE(access((out + "-shm").c_str(), F_OK), 0);
 }
 
 // A job with its own SIGTERM handler keeps it (that handler exits through exit()/atexit).
@@ -182,23 +200,6 @@ TEST(PreloadTest, RangesAfterAThreadsStateIsGoneAreCounted) {
   EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "1");
   // The late token: 7 ranges, a push and a pop each.
   EXPECT_EQ(One(out, "SELECT count FROM losses WHERE kind='after_thread_exit'"), "14");
-}
-
-// Trace files (not -wal/-shm) in `dir` whose names start with `prefix`, sorted.
-std::vector<std::string> TraceFiles(const std::string& dir, const std::string& prefix) {
-  std::vector<std::string> files;
-  glob_t g{};
-  if (glob((dir + "/" + prefix + "*").c_str(), 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) {
-      const std::string f = g.gl_pathv[i];
-      if (f.size() > 4 &&
-          (f.compare(f.size() - 4, 4, "-wal") == 0 || f.compare(f.size() - 4, 4, "-shm") == 0))
-        continue;
-      files.push_back(f);
-    }
-  }
-  globfree(&g);
-  return files;
 }
 
 // --out without %p, and a job of several processes (two at once, then one more): each keeps
@@ -283,6 +284,45 @@ TEST(PreloadTest, ARelativeOutIsWhereTheJobStartedAfterAChdir) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(One(dir + "/rel.sqlite", "SELECT COUNT(*) FROM tokens"), "3") << r.output;
   EXPECT_NE(access((elsewhere + "/rel.sqlite").c_str(), F_OK), 0);
+}
+
+// A job that closes every descriptor it did not open (os.closerange(3, N), close_range,
+// closefrom) leaves the writer's alone: the whole run is in the file.
+TEST(PreloadTest, AJobClosingAllItsDescriptorsKeepsTheTraceWhole) {
+  const std::string dir = TempDir(), out = dir + "/c.sqlite";
+  Result r = Shell(Preloaded(out) + kProgram + " closerange 3 " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "6") << r.output;
+  EXPECT_EQ(One(out, "SELECT COALESCE(SUM(count), 0) FROM losses"), "0") << r.output;
+  EXPECT_EQ(r.output, "");
+}
+
+// The same by a raw syscall, which no interposer sees, and files of the job that take the
+// freed numbers: nothing of the trace is written into the job's files; the job is told once
+// why the trace ends there, and exits as it would.
+TEST(PreloadTest, DescriptorsClosedByARawSyscallAreNeverWrittenThrough) {
+  const std::string dir = TempDir(), out = dir + "/c.sqlite";
+  Result r = Shell(Preloaded(out) + kProgram + " closerange_raw 3 " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the job closed or reused its descriptor"), std::string::npos)
+      << r.output;
+  for (int i = 0; i < 8; ++i) {
+    struct stat st;
+    const std::string job_file = dir + "/job_file_" + std::to_string(i);
+    ASSERT_EQ(stat(job_file.c_str(), &st), 0) << job_file;
+    EXPECT_EQ(st.st_size, 0) << job_file << " got bytes of the trace\n" << r.output;
+  }
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "3") << r.output;
+}
+
+// The trace deleted while the job writes it is written again at its path, whole.
+TEST(PreloadTest, ATraceDeletedWhileWrittenIsWrittenAgainWhole) {
+  const std::string out = TempDir() + "/d.sqlite";
+  Result r = Shell(Preloaded(out) + kProgram + " delete 3 " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("was deleted while the job wrote it"), std::string::npos) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM tokens"), "6") << r.output;
+  EXPECT_EQ(One(out, "SELECT COALESCE(SUM(count), 0) FROM losses"), "0") << r.output;
 }
 
 // A fork while the first write is creating the file (here held up by another program's lock

@@ -2,6 +2,7 @@
 // query the SQLite file it leaves.
 #pragma once
 
+#include <glob.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -76,6 +77,23 @@ inline std::vector<std::vector<std::string>> Query(const std::string& path,
 inline std::string One(const std::string& path, const std::string& sql) {
   auto rows = Query(path, sql);
   return rows.empty() || rows[0].empty() ? "" : rows[0][0];
+}
+
+// Trace files (not -wal/-shm) in `dir` whose names start with `prefix`, sorted.
+inline std::vector<std::string> TraceFiles(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> files;
+  glob_t g{};
+  if (glob((dir + "/" + prefix + "*").c_str(), 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) {
+      const std::string f = g.gl_pathv[i];
+      if (f.size() > 4 &&
+          (f.compare(f.size() - 4, 4, "-wal") == 0 || f.compare(f.size() - 4, 4, "-shm") == 0))
+        continue;
+      files.push_back(f);
+    }
+  }
+  globfree(&g);
+  return files;
 }
 
 // How many calls of `site` the file holds.

@@ -1,10 +1,16 @@
 #include "store/store.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "store/reader.h"
 #include "store/schema.h"
@@ -215,6 +221,112 @@ TEST(StoreTest, AClosedTraceIsOneFileAlsoAfterAReader) {
   EXPECT_FALSE(exists(path + "-wal"));
   EXPECT_FALSE(exists(path + "-shm"));
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM kernels"), 2);
+}
+
+// The descriptors this process has open on `path` or its -wal and -shm.
+std::vector<int> DescriptorsOf(const std::string& path) {
+  std::vector<int> fds;
+  char real[PATH_MAX];
+  if (realpath(path.c_str(), real) == nullptr) return fds;
+  const std::string name = real;
+  DIR* dir = opendir("/proc/self/fd");
+  char link[PATH_MAX];
+  while (dirent* e = readdir(dir)) {
+    const ssize_t n = readlinkat(dirfd(dir), e->d_name, link, sizeof link - 1);
+    if (n <= 0 || atoi(e->d_name) == dirfd(dir)) continue;
+    const std::string target(link, static_cast<size_t>(n));
+    if (target == name || target == name + "-wal" || target == name + "-shm") {
+      fds.push_back(atoi(e->d_name));
+    }
+  }
+  closedir(dir);
+  return fds;
+}
+
+Batch ThirdToken() {
+  Batch b;
+  b.calls.push_back({300, 1, 3, 3, 0, 0, 3000000, 3500000});
+  return b;
+}
+
+// A trace deleted while it is written (all of it, or only the main file while the -wal and
+// -shm stay) is written again at its path with every row it held, and the store says so once.
+class StoreDeletedTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(StoreDeletedTest, AFileDeletedWhileWrittenIsWrittenAgainWithAllItHeld) {
+  const bool with_wal = GetParam();
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  ASSERT_TRUE(store->Write(TwoTokens(), &error)) << error;
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  if (with_wal) {
+    unlink((path + "-wal").c_str());
+    unlink((path + "-shm").c_str());
+  }
+  ASSERT_TRUE(store->Write(ThirdToken(), &error)) << error;
+  const std::string notice = store->TakeNotice();
+  EXPECT_NE(notice.find("'" + path + "' was deleted while the job wrote it"), std::string::npos)
+      << notice;
+  EXPECT_EQ(store->TakeNotice(), "");  // said once
+  Batch fourth;
+  fourth.calls.push_back({400, 1, 4, 4, 0, 0, 4000000, 4500000});
+  ASSERT_TRUE(store->Write(fourth, &error)) << error;
+  store->Close();
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM calls"), 6);
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM kernels"), 2);
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key='kernel_mode'"), "full");
+  // Nothing else is left in the directory (the copy took the file's place).
+  DIR* dir = opendir(DirOf(path).c_str());
+  int entries = 0;
+  while (dirent* e = readdir(dir)) entries += e->d_name[0] != '.' || strlen(e->d_name) > 2;
+  closedir(dir);
+  EXPECT_EQ(entries, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(WholeOrMainFileOnly, StoreDeletedTest, ::testing::Values(true, false));
+
+TEST(StoreTest, AFileWhoseDirectoryIsGoneSaysItCannotBeMadeAgain) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  ASSERT_TRUE(store->Write(TwoTokens(), &error)) << error;
+  for (const char* suffix : {"", "-wal", "-shm"}) unlink((path + suffix).c_str());
+  ASSERT_EQ(rmdir(DirOf(path).c_str()), 0);
+  EXPECT_FALSE(store->Write(ThirdToken(), &error));
+  EXPECT_NE(error.find("was deleted while the job wrote it, and cannot be made again"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+}
+
+// The job closes the writer's descriptors behind its back (a raw close_range, which the
+// shim's close interposers cannot see) and opens files that take their numbers: the store
+// never writes through them, says why, and its Close leaves the job's files open.
+TEST(StoreTest, DescriptorsClosedUnderTheWriterAreNeverWrittenThrough) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  ASSERT_TRUE(store->Write(TwoTokens(), &error)) << error;
+  const std::vector<int> fds = DescriptorsOf(path);
+  ASSERT_GE(fds.size(), 2u);  // the database (and the lock), the -wal, the -shm
+  for (int fd : fds) close(fd);
+  const std::string victim = DirOf(path) + "/the_jobs_file";
+  std::vector<int> victims;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    victims.push_back(open(victim.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  }
+  EXPECT_FALSE(store->Write(ThirdToken(), &error));
+  EXPECT_NE(error.find("the job closed or reused its descriptor"), std::string::npos) << error;
+  EXPECT_FALSE(store->Write(ThirdToken(), &error));  // and stays so
+  store->Checkpoint();
+  store->Close();
+  store.reset();
+  struct stat st;
+  ASSERT_EQ(stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  for (int fd : victims) EXPECT_NE(fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed";
+  for (int fd : victims) close(fd);
 }
 
 }  // namespace
