@@ -15,10 +15,14 @@
 #include "core/launch_meta.h"
 #include "store/schema.h"
 #include "store/statement.h"
+#include "store/store.h"
 
 namespace tokentrace {
 
-Reader::~Reader() { sqlite3_close(db_); }
+Reader::~Reader() {
+  sqlite3_close(db_);
+  if (made_shm_ && !Store::BeingWritten(path_)) unlink((path_ + "-shm").c_str());
+}
 
 std::string Reader::Fail(const std::string& what) const {
   return "tokentrace: cannot read '" + path_ + "': " + what;
@@ -64,6 +68,7 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   // Before SQLite opens it (opening a WAL-mode file creates an empty -wal): a copy of a file
   // whose writer was killed before its first checkpoint has its data only in the -wal.
   const bool has_wal = access((path + "-wal").c_str(), F_OK) == 0;
+  const bool had_shm = access((path + "-shm").c_str(), F_OK) == 0;
   const bool wal_missing = !has_wal && IsWalModeOrEmpty(path);
   // Read-write without CREATE: a reader may have to recover the WAL index of a file whose
   // writer was killed, which a read-only connection cannot do. SQLite itself falls back to
@@ -80,6 +85,7 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     return nullptr;
   }
   std::unique_ptr<Reader> reader(new Reader(path, db));
+  reader->made_shm_ = has_wal && !had_shm;
   sqlite3_busy_timeout(db, 5000);
   // A reader leaves the file as it found it: no checkpoint of a killed writer's WAL on close.
   sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);

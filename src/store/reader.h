@@ -115,6 +115,9 @@ class Reader {
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  // The -shm this reader made beside a -wal (a killed writer's file): removed at close when
+  // no writer has the file, so the reader leaves the files as it found them.
+  bool made_shm_ = false;
   int schema_version_ = 0;
   bool misses_its_wal_ = false;
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -327,6 +328,34 @@ TEST(StoreTest, DescriptorsClosedUnderTheWriterAreNeverWrittenThrough) {
   EXPECT_EQ(st.st_size, 0);
   for (int fd : victims) EXPECT_NE(fcntl(fd, F_GETFD), -1) << "fd " << fd << " was closed";
   for (int fd : victims) close(fd);
+}
+
+// A killed writer's file copied with its -wal but not its -shm: a reader reads everything and
+// leaves the files as it found them (no -shm made beside them, the -wal kept).
+TEST(StoreTest, AReaderOfAKilledWritersFileLeavesNoShm) {
+  std::string path = TempPath("k.sqlite"), error;
+  const pid_t child = fork();
+  if (child == 0) {
+    auto store = Store::Open(path, &error);
+    if (!store || !store->Write(TwoTokens(), &error)) _exit(1);
+    _exit(0);  // killed: never closed, the rows are in the -wal only
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  unlink((path + "-shm").c_str());
+  ASSERT_EQ(access((path + "-wal").c_str(), F_OK), 0);
+  {
+    auto reader = Reader::Open(path, &error);
+    ASSERT_NE(reader, nullptr) << error;
+    std::vector<std::pair<std::string, std::string>> meta;
+    ASSERT_TRUE(reader->Meta(&meta, &error)) << error;
+    bool found = false;
+    for (const auto& [key, value] : meta) found |= key == "kernel_mode" && value == "full";
+    EXPECT_TRUE(found);
+  }
+  EXPECT_NE(access((path + "-shm").c_str(), F_OK), 0);
+  EXPECT_EQ(access((path + "-wal").c_str(), F_OK), 0);
 }
 
 }  // namespace
