@@ -1,6 +1,6 @@
 """What a compiled call of the model costs the traced job on top of the call itself, when the job
 compiles the model's __call__ (transformers' generate on CUDA with a static cache; see
-python/tokentrace/_compiled_call.py): per call, the trace's wrappers and hooks go off every
+python/tokentrace/_compiled/call.py): per call, the trace's wrappers and hooks go off every
 module and back on (HookSet.hide and the function it returns), around the root's recording
 wrapper. Measured on a Llama with the module tree of the Llama-1B shape (16 layers; narrow
 tensors: only the number of modules matters), every module hooked (the default), and with a
@@ -19,14 +19,14 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import tokentrace as tt
-from tokentrace import _compiled_call
+from tokentrace._compiled import attached_calls
 
 
 def _measure(lm, calls, repeats):
     out = {}
 
     def job(x):
-        hooks = _compiled_call._attached[lm].hooks  # the trace's HookSet on this model
+        hooks = attached_calls(lm).hooks  # the trace's HookSet on this model
         rounds = []
         for _ in range(repeats):
             t0 = time.perf_counter_ns()

@@ -1,7 +1,8 @@
-"""What the compiled-kernel join costs when a trace is read (issue 16): _compiled_join.join over
-a trace file of a synthetic compiled decode, per token, for decode tokens that ran their
-kernels where they launched them (mode="default") and for decode tokens that replay a CUDA
-graph (mode="reduce-overhead", cudagraph trees: captured once, then replayed).
+"""What the compiled-kernel join costs when a trace is read: join_kernels (python/tokentrace/
+_compiled/join.py) over a trace file of a synthetic compiled decode, per token, for decode
+tokens that ran their kernels where they launched them (mode="default") and for decode tokens
+that replay a CUDA graph (mode="reduce-overhead", cudagraph trees: captured once, then
+replayed).
 
 The graph: L layers, each a norm (Triton), 4 library mm calls (each a gemm kernel, captured
 in replays with its split-K reduction) and 3 more Triton kernels, then the final norm and
@@ -20,9 +21,8 @@ import statistics
 import tempfile
 import time
 
-from tokentrace import _compiled_join, _compiled_map, _store
-
-REGION = _compiled_join.REGION
+from tokentrace._common import schema, write_schema
+from tokentrace._compiled import REGION, join_kernels, kernel_map
 
 
 def _graph(layers):
@@ -43,7 +43,7 @@ def _write(path, layers, tokens, replay):
     """A trace of `tokens` decode tokens of the graph; returns the kernel records written."""
     entries = _graph(layers)
     con = sqlite3.connect(path)
-    _store.write_schema(con)
+    write_schema(con)
     sites = {"self": (1, "root"), f"{REGION}: 0/1": (2, "op"), "aten::mm": (3, "op")}
     calls, kernels, names = [], [], {}
     nodes = None  # the capture's nodes: (capturing call, kernel name)
@@ -85,9 +85,9 @@ def _write(path, layers, tokens, replay):
                     " cpu_end_ns) VALUES (?,?,?,?,?,0,?,?)", calls)
     con.executemany("INSERT INTO strings VALUES (?,?)", [(i, n) for n, i in names.items()])
     con.executemany("INSERT INTO kernels VALUES (?,?,?,0,0,7,?,?,?,?,0)", kernels)
-    meta = {"schema_version": str(_store.schema().SCHEMA_VERSION), "kernel_mode": "full",
-            _compiled_map.META_KEY: json.dumps({"0": entries}),
-            _compiled_map.REGIONS_KEY: json.dumps({"0": "0/1"})}
+    meta = {"schema_version": str(schema().SCHEMA_VERSION), "kernel_mode": "full",
+            kernel_map.META_KEY: json.dumps({"0": entries}),
+            kernel_map.REGIONS_KEY: json.dumps({"0": "0/1"})}
     con.executemany("INSERT INTO meta(key, value) VALUES (?,?)", meta.items())
     con.commit()
     con.close()
@@ -100,7 +100,7 @@ def _measure(path, repeats):
     times, result = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
-        result = _compiled_join.join(q)
+        result = join_kernels(q)
         times.append(time.perf_counter() - t0)
     con.close()
     return statistics.median(times), result

@@ -1,4 +1,4 @@
-"""End-to-end recording overhead of HF `generate` (issue 5): tokentrace's kernel modes next to
+"""End-to-end recording overhead of HF `generate`: tokentrace's kernel modes next to
 plain runs, a patch, torch.profiler and a bare CUPTI subscriber.
 
 Every setup runs in its own worker process (gen_worker.py): CUPTI allows one subscriber per
@@ -214,7 +214,9 @@ def table(model, n, results, errors, args):
 
 
 def targets(summary, setups):
-    """The targets of issues 3 (hooks, record) and 5 (kernel modes) against one table's medians."""
+    """The overhead targets (the limits below: of the kernel modes, the decoder-layer hooks,
+    record and a patch, against plain runs, a bare CUPTI subscriber and torch.profiler)
+    checked against one table's medians."""
     med = {s: statistics.median(v) for s, v in summary["results"].items() if v}
     plain, bare, prof_over = summary["plain"], summary["bare"], summary["prof_over"]
     rows = []

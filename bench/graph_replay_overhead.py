@@ -1,4 +1,4 @@
-"""CUDA-graph-replayed decoding (issue 6): what recording costs when each token is one graph launch.
+"""CUDA-graph-replayed decoding: what recording costs when each token is one graph launch.
 
 A decoder step of a Llama-shaped model with a static KV cache is captured once with
 torch.cuda.graph and replayed for --tokens steps. Setups, each in its own process (CUPTI takes

@@ -1,6 +1,6 @@
 """What recording a call's inputs adds per call (the root's always; other sites' with inputs_of=).
 
-Times the recorder itself (tokentrace._inputs.InputRecorder, as the native forward wrapper
+Times the recorder itself (tokentrace._record.InputRecorder, as the native forward wrapper
 calls it: inside the call, with the call's arguments) on three argument sets: one tensor (a
 module's `x`), and a Llama decoding step's root call (input_ids, a DynamicCache of L layers
 holding 128 positions, use_cache) for L = 2 and 32, with the native walk (what a site whose
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from tokentrace._inputs import InputRecorder
+from tokentrace._record import InputRecorder
 
 
 def _cache(layers):

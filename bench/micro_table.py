@@ -1,5 +1,6 @@
 """Turns Google Benchmark JSON files (run_cpu.sh, gpu_bench.sh) into one markdown table with
-each enabled path next to its disabled one and issue 5's targets marked met / MISSED.
+each enabled path next to its disabled one and the hot path's overhead targets marked met /
+MISSED.
 
   python bench/micro_table.py NAME=FILE.json [NAME=FILE.json ...]
 

@@ -1,6 +1,6 @@
 """What reading a long run costs: `tokentrace plot`, `tt.load(...).tokens` and
-`tokentrace report` on one trace of many tokens (issue 13.13: plots and Python views of long
-runs should cost about what the report costs).
+`tokentrace report` on one trace of many tokens (plots and Python views of long runs should
+cost about what the report costs).
 
     python bench/plot_cost.py [--tokens 50000] [--trace FILE] [--cli build/tokentrace]
                               [--out table.md]
@@ -23,11 +23,11 @@ PYDIR = os.path.join(ROOT, "python")
 
 def write_trace(path, tokens):
     sys.path.insert(0, PYDIR)
-    from tokentrace import _store
-    con = _store.connect(path)
-    _store.write_schema(con)
+    from tokentrace._common import connect, schema, write_schema
+    con = connect(path)
+    write_schema(con)
     con.executemany("INSERT OR REPLACE INTO meta VALUES (?,?)",
-                    [("schema_version", _store.schema().SCHEMA_VERSION), ("kernel_mode", "off"),
+                    [("schema_version", schema().SCHEMA_VERSION), ("kernel_mode", "off"),
                      ("kernels_status", "kernel mode off"), ("pid", "1")])
     names = ["self", "transformer.h.0", "transformer.h.0.mlp", "aten::addmm",
              "transformer.h.1", "transformer.h.1.mlp"]

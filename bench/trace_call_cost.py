@@ -14,6 +14,7 @@ The parts are file I/O, so they follow the disk: on a shared VM, run it a few ti
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -22,7 +23,8 @@ from collections import defaultdict
 import torch
 
 import tokentrace as tt
-from tokentrace import _api, _backend, _store
+from tokentrace._backend import get_backend
+from tokentrace._record import Attachment
 
 
 class Identity(torch.nn.Module):
@@ -52,12 +54,13 @@ def main():
     model, x = Identity(), torch.zeros(1)
 
     parts = defaultdict(list)
-    backend = _backend.get_backend()
+    backend = get_backend()
     backend.start = _timed(parts, "session start (file created)", backend.start)
     backend.stop = _timed(parts, "session stop (drain, checkpoint, close)", backend.stop)
-    _api.get_backend = lambda: backend
-    _store.write_python_rows = _timed(parts, "Python layer's rows", _store.write_python_rows)
-    _api.Trace = _timed(parts, "open the returned Trace", _api.Trace)
+    api = sys.modules[tt.trace.__module__]  # where tt.trace looks up get_backend and Trace
+    api.get_backend = lambda: backend
+    Attachment.write_rows = _timed(parts, "Python layer's rows", Attachment.write_rows)
+    api.Trace = _timed(parts, "open the returned Trace", api.Trace)
 
     first = time.perf_counter()
     tt.trace(model, x, out=out, kernels=args.kernels)

@@ -18,16 +18,38 @@ milliseconds.
 
 import importlib
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers see of the names below (the package ships py.typed)
+    from ._api import record, trace
+    from ._common import Selector, module
+    from ._edit import (
+        add,
+        call,
+        clamp,
+        every_call,
+        fill,
+        load_spec,
+        prefill,
+        replace,
+        scale,
+        token,
+        when,
+        zero,
+    )
+    from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
+    from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
+    from .edits import BoundModel, EditSpec
+
 # name -> the submodule that defines it
 _EXPORTS = {
-    "load": "._trace", "record": "._api", "trace": "._api",
+    "load": "._read", "record": "._api", "trace": "._api",
     "EditSkipWarning": "._errors", "ScalarEscapeWarning": "._errors",
     "TokentraceError": "._errors",
-    "add": "._edit_ops", "clamp": "._edit_ops", "fill": "._edit_ops",
-    "replace": "._edit_ops", "scale": "._edit_ops", "zero": "._edit_ops",
-    "Selector": "._selectors", "module": "._selectors",
-    "CallView": "._trace", "OutputMeta": "._trace", "Recording": "._trace",
-    "SiteView": "._trace", "Trace": "._trace", "TokenRow": "._trace",
+    "add": "._edit", "clamp": "._edit", "fill": "._edit",
+    "replace": "._edit", "scale": "._edit", "zero": "._edit",
+    "Selector": "._common", "module": "._common",
+    "CallView": "._read", "OutputMeta": "._read", "Recording": "._read",
+    "SiteView": "._read", "Trace": "._read", "TokenRow": "._read",
     "BoundModel": ".edits", "EditSpec": ".edits", "call": ".edits", "every_call": ".edits",
     "load_spec": ".edits", "prefill": ".edits", "token": ".edits", "when": ".edits",
 }
@@ -57,8 +79,8 @@ def __dir__():
 def _version():
     """The version compiled into the native extension (pyproject.toml's, through CMake); the
     installed distribution's when the extension is not built."""
-    from . import _loader
-    native = _loader.load()
+    from ._common import loader
+    native = loader.load()
     if native is not None and hasattr(native, "__version__"):
         return native.__version__
     from importlib import metadata
@@ -68,7 +90,7 @@ def _version():
         return "unknown (the native extension is not built)"
 
 
-def native_available():
+def native_available() -> "tuple[bool, str]":
     """(True, '') when the native extension is loaded, else (False, why)."""
-    from . import _loader
-    return (_loader.load() is not None, _loader.unavailable_reason())
+    from ._common import loader
+    return (loader.load() is not None, loader.unavailable_reason())

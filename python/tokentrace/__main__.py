@@ -12,9 +12,9 @@ import sys
 
 
 def main(argv=None):
-    from . import _loader
+    from ._common import loader
     args = sys.argv[1:] if argv is None else list(argv)
-    program = _loader.find_program()
+    program = loader.find_program()
     if program is None:
         print("tokentrace: the `tokentrace` program is not in this installation (looked in "
               f"{os.path.dirname(os.path.abspath(__file__))}); reinstall with pip install . "

@@ -1,4 +1,7 @@
-"""tt.trace, tt.record, tt.load: run a model with the recording hooks and open the result."""
+"""tt.trace, tt.record: run a model with the recording hooks and open the result (tt.load is
+_read/trace.py's)."""
+
+from __future__ import annotations
 
 import atexit
 import itertools
@@ -10,18 +13,30 @@ import warnings
 
 import torch
 
-from . import _ops, _store
-from ._attach import Attachment, FirstRoot, selection, warn_if_doubtful
 from ._backend import check_kernel_mode, get_backend
-from ._compiled import compiled_entry
-from ._compiled_call import watch_compile
-from ._edit_spec import check_edits
+from ._common import ROOT, as_selector, check_writable, site_names
+from ._compiled import compiled_entry, watch_compile
+from ._edit import check_edits
 from ._errors import TokentraceError, fail
-from ._escapes import warn_once
-from ._naming import ROOT, site_names
-from ._prompt import is_text, tokenize
-from ._selectors import as_selector
-from ._trace import Recording, Trace
+from ._read import Recording, Trace
+from ._record import (
+    Attachment,
+    FirstRoot,
+    is_text,
+    op_records,
+    selection,
+    tokenize,
+    warn_if_doubtful,
+    warn_once,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from ._common import SiteSelector
+    from ._edit import EditSpec
 
 _counter = itertools.count(1)
 _tmpdir = None  # (pid, directory) of this process's temporary traces
@@ -50,7 +65,7 @@ def _out_path(out, kind):
     if not isinstance(out, (str, os.PathLike)):
         fail(f"out must be a file path (str or os.PathLike), got {type(out).__name__}")
     path = os.path.abspath(os.fspath(out))
-    problem = _store.check_writable(path)
+    problem = check_writable(path)
     if problem:
         fail(f"cannot write the trace to {path}: {problem}; pass out= a path in a writable "
              f"directory")
@@ -69,7 +84,7 @@ def _model_of(fn, model):
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
         return owner
-    return None  # any other callable: the first module it calls (python/tokentrace/_attach.py)
+    return None  # any other callable: the first module it calls (_record/attach.py)
 
 
 def _warn_if_compiled_function(fn, model):
@@ -137,13 +152,13 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
-    with _ops.ring_for_ops(backend, ops):
+    with op_records.ring_for_ops(backend, ops):
         path = backend.start(path, kernels)
     attached = Attachment(backend, path, select, shard_bytes=shard_bytes, edit_spec=edits,
                           ops=ops)
     finder = None
     # A compiled __call__ the job takes before the model is found (generate takes it before
-    # its prefill) is recorded from outside when it runs (_compiled_call.py).
+    # its prefill) is recorded from outside when it runs (_compiled/call.py).
     unwatch = watch_compile()
     try:
         try:
@@ -212,9 +227,13 @@ def _warn_escapes(result, escapes, python_counts):
     warn_once(total, tokens, sorted(by_loc.items(), key=lambda kv: -kv[1]), stacklevel=5)
 
 
-def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=None,
-          out=None, tokenizer=None, model=None, edits=None, shard_mb=64, inputs_of=None,
-          ops=False, intervene=None):
+def trace(fn: Callable[..., Any], inputs: Any = None,
+          input_kwargs: dict[str, Any] | None = None, *, save: SiteSelector | None = None,
+          sites: SiteSelector | None = None, kernels: str | None = None,
+          out: str | os.PathLike[str] | None = None, tokenizer: Callable[..., Any] | None = None,
+          model: torch.nn.Module | None = None, edits: EditSpec | None = None,
+          shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
+          intervene: EditSpec | None = None) -> Trace:
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
     fn: a model, a bound method of one (model.generate), or any function that calls a model
@@ -241,12 +260,16 @@ def trace(fn, inputs=None, input_kwargs=None, *, save=None, sites=None, kernels=
     edits = check_edits(edits, intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
     return _run("trace", fn, model, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, _ops.check(ops))
+                int(shard_mb * (1 << 20)), edits, op_records.check(ops))
 
 
-def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
-           kernels=None, out=None, tokenizer=None, edits=None, shard_mb=64,
-           inputs_of=None, ops=False, intervene=None):
+def record(model: torch.nn.Module | Callable[..., Any], inputs: Any = None,
+           save: SiteSelector | None = None, generate_kwargs: dict[str, Any] | None = None, *,
+           sites: SiteSelector | None = None, kernels: str | None = None,
+           out: str | os.PathLike[str] | None = None,
+           tokenizer: Callable[..., Any] | None = None, edits: EditSpec | None = None,
+           shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
+           intervene: EditSpec | None = None) -> Recording:
     """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
@@ -276,4 +299,4 @@ def record(model, inputs=None, save=None, generate_kwargs=None, *, sites=None,
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
     return _run("record", fn, model, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, _ops.check(ops))
+                int(shard_mb * (1 << 20)), edits, op_records.check(ops))

@@ -1,7 +1,7 @@
 """Errors and warnings that tokentrace raises to users.
 
 Every message is one line that says what was wrong and what is accepted. Errors raised from
-inside a hook never escape into the traced job (see _session.py); errors about arguments are
+inside a hook never escape into the traced job (see _record/hooks.py); errors about arguments are
 raised before any model work starts.
 """
 

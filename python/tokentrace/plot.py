@@ -85,7 +85,7 @@ def _check_out(out):
         fail(f"plot -o {out} is a folder; -o takes an image path (.png, .svg, .pdf)")
 
 
-def plot(path, out, top=6):
+def plot(path: "str | os.PathLike[str]", out: str, top: int = 6) -> str:
     try:
         import matplotlib
     except ImportError:
@@ -94,10 +94,10 @@ def plot(path, out, top=6):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ._trace import load
+    from ._read import load
 
     _check_out(out)
-    fig = _figure(load(path), top, plt)
+    fig = figure(load(path), top, plt)
     try:
         fig.savefig(out, dpi=100)
     except (OSError, ValueError) as exc:  # no room, no permission, a format it cannot write
@@ -114,7 +114,9 @@ def _num_tokens(trace):
     return max((r[0] or 0) for r in trace._q(" UNION ALL ".join(src)))
 
 
-def _figure(trace, top, plt):
+def figure(trace, top, plt):
+    """The two panels of `trace` (a loaded Trace) as a matplotlib Figure, drawn with `plt`
+    (matplotlib.pyplot, its backend chosen by the caller); plot() saves it."""
     decode = max(_num_tokens(trace) - 1, 0)
     width = max(1, -(-decode // (MAX_BARS - 1)))  # decode tokens per bar, ceil
     bins = _token_bins(trace, width)

@@ -1,14 +1,14 @@
 """Preload mode: hook an unmodified job (started by `tokentrace run -- python job.py`).
 
 boot/sitecustomize.py calls install() right after torch is imported. install() takes
-nn.Module.__call__ until the first module call (_attach.FirstRoot, as tt.trace without model=
-does); that module is the root (`self`, one call per token). The per-site hooks go onto that
-model, selected by TOKENTRACE_SITES (globs; default every module), with the outputs of
+nn.Module.__call__ until the first module call (FirstRoot, as tt.trace without model= does);
+that module is the root (`self`, one call per token). The per-site hooks go onto that model,
+selected by TOKENTRACE_SITES (globs; default every module), with the outputs of
 TOKENTRACE_SAVE sites streamed next to the trace file, and the first call is then made
 through them, so token 1 is that call, its keyword arguments recorded too. What goes on the
 model (hooks, saved-tensor sink, input recorder, op records, escape counter) and the rows
-added at exit are tt.trace's own set-up (Attachment, python/tokentrace/_attach.py); only the
-options come from the environment here.
+added at exit are tt.trace's own set-up (Attachment, python/tokentrace/_record/attach.py);
+only the options come from the environment here.
 
 The shim (LD_PRELOAD) owns the session and the file: it was started in its constructor from
 the TOKENTRACE_* environment, and it writes the file until the process exits. At Python exit
@@ -30,13 +30,12 @@ import sys
 
 import torch
 
-from ._attach import Attachment, FirstRoot, selection
 from ._backend import get_backend
-from ._compiled_call import watch_compile
+from ._common import module as select_module
+from ._common import parse_env_list, site_names
+from ._compiled import watch_compile
 from ._errors import TokentraceError
-from ._naming import site_names
-from ._selectors import module as select_module
-from ._selectors import parse_env_list
+from ._record import Attachment, FirstRoot, selection
 
 _state = {"first": None, "done": False}
 
@@ -53,7 +52,7 @@ def install():
     # so token 1 is recorded like every later one, keyword arguments included.
     _state["first"] = FirstRoot(_first_call)
     # A compiled __call__ taken before the first root call (transformers' generate takes it
-    # before its prefill) is recorded from outside when it runs (_compiled_call.py).
+    # before its prefill) is recorded from outside when it runs (_compiled/call.py).
     watch_compile(on_compile=_compiling)
 
 
@@ -143,7 +142,7 @@ def _attach_recording(model):
         _say("the native shim is not recording (run the job with `tokentrace run -- ...`); "
              "no recording hooks installed")
         return False
-    # The set-up of tt.trace (python/tokentrace/_attach.py), before the first root call.
+    # The set-up of tt.trace (python/tokentrace/_record/attach.py), before the first root call.
     attached = Attachment(backend, backend.settled_path, _env_selection, ops=_ops_wanted(),
                           say=_say)
     attached.attach(model)

@@ -1,6 +1,6 @@
 """Tracing a compiled model does not change what runs: no eager fallback, no added graph
-breaks (issue 16, section 2's first check). The compiled module's calls are recorded from
-outside the compiled region; the modules inside it are not hooked."""
+breaks (a trace that changed them would measure another program). The compiled module's
+calls are recorded from outside the compiled region; the modules inside it are not hooked."""
 
 import pytest
 import torch

@@ -1,7 +1,7 @@
-"""Kernels of an Inductor-compiled model attributed to the modules they came from (issue 16,
-section 2), on the CPU: Inductor's generated C++ kernels, profiled when op records are on, are
-op calls of the compiled module's call; python/tokentrace/_compiled_map.py notes at compile
-time which modules each kernel came from; the trace joins the two. Without op records,
+"""Kernels of an Inductor-compiled model attributed to the modules they came from, on the CPU:
+Inductor's generated C++ kernels, profiled when op records are on, are op calls of the
+compiled module's call; python/tokentrace/_compiled/kernel_map.py notes at compile time which
+modules each kernel came from; the trace joins the two. Without op records,
 Inductor generates the same code with and without tokentrace.
 
 Inductor compiles in-process here (compile_threads=1): its worker pool is not worth starting
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import tokentrace as tt
-from tokentrace._compiled_map import REGIONS_KEY
+from tokentrace._compiled import kernel_map
 
 inductor_utils = pytest.importorskip("torch._inductor.utils")
 
@@ -107,7 +107,7 @@ def test_with_ops_each_kernel_is_attributed_to_its_modules(runs):
             ("cpp_fused_mul_native_layer_norm_relu_1", ["self", "b", "b.ln"], True)]
     # Each graph's compile id is the one TorchDynamo's region range names where it ran (the
     # rule that tells graphs apart on a GPU, where Triton kernel names repeat across graphs).
-    regions = json.loads(trace.meta[REGIONS_KEY])
+    regions = json.loads(trace.meta[kernel_map.REGIONS_KEY])
     ran = {n.split(": ", 1)[1] for (n,) in trace._q(
         "SELECT name FROM sites WHERE name LIKE 'Torch-Compiled Region: %'")}
     assert regions and set(regions.values()) <= ran, (regions, ran)

@@ -1,16 +1,17 @@
 """A compiled call of the traced model that the job makes while traced (transformers' generate
-compiling the model's __call__ itself: python/tokentrace/_compiled_call.py), with a model
+compiling the model's __call__ itself: python/tokentrace/_compiled/call.py), with a model
 whose get_compiled_call stands in for transformers': it notes what a compiler tracing the
 call would see on the modules. No compiler here: test_compiled_generate.py compiles for real.
 Also: a TorchDynamo reset between traces forgets the compiled-kernel map of the graphs it
-drops (python/tokentrace/_compiled_map.py)."""
+drops (python/tokentrace/_compiled/kernel_map.py)."""
 
 import pytest
 import torch
 from torch import nn
 
 import tokentrace as tt
-from tokentrace import _compiled_map
+from tokentrace._backend import get_backend
+from tokentrace._compiled import kernel_map
 
 
 def _visible(model):
@@ -103,20 +104,20 @@ def test_a_model_without_get_compiled_call_is_left_alone():
 
 def test_a_dynamo_reset_between_traces_forgets_the_graphs_noted_before_it():
     import torch._dynamo
-    saved = dict(_compiled_map._state["graphs"]), dict(_compiled_map._state["regions"])
+    saved = dict(kernel_map._state["graphs"]), dict(kernel_map._state["regions"])
     try:
-        _compiled_map.start()  # puts the reset wrapper on (TorchDynamo is loaded)
-        _compiled_map._state["graphs"]["7"] = [["triton_poi_fused_add_0", ["mlp"]]]
-        _compiled_map._state["regions"]["7"] = "0/1"
+        kernel_map.start()  # puts the reset wrapper on (TorchDynamo is loaded)
+        kernel_map._state["graphs"]["7"] = [["triton_poi_fused_add_0", ["mlp"]]]
+        kernel_map._state["regions"]["7"] = "0/1"
         torch._dynamo.reset()  # during a trace: kept (that trace may have run the graph)
-        assert _compiled_map.meta()
-        _compiled_map.stop()
+        assert kernel_map.meta()
+        kernel_map.stop()
         torch.compiler.reset()  # between traces: the graph is gone, its compile id is free
-        assert _compiled_map.meta() == {}
+        assert kernel_map.meta() == {}
     finally:
-        _compiled_map.stop()
-        _compiled_map._state["graphs"].update(saved[0])
-        _compiled_map._state["regions"].update(saved[1])
+        kernel_map.stop()
+        kernel_map._state["graphs"].update(saved[0])
+        kernel_map._state["regions"].update(saved[1])
 
 
 PRELOADED_JOB = """
@@ -165,8 +166,7 @@ def test_the_preloaded_job_records_a_compiled_call_taken_before_it_attached(tmp_
 
 
 def test_the_native_swap_restores_what_each_wrapper_replaced_and_puts_them_back():
-    from tokentrace import _backend
-    native = _backend.get_backend()
+    native = get_backend()
     missing, ours_a, ours_b, theirs = object(), object(), object(), object()
     a, b, c = {"forward": ours_a}, {"forward": ours_b}, {"forward": theirs}  # c: not ours now
     plan = [(a, "forward", ours_a, missing), (b, "forward", ours_b, "old"),

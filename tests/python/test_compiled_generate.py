@@ -1,9 +1,9 @@
-"""transformers' generate compiling the model itself, traced (issue 16, section 2: "attaching to
-a job that compiles must not change what runs"). On CUDA with a static cache, generate runs
+"""transformers' generate compiling the model itself, traced (attaching to a job that compiles
+must not change what runs). On CUDA with a static cache, generate runs
 its decode steps through torch.compile(model.__call__) (its auto-compile, mode
 "reduce-overhead"); here, on the CPU, the same path is taken with CompileConfig's
 _compile_all_devices. The trace's wrappers are out of TorchDynamo's sight in those calls
-(python/tokentrace/_compiled_call.py): the same graphs and graph breaks as untraced, the same
+(python/tokentrace/_compiled/call.py): the same graphs and graph breaks as untraced, the same
 tokens, no recompile after the trace; each compiled call is a token, and with ops=True its
 kernels are attributed to the modules inside. Also under `tokentrace run`, unmodified."""
 

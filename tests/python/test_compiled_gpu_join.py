@@ -1,10 +1,9 @@
-"""The join of a compiled model's GPU kernels with their modules (python/tokentrace/
-_compiled_join.py), on trace files built by hand in the shapes the shim writes on a GPU:
+"""The join of a compiled model's GPU kernels with their modules (python/tokentrace/_compiled/
+join.py), on trace files built by hand in the shapes the shim writes on a GPU:
 Inductor's Triton kernels have no op of their own, so CUPTI's kernel records (launched in
 TorchDynamo's compiled region) are matched by name, in the graph the region ran; library calls
 (an aten::mm and its cuBLAS kernel) by their order among them; kernels replayed from a CUDA
-graph (mode="reduce-overhead") through the calls their graph nodes were captured in (issue 16,
-section 2, GPU side).
+graph (mode="reduce-overhead") through the calls their graph nodes were captured in.
 """
 
 import json
@@ -13,7 +12,8 @@ import sqlite3
 import pytest
 
 import tokentrace as tt
-from tokentrace import _compiled_join, _compiled_map, _store
+from tokentrace._common import schema, write_schema
+from tokentrace._compiled import NOT_STORED, join_kernels, kernel_map, write_compiled_rows
 
 LAYER0 = ["model.layers.0.self_attn", "model.layers.0.mlp"]
 # Two graphs numbering their kernels from 0 (prefill, compile 0/0; decode, compile 0/1);
@@ -38,7 +38,7 @@ class _File:
     def __init__(self, tmp_path):
         self.path = str(tmp_path / "t.sqlite")
         self.con = sqlite3.connect(self.path)
-        _store.write_schema(self.con)
+        write_schema(self.con)
         self.sites, self.calls, self.kernels, self.strings = {}, [], [], {}
         self.call_gpu = []  # an op's own kernel (the shim's per-call totals)
         self.corr = 100
@@ -135,18 +135,18 @@ class _File:
             t = totals.setdefault(cid, [cid, 0, 0, b, e])
             t[1], t[2], t[3], t[4] = t[1] + n, t[2] + busy, min(t[3], b), max(t[4], e)
         c.executemany("INSERT INTO call_gpu VALUES (?,?,?,?,?,0)", list(totals.values()))
-        meta = {"schema_version": str(_store.schema().SCHEMA_VERSION), "kernel_mode": "full",
-                "kernels_status": "", _compiled_map.META_KEY: json.dumps(graphs)}
+        meta = {"schema_version": str(schema().SCHEMA_VERSION), "kernel_mode": "full",
+                "kernels_status": "", kernel_map.META_KEY: json.dumps(graphs)}
         if regions is not None:
-            meta[_compiled_map.REGIONS_KEY] = json.dumps(regions)
+            meta[kernel_map.REGIONS_KEY] = json.dumps(regions)
         c.executemany("INSERT INTO meta(key, value) VALUES (?,?)", meta.items())
         c.commit()
         c.close()
-        _compiled_map._state.update(graphs=dict(graphs), regions=dict(regions or {}))
+        kernel_map._state.update(graphs=dict(graphs), regions=dict(regions or {}))
         try:
-            _compiled_join.write(self.path)  # writes the map again, counts what the join leaves
+            write_compiled_rows(self.path)  # writes the map again, counts what the join leaves
         finally:
-            _compiled_map._state.update(graphs={}, regions={})
+            kernel_map._state.update(graphs={}, regions={})
         return tt.load(self.path)
 
 
@@ -263,7 +263,7 @@ def test_replayed_kernels_that_match_no_entry_are_counted_and_outside_graphs_are
     # A graph captured outside compiled code (by hand, in a module call): not the join's.
     f._kernel(1, token, "eager_graph_kernel", token * 1_000_000 + 50_000, graph=9, corr=1)
     trace = f.write()
-    lost = sorted((tok, name) for _, tok, name in _compiled_join.join(trace._q)[1])
+    lost = sorted((tok, name) for _, tok, name in join_kernels(trace._q)[1])
     assert lost == [(token, "aten::copy_"), (stray, GEMM)]
     assert trace.losses["compiled_unattributed"] == 2
     assert [k.name for k in trace.compiled_kernels(token)] == [n for _, n in nodes]
@@ -277,13 +277,13 @@ def test_kernels_without_rows_are_counted(tmp_path):
     f.token("0/1", DECODE)
     f.kernels = []
     trace = f.write()
-    lost = _compiled_join.join(trace._q)[1]
-    assert sorted(n for _, _, n in lost) == [_compiled_join.NOT_STORED] * 2 + ["aten::mm"]
+    lost = join_kernels(trace._q)[1]
+    assert sorted(n for _, _, n in lost) == [NOT_STORED] * 2 + ["aten::mm"]
     assert trace.losses["compiled_unattributed"] == 3
 
 
 def test_triton_kernels_are_noted_under_their_own_names():
-    name = _compiled_map._runtime_name
+    name = kernel_map._runtime_name
     assert name("triton_poi_fused_add_0", True, 3, profiled=False) == "triton_poi_fused_add_0"
     assert name("cpp_fused_add_0", True, 3, profiled=True) == "graph_3_cpp_fused_add_0"
     assert name("extern_kernels.mm", False, 3, profiled=False) == "aten::mm"

@@ -1,13 +1,13 @@
-"""The join of compiled kernels with their modules (python/tokentrace/_compiled_join.py), on a
+"""The join of compiled kernels with their modules (python/tokentrace/_compiled/join.py), on a
 trace file built by hand: generated kernels by name, library calls by their order in the
-wrapper, fused kernels marked, and what matches nothing counted (issue 16, section 2)."""
+wrapper, fused kernels marked, and what matches nothing counted."""
 
 import json
 import sqlite3
 
 import tokentrace as tt
-from tokentrace import _compiled_join, _compiled_map, _store
-from tokentrace._compiled_map import module_path
+from tokentrace._common import schema, write_schema
+from tokentrace._compiled import kernel_map, write_compiled_rows
 
 # Two graphs, as Inductor emitted them: graph 0 ends at a graph break, graph 1 starts with a
 # library call (an mm before any generated kernel).
@@ -26,7 +26,7 @@ def _file(tmp_path, ops, graphs=GRAPHS):
     eager module `eager` ran aten::add."""
     path = str(tmp_path / "t.sqlite")
     con = sqlite3.connect(path)
-    _store.write_schema(con)
+    write_schema(con)
     region = "Torch-Compiled Region: 0/0"
     names = ["self", "eager"] + sorted(set(ops) | {"aten::add", "aten::detach", region})
     for i, name in enumerate(names, 1):
@@ -43,8 +43,8 @@ def _file(tmp_path, ops, graphs=GRAPHS):
     con.executemany("INSERT INTO calls(id, site_id, k, token, parent_id, thread, cpu_begin_ns, "
                     "cpu_end_ns) VALUES (?,?,?,1,?,0,?,?)", rows)
     con.executemany("INSERT INTO meta(key, value) VALUES (?,?)",
-                    [(_compiled_map.META_KEY, json.dumps(graphs)),
-                     ("schema_version", str(_store.schema().SCHEMA_VERSION))])
+                    [(kernel_map.META_KEY, json.dumps(graphs)),
+                     ("schema_version", str(schema().SCHEMA_VERSION))])
     con.commit()
     con.close()
     return path
@@ -71,11 +71,11 @@ def test_ops_that_match_no_kernel_are_counted(tmp_path):
     ops = ["aten::addmm", "graph_0_cpp_fused_relu_0", "aten::addmm", "aten::copy_",
            "graph_1_cpp_fused_mul_0", "aten::mm"]
     path = _file(tmp_path, ops)
-    _compiled_map._state["graphs"] = dict(GRAPHS)
+    kernel_map._state["graphs"] = dict(GRAPHS)
     try:
-        _compiled_join.write(path)
+        write_compiled_rows(path)
     finally:
-        _compiled_map._state["graphs"] = {}
+        kernel_map._state["graphs"] = {}
     trace = tt.load(path)
     assert trace.losses == {"compiled_unattributed": 2}
     assert [k.name for k in trace.compiled_kernels()] == ops[:3] + [ops[4]]
@@ -88,13 +88,13 @@ def test_a_call_of_library_calls_only_is_matched_as_a_whole_graph(tmp_path):
 
 
 def test_module_paths_from_dynamo_names():
-    assert module_path("L['self'].model.layers[0].mlp") == "model.layers.0.mlp"
-    assert module_path("L['self']._modules['model']._modules['norm']") == "model.norm"
-    assert module_path("L['self']") == ""
+    assert kernel_map.module_path("L['self'].model.layers[0].mlp") == "model.layers.0.mlp"
+    assert kernel_map.module_path("L['self']._modules['model']._modules['norm']") == "model.norm"
+    assert kernel_map.module_path("L['self']") == ""
     # transformers 5.24 wraps forward in a *args function: the module is L['args'][0]
-    assert module_path("L['args'][0].model.layers[0].mlp") == "model.layers.0.mlp"
-    assert module_path("L['args'][0]._modules['lm_head']") == "lm_head"
-    assert module_path("L['args'][0]") == ""
-    assert module_path("L['kwargs']['model'].layers[1]") == "layers.1"
-    assert module_path("G['model'].model.norm") == "model.norm"
-    assert module_path("self.model.layers[2]") == "model.layers.2"
+    assert kernel_map.module_path("L['args'][0].model.layers[0].mlp") == "model.layers.0.mlp"
+    assert kernel_map.module_path("L['args'][0]._modules['lm_head']") == "lm_head"
+    assert kernel_map.module_path("L['args'][0]") == ""
+    assert kernel_map.module_path("L['kwargs']['model'].layers[1]") == "layers.1"
+    assert kernel_map.module_path("G['model'].model.norm") == "model.norm"
+    assert kernel_map.module_path("self.model.layers[2]") == "model.layers.2"

@@ -1,8 +1,8 @@
 """A tiny Llama compiled with torch.compile (Inductor, on the CPU), traced over `generate` with
 op records: it decodes compiled (the same graphs and graph breaks as untraced), gives the same
 tokens, and every op of a decode token's compiled call is a kernel attributed to a module or
-counted as `compiled_unattributed` (issue 16, section 2's tests). Also under `tokentrace run`,
-unmodified. Compiling takes minutes here: one model, one layer, a few tokens."""
+counted as `compiled_unattributed` (never given to a module by guess). Also under `tokentrace
+run`, unmodified. Compiling takes minutes here: one model, one layer, a few tokens."""
 
 import textwrap
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tokentrace as tt
-from tokentrace import _compiled_join
+from tokentrace._compiled import join_kernels
 
 NEW_TOKENS = 4
 
@@ -89,7 +89,7 @@ def check_decode_attribution(trace, tokens):
     """Every generated kernel that ran in a decode token is attributed to modules, and what
     the join leaves is counted; returns (kernels' share, compiled regions' share) of each
     decode token's wall time (its root call's CPU time)."""
-    kernels, lost = _compiled_join.join(trace._q)
+    kernels, lost = join_kernels(trace._q)
     assert len(lost) == trace.losses.get("compiled_unattributed", 0)
     ran = trace._q("SELECT c.id, c.token FROM calls c JOIN sites s ON s.id = c.site_id "
                    "WHERE s.kind = 'op' AND s.name LIKE 'graph\\_%' ESCAPE '\\'")

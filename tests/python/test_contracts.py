@@ -1,17 +1,24 @@
 """The facts C++ and Python share come from one place, through the extension: the trace schema
 (src/store/schema.sql) and its version, and the site, escape and loss kinds
-(include/tokentrace/kinds.h). Python keeps no copy of them."""
+(include/tokentrace/kinds.h). Python keeps no copy of them.
 
+And the package's layout (python/README.md): imports go one way through the layers, between
+subpackages only through their faces, and tests, benches and docs use public names and faces.
+"""
+
+import ast
 import os
 import re
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
-from tokentrace import _loader, _store
+from tokentrace._common import loader, write_python_rows, write_schema
 from tt_testutil import ROOT
 
-native = _loader.load()
+native = loader.load()
 
 
 def test_the_schema_is_the_one_file():
@@ -23,11 +30,11 @@ def test_the_schema_is_the_one_file():
 
 
 def test_a_hand_made_file_matches_the_shims(tmp_path):
-    """tests build files with _store.write_schema: the same tables, indices and view as the
-    shim's (no index the shim leaves out, no tokens view that drops graph replays)."""
+    """tests build files with write_schema (_common/store.py): the same tables, indices and view
+    as the shim's (no index the shim leaves out, no tokens view that drops graph replays)."""
     path = str(tmp_path / "t.sqlite")
     con = sqlite3.connect(path)
-    _store.write_schema(con)
+    write_schema(con)
     objects = dict(con.execute("SELECT name, type FROM sqlite_master WHERE name NOT LIKE "
                                "'sqlite_%'"))
     con.close()
@@ -62,11 +69,11 @@ def test_every_loss_kind_is_documented():
 def test_the_python_layer_writes_only_known_loss_kinds(tmp_path):
     path = str(tmp_path / "t.sqlite")
     con = sqlite3.connect(path)
-    _store.write_schema(con)
+    write_schema(con)
     con.close()
     with pytest.raises(ValueError, match="unknown loss kinds"):
-        _store.write_python_rows(path, losses={"saved_failed": 1})
-    _store.write_python_rows(path, losses={"save_failed": 2})
+        write_python_rows(path, losses={"saved_failed": 1})
+    write_python_rows(path, losses={"save_failed": 2})
     con = sqlite3.connect(path)
     assert con.execute("SELECT count FROM losses WHERE kind = 'save_failed'").fetchone() == (2,)
     con.close()
@@ -127,3 +134,276 @@ def test_current_gives_the_call_and_its_token(tmp_path):
         assert native.current() == (0, 0)
     finally:
         native.stop()
+
+
+# --- the package's layers and faces (python/README.md) -------------------------------------
+# Bottom to top; a file imports only from layers below its own (or its own subpackage, or, at
+# the top, other top-level files). _record, _edit and _read share a layer: none imports another.
+PKG = os.path.join(ROOT, "python", "tokentrace")
+LAYER = {"_errors": 1, "_common": 2, "_backend": 3, "_compiled": 4, "_record": 5, "_edit": 5,
+         "_read": 5, "top": 6}
+SUBPACKAGES = ("_common", "_backend", "_compiled", "_record", "_edit", "_read")
+# Module names the package gives as strings: the extension, and the name python/src/native.cc
+# imports original_forward by (an alias of _record/hooks.py, see there).
+NAMED_MODULES = {"tokentrace._native", "tokentrace._session"}
+
+
+def _unit(module):
+    """The layer unit of a module name: a subpackage, "_errors", or "top"."""
+    parts = module.split(".")
+    if len(parts) > 1 and (parts[1] in SUBPACKAGES or parts[1] == "_errors"):
+        return parts[1]
+    return "top"
+
+
+def _is_module(module):
+    """Whether `module` (tokentrace.x.y) is a file or folder of the package."""
+    rest = os.path.join(PKG, *module.split(".")[1:])
+    return os.path.isfile(rest + ".py") or os.path.isfile(os.path.join(rest, "__init__.py"))
+
+
+def _faces():
+    """{subpackage: the names its face offers (__all__)}, read from each __init__.py."""
+    faces = {}
+    for sub in SUBPACKAGES:
+        tree = ast.parse(open(os.path.join(PKG, sub, "__init__.py"), encoding="utf-8").read())
+        exports = {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_EXPORTS":
+                exports = ast.literal_eval(node.value)
+        faces[sub] = set(exports) | ({"lazy_face"} if sub == "_common" else set())
+    return faces
+
+
+def _imports(module, source, faces):
+    """(line, target module, name or None, name is an attribute) of every import in `source`
+    (the file of `module`), those inside functions included; relative ones made absolute. A
+    name a face offers is the face's, a module's own file among its siblings, else the file."""
+    is_package = module.split(".")[-1] == "__init__"
+    module = module.removesuffix(".__init__")
+    package = module if is_package else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name, None, False) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            sub = _unit(base)
+            for alias in node.names:
+                inner = f"{base}.{alias.name}"
+                is_file = base.startswith("tokentrace") and _is_module(inner)
+                if is_file and (_unit(inner) == _unit(module) or base != f"tokentrace.{sub}"
+                                or alias.name not in faces.get(sub, ())):
+                    out.append((node.lineno, inner, None, False))
+                else:
+                    out.append((node.lineno, base, alias.name, True))
+    return out
+
+
+def package_violations(module, source, faces):
+    """What the import rule refuses in the package file of `module` ("tokentrace._edit.hooks",
+    "tokentrace._read.__init__"), whose text is `source`."""
+    here = _unit(module)
+    face_of_file = module.endswith(".__init__")
+    bad = []
+    for line, target, name, is_attr in _imports(module, source, faces):
+        if not target.startswith("tokentrace"):
+            continue
+        where = f"{module}:{line} imports {target}" + (f".{name}" if name else "")
+        if is_attr and name.startswith("_") and not name.startswith("__"):
+            bad.append(f"{where}: another module's underscore name")
+        unit = _unit(target)
+        if unit != here:
+            if LAYER[unit] >= LAYER[here]:
+                bad.append(f"{where}: {here} may import only layers below it, not {unit}")
+            if unit in SUBPACKAGES and target != f"tokentrace.{unit}":
+                bad.append(f"{where}: outside {unit}, import its face (tokentrace.{unit})")
+            elif unit in SUBPACKAGES and is_attr and name not in faces[unit]:
+                bad.append(f"{where}: {name} is not on the face of {unit} (its __all__)")
+        elif unit in SUBPACKAGES and target == f"tokentrace.{unit}" and is_attr \
+                and not face_of_file:
+            bad.append(f"{where}: inside {unit}, import the sibling file, not the face")
+    return bad
+
+
+def user_violations(where, source, faces, strings=True):
+    """What the import rule refuses in a test, bench, script or docs example: tokentrace's
+    public modules and names, and the subpackages' faces (their __all__), nothing else; and
+    no string that names a subpackage's inner file (a monkeypatch target, say)."""
+    bad = []
+    for line, target, name, is_attr in _imports("outside.file", source, faces):
+        if not target.startswith("tokentrace"):
+            continue
+        text = f"{where}:{line} imports {target}" + (f".{name}" if name else "")
+        parts = target.split(".")
+        if is_attr and name.startswith("_") and not name.startswith("__"):
+            bad.append(f"{text}: an underscore name")
+        if len(parts) == 2 and parts[1] in SUBPACKAGES:
+            if is_attr and name not in faces[parts[1]]:
+                bad.append(f"{text}: {name} is not on the face of {parts[1]} (its __all__)")
+        elif len(parts) > 2 and parts[1] in SUBPACKAGES:
+            bad.append(f"{text}: an inner file of {parts[1]}; import its face")
+        elif any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+            bad.append(f"{text}: a private module; use tokentrace.X or a subpackage's face")
+    texts = [n.value for n in ast.walk(ast.parse(source))
+             if strings and isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    for m in re.finditer(r"tokentrace\.(_[a-z]\w*)\.(\w+)", "\n".join(texts)):
+        if m.group(1) in SUBPACKAGES and _is_module(f"tokentrace.{m.group(1)}.{m.group(2)}"):
+            bad.append(f"{where}: a string names the inner file {m.group(0)}")
+    return bad
+
+
+def _package_files():
+    for folder, _, files in os.walk(PKG):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, os.path.dirname(PKG))[:-3]
+                yield rel.replace(os.sep, "."), path
+
+
+def _user_files():
+    for folder in ("tests/python", "tests/torch_op", "bench", "scripts"):
+        for name in sorted(os.listdir(os.path.join(ROOT, folder))):
+            if name.endswith(".py"):
+                path = os.path.join(ROOT, folder, name)
+                yield os.path.relpath(path, ROOT), open(path, encoding="utf-8").read()
+    docs = ["README.md", "bench/README.md", "python/README.md"] + [
+        os.path.join("docs", n) for n in sorted(os.listdir(os.path.join(ROOT, "docs")))]
+    for rel in docs:
+        text = open(os.path.join(ROOT, rel), encoding="utf-8").read()
+        lines = re.findall(r"^\s*((?:from\s+tokentrace\S*\s+import\s+[^#\n]+)|"
+                           r"(?:import\s+tokentrace\S*(?:\s+as\s+\w+)?))", text, re.M)
+        yield rel, "\n".join(line.strip().rstrip("\\") for line in lines if "(" not in line)
+
+
+def test_imports_go_one_way_through_the_faces():
+    faces = _faces()
+    bad = []
+    for module, path in _package_files():
+        bad += package_violations(module, open(path, encoding="utf-8").read(), faces)
+    assert bad == []
+
+
+def test_tests_benches_and_docs_use_public_names_and_faces():
+    faces = _faces()
+    bad = []
+    for where, source in _user_files():  # this file's cases name inner files on purpose
+        bad += user_violations(where, source, faces, not where.endswith("test_contracts.py"))
+    assert bad == []
+
+
+@pytest.mark.parametrize("module, source, refused", [
+    ("tokentrace._common.paths", "from .._record import InputRecorder", "layers below"),
+    ("tokentrace._edit.hooks", "def f():\n    from .._read import load", "layers below"),
+    ("tokentrace._read.trace", "from .._compiled.join import join_kernels", "its face"),
+    ("tokentrace._read.trace", "import tokentrace._common.store", "its face"),
+    ("tokentrace._record.attach", "from .._common import site_name", "not on the face"),
+    ("tokentrace._record.attach", "from .inputs import _text", "underscore"),
+    ("tokentrace._edit.spec", "from . import when", "sibling file"),
+    ("tokentrace._errors", "from ._common import ROOT", "layers below"),
+    ("tokentrace._api", "from ._edit.spec import check_edits", "its face"),
+])
+def test_the_rule_refuses_what_it_says(module, source, refused):
+    """The checker itself: each kind of forbidden import is found (the rule is not vacuous)."""
+    bad = package_violations(module, source, _faces())
+    assert len(bad) == 1 and refused in bad[0], bad
+
+
+@pytest.mark.parametrize("source, refused", [
+    ("from tokentrace import _api", "private module"),
+    ("from tokentrace._errors import TokentraceError", "private module"),
+    ("from tokentrace._edit.hooks import EditHooks", "inner file"),
+    ("from tokentrace._common import store", "inner file"),
+    ("from tokentrace._record import Nothing", "not on the face"),
+    ("from tokentrace.plot import _figure", "underscore"),
+    ("monkeypatch.setattr('tokentrace._record.inputs.x', 1)", "inner file"),
+])
+def test_the_rule_refuses_what_it_says_outside(source, refused):
+    bad = user_violations("t.py", source, _faces())
+    assert len(bad) == 1 and refused in bad[0], bad
+
+
+def test_the_faces_offer_what_they_name():
+    """Every name on a face resolves; a name that is also a file's is that file (else the
+    module, once imported, would hide the name: `from pkg import join` would give join.py)."""
+    import importlib
+    for sub, names in _faces().items():
+        face = importlib.import_module(f"tokentrace.{sub}")
+        assert sorted(face.__all__) == sorted(names)
+        for name in names:
+            value = getattr(face, name)
+            if _is_module(f"tokentrace.{sub}.{name}"):
+                assert value is importlib.import_module(f"tokentrace.{sub}.{name}"), name
+    import tokentrace
+    for name, where in tokentrace._EXPORTS.items():  # the top's lazy map: faces or top files
+        target = f"tokentrace{where}"
+        assert _unit(target) == "top" or target == f"tokentrace.{_unit(target)}", (name, where)
+        assert getattr(tokentrace, name) is getattr(importlib.import_module(target), name)
+
+
+def test_what_type_checkers_see_on_a_face_is_what_it_offers():
+    """A face's TYPE_CHECKING imports (what type checkers read) name the same names from the
+    same files as its _EXPORTS map (what runs)."""
+    for sub in SUBPACKAGES:
+        tree = ast.parse(open(os.path.join(PKG, sub, "__init__.py"), encoding="utf-8").read())
+        exports, seen = {}, {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_EXPORTS":
+                exports = ast.literal_eval(node.value)
+            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+                for imp in node.body:
+                    for alias in imp.names:
+                        seen[alias.name] = imp.module or alias.name
+        assert exports and seen == exports, sub
+
+
+def test_the_module_names_given_as_strings_exist():
+    """Names the package looks modules up by (importlib, the loader's spec, the alias for the
+    extension): files of the package, or the ones listed in NAMED_MODULES."""
+    named = set()
+    for _, path in _package_files():
+        named |= set(re.findall(r"[\"'](tokentrace(?:\.\w+)+)[\"']", open(path).read()))
+    for name in named:
+        assert _is_module(name) or name in NAMED_MODULES, name
+
+
+def test_what_the_extension_imports_by_name_is_there():
+    """python/src/*.cc import Python functions by module name (PyImport_ImportModule, then
+    PyObject_GetAttrString): the module and the function must exist."""
+    import importlib
+    src = os.path.join(ROOT, "python", "src")
+    found = []
+    for name in sorted(os.listdir(src)):
+        text = open(os.path.join(src, name), encoding="utf-8").read()
+        found += re.findall(r'PyImport_ImportModule\("([\w.]+)"\).*?'
+                            r'PyObject_GetAttrString\(\w+, "(\w+)"\)', text, re.S)
+    assert found
+    from tokentrace._record import HookSet  # noqa: F401  (hooks.py makes the alias)
+    for module, attr in found:
+        assert callable(getattr(importlib.import_module(module), attr)), (module, attr)
+
+
+def test_faces_and_the_console_script_import_neither_torch_nor_the_extension():
+    """`import tokentrace` imports only itself; the subpackages' faces, `tokentrace --version`'s
+    path (__main__, the loader's program lookup) and tt.load import no torch."""
+    code = ("import sys, tokentrace; first = sorted(m for m in sys.modules if "
+            "m.startswith('tokentrace'));"
+            + "".join(f"import tokentrace.{sub};" for sub in SUBPACKAGES)
+            + "import tokentrace.__main__; from tokentrace._common import loader; "
+            "loader.find_program(); tokentrace.load;"
+            "print(first, 'torch' in sys.modules, 'tokentrace._native' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["['tokentrace']", "False", "False"]
+
+
+def test_the_package_folder_is_where_the_native_files_are_installed():
+    import tokentrace
+    from tokentrace._common import PACKAGE_DIR
+    assert PACKAGE_DIR == os.path.dirname(os.path.abspath(tokentrace.__file__))

@@ -8,13 +8,14 @@ import sys
 
 import pytest
 
-from tokentrace import _loader, _report
-from tokentrace._errors import TokentraceError
+from tokentrace import TokentraceError
+from tokentrace._common import loader
+from tokentrace._read import render_report
 from tt_testutil import make_trace_file
 
 
 def _plot(tmp_path, python):
-    program = _loader.find_program()
+    program = loader.find_program()
     assert program, "the `tokentrace` program is not built (bash scripts/setup.sh)"
     path = make_trace_file(str(tmp_path / "h.sqlite"))
     env = dict(os.environ, TOKENTRACE_PYTHON=str(python))
@@ -67,12 +68,12 @@ def test_report_of_a_file_that_is_not_a_trace_is_the_programs_line(tmp_path):
     path = tmp_path / "notes.sqlite"
     path.write_text("not a database\n")
     with pytest.raises(TokentraceError) as err:
-        _report.render(path)
+        render_report(path)
     assert "\n" not in str(err.value) and "Traceback" not in str(err.value)
     assert str(path) in str(err.value)
 
 
 def test_report_without_the_program_says_how_to_build_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(_loader, "find_program", lambda: None)
+    monkeypatch.setattr(loader, "find_program", lambda: None)
     with pytest.raises(TokentraceError, match=r"program is not built.*scripts/setup.sh"):
-        _report.render(make_trace_file(str(tmp_path / "h.sqlite")))
+        render_report(make_trace_file(str(tmp_path / "h.sqlite")))

@@ -133,9 +133,9 @@ def test_edit_errors(llama):
 
 
 def test_missing_extension_says_how_to_build_it(gpt2, prompt, monkeypatch):
-    from tokentrace import _loader
-    monkeypatch.setattr(_loader, "load", lambda: None)
-    monkeypatch.setattr(_loader, "unavailable_reason",
+    from tokentrace._common import loader
+    monkeypatch.setattr(loader, "load", lambda: None)
+    monkeypatch.setattr(loader, "unavailable_reason",
                         lambda: "the native extension is not built (no _native*.so)")
     with pytest.raises(tt.TokentraceError) as err:
         tt.trace(gpt2, prompt)

@@ -1,5 +1,6 @@
 """What a new user sees in the first minutes: the output of scripts/setup.sh, of the demo, of a
-trace on a machine without a GPU, and the files a finished trace leaves (issue 17)."""
+trace on a machine without a GPU (no warning about tokentrace's own doing, the missing GPU said
+once), and the files a finished trace leaves (one file)."""
 
 import os
 import sqlite3
@@ -84,8 +85,8 @@ for name in ("a.sqlite", "b.sqlite"):
         con.close()
         assert meta["kernels_off"] == "no NVIDIA GPU here"
         assert "libcuda.so.1" in meta["kernels_status"]  # the detail, for `tokentrace info`
-    from tokentrace import _loader
-    info = subprocess.run([_loader.find_program(), "info", str(tmp_path / "a.sqlite")],
+    from tokentrace._common import loader
+    info = subprocess.run([loader.find_program(), "info", str(tmp_path / "a.sqlite")],
                           capture_output=True, text=True, timeout=60)
     assert "libcuda.so.1" in info.stdout and "no NVIDIA GPU here" in info.stdout, info.stdout
 
@@ -112,8 +113,8 @@ if sys.argv[1:] == ["in-process"]:
 else:
     lm.generate(prompt, max_new_tokens=2)
 """)
-    from tokentrace import _loader
-    program = _loader.find_program()
+    from tokentrace._common import loader
+    program = loader.find_program()
     res = subprocess.run([sys.executable, str(job), "in-process"], cwd=tmp_path, env=_env(),
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
@@ -130,10 +131,10 @@ else:
 def test_python_rows_are_added_in_one_transaction(tmp_path):
     """Each commit of a finished trace costs syncs of the file (a good part of what one
     tt.trace costs); the Python layer's tables and rows once took four commits."""
-    from tokentrace import _store
+    from tokentrace._common import write_python_rows, write_schema
     path = str(tmp_path / "t.sqlite")
     con = sqlite3.connect(path)
-    _store.write_schema(con)  # what the shim writes
+    write_schema(con)  # what the shim writes
     con.close()
 
     def change_counter():  # bytes 24..27 of the header: +1 per committed write transaction
@@ -141,7 +142,7 @@ def test_python_rows_are_added_in_one_transaction(tmp_path):
             return int.from_bytes(f.read(28)[24:28], "big")
 
     before = change_counter()
-    _store.write_python_rows(path, saved=[(1, "s.safetensors", "k")],
+    write_python_rows(path, saved=[(1, "s.safetensors", "k")],
                              escape_sites=[(1, "x.py:3", 2)], meta={"python_save_errors": 0},
                              losses={"save_failed": 1})
     assert change_counter() - before == 1

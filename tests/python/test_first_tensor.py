@@ -2,7 +2,7 @@
 
 The recording searches in C (`_native.first_tensor`, FindTensor in python/src/native.cc: the
 recorded output shape and the saved tensor); the edits search in Python
-(python/tokentrace/_outputs.py, which TorchDynamo can trace). Both must find the same tensor
+(python/tokentrace/_common/outputs.py, which TorchDynamo can trace). Both must find the same tensor
 at the same path, or an edit and the trace would name different outputs.
 """
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import tt_testutil  # noqa: F401  (puts python/ on sys.path)
-from tokentrace import _outputs
 from tokentrace._backend import get_backend
+from tokentrace._common import first_tensor
 
 T = torch.arange(6.0).reshape(2, 3)
 U = torch.zeros(1)
@@ -60,7 +60,7 @@ def _native_search(value):
     return get_backend().first_tensor(value)
 
 
-@pytest.mark.parametrize("search", [_native_search, _outputs.first_tensor],
+@pytest.mark.parametrize("search", [_native_search, first_tensor],
                          ids=["native", "python"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_first_tensor_rules(search, case):

@@ -97,7 +97,8 @@ def test_declarative_edit_on_cuda_matches_hook(dtype):
 
 def test_op_records_on_cuda_carry_their_kernels(tmp_path):
     """ops=True on CUDA: the ATen ops are calls inside their module calls, so the kernels they
-    launch are attributed to them (issue 16, section 1), and generate's host reads are
+    launch are attributed to them (not only to the module call around them), and generate's
+    host reads are
     escapes named by the op that read."""
     _native_or_skip()
     lm = _gpt2_cuda()

@@ -3,9 +3,9 @@ op records and kernel records: every Triton kernel CUPTI recorded in a decode to
 attributed to modules (by name, in its region's graph) or counted as compiled_unattributed;
 compiled by transformers' generate itself (on CUDA with a static cache it compiles the
 model's __call__ with mode="reduce-overhead": cudagraph trees), every kernel replayed from the
-decode's CUDA graph is attributed through the node it was captured from, or counted (issue 16,
-section 2, GPU side). Needs a GPU; scripts/gpu-check.sh runs this file as a step of its own (three
-Inductor compiles with Triton: ~1.5 minutes there, estimated)."""
+decode's CUDA graph is attributed through the node it was captured from, or counted (never
+given to a module by guess). Needs a GPU; scripts/gpu-check.sh runs this file as a step of its
+own (three Inductor compiles with Triton: ~1.5 minutes there, estimated)."""
 
 import collections
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tokentrace as tt
-from tokentrace import _compiled_join
+from tokentrace._compiled import join_kernels
 
 NEW_TOKENS = 4
 
@@ -45,7 +45,7 @@ def _traced_generate(auto=False):
 def test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted():
     trace = _traced_generate()
     assert trace.kernels_recorded, trace.kernels_status
-    kernels, lost = _compiled_join.join(trace._q)
+    kernels, lost = join_kernels(trace._q)
     assert len(lost) == trace.losses.get("compiled_unattributed", 0)
     ran = collections.Counter(trace._q(
         "SELECT k.token FROM kernels k JOIN strings s ON s.id = k.name_id "
@@ -73,7 +73,7 @@ def test_each_kernel_replayed_from_a_compiled_decodes_cuda_graph_is_attributed_o
     trace = _traced_generate(auto=True)
     assert trace["model.layers.0.mlp"].num_calls == 1  # the eager prefill; decode: compiled
     assert trace.kernels_recorded, trace.kernels_status
-    kernels, lost = _compiled_join.join(trace._q)
+    kernels, lost = join_kernels(trace._q)
     assert len(lost) == trace.losses.get("compiled_unattributed", 0)
     # The kernels replayed from a graph in each decode token (cudagraph trees warm up, record
     # and replay the recording, then replay): each is a kernel of the join, or counted.

@@ -1,4 +1,5 @@
-"""CUDA-graph replays (issue 6; mark `gpu`, skipped without CUDA).
+"""CUDA-graph replays: a replayed step is still a token, its kernels still calls' (mark `gpu`,
+skipped without CUDA).
 
 A tiny Llama decoding step with a static KV cache is captured with torch.cuda.graph inside a
 traced run and replayed 16 times. Module hooks run only at capture time; the shim attributes

@@ -150,7 +150,7 @@ def test_a_python_hook_captured_in_a_graph_cannot_select_the_step():
 
 
 def test_cuda_graph_replays_a_token_3_input_edit_at_step_3():
-    """An edit of a call's input (issue 18) runs from the device table like an output edit, so
+    """An edit of a call's input (input=) runs from the device table like an output edit, so
     a captured decoding step applies it on the right replay. lm_head has no bias: doubling its
     input doubles the logits."""
     lm = _llama()

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 import tokentrace as tt
-from tokentrace import _store
+from tokentrace._common import schema
+from tokentrace._record import InputRecorder
 
 
 def _trace(*args, **kwargs):
@@ -42,7 +43,7 @@ def test_root_inputs_by_path_with_the_cache_per_layer(llama, prompt):
             assert list(entry.shape) == [1, 2, 5, 8]
             assert entry.dtype == torch.float32 and entry.device == "cpu"
     assert inputs["use_cache"].kind == "value" and inputs["use_cache"].value is True
-    assert trace.schema_version == _store.schema().SCHEMA_VERSION
+    assert trace.schema_version == schema().SCHEMA_VERSION
 
 
 @pytest.mark.parametrize("given", ["past_key_values", "cache"])
@@ -176,7 +177,7 @@ def test_record_streams_saved_inputs(llama, prompt):
 
 def test_previous_schema_version_opens(llama, prompt, tmp_path):
     trace = _decode_step(llama, _prefill_cache(llama, prompt))
-    assert trace.meta["schema_version"] == str(_store.schema().SCHEMA_VERSION)  # kSchemaVersion
+    assert trace.meta["schema_version"] == str(schema().SCHEMA_VERSION)  # kSchemaVersion
     old = str(tmp_path / "v1.sqlite")
     shutil.copy(trace.path, old)
     with sqlite3.connect(old) as con:
@@ -186,7 +187,7 @@ def test_previous_schema_version_opens(llama, prompt, tmp_path):
     assert v1.schema_version == 1 and v1["self"].num_calls == 1
     with pytest.raises(tt.TokentraceError, match="schema version 1 files record no inputs"):
         v1["self:1"].inputs
-    newest = _store.schema().SCHEMA_VERSION
+    newest = schema().SCHEMA_VERSION
     with sqlite3.connect(old) as con:
         con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(newest + 1),))
     with pytest.raises(tt.TokentraceError, match=f"reads versions 1 to {newest}"):
@@ -209,8 +210,7 @@ class SeesItsFile(nn.Module):
 
 
 def test_rows_go_to_the_file_during_the_run(tmp_path, monkeypatch):
-    from tokentrace import _inputs
-    monkeypatch.setattr(_inputs, "_FLUSH_ROWS", 1)
+    monkeypatch.setattr(InputRecorder, "flush_rows", 1)
     path = str(tmp_path / "t.sqlite")
     model = SeesItsFile(path)
 
@@ -224,8 +224,7 @@ def test_rows_go_to_the_file_during_the_run(tmp_path, monkeypatch):
 
 
 def test_saved_rows_wait_for_their_shard(llama, prompt, monkeypatch):
-    from tokentrace import _inputs
-    monkeypatch.setattr(_inputs, "_FLUSH_ROWS", 3)
+    monkeypatch.setattr(InputRecorder, "flush_rows", 3)
     cache = _prefill_cache(llama, prompt)
     before = cache.layers[1].keys.clone()
     trace = _decode_step(llama, cache, save=tt.module("self"))
@@ -251,7 +250,6 @@ def test_inputs_that_cannot_be_saved_are_counted():
 def test_a_cache_is_read_afresh_at_every_step_and_its_paths_are_shared():
     from transformers import DynamicCache
 
-    from tokentrace._inputs import InputRecorder
     cache = DynamicCache()
     cache.update(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), 0)
     recorder = InputRecorder(lambda: (1, 1, 1))

@@ -37,7 +37,7 @@ JOB = textwrap.dedent(f"""
             y = self.down(torch.relu(self.up(x)))
             if rank == {SLOW_RANK} and step[0] == {SLOW_TOKEN}:
                 time.sleep({SLOW_S})  # the straggler
-            dist.all_reduce(y)  # seen as the site c10d::all_reduce (tokentrace/_collectives.py)
+            dist.all_reduce(y)  # seen as the site c10d::all_reduce (_record/collectives.py)
             return y
 
     class TinyLM(nn.Module):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import tokentrace as tt
-from tokentrace import _ops
-from tokentrace._errors import TokentraceError
+from tokentrace import TokentraceError
+from tokentrace._record import op_records
 
 MLP = "transformer.h.1.mlp"
 
@@ -79,14 +79,14 @@ def test_host_reads_are_escapes_named_by_their_op(op_trace):
         "SELECT s.name FROM escapes e JOIN calls c ON c.id = e.call_id "
         "JOIN sites s ON s.id = c.site_id")]
     assert names, "generate's stopping checks read device values"
-    assert set(names) <= set(_ops.ESCAPE_OPS), names
+    assert set(names) <= set(op_records.ESCAPE_OPS), names
     # One escape per read: as many as the Python layer saw (nested item ops count once).
     assert len(names) == sum(n for _, n in op_trace.escape_sites)
 
 
 def test_ops_are_off_by_default_and_the_observer_is_removed(gpt2_gelu, op_trace):
     # After an ops=True trace, the observer is gone again (stop finds nothing to remove).
-    assert _ops.stop() is False
+    assert op_records.stop() is False
     trace = tt.trace(gpt2_gelu, torch.tensor([[1, 2, 3]]), kernels="off")
     assert not any(trace._site(s).kind == "op" for s in trace.sites)
     assert trace["transformer.h.0.mlp:1"].ops == []
@@ -112,7 +112,7 @@ def test_tokentrace_run_ops_records_the_ops_of_an_unmodified_job(tmp_path):
     escapes = [r[0] for r in con.execute(
         "SELECT s.name FROM escapes e JOIN calls c ON c.id = e.call_id "
         "JOIN sites s ON s.id = c.site_id")]
-    assert escapes and set(escapes) <= set(_ops.ESCAPE_OPS), escapes
+    assert escapes and set(escapes) <= set(op_records.ESCAPE_OPS), escapes
 
 
 def test_tokentrace_run_refuses_a_bad_ops_variable(tmp_path):

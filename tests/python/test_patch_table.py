@@ -281,8 +281,8 @@ def test_errors_come_before_any_model_work(llama, prompt):
 
 
 def test_missing_library_is_a_clear_error_and_callables_still_work(llama, prompt, monkeypatch):
-    from tokentrace import _torch_ops
-    monkeypatch.setitem(_torch_ops._state, "loaded", None)
+    from tokentrace._backend import torch_library
+    monkeypatch.setitem(torch_library._state, "loaded", None)
     monkeypatch.setenv("TOKENTRACE_TORCH_OPS_LIB", "/nonexistent/libtokentrace_torch_ops.so")
     with pytest.raises(tt.TokentraceError) as err:
         tt.when(V, tt.zero()).bind(llama)
@@ -298,15 +298,15 @@ def test_missing_library_is_a_clear_error_and_callables_still_work(llama, prompt
 
 
 def test_library_is_found_next_to_the_build(monkeypatch, tmp_path):
-    from tokentrace import _torch_ops
-    lib = _torch_ops.load_library()
+    from tokentrace._backend import torch_library
+    lib = torch_library.load_library()
     monkeypatch.delenv("TOKENTRACE_TORCH_OPS_LIB", raising=False)
     (tmp_path / "torch-ops").mkdir()
-    os.symlink(lib, tmp_path / "torch-ops" / _torch_ops.LIB_NAME)
+    os.symlink(lib, tmp_path / "torch-ops" / torch_library.LIB_NAME)
     monkeypatch.setenv("TOKENTRACE_NATIVE_DIR", str(tmp_path))
-    path, looked = _torch_ops.find_library()
-    assert path == str(tmp_path / "torch-ops" / _torch_ops.LIB_NAME)
-    assert str(tmp_path / _torch_ops.LIB_NAME) in looked  # next to the native files first
+    path, looked = torch_library.find_library()
+    assert path == str(tmp_path / "torch-ops" / torch_library.LIB_NAME)
+    assert str(tmp_path / torch_library.LIB_NAME) in looked  # next to the native files first
 
 
 # --- torch.compile ----------------------------------------------------------------------------

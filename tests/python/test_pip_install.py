@@ -1,6 +1,6 @@
 """`pip install .` gives what a pip user needs: the `tokentrace` command on PATH, `python -m
-tokentrace`, the version, and a working `tokentrace run` from the installed files alone
-(issue 17, items 2 and 8).
+tokentrace`, the version, the package with its subpackages and py.typed, and a working
+`tokentrace run` from the installed files alone.
 
 No network: --no-build-isolation --no-index against this environment's scikit-build-core,
 nanobind and torch, --no-deps, into a throwaway prefix. The torch ops library is left out
@@ -75,6 +75,10 @@ def test_install_puts_the_command_on_path_with_the_version(installed, tmp_path):
     res = _run([sys.executable, "-c", "import tokentrace; print(tokentrace.__file__, "
                 "tokentrace.__version__)"], env, tmp_path)
     assert res.stdout.split() == [os.path.join(site, "tokentrace", "__init__.py"), version]
+    package = os.path.join(site, "tokentrace")
+    assert os.path.isfile(os.path.join(package, "py.typed"))  # type checkers read the annotations
+    for sub in ("_common", "_backend", "_compiled", "_record", "_edit", "_read"):
+        assert os.path.isfile(os.path.join(package, sub, "__init__.py")), sub
 
 
 def test_installed_run_records_a_job_and_reports_it(installed, tmp_path):

@@ -54,7 +54,7 @@ def test_titles_fit_in_the_figure_when_kernels_were_not_recorded(tmp_path):
     import matplotlib.pyplot as plt
 
     import tokentrace as tt
-    from tokentrace.plot import _figure
+    from tokentrace.plot import figure
     path = make_trace_file(str(tmp_path / "off.sqlite"), kernels=False)
     detail = ("tokentrace: kernels are off: no NVIDIA driver (libcuda.so.1: cannot open shared "
               "object file: No such file or directory); cuptiSubscribe failed: "
@@ -65,7 +65,7 @@ def test_titles_fit_in_the_figure_when_kernels_were_not_recorded(tmp_path):
                      ("kernels_off", "no NVIDIA GPU here")])
     con.commit()
     con.close()
-    fig = _figure(tt.load(path), 6, plt)
+    fig = figure(tt.load(path), 6, plt)
     try:
         renderer = fig.canvas.get_renderer()
         for ax in fig.axes:
@@ -80,8 +80,8 @@ def test_titles_fit_in_the_figure_when_kernels_were_not_recorded(tmp_path):
 
 @pytest.mark.parametrize("out", ["missing-folder/x.png", ".", "x.notaformat"])
 def test_an_output_the_plot_cannot_write_is_one_line(tmp_path, out):
-    """-o in a missing folder printed savefig's traceback (issue 13.12); a folder or an image
-    format matplotlib cannot write must be one line too."""
+    """-o in a missing folder printed savefig's traceback; a folder or an image format
+    matplotlib cannot write must be one line too."""
     path = make_trace_file(str(tmp_path / "h.sqlite"))
     res = _run(path, "-o", str(tmp_path / out))
     assert res.returncode == 2, res.stderr
@@ -128,7 +128,7 @@ def _long_trace(path, tokens):
 
 def test_a_long_run_is_binned_and_summed_in_sql(tmp_path, monkeypatch):
     """A plot drew one bar per token and site and summed self times in Python over every call
-    (75 s and 1.7 GB for 50,000 tokens, issue 13.13). Past MAX_BARS tokens each bar is the mean
+    (75 s and 1.7 GB for 50,000 tokens). Past MAX_BARS tokens each bar is the mean
     of a bin, the prefill keeps its own bar, and the means are the per-token ones."""
     import matplotlib
     matplotlib.use("Agg")
@@ -138,7 +138,7 @@ def test_a_long_run_is_binned_and_summed_in_sql(tmp_path, monkeypatch):
     from tokentrace import plot as plot_mod
     monkeypatch.setattr(plot_mod, "MAX_BARS", 10)
     trace = tt.load(_long_trace(str(tmp_path / "long.sqlite"), 91))
-    fig = plot_mod._figure(trace, 6, plt)
+    fig = plot_mod.figure(trace, 6, plt)
     try:
         ax1 = fig.axes[0]
         bars = list(ax1.patches)
@@ -159,7 +159,7 @@ def test_a_long_run_is_binned_and_summed_in_sql(tmp_path, monkeypatch):
 
 def test_reading_a_trace_does_not_import_torch(tmp_path):
     """tt.load imported torch (~0.5 GB, seconds) before reading a byte; plot and the Python
-    views of a long run then cost torch's import, not their SQL (issue 13.13)."""
+    views of a long run then cost torch's import, not their SQL."""
     path = make_trace_file(str(tmp_path / "h.sqlite"))
     code = ("import sys, tokentrace as tt; t = tt.load(sys.argv[1]); t.tokens; "
             "t['layer'].num_calls; print('torch' in sys.modules)")

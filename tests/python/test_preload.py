@@ -40,13 +40,13 @@ BOOT = os.path.join(PYDIR, "tokentrace", "boot")
 
 
 def _native_dir():
-    from tokentrace import _loader
+    from tokentrace._common import loader
     builds = sorted(glob.glob(os.path.join(ROOT, "build*")))
     for d in [os.environ.get("TOKENTRACE_NATIVE_DIR")] + builds:
         if d and os.path.isfile(os.path.join(d, "tokentrace")) and \
                 os.path.isfile(os.path.join(d, "libtokentrace.so")):
             return os.path.abspath(d)
-    prog = _loader.find_program()
+    prog = loader.find_program()
     assert prog, ("the `tokentrace` program and libtokentrace.so are not built "
                   "(bash scripts/setup.sh, then source build/env.sh)")
     return os.path.dirname(prog)
@@ -412,7 +412,7 @@ def _summary(trace, sites):
 
 
 def test_preload_records_what_trace_records_with_the_same_options(tmp_path):
-    """One recording set-up (python/tokentrace/_attach.py): sites=, save= and inputs_of= of
+    """One recording set-up (python/tokentrace/_record/attach.py): sites=, save= and inputs_of= of
     tt.trace and TOKENTRACE_SITES/SAVE/INPUTS of a preloaded job give the same trace (the
     first root call aside: preload opens it from inside, with its positional arguments)."""
     import tokentrace as tt

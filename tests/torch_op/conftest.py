@@ -4,8 +4,9 @@ Build first:  bash scripts/setup.sh && source build/env.sh (builds build/torch-o
               cuda/torch/build.sh <dir> and
               TOKENTRACE_TORCH_OPS_LIB=<dir>/libtokentrace_torch_ops.so
 Run:          $TOKENTRACE_PY -m pytest tests/torch_op
-The loader is the package's (python/tokentrace/_torch_ops.py), which finds the library the same
-way a bound model does. Without the library every test here is skipped, with the reason.
+The loader is the package's (python/tokentrace/_backend/torch_library.py), which finds the
+library the same way a bound model does. Without the library every test here is skipped, with
+the reason.
 """
 import os
 import sys
@@ -20,9 +21,9 @@ if not os.environ.get("TOKENTRACE_TORCH_OPS_LIB") and not os.environ.get("TOKENT
     if os.path.isfile(_dev):  # scripts/setup.sh's build, without build/env.sh sourced
         os.environ["TOKENTRACE_TORCH_OPS_LIB"] = _dev
 
-from tokentrace import _torch_ops  # noqa: E402
+from tokentrace._backend import torch_library  # noqa: E402
 
-LIB, _LOOKED = _torch_ops.find_library()
+LIB, _LOOKED = torch_library.find_library()
 
 
 def pytest_configure(config):
@@ -35,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
     if LIB is None:
         skip = pytest.mark.skip(
             reason=f"tokentrace torch ops library not built (looked in {', '.join(_LOOKED)}); "
-                   f"{_torch_ops.HOW_TO_BUILD}")
+                   f"{torch_library.HOW_TO_BUILD}")
         for item in mine:
             item.add_marker(skip)
         return
@@ -49,5 +50,5 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tto():
-    _torch_ops.load_library(LIB)
-    return _torch_ops
+    torch_library.load_library(LIB)
+    return torch_library

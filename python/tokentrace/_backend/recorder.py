@@ -8,14 +8,14 @@ kernels to them. There is no other recorder: without the extension, get_backend(
 says how to build it.
 """
 
-from . import _loader
-from ._errors import fail
+from .._common import loader
+from .._errors import fail
 
 
 def check_kernel_mode(kernels):
     """The kernel mode to record with; C++ (src/core/config.cc) judges it. None stays None:
     the shim then takes TOKENTRACE_KERNELS, or its default when that is unset."""
-    native = _loader.load()
+    native = loader.load()
     if native is None:
         get_backend()  # raises: without the extension there is nothing to record with
     if kernels is None:
@@ -131,9 +131,9 @@ class NativeBackend:
 
 def get_backend():
     """The native backend; raises TokentraceError when the extension cannot be loaded."""
-    native = _loader.load()
+    native = loader.load()
     if native is None:
-        fail(f"the native recorder is unavailable: {_loader.unavailable_reason()}; build it: "
+        fail(f"the native recorder is unavailable: {loader.unavailable_reason()}; build it: "
              f"pip install . , or scripts/setup.sh and PYTHONPATH=python "
              f"TOKENTRACE_NATIVE_DIR=build")
     return NativeBackend(native)

@@ -6,12 +6,14 @@ the device kernel, whose call/token/fire counters live in device memory), plus t
 table_create, table_free, advance_token, set_token, reset_counters, table_counters,
 table_errors, table_validate, table_check (a bad entry as data) and abi (the codes). The
 serialised entry layout is in cuda/torch/torch_table.h.
-edits.py builds one PatchTable per bound spec on top of this module; tests/torch_op test it
-directly.
+The edits (_edit/table.py) build one PatchTable per bound spec on top of this module; the
+recording reads tensors through its tokentrace_tensor_meta (_record/inputs.py) and records ATen
+ops through its op observer (_record/op_records.py); tests/torch_op test it directly.
 
     find_library() -> (path or None, where it looked)
     load_library(path=None) -> str     loads once (raises TokentraceError when missing/broken,
                                        or when its ABI version is not ABI_VERSION)
+    loaded_path() -> str or None       where it was loaded from, if it was
     abi() -> {name: value}             the library's codes and limits (cuda/patch_table.h)
     PatchTable(max_sites)
         .add_entry(site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0, operand=None)
@@ -40,7 +42,8 @@ import os
 
 import torch
 
-from ._errors import TokentraceError, fail
+from .._common import loader
+from .._errors import TokentraceError, fail
 
 LIB_NAME = "libtokentrace_torch_ops.so"
 HOW_TO_BUILD = ("build it with `bash scripts/setup.sh` (then `source build/env.sh`) or "
@@ -68,8 +71,7 @@ def _candidates():
     env = os.environ.get("TOKENTRACE_TORCH_OPS_LIB")
     if env:
         return [os.path.abspath(env)], True
-    from . import _loader
-    dirs = list(_loader._native_dirs())
+    dirs = list(loader.search_dirs())
     native = os.environ.get("TOKENTRACE_NATIVE_DIR")
     if native:
         dirs.append(os.path.join(os.path.abspath(native), "torch-ops"))
@@ -140,6 +142,11 @@ def _read_abi(path):
              f"this tokentrace writes version {ABI_VERSION}; rebuild the library from this "
              f"checkout: {HOW_TO_BUILD}")
     return abi
+
+
+def loaded_path():
+    """The path the library was loaded from, or None when it was not loaded (yet)."""
+    return _state["loaded"]
 
 
 def abi():

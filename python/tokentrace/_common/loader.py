@@ -1,14 +1,17 @@
 """Finds the native extension `_native` (nanobind, python/src/native.cc).
 
 Two layouts are supported:
-  * an installed package (pip install .): `tokentrace/_native*.so` sits next to this file,
-    with libtokentrace.so and the `tokentrace` program beside it (RPATH $ORIGIN);
+  * an installed package (pip install .): `tokentrace/_native*.so` sits in the package
+    folder (PACKAGE_DIR, next to __init__.py), with libtokentrace.so and the `tokentrace`
+    program beside it (RPATH $ORIGIN);
   * a development tree: PYTHONPATH=python and TOKENTRACE_NATIVE_DIR=<cmake build dir>, the
     directory that holds `_native*.so` and libtokentrace.so.
 
 `load()` returns the module, or None with the reason in `unavailable_reason()`. Importing
-tokentrace never needs the extension; recording does (_backend.get_backend() raises with that
-reason and how to build it).
+tokentrace never needs the extension; recording does (_backend/recorder.py's get_backend()
+raises with that reason and how to build it). This file imports nothing of the package: the
+trace file's schema (store.py) comes through it, so it sits in _common, under every layer
+that needs the extension.
 """
 
 import glob
@@ -17,7 +20,9 @@ import importlib.util
 import os
 import sys
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# The package folder (python/tokentrace, or where pip put it): the installed native files
+# are there, next to __init__.py.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _state = {"tried": False, "module": None, "reason": ""}
 
 
@@ -88,20 +93,22 @@ def native_dir():
     return os.path.dirname(os.path.abspath(module.__file__))
 
 
-def _native_dirs():
+def search_dirs():
+    """Where the native files are looked for, first hit wins: $TOKENTRACE_NATIVE_DIR, the
+    directory of the loaded extension, the package folder."""
     dirs = []
     if os.environ.get("TOKENTRACE_NATIVE_DIR"):
         dirs.append(os.path.abspath(os.environ["TOKENTRACE_NATIVE_DIR"]))
     module = _state["module"]
     if module is not None and getattr(module, "__file__", None):
         dirs.append(os.path.dirname(os.path.abspath(module.__file__)))
-    dirs.append(_PKG_DIR)
+    dirs.append(PACKAGE_DIR)
     return dirs
 
 
 def find_program():
     """Path of the `tokentrace` CLI program, or None."""
-    for d in _native_dirs():
+    for d in search_dirs():
         path = os.path.join(d, "tokentrace")
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
@@ -110,7 +117,7 @@ def find_program():
 
 def find_shim():
     """Path of libtokentrace.so, or None."""
-    for d in _native_dirs():
+    for d in search_dirs():
         path = os.path.join(d, "libtokentrace.so")
         if os.path.isfile(path):
             return path

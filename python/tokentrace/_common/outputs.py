@@ -7,7 +7,7 @@ objects and skipped: the first tensor is searched in tuples, lists and mappings 
 
 The recording searches in C (FindTensor in python/src/native.cc, `_native.first_tensor`): the
 output shape of every recorded call and the saved tensors come from there. This Python copy
-is the edits' (python/tokentrace/edits.py): TorchDynamo traces it inside a compiled model
+is the edits' (python/tokentrace/_edit/hooks.py): TorchDynamo traces it inside a compiled model
 (torch.compile(fullgraph=True) cannot trace into the extension), and `bind` works without the
 extension. tests/python/test_first_tensor.py runs both through one table of cases.
 """

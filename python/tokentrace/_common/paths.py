@@ -1,8 +1,8 @@
 """The path grammar of values inside a call's arguments or a module's output, parsed once.
 
 Paths read like Python access: "[0]" for a tuple or list item, ".key" (or "key" first) for a
-dict / ModelOutput key or a dataclass / cache attribute, "[3]" for an int key. _inputs.py and
-_outputs.py write them; descend() reads one against a value (a key may hold dots, so the value
+dict / ModelOutput key or a dataclass / cache attribute, "[3]" for an int key. values.py and
+outputs.py write them; descend() reads one against a value (a key may hold dots, so the value
 decides), and put_at() puts a new value there, copying the containers on the way (except
 transformers' caches, which are shared state and edited in place).
 """
@@ -11,8 +11,8 @@ import copy
 import dataclasses
 import re
 
-from ._errors import fail
-from ._inputs import _CACHE, _DATACLASS, _DICT, _SEQ, _kind_of
+from .._errors import fail
+from .values import CACHE, DATACLASS, DICT, SEQ, kind_of
 
 _INDEX = re.compile(r"\[(\d+)\]")
 
@@ -40,18 +40,18 @@ def descend(value, rest, steps):
     when it names nothing. Steps: ("item", i), ("key", k), ("attr", name)."""
     if not rest:
         return steps
-    kind = _kind_of(type(value))
-    if kind == _SEQ:
+    kind = kind_of(type(value))
+    if kind == SEQ:
         m = _INDEX.match(rest)
         if m is None or int(m.group(1)) >= len(value):
             return None
         i = int(m.group(1))
         return descend(value[i], rest[m.end():], steps + [("item", i)])
-    if kind == _DICT:
+    if kind == DICT:
         options = [(f".{k}" if isinstance(k, str) else f"[{k!r}]", "key", k) for k in value]
-    elif kind == _CACHE:
+    elif kind == CACHE:
         options = [(f".{k}", "attr", k) for k in vars(value)]
-    elif kind == _DATACLASS:
+    elif kind == DATACLASS:
         options = [(f".{f.name}", "attr", f.name) for f in dataclasses.fields(value)]
     else:
         return None
@@ -69,7 +69,7 @@ def put_at(obj, steps, new, in_cache):
     if not steps:
         return new
     (how, k), rest = steps[0], steps[1:]
-    in_cache = in_cache or _kind_of(type(obj)) == _CACHE
+    in_cache = in_cache or kind_of(type(obj)) == CACHE
     child = put_at(getattr(obj, k) if how == "attr" else obj[k], rest, new, in_cache)
     if how == "attr":
         if in_cache:
@@ -87,7 +87,7 @@ def put_at(obj, steps, new, in_cache):
 
 
 def replace_in_output(output, path, new):
-    """`output` with `new` at `path` (as _outputs.first_tensor names it: "", "[0]", "logits",
+    """`output` with `new` at `path` (as outputs.first_tensor names it: "", "[0]", "logits",
     "[0].hidden"); a path that names nothing there is an error."""
     steps = descend(output, path if path[:1] in ("", "[", ".") else "." + path, [])
     if steps is None:

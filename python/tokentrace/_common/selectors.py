@@ -5,29 +5,33 @@ A selector is resolved against the sites of one model. Resolution is strict:
   * a glob that matches no site is an error showing what site names look like.
 """
 
+from __future__ import annotations
+
 import difflib
 import fnmatch
+from collections.abc import Iterable
+from typing import Union
 
-from ._errors import fail
-from ._naming import is_glob
+from .._errors import fail
+from .naming import is_glob
 
 
 class Selector:
     """A union of site patterns (fnmatch globs; `*` also crosses dots)."""
 
-    def __init__(self, patterns):
+    def __init__(self, patterns: Iterable[str]) -> None:
         self.patterns = tuple(patterns)
 
-    def __or__(self, other):
+    def __or__(self, other: SiteSelector) -> Selector:
         return Selector(self.patterns + as_selector(other, "selector").patterns)
 
-    def __ror__(self, other):
+    def __ror__(self, other: SiteSelector) -> Selector:
         return as_selector(other, "selector") | self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return " | ".join(f"tt.module({p!r})" for p in self.patterns)
 
-    def resolve(self, sites, what="selector"):
+    def resolve(self, sites: Iterable[str], what: str = "selector") -> list[str]:
         """The matching site names, in `sites` order. Raises on an unknown or empty pattern."""
         sites = list(sites)
         site_set = set(sites)
@@ -49,12 +53,16 @@ class Selector:
         return [s for s in sites if s in chosen]
 
 
+# What a sites=/save=/inputs_of= argument or tt.when's selector takes.
+SiteSelector = Union[Selector, str, Iterable[Union[Selector, str]]]
+
+
 def _sample(sites, n=4):
     picks = sites[:1] + sites[1:][: n - 1]
     return ", ".join(repr(s) for s in picks) + (", ..." if len(sites) > n else "")
 
 
-def module(*patterns):
+def module(*patterns: str) -> Selector:
     """Selects sites by module address; globs allowed: tt.module("model.layers.*.mlp")."""
     if not patterns:
         fail("tt.module() needs at least one address or glob, e.g. tt.module('model.layers.*.mlp')")

@@ -12,15 +12,15 @@ creates every table, the Python layer's included, and the Python layer fills:
 import os
 import sqlite3
 
-from ._errors import fail
+from .._errors import fail
+from . import loader
 
 
 def schema():
     """The extension, which carries the trace schema; a one-line error when it is not built."""
-    from . import _loader
-    native = _loader.load()
+    native = loader.load()
     if native is None:
-        fail(f"trace files cannot be read or written: {_loader.unavailable_reason()}")
+        fail(f"trace files cannot be read or written: {loader.unavailable_reason()}")
     return native
 
 

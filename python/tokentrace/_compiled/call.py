@@ -12,11 +12,11 @@ While a trace is attached, `get_compiled_call` (an instance attribute over the c
 off at the end) hands out the compiled call wrapped: each call takes the trace's wrappers and
 hooks off the modules (HookSet.hide), runs the compiled call inside the root's recording
 wrapper (so it is a token, recorded from outside the compiled region, as a compiled module's
-calls are: _compiled.py), and puts them back. TorchDynamo sees the modules as they are
+calls are: entry.py), and puts them back. TorchDynamo sees the modules as they are
 untraced: the same graphs, no graph break, and its guards, which see the same attributes at
 every call, never ask for a recompile. The eager calls (the prefill) keep every module's
 record; the compiled calls record the root only, and with ops=True their kernels are
-attributed to the modules inside (_compiled_map, _compiled_join).
+attributed to the modules inside (kernel_map.py, join.py).
 
 The preloaded job (and tt.trace of a function, without model=) attaches at the first root
 call, which in generate comes after generate took the compiled call: so torch.compile itself
@@ -103,6 +103,11 @@ class CompiledCalls:
         self.installed = False
 
 
+def attached_calls(model):
+    """The CompiledCalls of the trace attached to `model` now, or None."""
+    return _attached.get(model)
+
+
 def watch_compile(on_compile=None):
     """From now on, torch.compile hands out a module's compiled __call__ wrapped: a call asks
     whether a trace is attached to that module (then it runs as that trace's wrapped() call),
@@ -121,8 +126,9 @@ def watch_compile(on_compile=None):
         owner = getattr(fn, "__self__", None)
         is_call = isinstance(owner, torch.nn.Module) and \
             getattr(fn, "__func__", None) is getattr(type(owner), "__call__", None)
-        # A __call__ taken while the root is still being looked for is _attach.FirstRoot's
-        # stand-in: compile the __call__ it stands in for, as the job would have.
+        # A __call__ taken while the root is still being looked for is the stand-in of
+        # FirstRoot (_record/attach.py): compile the __call__ it stands in for, as the job
+        # would have.
         stands_for = getattr(getattr(fn, "__func__", None), "tokentrace_stands_for", None)
         if is_call and stands_for is not None:
             fn = types.MethodType(stands_for, owner)

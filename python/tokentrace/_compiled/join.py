@@ -1,20 +1,22 @@
-"""The run-time join of compiled kernels with the modules they came from (see _compiled_map).
+"""The run-time join of compiled kernels with the modules they came from (see kernel_map.py).
 
-    join(q)   -> (kernels, unattributed) from a trace file's rows; q(sql, args) runs a query
+    join_kernels(q) -> (kernels, unattributed) from a trace file's rows; q(sql, args) runs a
+                       query
     module_totals(kernels, gpu, token)  the per-module rows behind Trace.compiled_modules
+    compiled_rows(path)  the meta and losses a recording adds to its file at the end
 
 A kernel is CompiledKernel(call_id, token, name, modules, fused, cpu_ns, gpu_ns); modules
 are site names ("model.layers.0.mlp"), joined to the site of the compiled module's call. What
 is read here (a compiled call's runs, a CUDA graph's replays) is matched by the rules of
-_compiled_match.
+match.py.
 """
 
 import collections
 import json
 
-from . import _compiled_map, _compiled_match
-from ._compiled_map import LOSS_KIND, META_KEY, REGIONS_KEY
-from ._naming import OP_KIND, ROOT
+from .._common import OP_KIND, ROOT, connect, write_python_rows
+from . import kernel_map, match
+from .kernel_map import LOSS_KIND, META_KEY, REGIONS_KEY
 
 # gpu_ns: a GPU kernel record's own time; None for an op call (its kernels: Trace._gpu_totals).
 CompiledKernel = collections.namedtuple("CompiledKernel",
@@ -124,7 +126,7 @@ def _not_stored(q, owner, records, children):
     return out
 
 
-def join(q, noted=None):
+def join_kernels(q, noted=None):
     """(kernels, unattributed): unattributed is [(call_id, token, name)] of the ops of compiled
     calls (and GPU kernels launched in their regions) that no kernel of the map matched.
     ([], []) without a map. noted: the map's meta rows when they are not in the file yet.
@@ -134,7 +136,7 @@ def join(q, noted=None):
     outside any op (Triton's), merged in launch order. Ops outside a region are not compiled
     code: the compile itself (fake-tensor ops in the first call), code between graphs.
     Generated kernel names repeat across graphs (each numbers its kernels from 0): a kernel's
-    graph is the one compiled under its region's compile id (_compiled_match.Map.graph_of);
+    graph is the one compiled under its region's compile id (match.Map.graph_of);
     when that leaves more than one, the kernel is counted, not attributed. Kernels the
     region's GPU totals count without a row (kernels="summary") are counted too.
 
@@ -150,7 +152,7 @@ def join(q, noted=None):
     graphs = noted_json(META_KEY)
     if not graphs:
         return [], []
-    m = _compiled_match.Map(graphs, noted_json(REGIONS_KEY))
+    m = match.Map(graphs, noted_json(REGIONS_KEY))
     sites = {sid: (name, kind) for sid, name, kind in q("SELECT id, name, kind FROM sites")}
     if not any(name.startswith(REGION) for name, _ in sites.values()):
         return [], []  # no compiled code ran in this trace (the map may be from earlier ones)
@@ -200,16 +202,16 @@ def join(q, noted=None):
                       for order, token, name, gpu_ns, graph in recs if not graph]
     memo = {}  # decode tokens run (or replay) the same kernels: one match for all of them
 
-    def match(names, regions):
+    def matched_paths(names, regions):
         key = (tuple(names), tuple(regions))
         if key not in memo:
-            memo[key] = _compiled_match.match_call(m, names, m.graph_of(names, regions))
+            memo[key] = match.match_call(m, names, m.graph_of(names, regions))
         return memo[key]
     kernels, replayed = [], []
     lost = _not_stored(q, owner, records, marker_children)
     captured = {}  # an op captured into a CUDA graph -> its paths, from its replays' match
     for run in _replay_runs(replays, owner, top, info):
-        matched = match([name for name, *_ in run], [r[1] for r in run])
+        matched = matched_paths([name for name, *_ in run], [r[1] for r in run])
         for (_, region, up, recs), paths in zip(run, matched):
             unit = top.get(recs[0][0])
             if unit is not None and captured.get(unit) is None:
@@ -222,7 +224,7 @@ def join(q, noted=None):
                 replayed.append(_kernel(cid, token, name, module_site[up], paths, 0, gpu_ns))
     for parent, rows in items.items():
         rows.sort(key=lambda r: (r[0], r[1]))
-        matched = match([r[4] for r in rows], [r[7] for r in rows])
+        matched = matched_paths([r[4] for r in rows], [r[7] for r in rows])
         for (_, _, cid, token, name, cpu_ns, gpu_ns, _), paths in zip(rows, matched):
             if cid in captured:  # its run launched nothing; the replays' match is its
                 paths, gpu_ns = captured[cid], 0
@@ -258,25 +260,23 @@ def module_totals(kernels, gpu, token=None):
     return out
 
 
-def rows(path):
+def compiled_rows(path):
     """(meta, losses) to add to the file at `path` after the session: the map noted while it
     ran, and the op children of compiled calls that the map does not explain, counted as
     LOSS_KIND. ({}, {}) when nothing compiled. Reads the file once; writes nothing."""
-    from . import _store
-    noted = _compiled_map.meta()
+    noted = kernel_map.meta()
     if not noted:
         return {}, {}
-    con = _store.connect(path)
+    con = connect(path)
     try:
-        _, lost = join(lambda sql, args=(): con.execute(sql, args).fetchall(), noted)
+        _, lost = join_kernels(lambda sql, args=(): con.execute(sql, args).fetchall(), noted)
     finally:
         con.close()
     return noted, {LOSS_KIND: len(lost)}
 
 
-def write(path):
-    """rows(path), written to the file in one transaction."""
-    from . import _store
-    noted, losses = rows(path)
+def write_compiled_rows(path):
+    """compiled_rows(path), written to the file in one transaction."""
+    noted, losses = compiled_rows(path)
     if noted:
-        _store.write_python_rows(path, meta=noted, losses=losses)
+        write_python_rows(path, meta=noted, losses=losses)

@@ -29,7 +29,7 @@ import sys
 
 META_KEY = "compiled_kernels"
 # {graph id: TorchDynamo compile id ("0/1")}: the compile each graph came from, which the
-# "Torch-Compiled Region: 0/1" range around its run names (see _compiled_join, graph rule).
+# "Torch-Compiled Region: 0/1" range around its run names (see join.py, graph rule).
 REGIONS_KEY = "compiled_graph_regions"
 LOSS_KIND = "compiled_unattributed"  # include/tokentrace/kinds.h
 

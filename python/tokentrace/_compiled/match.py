@@ -1,4 +1,4 @@
-"""The matching rules of the compiled-kernel join (see _compiled_map, _compiled_join): which
+"""The matching rules of the compiled-kernel join (see kernel_map.py, join.py): which
 entry of which Inductor graph a kernel the compiled code ran is.
 
     Map(graphs, regions)       the map noted at compile time, indexed for lookups

@@ -1,9 +1,22 @@
 """BoundModel: a model with an edit spec installed per run (EditSpec.bind)."""
 
+from __future__ import annotations
+
 import contextlib
 
-from ._edit_hooks import EditHooks
-from ._errors import fail
+from .._errors import fail
+from .hooks import EditHooks
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+    import torch
+
+    from .._backend import torch_library
+    from .report import EditReport
+    from .spec import EditSpec
 
 
 class BoundModel:
@@ -14,18 +27,18 @@ class BoundModel:
     `with bound.installed():` the hooks stay on across calls of the model (bound or not) and
     counting continues: what a serving loop or a CUDA graph replayed step by step needs."""
 
-    def __init__(self, model, spec):
+    def __init__(self, model: torch.nn.Module, spec: EditSpec) -> None:
         self._hooks = EditHooks(model, spec)  # resolves and validates now: errors before any run
         self._model = model
         self._inside = False
-        self.last_report = None
+        self.last_report: EditReport | None = None
 
     @property
-    def model(self):
+    def model(self) -> torch.nn.Module:
         return self._model
 
     @property
-    def patch_table(self):
+    def patch_table(self) -> torch_library.PatchTable | None:
         """The native PatchTable of the declarative rules (None when there are none)."""
         return self._hooks.table
 
@@ -36,7 +49,7 @@ class BoundModel:
             return fn(*args, **kwargs)
 
     @contextlib.contextmanager
-    def installed(self):
+    def installed(self) -> Iterator[BoundModel]:
         """Installs the edits on the model for the whole block (one run); last_report covers
         it. Counters continue across calls inside the block."""
         if self._inside:
@@ -52,22 +65,22 @@ class BoundModel:
             hooks.remove()
             self.last_report = hooks.report()
 
-    def reset_counters(self):
+    def reset_counters(self) -> None:
         """Every call, token and fire counter back to zero (inside installed(): e.g. after
         warming up and capturing a CUDA graph, before replaying it)."""
         self._hooks.reset_counters()
 
-    def report(self):
+    def report(self) -> EditReport:
         """A report of the counters so far (inside installed(), or of the last run)."""
         return self._hooks.report()
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._run(self._model, args, kwargs)
 
-    def generate(self, *args, **kwargs):
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
         return self._run(self._model.generate, args, kwargs)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
     def __repr__(self):

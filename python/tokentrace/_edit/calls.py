@@ -5,7 +5,12 @@ prefill) or during token k (the root's k-th call). table_selectors() turns one i
 table's selectors (the library's "every", "call", "calls", "token", "tokens").
 """
 
-from ._errors import fail
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .._common import loader
+from .._errors import fail
 
 
 class CallSelector:
@@ -14,14 +19,14 @@ class CallSelector:
         self.values = values  # frozenset/range of ints, or a tuple of selectors for "any"
         self.text = text
 
-    def matches(self, k, token):
+    def matches(self, k: int, token: int) -> bool:
         if self.by == "every":
             return True
         if self.by == "any":
             return any(s.matches(k, token) for s in self.values)
         return (k if self.by == "call" else token) in self.values
 
-    def __or__(self, other):
+    def __or__(self, other: CallSelector | int | range) -> CallSelector:
         other = as_calls(other)
         return CallSelector("any", (self, other), f"{self.text} | {other.text}")
 
@@ -73,8 +78,7 @@ def _runs(value_sets):
 def _max_number():
     """The largest call or token number (32 bits in the recorder and the patch table):
     include/tokentrace/tokentrace.h, through the extension."""
-    from . import _loader
-    native = _loader.load()
+    native = loader.load()
     return native.MAX_CALL_NUMBER if native is not None else 2**32 - 1
 
 
@@ -97,12 +101,12 @@ def _ints(by, value):
     fail(f"tt.{by}() takes an int k (1-based), a range, or a list of ints; got {value!r}")
 
 
-def call(k):
+def call(k: int | range | Iterable[int]) -> CallSelector:
     """The k-th call of the site (1-based); a range or list selects several."""
     return CallSelector("call", _ints("call", k), f"tt.call({k!r})")
 
 
-def token(k):
+def token(k: int | range | Iterable[int]) -> CallSelector:
     """Calls during token k (1-based; token 1 is the prefill); a range or list selects several."""
     return CallSelector("token", _ints("token", k), f"tt.token({k!r})")
 
@@ -111,7 +115,7 @@ prefill = CallSelector("call", frozenset([1]), "tt.prefill")
 every_call = CallSelector("every", None, "every call")
 
 
-def as_calls(value):
+def as_calls(value: CallSelector | int | range | None) -> CallSelector:
     if value is None:
         return every_call
     if isinstance(value, CallSelector):

@@ -1,8 +1,8 @@
 """The forward hooks of one edit spec on one model (EditHooks), and how a call is counted.
 
-Declarative ops run through one native patch table per bound spec (_torch_ops.PatchTable, the
+Declarative ops run through one native patch table per bound spec (torch_library.PatchTable, the
 libtokentrace_torch_ops library), built at bind time on the model's device: each selected
-module gets a site id, each (rule, call selector) an entry (_edit_table.py). The module's
+module gets a site id, each (rule, call selector) an entry (table.py). The module's
 forward hook makes one in-place call torch.ops.tokentrace.apply_patches_(output, table, site);
 the root's forward pre-hook calls torch.ops.tokentrace.advance_token(table). Which entries fire
 is decided from the table's own counters (device memory for a CUDA table), so the hooks hold
@@ -10,7 +10,7 @@ no Python state: torch.compile traces them without a graph break and a CUDA grap
 captures a step replays the edit at the right calls and tokens. Python callables run in the
 hook with Python-side counters (eager only).
 
-Where the call number k is counted, and why each place must (issue 14, item 3):
+Where the call number k is counted, and why each place must:
 - the patch table (cuda/patch_table.h, site_calls; advanced by apply_patches_): op rules. It
   lives where the op runs (device memory for a CUDA table), so a CUDA graph that captured a
   step replays the right k; a counter on the host would stay at its capture-time value.
@@ -28,17 +28,15 @@ import threading
 
 import torch
 
-from . import _torch_ops
-from ._edit_ops import Op
-from ._edit_report import EditReport, counters, warn_skips
-from ._edit_table import TableEntries
-from ._edit_view import apply_view, float_dtype, validate, view_key
-from ._errors import fail
-from ._input_edit import input_hook
-from ._naming import ROOT, site_names
-from ._outputs import first_tensor
-from ._paths import replace_in_output
-from ._rules import EditContext
+from .._backend import torch_library
+from .._common import ROOT, first_tensor, replace_in_output, site_names
+from .._errors import fail
+from .inputs import input_hook
+from .operations import Op
+from .report import EditReport, counters, warn_skips
+from .rules import EditContext
+from .table import TableEntries
+from .views import apply_view, float_dtype, validate, view_key
 
 
 class _Segment:
@@ -110,7 +108,7 @@ class EditHooks:
         self.num_sites = site_id
         if not site_id:
             return
-        _torch_ops.load_library()  # a clear error (how to build it) before anything else
+        torch_library.load_library()  # a clear error (how to build it) before anything else
         self.device = self.current_device()
         model_dtype = float_dtype(self.model)
         for (site, path), segments in self.plans.items():

@@ -1,7 +1,7 @@
 """Edits of a call's input by path: tt.when(site, action, input="hidden_states").
 
 The edit runs in a forward pre-hook, before forward: it finds the tensor at the path (the
-paths of recorded inputs, see _inputs.py), edits a copy, and hands forward the arguments with
+paths of recorded inputs, see _common/values.py), edits a copy, and hands forward the arguments with
 the copy in its place. The caller's tensor is not touched, since it is often used elsewhere
 too (a residual stream). The containers on the way are copied as well (tuples, lists, dicts,
 dataclasses), except transformers' caches: a cache is state shared across steps, so an edit
@@ -11,9 +11,8 @@ read the edited entries too (as when the call that wrote them had written them e
 
 import difflib
 
-from ._errors import fail
-from ._inputs import parameter_names, walk_call
-from ._paths import cache_alias, descend, ends, put_at
+from .._common import cache_alias, descend, ends, parameter_names, put_at, walk_call
+from .._errors import fail
 
 
 def locate(names, args, kwargs, path, alias=True):

@@ -25,11 +25,11 @@ import os
 
 import torch
 
-from ._calls import call, every_call, prefill, token
-from ._edit_ops import Op, add, clamp, fill, replace, scale, zero
-from ._errors import TokentraceError, fail
-from ._rules import make_rule
-from ._selectors import module
+from .._common import module
+from .._errors import TokentraceError, fail
+from .calls import call, every_call, prefill, token
+from .operations import Op, add, clamp, fill, replace, scale, zero
+from .rules import make_rule
 
 OPS = {"zero": zero, "fill": fill, "add": add, "scale": scale, "clamp": clamp,
        "replace": replace}

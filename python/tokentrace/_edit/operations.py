@@ -1,7 +1,7 @@
 """Declarative edit ops: tt.zero/fill/add/scale/clamp/replace.
 
 An op says what to do to an index box of a site's output. It is a description only: the work
-is done by the native patch table (libtokentrace_torch_ops, cuda/torch/, driven by edits.py),
+is done by the native patch table (libtokentrace_torch_ops, cuda/torch/, driven by hooks.py),
 in place on the output, on the CPU by the host implementation and on CUDA by the device
 kernel. Every op computes in float32 and rounds once to the output's dtype (float32, float16
 or bfloat16); numbers are float32. (tests/python/patch_reference.py is a plain-torch
@@ -11,14 +11,20 @@ Index box: None (the whole output), or what Python indexing takes per dimension 
 output (batch, position, feature, ...): ints (negative allowed), slices with open ends and
 steps >= 1, and one Ellipsis. Example: index=(slice(None), 1) is "every batch row, position 1".
 Dimensions after the last entry are whole; (..., 3) is "feature 3 of every row". The patch
-table's dimension limit is the library's (_torch_ops.abi()["max_dims"]), checked at bind.
+table's dimension limit is the library's (torch_library.abi()["max_dims"]), checked at bind.
 """
+
+from __future__ import annotations
 
 import math
 
 import torch
 
-from ._errors import fail
+from .._errors import fail
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Index values are 64-bit in the patch table (cuda/patch_table.h DimSlice).
 _INT64 = range(-2**63, 2**63)
@@ -78,10 +84,10 @@ class Op:
 
     name = "op"
 
-    def __init__(self, index=None):
+    def __init__(self, index: int | slice | tuple[Any, ...] | None = None) -> None:
         self.index = _check_index(index, f"tt.{self.name}")
 
-    def describe(self):
+    def describe(self) -> str:
         return f"tt.{self.name}(index={self.index!r})"
 
     def __repr__(self):
@@ -103,7 +109,7 @@ class zero(Op):  # noqa: N801  (user-facing lowercase names, like torch function
 class fill(Op):  # noqa: N801
     name = "fill"
 
-    def __init__(self, value, index=None):
+    def __init__(self, value: float, index: int | slice | tuple[Any, ...] | None = None) -> None:
         self.value = _number(value, "tt.fill(value)")
         super().__init__(index)
 
@@ -114,7 +120,8 @@ class fill(Op):  # noqa: N801
 class add(Op):  # noqa: N801
     name = "add"
 
-    def __init__(self, operand, index=None):
+    def __init__(self, operand: torch.Tensor | float,
+                 index: int | slice | tuple[Any, ...] | None = None) -> None:
         if not isinstance(operand, (torch.Tensor, int, float)) or isinstance(operand, bool):
             fail(f"tt.add(operand) takes a tensor or a number, got {type(operand).__name__}")
         if not isinstance(operand, torch.Tensor):
@@ -134,7 +141,7 @@ class add(Op):  # noqa: N801
 class scale(Op):  # noqa: N801
     name = "scale"
 
-    def __init__(self, factor, index=None):
+    def __init__(self, factor: float, index: int | slice | tuple[Any, ...] | None = None) -> None:
         self.factor = _number(factor, "tt.scale(factor)")
         super().__init__(index)
 
@@ -145,7 +152,8 @@ class scale(Op):  # noqa: N801
 class clamp(Op):  # noqa: N801
     name = "clamp"
 
-    def __init__(self, lo=None, hi=None, index=None):
+    def __init__(self, lo: float | None = None, hi: float | None = None,
+                 index: int | slice | tuple[Any, ...] | None = None) -> None:
         if lo is None and hi is None:
             fail("tt.clamp(lo, hi) needs at least one bound")
         for v in (lo, hi):
@@ -164,7 +172,8 @@ class clamp(Op):  # noqa: N801
 class replace(Op):  # noqa: N801
     name = "replace"
 
-    def __init__(self, tensor, index=None):
+    def __init__(self, tensor: torch.Tensor,
+                 index: int | slice | tuple[Any, ...] | None = None) -> None:
         if not isinstance(tensor, torch.Tensor):
             fail(f"tt.replace(tensor) takes a tensor, got {type(tensor).__name__}")
         self.tensor = tensor

@@ -1,11 +1,14 @@
 """What the edits of one run did: EditReport, read from the patch table's counters and the
 Python counters of callable rules."""
 
+from __future__ import annotations
+
 import os
 import sys
 import warnings
 
-from ._errors import EditSkipWarning, TokentraceError
+from .._common import PACKAGE_DIR
+from .._errors import EditSkipWarning, TokentraceError
 
 
 class EditReport:
@@ -25,27 +28,27 @@ class EditReport:
         return self._data
 
     @property
-    def num_fires(self):
+    def num_fires(self) -> int:
         return sum(n for _, n in self._read()["fires"])
 
     @property
-    def per_rule(self):
+    def per_rule(self) -> list[tuple[str, int]]:
         return list(self._read()["fires"])
 
     @property
-    def num_skips(self):
+    def num_skips(self) -> int:
         return sum(n for _, n in self._read()["skips"])
 
     @property
-    def per_rule_skips(self):
+    def per_rule_skips(self) -> list[tuple[str, int]]:
         return list(self._read()["skips"])
 
     @property
-    def skip_reasons(self):
+    def skip_reasons(self) -> dict[str, str]:
         return dict(self._read()["reasons"])
 
     @property
-    def last_skip_reason(self):
+    def last_skip_reason(self) -> str | None:
         reasons = list(self._read()["reasons"].values())
         return reasons[-1] if reasons else None
 
@@ -61,11 +64,10 @@ class EditReport:
 
 def _user_stacklevel():
     """The warnings stacklevel of the first frame outside tokentrace and contextlib."""
-    here = os.path.dirname(os.path.abspath(__file__))
     frame, level = sys._getframe(1), 2
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (os.path.abspath(name).startswith(here) or name.endswith("contextlib.py")):
+        if not (os.path.abspath(name).startswith(PACKAGE_DIR) or name.endswith("contextlib.py")):
             return level
         frame, level = frame.f_back, level + 1
     return 1

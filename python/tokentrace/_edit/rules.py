@@ -1,13 +1,13 @@
 """Rules of edits: where (a site selector), when (a call selector), what (an op or a callable).
 
-make_rule checks what tt.when and the JSON reader (_edit_json.py) are given; EditSpec
-(_edit_spec.py) holds the rules of a spec.
+make_rule checks what tt.when and the JSON reader (json_spec.py) are given; EditSpec
+(spec.py) holds the rules of a spec.
 """
 
-from ._calls import as_calls
-from ._edit_ops import Op
-from ._errors import fail
-from ._selectors import as_selector
+from .._common import as_selector
+from .._errors import fail
+from .calls import as_calls
+from .operations import Op
 
 
 class EditContext:
@@ -15,7 +15,7 @@ class EditContext:
 
     __slots__ = ("site", "call", "token")
 
-    def __init__(self, site, call, token):
+    def __init__(self, site: str, call: int, token: int) -> None:
         self.site, self.call, self.token = site, call, token
 
     def __repr__(self):

@@ -1,50 +1,68 @@
 """Edit specs: tt.when(...) makes one, `+` combines them, .bind(model) installs them.
 
-The JSON form is _edit_json.py (load_spec reads it, EditSpec.to_json writes it); it works on
-rules (_rules.py), so it and this module do not import each other both ways.
+The JSON form is json_spec.py (load_spec reads it, EditSpec.to_json writes it); it works on
+rules (rules.py), so it and this module do not import each other both ways.
 """
 
+from __future__ import annotations
+
+import os
 import warnings
 
-from . import _edit_json
-from ._bound import BoundModel
-from ._edit_hooks import EditHooks
-from ._errors import fail
-from ._rules import make_rule
+from .._errors import fail
+from . import json_spec
+from .bound import BoundModel
+from .hooks import EditHooks
+from .rules import make_rule
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    import torch
+
+    from .._common import SiteSelector
+    from .calls import CallSelector
+    from .hooks import EditHooks
+    from .operations import Op
+    from .rules import Rule
 
 
 class EditSpec:
     """One or more rules; combine with `+`; install with .bind(model)."""
 
-    def __init__(self, rules):
+    def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = list(rules)
 
-    def __add__(self, other):
+    def __add__(self, other: EditSpec) -> EditSpec:
         if not isinstance(other, EditSpec):
             fail(f"edit specs combine with other specs from tt.when(...), got "
                  f"{type(other).__name__}")
         return EditSpec(self.rules + other.rules)
 
-    def bind(self, model):
+    def bind(self, model: torch.nn.Module) -> BoundModel:
         """A bound model: calls run the real forward (and .generate the real generate) with
         these edits installed; nothing is recorded."""
         return BoundModel(model, self)
 
-    def hooks_for(self, model):
+    def hooks_for(self, model: torch.nn.Module) -> EditHooks:
         return EditHooks(model, self)
 
-    def to_json(self, path=None, *, operand_dir=None):
+    def to_json(self, path: str | os.PathLike[str] | None = None, *,
+                operand_dir: str | os.PathLike[str] | None = None) -> str:
         """The JSON form of this spec (what tt.load_spec reads), as text; also written to
         `path` when given. Tensor operands loaded from a file refer to that file; in-memory
         ones are saved as .safetensors under `operand_dir` (required for them). Rules with a
         Python callable have no JSON form (an error)."""
-        return _edit_json.to_json(self.rules, path, operand_dir)
+        return json_spec.to_json(self.rules, path, operand_dir)
 
     def __repr__(self):
         return "EditSpec(" + "; ".join(r.describe() for r in self.rules) + ")"
 
 
-def when(selector, action, calls=None, *, input=None):
+def when(selector: SiteSelector, action: Op | Callable[..., torch.Tensor | None],
+         calls: CallSelector | int | range | None = None, *,
+         input: str | None = None) -> EditSpec:
     """A rule: at the sites `selector` selects, on the calls `calls` selects, run `action`.
 
     action: tt.zero/fill/add/scale/clamp/replace(...), or fn(values, *, ctx) returning the new
@@ -55,11 +73,12 @@ def when(selector, action, calls=None, *, input=None):
     return EditSpec([make_rule(selector, action, calls, input)])
 
 
-def load_spec(path, device=None):
+def load_spec(path: str | os.PathLike[str],
+              device: torch.device | str | None = None) -> EditSpec:
     """Reads an edit spec from a JSON file (a list of rules; the format is in docs/python.md
-    and _edit_json.py). device: where tensor operands go (default the CPU); the output they
+    and _edit/json_spec.py). device: where tensor operands go (default the CPU); the output they
     edit must be on the same device."""
-    return EditSpec(_edit_json.read_rules(path, device))
+    return EditSpec(json_spec.read_rules(path, device))
 
 
 def check_edits(edits, intervene=None):

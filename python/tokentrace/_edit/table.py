@@ -1,13 +1,13 @@
 """The patch table of a bound spec: one entry per (op rule, table selector), built at bind.
 
-A bad entry comes back from the library as data (_torch_ops.PatchEntryError: entry index,
+A bad entry comes back from the library as data (torch_library.PatchEntryError: entry index,
 reason, message) and is reported on the rule the entry belongs to.
 """
 
 import torch
 
-from . import _torch_ops
-from ._errors import fail
+from .._backend import torch_library
+from .._errors import fail
 
 # Entries of one table: a calls= list of scattered calls or tokens makes one entry per run.
 MAX_ENTRIES = 4096
@@ -40,7 +40,7 @@ class TableEntries:
 
     def build(self, num_sites, device, rule_error):
         """The native table on `device`; a refused entry is rule_error(its rule, why)."""
-        table = _torch_ops.PatchTable(num_sites)
+        table = torch_library.PatchTable(num_sites)
         for site_id, op, box, sel in self.entries:
             args = dict(op.table_args())
             if isinstance(args.get("operand"), torch.Tensor) and \
@@ -49,7 +49,7 @@ class TableEntries:
             table.add_entry(site_id, op.name, index=box, calls=sel, **args)
         try:
             table.upload(device)
-        except _torch_ops.PatchEntryError as exc:
+        except torch_library.PatchEntryError as exc:
             rule_error(self.entry_rule[exc.entry], exc.message)
         except RuntimeError as exc:  # not an entry's fault (no CUDA device, ...): one line
             fail(str(exc).splitlines()[0].removeprefix("tokentrace: "))

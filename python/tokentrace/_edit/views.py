@@ -7,8 +7,8 @@ embedding_dim) so a box or operand that cannot fit is an error at bind time, not
 
 import torch
 
-from . import _torch_ops
-from ._outputs import dtype_name
+from .._backend import torch_library
+from .._common import dtype_name
 
 
 def view_key(index):
@@ -67,11 +67,11 @@ def validate(rule_error, op, site, module, dtype, key, box, output, device):
     dtype, the operand's device, dtype and rank, the box's rank, and, when the module type
     fixes the output's last dimension (_last_dim), the box and operand along it. A problem is
     rule_error(message). output: False for an input edit (shapes known only at the call)."""
-    max_dims = _torch_ops.abi()["max_dims"]
+    max_dims = torch_library.abi()["max_dims"]
     if len(box) > max_dims:  # an Ellipsis box counts the one dimension the ... stands for
         rule_error(f"index= spans {len(box)} dimensions; the patch table takes up to "
                    f"{max_dims}")
-    editable = _torch_ops.editable_dtypes()  # the library's list (cuda/patch_table.h)
+    editable = torch_library.editable_dtypes()  # the library's list (cuda/patch_table.h)
     names = [dtype_name(d) for d in editable]
     if dtype is not None and dtype not in editable:
         rule_error(f"{site} computes in {dtype_name(dtype)}; the "

@@ -1,14 +1,42 @@
-"""trace["site:k"].inputs: what a call was given, read back from call_inputs by path."""
+"""trace["site:k"].inputs: what a call was given, read back from call_inputs by path.
+
+A row is (path, kind, type, shape, dtype, device, value), as _record/inputs.py writes it; the
+paths are _common/values.py's.
+"""
+
+from __future__ import annotations
 
 import ast
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from ._errors import fail
-from ._inputs import InputEntry
-from ._outputs import parse_dtype
-from ._paths import CACHE_NAMES, cache_alias, ends
+import torch
+
+from .._common import CACHE_NAMES, cache_alias, ends, parse_dtype
+from .._errors import fail
+
+
+class InputEntry:
+    """What a call was given at one path: a tensor's shape, dtype and device, or a value."""
+
+    saved = False
+    __slots__ = ("path", "kind", "type", "shape", "dtype", "device", "value")
+
+    def __init__(self, path: str, kind: str, type_name: str, shape: list[int] | None = None,
+                 dtype: torch.dtype | str | None = None, device: str | None = None,
+                 value: object = None) -> None:
+        self.path, self.kind, self.type = path, kind, type_name
+        self.shape = torch.Size(shape) if shape is not None else None
+        self.dtype, self.device, self.value = dtype, device, value
+
+    def __repr__(self):
+        if self.kind == "tensor":
+            return (f"InputEntry({self.path!r}: shape={list(self.shape)}, dtype={self.dtype}, "
+                    f"device={self.device})")
+        if self.kind == "value" and self.value is not None:
+            return f"InputEntry({self.path!r}: {self.type} {self.value})"
+        return f"InputEntry({self.path!r}: {self.kind} {self.type})"
 
 
 def entry_from_row(path, kind, type_name, shape, dtype, device, value):
@@ -28,7 +56,7 @@ class CallInputs(Mapping):
     everything else as an InputEntry (kind "tensor": shape, dtype, device; "value": type and
     value; "object": a container tokentrace does not look into, by type)."""
 
-    def __init__(self, call_name, rows, load_tensor):
+    def __init__(self, call_name: str, rows, load_tensor) -> None:
         self._call = call_name
         self._rows = {r[0]: r for r in rows}  # path -> (path, kind, ..., file, key)
         self._load = load_tensor
@@ -42,7 +70,7 @@ class CallInputs(Mapping):
         return row
 
     @property
-    def cache_name(self):
+    def cache_name(self) -> str | None:
         """The name the call gave its cache argument ("past_key_values" or "cache"), or None
         when it was given no cache. Lookups take either name."""
         for name in CACHE_NAMES:
@@ -50,10 +78,10 @@ class CallInputs(Mapping):
                 return name
         return None
 
-    def __contains__(self, path):
+    def __contains__(self, path: object) -> bool:
         return self._row(path) is not None
 
-    def __getitem__(self, path):
+    def __getitem__(self, path: str) -> torch.Tensor | InputEntry:
         row = self._row(path)
         if row is None:
             self._unknown(path)
@@ -62,13 +90,13 @@ class CallInputs(Mapping):
             return self._load(file, key)
         return entry_from_row(*row[:7])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._rows)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._rows)
 
-    def entry(self, path):
+    def entry(self, path: str) -> InputEntry:
         """The InputEntry at `path` (metadata), also where the tensor was saved."""
         row = self._row(path)
         if row is None:

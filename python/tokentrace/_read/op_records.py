@@ -1,80 +1,13 @@
-"""Op records (`ops=True` in trace/record, TOKENTRACE_OPS=1 or `tokentrace run --ops`).
+"""Op records read back: the ATen ops a call ran (CallView.ops) and the ops' totals
+(Trace.top_ops). Recording them is _record/op_records.py's.
 
-The observer lives in the torch ops library (cuda/torch/op_observer.cc): a RecordFunction
-callback, added to torch only while op records are on, that makes each ATen op a call (site
-kind "op", named like "aten::addmm") nested in the call open on its thread, with the op's first
-output tensor as the call's output. Off, nothing is registered and torch runs its ops without
-RecordFunction at all.
-
-    start(backend, host_reads)  turns the observer on (host_reads: report escape ops as host
-                                reads, for models on the CPU where CUPTI sees none)
-    stop()                      turns it off
     ops_of(trace, call)         the OpCall list behind CallView.ops
     top_ops(trace, token, n)    the OpTotal list behind Trace.top_ops
 """
 
 import collections
-import contextlib
-import ctypes
-import os
 
-import torch
-
-from . import _compiled_map
-from ._errors import TokentraceError, fail
-from ._naming import OP_KIND
-
-ESCAPE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
-
-
-def check(ops, where="ops="):
-    if not isinstance(ops, bool):
-        fail(f"{where} takes True or False (record every ATen op as a call), got {ops!r}")
-    return ops
-
-
-def start(backend, host_reads):
-    from . import _torch_ops
-    try:
-        _torch_ops.load_library()
-    except TokentraceError as exc:
-        fail(f"ops=True records ATen ops through the torch ops library, which did not load: "
-             f"{str(exc).removeprefix('tokentrace: ')}")
-    try:
-        torch.ops.tokentrace.op_records_start(list(backend.c_api()), bool(host_reads))
-    except RuntimeError as exc:
-        fail(" ".join(str(exc).split()).removeprefix("tokentrace: "))
-    # Compiled kernels become ops too, mapped to their modules (_compiled_map).
-    _compiled_map.start()
-
-
-_lib = {}
-
-
-def stop():
-    """Turns the observer off; True if it was on. Through ctypes, not an op: an op would be
-    recorded as a call of its own."""
-    from . import _torch_ops
-    _compiled_map.stop()
-    path = _torch_ops.load_library()
-    if path not in _lib:
-        _lib[path] = ctypes.CDLL(path)
-    return bool(_lib[path].tokentrace_op_records_stop())
-
-
-@contextlib.contextmanager
-def ring_for_ops(backend, ops):
-    """With ops on and TOKENTRACE_BUFFER_EVENTS unset, the session's per-thread ring is the
-    larger one op records need (TOKENTRACE_OPS_BUFFER_EVENTS in include/tokentrace/tokentrace.h;
-    `tokentrace run --ops` does the same). The variable is read when the session starts."""
-    if not ops or os.environ.get("TOKENTRACE_BUFFER_EVENTS"):
-        yield
-        return
-    os.environ["TOKENTRACE_BUFFER_EVENTS"] = str(backend.ops_buffer_events)
-    try:
-        yield
-    finally:
-        os.environ.pop("TOKENTRACE_BUFFER_EVENTS", None)
+from .._common import OP_KIND
 
 
 class OpCall:

@@ -10,12 +10,14 @@ how to build it): tests/python/test_cross_language.py.
 
 import subprocess
 
-from . import _loader
-from ._errors import fail
+from .._common import loader
+from .._errors import fail
 
 
-def render(path, escape_sites=(), top=15):
-    program = _loader.find_program()
+def render_report(path, escape_sites=(), top=15):
+    """The report of the trace file at `path`, as `tokentrace report FILE --top N` prints it,
+    and the escape sites after it."""
+    program = loader.find_program()
     if program is None:
         fail("the `tokentrace` program is not built, so there is no report; build it: "
              "pip install . , or scripts/setup.sh (then `tokentrace report FILE` works too)")

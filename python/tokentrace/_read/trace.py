@@ -6,6 +6,8 @@ Reads are lazy: sites are loaded on open, each site's calls on first access, and
 (preload mode); reopen with tt.load to see newer rows.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
@@ -14,8 +16,18 @@ import urllib.parse
 import warnings
 from collections import namedtuple
 
-from ._errors import fail
-from ._store import schema
+from .._common import schema
+from .._errors import fail
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import no torch
+    from collections.abc import Iterator
+
+    import torch
+
+    from .._compiled import CompiledKernel, ModuleTotal
+    from .inputs import CallInputs
+    from .op_records import OpCall, OpTotal
 
 # finished: False for a token whose root call never closed (the job was killed inside it);
 # its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
@@ -28,7 +40,8 @@ class OutputMeta:
 
     saved = False
 
-    def __init__(self, shape, dtype, path):
+    def __init__(self, shape: list[int | None], dtype: torch.dtype | str | None,
+                 path: str) -> None:
         # A shape the record could not hold whole ends in None (the trace's losses count it
         # as output_dims_truncated): then a plain tuple, since torch.Size takes only ints.
         import torch  # here, not at the top: tt.load and reading a trace need no torch
@@ -36,7 +49,7 @@ class OutputMeta:
         self.dtype = dtype
         self.path = path  # where the tensor sits in the output: "", "[0]", "logits", ...
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         where = f" at {self.path!r}" if self.path else ""
         return f"OutputMeta(shape={list(self.shape)}, dtype={self.dtype}{where})"
 
@@ -44,35 +57,35 @@ class OutputMeta:
 class CallView:
     """One call `site:k`."""
 
-    def __init__(self, trace, site, row):
+    def __init__(self, trace: Trace, site: str, row: tuple) -> None:
         self._trace = trace
         self.site = site
         self.id, self.k, self.token, self.parent_id, self.thread, b, e = row
         self.cpu_ms = ((e or b) - b) / 1e6
 
     @property
-    def name(self):
+    def name(self) -> str:
         return f"{self.site}:{self.k}"
 
     @property
-    def out(self):
+    def out(self) -> torch.Tensor | OutputMeta | None:
         """The output tensor when saved (save=), else OutputMeta(shape, dtype, path), or None."""
         return self._trace._output(self.id)
 
     @property
-    def inputs(self):
+    def inputs(self) -> CallInputs:
         """{path: InputEntry or tensor} of what this call was given (see CallInputs)."""
         return self._trace._inputs(self)
 
     @property
-    def ops(self):
+    def ops(self) -> list[OpCall]:
         """The ATen ops this call ran, in order (ops=True; [] without): OpCall(name, k, out,
         module, cpu_ms, inner), outermost ops only."""
-        from ._ops import ops_of
+        from .op_records import ops_of
         return ops_of(self._trace, self)
 
     @property
-    def gpu_ms(self):
+    def gpu_ms(self) -> float | None:
         """GPU busy time of this call's kernels and its children's; None when not recorded."""
         totals = self._trace._gpu_totals()
         if totals is None:
@@ -80,7 +93,7 @@ class CallView:
         return totals.get(self.id, (0, 0))[1] / 1e6
 
     @property
-    def kernels(self):
+    def kernels(self) -> int | None:
         """Number of kernels of this call and its children; None when not recorded."""
         totals = self._trace._gpu_totals()
         if totals is None:
@@ -88,27 +101,27 @@ class CallView:
         return totals.get(self.id, (0, 0))[0]
 
     @property
-    def kernel_list(self):
+    def kernel_list(self) -> list[tuple[str, float]]:
         """(kernel name, gpu_ms) of the kernels this call launched itself (kernels='full')."""
         return [(name, (e - b) / 1e6) for name, b, e in self._trace._q(
             "SELECT s.text, k.gpu_begin_ns, k.gpu_end_ns FROM kernels k "
             "LEFT JOIN strings s ON s.id = k.name_id WHERE k.call_id = ? "
             "ORDER BY k.gpu_begin_ns", (self.id,))]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<call {self.name} token={self.token} cpu_ms={self.cpu_ms:.3f}>"
 
 
 class SiteView:
     """Every call of one site."""
 
-    def __init__(self, trace, site_id, name, kind):
+    def __init__(self, trace: Trace, site_id: int, name: str, kind: str) -> None:
         self._trace = trace
         self.id, self.name, self.kind = site_id, name, kind
-        self._calls = None
+        self._calls: list[CallView] | None = None
 
     @property
-    def calls(self):
+    def calls(self) -> list[CallView]:
         if self._calls is None:
             rows = self._trace._q(
                 "SELECT id, k, token, parent_id, thread, cpu_begin_ns, cpu_end_ns FROM calls "
@@ -117,16 +130,16 @@ class SiteView:
         return self._calls
 
     @property
-    def num_calls(self):
+    def num_calls(self) -> int:
         return len(self.calls)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.num_calls
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[CallView]:
         return iter(self.calls)
 
-    def __getitem__(self, k):
+    def __getitem__(self, k: int) -> CallView:
         if not isinstance(k, int) or isinstance(k, bool):
             fail(f"calls are numbered by int k (1-based), got {k!r}")
         if not 1 <= k <= self.num_calls:
@@ -135,20 +148,20 @@ class SiteView:
         return self.calls[k - 1]
 
     @property
-    def outs(self):
+    def outs(self) -> list[torch.Tensor | OutputMeta | None]:
         """Every call's .out, in call order."""
         return [c.out for c in self.calls]
 
     @property
-    def cpu_ms(self):
+    def cpu_ms(self) -> float:
         return sum(c.cpu_ms for c in self.calls)
 
     @property
-    def gpu_ms(self):
+    def gpu_ms(self) -> float | None:
         values = [c.gpu_ms for c in self.calls]
         return None if any(v is None for v in values) else sum(values)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<site {self.name} ({self.kind}) num_calls={self.num_calls}>"
 
 
@@ -176,7 +189,7 @@ def _fail_not_a_trace(path, why, wal_missing):
 class Trace:
     """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._compiled_join = None  # _compiled()
         wal_missing = _wal_missing(self.path)  # before SQLite opens it and makes an empty -wal
@@ -248,25 +261,25 @@ class Trace:
         except sqlite3.DatabaseError as exc:  # a damaged file: one line, not SQLite's traceback
             fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
 
-    def close(self):
+    def close(self) -> None:
         self._con.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Trace:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- lookup -------------------------------------------------------------------------
     @property
-    def sites(self):
+    def sites(self) -> list[str]:
         """Site names in the order they were first seen (model order for hooked modules)."""
         return list(self._site_order)
 
-    def __contains__(self, key):
+    def __contains__(self, key: object) -> bool:
         return key in self._sites
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> SiteView | CallView:
         if not isinstance(key, str):
             fail(f"index a trace with 'site' or 'site:k' (k 1-based), got {key!r}")
         if key in self._sites:
@@ -292,7 +305,7 @@ class Trace:
 
     # --- tokens -------------------------------------------------------------------------
     @property
-    def tokens(self):
+    def tokens(self) -> list[TokenRow]:
         """One TokenRow per token (root call); token 1 is the prefill."""
         gpu_on = self.kernels_recorded
         # The C++ readers' SELECT, not the file's view (a crafted file could define that view
@@ -305,21 +318,21 @@ class Trace:
                 for t, b, e, kn, g, esc in rows]
 
     @property
-    def num_tokens(self):
+    def num_tokens(self) -> int:
         return len(self.tokens)
 
     # --- kernels ------------------------------------------------------------------------
     @property
-    def kernel_mode(self):
+    def kernel_mode(self) -> str:
         return self.meta.get("kernel_mode", "off")
 
     @property
-    def kernels_status(self):
+    def kernels_status(self) -> str:
         """Why kernels were not recorded ('' when they were)."""
         return self.meta.get("kernels_status", "")
 
     @property
-    def kernels_recorded(self):
+    def kernels_recorded(self) -> bool:
         return self.kernel_mode != "off" and not self.kernels_status
 
     def _gpu_totals(self):
@@ -356,7 +369,7 @@ class Trace:
                     self._saved[cid] = (file, key)
 
     @property
-    def has_saved(self):
+    def has_saved(self) -> bool:
         self._load_outputs()
         return bool(self._saved)
 
@@ -369,11 +382,11 @@ class Trace:
         if row is None:
             return None
         path, shape, dtype = row
-        from ._outputs import parse_dtype  # imports torch
+        from .._common import parse_dtype  # imports torch
         return OutputMeta(json.loads(shape), parse_dtype(dtype), path)
 
     def _inputs(self, call):
-        from ._input_view import CallInputs
+        from .inputs import CallInputs
         if self.schema_version < 2 or "call_inputs" not in self._tables:
             fail(f"the inputs of {call.name} were not recorded: schema version "
                  f"{self.schema_version} files record no inputs")
@@ -400,57 +413,58 @@ class Trace:
 
     # --- escapes, losses, report ------------------------------------------------------
     @property
-    def escape_sites(self):
+    def escape_sites(self) -> list[tuple[str, int]]:
         """[(location, reads)] of host reads seen from Python, most frequent first."""
         if "escape_sites" not in self._tables:
             return []
         return self._q("SELECT location, SUM(count) AS n FROM escape_sites GROUP BY location "
                        "ORDER BY n DESC")
 
-    def top_ops(self, token=None, n=10):
+    def top_ops(self, token: int | None = None, n: int = 10) -> list[OpTotal]:
         """With ops=True: [OpTotal(name, calls, cpu_ms, gpu_ms, kernels)] of the ATen ops, over
-        the run or one token, by GPU time then CPU time (see _ops.top_ops)."""
-        from ._ops import top_ops
+        the run or one token, by GPU time then CPU time (see op_records.top_ops)."""
+        from .op_records import top_ops
         return top_ops(self, token, n)
 
-    def compiled_kernels(self, token=None):
+    def compiled_kernels(self, token: int | None = None) -> list[CompiledKernel]:
         """With ops=True on a torch.compile'd model: [CompiledKernel(call_id, token, name,
         modules, fused, cpu_ns)], each kernel Inductor generated (or library call it made) that
-        ran, with the module sites it came from (see _compiled_map). Op calls of compiled calls
-        that no kernel explains are counted in losses["compiled_unattributed"]."""
+        ran, with the module sites it came from (see _compiled/kernel_map.py). Op calls of
+        compiled calls that no kernel explains are counted in losses["compiled_unattributed"].
+        """
         kernels, _ = self._compiled()
         return [k for k in kernels if token is None or k.token == token]
 
-    def compiled_modules(self, token=None):
+    def compiled_modules(self, token: int | None = None) -> list[ModuleTotal]:
         """[ModuleTotal(module, kernels, fused, cpu_ms, gpu_ms)] of compiled_kernels() per
         module, over the run or one token, by GPU then CPU time; a fused kernel counts towards
         each of its modules."""
-        from ._compiled_join import module_totals
+        from .._compiled import module_totals
         kernels, _ = self._compiled()
         return module_totals(kernels, self._gpu_totals(), token)
 
     def _compiled(self):
         """The compiled-kernel join of this file, made once (the file does not change)."""
         if self._compiled_join is None:
-            from ._compiled_join import join
-            self._compiled_join = join(self._q)
+            from .._compiled import join_kernels
+            self._compiled_join = join_kernels(self._q)
         return self._compiled_join
 
     @property
-    def losses(self):
+    def losses(self) -> dict[str, int]:
         if "losses" not in self._tables:
             return {}
         return {k: n for k, n in self._q("SELECT kind, SUM(count) FROM losses GROUP BY kind")
                 if n}
 
-    def report(self, top=15):
+    def report(self, top: int = 15) -> str:
         """The per-token report of `tokentrace report FILE` (one implementation, in C++: tokens,
         prefill vs decode, top sites by GPU then CPU self time, losses), followed by where the
         host read device values."""
-        from ._report import render
-        return render(self.path, self.escape_sites, top)
+        from .report import render_report
+        return render_report(self.path, self.escape_sites, top)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<tokentrace.Trace {os.path.basename(self.path)}: {len(self._sites)} sites, "
                 f"{self.num_tokens} tokens>")
 
@@ -459,12 +473,12 @@ class Recording(Trace):
     """What tt.record kept: rec[site] (every step), rec['site:k'].out (the tensor), rec.steps."""
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         """The number of steps (tokens) recorded."""
         return self.num_tokens
 
     @property
-    def saved_sites(self):
+    def saved_sites(self) -> list[str]:
         self._load_outputs()
         ids = set(self._saved)
         if not ids:
@@ -474,14 +488,14 @@ class Recording(Trace):
             "SELECT DISTINCT site_id FROM calls WHERE id IN (%s)" % ",".join(map(str, ids)))}
         return [names[s] for s in sorted(found)]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<tokentrace.Recording {os.path.basename(self.path)}: {self.steps} steps, "
                 f"saved {self.saved_sites}>")
 
 
 # Here, next to Trace, so that tt.load (and `tokentrace plot`) never import torch: reading a
 # trace of a long run costs what its SQL costs, not torch's import (~0.5 GB, seconds).
-def load(path):
+def load(path: str | os.PathLike[str]) -> Trace:
     """Opens a trace file (from tt.trace, tt.record or `tokentrace run`) as a Trace."""
     if not isinstance(path, (str, os.PathLike)):
         fail(f"load() takes a path to a .sqlite trace file, got {type(path).__name__}")

@@ -24,14 +24,14 @@ import warnings
 
 import torch
 
-from . import _collectives, _compiled_join, _ops, _store
-from ._compiled_call import CompiledCalls
-from ._errors import TokentraceError
-from ._escapes import EscapeCounter
-from ._inputs import InputRecorder
-from ._naming import ROOT
-from ._session import HookSet
-from ._sink import DEFAULT_SHARD_BYTES, TensorSink
+from .._common import ROOT, write_python_rows
+from .._compiled import CompiledCalls, compiled_rows
+from .._errors import TokentraceError
+from . import collectives, op_records
+from .escapes import EscapeCounter
+from .hooks import HookSet
+from .inputs import InputRecorder
+from .sink import DEFAULT_SHARD_BYTES, TensorSink
 
 
 def selection(names, hooked, saved, inputs_of):
@@ -88,11 +88,11 @@ class Attachment:
         # that made it (aten::item, ...); the Python counter then only says where they came from.
         self.escapes.set_report(self.backend.escape if self.on_cpu and not self.ops_on else None)
         # torch.distributed collectives and Work.wait as calls: wait, not work (multi-rank).
-        self.collectives = _collectives.install(self.backend)
+        self.collectives = collectives.install(self.backend)
 
     def _start_ops(self):
         try:
-            _ops.start(self.backend, host_reads=self.on_cpu)
+            op_records.start(self.backend, host_reads=self.on_cpu)
         except TokentraceError as exc:
             if self.say is None:
                 raise
@@ -122,7 +122,7 @@ class Attachment:
             self.collectives.remove()
             self.collectives = None
         if self.ops_on:
-            _ops.stop()
+            op_records.stop()
             self.ops_on = False
         if self.compiled_calls is not None:
             self.compiled_calls.remove()
@@ -148,11 +148,11 @@ class Attachment:
             meta["model"] = type(self.model).__name__
         losses = {"save_failed": self.save_errors, "inputs_failed": self.input_errors}
         if self.ops:  # compiled kernels' modules, and what they miss, in the same write
-            compiled_meta, compiled_losses = _compiled_join.rows(path)
+            compiled_meta, compiled_losses = compiled_rows(path)
             meta.update(compiled_meta)
             losses.update(compiled_losses)
-        _store.write_python_rows(path, rows, self.escapes.rows(), meta, losses,
-                                 self.recorder.table_rows(sink.files if sink is not None else {}))
+        write_python_rows(path, rows, self.escapes.rows(), meta, losses,
+                          self.recorder.table_rows(sink.files if sink is not None else {}))
 
     def _report(self, message):
         if self.say is not None:

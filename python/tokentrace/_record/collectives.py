@@ -9,7 +9,7 @@ With async_op=True the collective returns a Work at once and the rank waits late
 Work.wait(): that wait is a call of the site "c10d::wait", so it is wait too. A blocking
 collective waits on its own Work inside its call; that inner wait is not recorded again.
 
-The recording set-up (_attach.Attachment) installs them when it attaches and removes them at
+The recording set-up (attach.py's Attachment) installs them when it attaches and removes them at
 the end of a trace (remove() puts the originals back). Functions bound before install() (e.g.
 `from torch.distributed import all_reduce` at the top of the job) keep the original, and so
 does waiting through work.get_future().

@@ -15,10 +15,10 @@ from collections import Counter
 
 import torch
 
-from ._errors import ScalarEscapeWarning
+from .._common import PACKAGE_DIR
+from .._errors import ScalarEscapeWarning
 
 _METHODS = ("item", "__bool__", "__int__", "__float__", "__index__", "tolist")
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _short(filename):
@@ -49,7 +49,7 @@ class EscapeCounter:
         try:
             # Skip frames inside tokentrace and torch's own wrappers (torch/_tensor.py) so
             # the location is the user's or the library's line that asked for the value.
-            while frame is not None and (frame.f_code.co_filename.startswith(_OWN_DIR)
+            while frame is not None and (frame.f_code.co_filename.startswith(PACKAGE_DIR)
                                          or frame.f_code.co_filename.endswith("torch/_tensor.py")):
                 frame = frame.f_back
             where = (f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}"

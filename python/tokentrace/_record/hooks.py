@@ -24,13 +24,14 @@ nn.DataParallel get the hook pairs everywhere: its replicas are shallow copies o
 module's __dict__, and a wrapped forward would call the original module from them.
 """
 
+import sys
 import threading
 import warnings
 
 from torch.nn import DataParallel
 
-from ._compiled import compiled_layout
-from ._naming import ROOT, site_names
+from .._common import ROOT, site_names
+from .._compiled import compiled_layout
 
 _MISSING = object()
 
@@ -38,6 +39,13 @@ _MISSING = object()
 def original_forward(forward):
     """What a pickled or deep-copied forward wrapper becomes: the forward it wrapped."""
     return forward
+
+
+# A wrapper's __reduce__ (WrapperReduce, python/src/native.cc) imports original_forward by the
+# module name this file had before the package had subpackages, "tokentrace._session". Until
+# the extension asks for tokentrace._record.hooks, that name is this module (a pickle names
+# the function by its own module, this one).
+sys.modules.setdefault("tokentrace._session", sys.modules[__name__])
 
 
 class HookSet:
@@ -77,7 +85,7 @@ class HookSet:
         # would run the original module there. Such models get the hook pairs throughout.
         replicated = any(isinstance(m, DataParallel) for m in names.values())
         # Compiled modules are wrapped at their entry, outside the compiled region, and what
-        # runs inside it is left alone (python/tokentrace/_compiled.py).
+        # runs inside it is left alone (_compiled/entry.py).
         entries, inside = compiled_layout(names)
         self.not_hooked = [n for n in self.hooked if n in inside]
         try:
@@ -199,7 +207,7 @@ class HookSet:
 
     def entry(self, fn):
         """A recording wrapper of the root around `fn`, a compiled call of the root that the
-        job made (python/tokentrace/_compiled_call.py): a call of it is a root call, with
+        job made (_compiled/call.py): a call of it is a root call, with
         the root's inputs and saved output as its own wrapper records them."""
         sid, kind, saver, on_input = self._root
         wrapper = self.backend.wrap_forward(sid, ROOT, kind, fn, saver, on_input)

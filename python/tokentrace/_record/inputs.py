@@ -1,175 +1,47 @@
-"""The inputs of a call: every tensor (and every other value) a forward was given, by path.
+"""Recording the inputs of a call: every tensor (and other value) a forward was given, by path.
 
-A path reads like Python access from the forward's own parameter names: "input_ids",
-"past_key_values.layers[0].keys", "attention_mask", "[2]" for a positional argument past the
-named ones. Containers are looked into: tuples and lists ("[i]"), dicts and ModelOutput
-(".key"), dataclasses (".field"), and transformers' caches (DynamicCache, StaticCache,
-EncoderDecoderCache and the others: whatever of their attributes hold tensors, layers or
-other caches, so a DynamicCache shows "layers[i].keys" and "layers[i].values" per layer).
-Anything else is one entry of kind "object" with its type name: never dropped silently (so is
-a sequence or dict of more than 256 items, with its length).
+The walk over a call's arguments and the kinds of values are _common/values.py's (shared with
+the input edits); this file makes each leaf a row and writes the rows to the trace file.
 Values that are not tensors are entries of kind "value" with their type, and the value itself
-for small scalars (bool, int, float, None, short strings).
+for small scalars (bool, int, float, None, short strings); what the walk does not look into is
+one entry of kind "object" with its type name (and its length, for a long sequence or dict).
 
-An entry is a row (path, kind, type, shape, dtype, device, value); shape is a list of ints.
+A row is (path, kind, type, shape, dtype, device, value); shape is a list of ints.
 """
 
 import ctypes
 import dataclasses
-import inspect
 import weakref
 
 import torch
 
-from ._outputs import dtype_name
+from .._backend import torch_library
+from .._common import (
+    KINDS,
+    MAX_DEPTH,
+    MAX_ITEMS,
+    SCALARS,
+    dtype_name,
+    kind_of,
+    loader,
+    parameter_names,
+    walk_call,
+    write_python_rows,
+)
 
-_MAX_DEPTH = 8     # deeper than this, a container is one "object" entry
 _MAX_STR = 64      # longer strings are recorded by type and length only
-_MAX_ITEMS = 256   # a longer sequence or dict is one "object" entry (a call's rows stay few)
-_SCALARS = (bool, int, float, type(None))
-_FLUSH_ROWS = 20000  # rows kept in memory before they go to the trace file
-
-
-class InputEntry:
-    """What a call was given at one path: a tensor's shape, dtype and device, or a value."""
-
-    saved = False
-    __slots__ = ("path", "kind", "type", "shape", "dtype", "device", "value")
-
-    def __init__(self, path, kind, type_name, shape=None, dtype=None, device=None, value=None):
-        self.path, self.kind, self.type = path, kind, type_name
-        self.shape = torch.Size(shape) if shape is not None else None
-        self.dtype, self.device, self.value = dtype, device, value
-
-    def __repr__(self):
-        if self.kind == "tensor":
-            return (f"InputEntry({self.path!r}: shape={list(self.shape)}, dtype={self.dtype}, "
-                    f"device={self.device})")
-        if self.kind == "value" and self.value is not None:
-            return f"InputEntry({self.path!r}: {self.type} {self.value})"
-        return f"InputEntry({self.path!r}: {self.kind} {self.type})"
-
-
-def parameter_names(forward):
-    """Names of forward's positional parameters, in order, up to a *args (which has none)."""
-    try:
-        params = inspect.signature(forward).parameters.values()
-    except (TypeError, ValueError):
-        return ()
-    names = []
-    for p in params:
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            break
-        names.append(p.name)
-    return tuple(names)
-
-
-def walk_call(names, args, kwargs):
-    """[(path, value)] of the leaves of one call's arguments: tensors, scalars and objects."""
-    out = []
-    for i, arg in enumerate(args):
-        _walk(arg, names[i] if i < len(names) else f"[{i}]", 0, out)
-    for key, arg in kwargs.items():
-        _walk(arg, key, 0, out)
-    return out
-
-
-# Kinds start at 1, so `_KINDS.get(cls) or _kind_of(cls)` is the whole lookup on the hot path.
-_TENSOR, _LEAF, _SEQ, _DICT, _CACHE, _DATACLASS, _OBJECT = range(1, 8)
-_KINDS = {}  # type -> how to walk it (types are few; the walk runs at every recorded call)
-
-
-def _kind_of(cls):
-    kind = _KINDS.get(cls)
-    if kind is None:
-        if issubclass(cls, torch.Tensor):
-            kind = _TENSOR
-        elif issubclass(cls, (str,) + _SCALARS):
-            kind = _LEAF
-        elif issubclass(cls, (tuple, list)):
-            kind = _SEQ
-        elif issubclass(cls, dict):  # ModelOutput is an OrderedDict
-            kind = _DICT
-        elif any(c.__module__ == "transformers.cache_utils" and c.__name__ in (
-                "Cache", "CacheLayerMixin") for c in cls.__mro__):
-            # transformers' caches and their per-layer objects, recognised without importing
-            # transformers (a job that never imported it has none)
-            kind = _CACHE
-        elif dataclasses.is_dataclass(cls):
-            kind = _DATACLASS
-        else:
-            kind = _OBJECT
-        _KINDS[cls] = kind
-    return kind
-
-
-def _holds_state(value):
-    """Whether a cache attribute is worth a path: tensors, layers, caches, lists of those."""
-    kind = _KINDS.get(type(value)) or _kind_of(type(value))
-    if kind == _SEQ:
-        return any((_KINDS.get(type(x)) or _kind_of(type(x))) in (_CACHE, _TENSOR)
-                   for x in value)
-    return kind == _CACHE or kind == _TENSOR
-
-
-def _join(path, key):
-    return f"{path}.{key}" if path else str(key)
-
-
-_PATHS = {}  # (path, str or int key) -> the child's path, made once and shared by every row
-_MAX_PATHS = 1 << 16  # a job that keeps making new keys gets a fresh memo, not a growing one
-
-
-def _child(path, key):
-    """The path of key (an attribute or str key: ".key"; an index or int key: "[i]") inside
-    path. Memoised: a decoding step's 65 cache paths are the same strings at every token, so
-    they are neither formatted again nor held once per row."""
-    text = _PATHS.get((path, key))
-    if text is None:
-        if len(_PATHS) >= _MAX_PATHS:
-            _PATHS.clear()
-        text = _PATHS[(path, key)] = _join(path, key) if type(key) is str else f"{path}[{key!r}]"
-    return text
-
-
-def _walk(value, path, depth, out):
-    kind = _KINDS.get(type(value)) or _kind_of(type(value))
-    if kind <= _LEAF or kind == _OBJECT or depth >= _MAX_DEPTH or (
-            kind in (_SEQ, _DICT) and len(value) > _MAX_ITEMS):
-        out.append((path, value))
-    elif kind == _SEQ:
-        for i, item in enumerate(value):
-            _walk(item, _PATHS.get((path, i)) or _child(path, i), depth + 1, out)
-    elif kind == _DICT:
-        for key, item in value.items():
-            plain = type(key) is str or type(key) is int  # True is 1 to a dict: no memo
-            _walk(item, (_PATHS.get((path, key)) or _child(path, key)) if plain else
-                  f"{path}[{key!r}]", depth + 1, out)
-    elif kind == _CACHE:  # per layer: keys, values and a few flags; the tensors go straight in
-        for key, item in vars(value).items():
-            item_kind = _KINDS.get(type(item)) or _kind_of(type(item))
-            if item_kind == _TENSOR:
-                out.append((_PATHS.get((path, key)) or _child(path, key), item))
-            elif item_kind == _CACHE or (item_kind == _SEQ and _holds_state(item)):
-                _walk(item, _PATHS.get((path, key)) or _child(path, key), depth + 1, out)
-    else:  # a dataclass
-        for field in dataclasses.fields(value):
-            _walk(getattr(value, field.name, None), _child(path, field.name), depth + 1, out)
-
-
 _META = {}  # "address": tokentrace_tensor_meta's, once looked up
 
 
-def _tensor_meta():
+def tensor_meta():
     """The address of tokentrace_tensor_meta (cuda/torch/tensor_meta.cc: a tensor's sizes,
     dtype and device read in C++, ~100x cheaper than tensor.shape/.dtype/.device) in the torch
     ops library, or 0 where that library is not built or does not load into this torch (the
     native walk then reads the Python attributes)."""
     if "address" not in _META:
-        from . import _torch_ops
         # the library edits load, when they did already (one path per process: two copies
         # would register torch.ops.tokentrace twice)
-        path = _torch_ops._state["loaded"] or _torch_ops.find_library()[0]
+        path = torch_library.loaded_path() or torch_library.find_library()[0]
         try:  # the same handle torch.ops.load_library gets later, if edits need the library
             _META["address"] = ctypes.cast(ctypes.CDLL(path).tokentrace_tensor_meta,
                                            ctypes.c_void_p).value if path else 0
@@ -204,7 +76,7 @@ def describe(path, value):
         return (path, "tensor", type(value).__name__, tuple(value.shape), _text(value.dtype),
                 _text(value.device), None)
     type_name = type(value).__name__
-    if isinstance(value, _SCALARS):
+    if isinstance(value, SCALARS):
         return (path, "value", type_name, None, None, None, repr(value))
     if isinstance(value, str):
         shown = repr(value) if len(value) <= _MAX_STR else f"<{len(value)} characters>"
@@ -219,17 +91,22 @@ class InputRecorder:
     runs: a cache's entries are seen as the call received them, not after it appended).
 
     The tensors of sites whose inputs are saved stream to the TensorSink as outputs do. The
-    rows (metadata) go into the trace file whenever _FLUSH_ROWS are pending, so memory stays
+    rows (metadata) go into the trace file whenever flush_rows are pending, so memory stays
     flat over a long run (a decoding step of a 32-layer model gives 65 rows); rows of saved
     tensors (and those after them) wait until their shard is written, since they name it.
     """
 
-    def __init__(self, current, sink=None, trace_path=None, native=True):
+    flush_rows = 20000  # rows kept in memory before they go to the trace file
+
+    def __init__(self, current, sink=None, trace_path=None, native=True, tensor_meta=True):
         self._current = current
         self._sink = sink
         self._trace_path = trace_path  # callable: the trace file, once the shim settled it
         self._rows = []  # (call_id, path, kind, type, shape, dtype, device, value, key)
         self._native = native  # False: the Python walk only (the reference, for tests)
+        # False: the native walk reads each tensor's Python attributes, as it does where the
+        # torch ops library is not built (for tests)
+        self._tensor_meta = tensor_meta
         self._buffer = None  # the native walk's pending rows (an InputBuffer), made on use
         self.failed = 0  # calls whose inputs could not be recorded (counted as a loss)
         self.flushed = 0  # rows already in the trace file
@@ -245,8 +122,9 @@ class InputRecorder:
         """The callable(*args, **kwargs) that records one call's inputs: the native forward
         wrapper calls it with the arguments as they came, inside the call. Sites whose inputs
         are not saved (the root's, by default) get the native walk (inputs_walk.cc), which
-        makes the same rows as this module's walk, a few µs per call instead of ~100 for a
-        32-layer cache; saved sites, and jobs without the extension, get the Python one."""
+        makes the same rows as the Python walk (walk_call, then describe), a few µs per call
+        instead of ~100 for a 32-layer cache; saved sites, and jobs without the extension, get
+        the Python one."""
         names = parameter_names(forward)
         buffer = None if save else self._native_buffer()
         if buffer is not None:
@@ -271,15 +149,14 @@ class InputRecorder:
                     rows.append((call_id,) + row + (
                         None if sink is None or row[1] != "tensor" else
                         self._save(call_id, path, value),))
-            if len(rows) >= _FLUSH_ROWS and self._trace_path is not None:
+            if len(rows) >= self.flush_rows and self._trace_path is not None:
                 self.flush()
         return on_input
 
     def _native_buffer(self):
         """The InputBuffer of the native walk, or None without the extension."""
         if self._buffer is None:
-            from . import _loader
-            native = _loader.load() if self._native else None
+            native = loader.load() if self._native else None
             if native is None or not hasattr(native, "InputBuffer"):
                 self._buffer = False
                 return None
@@ -289,10 +166,9 @@ class InputRecorder:
                 self._current, "__name__", None) == "current"
             self._buffer = native.InputBuffer(
                 None if in_c else self._current,
-                (_TENSOR, _LEAF, _SEQ, _DICT, _CACHE, _DATACLASS, _OBJECT),
-                (_kind_of, describe, _text, _field_names), _PLAIN_TENSORS, _MAX_DEPTH,
-                _MAX_ITEMS, weakref.WeakMethod(self.flush) if self._trace_path else None,
-                _FLUSH_ROWS, _tensor_meta())
+                KINDS, (kind_of, describe, _text, _field_names), _PLAIN_TENSORS, MAX_DEPTH,
+                MAX_ITEMS, weakref.WeakMethod(self.flush) if self._trace_path else None,
+                self.flush_rows, tensor_meta() if self._tensor_meta else 0)
         return self._buffer if self._buffer is not False else None
 
     def _save(self, call_id, path, tensor):
@@ -308,7 +184,6 @@ class InputRecorder:
     def flush(self):
         """Writes the rows that are ready, up to the first of a saved tensor still in memory
         (the file keeps the rows in call and argument order)."""
-        from ._store import write_python_rows
         files = self._sink.files if self._sink is not None else {}
         ready = next((i for i, r in enumerate(self.rows)
                       if r[-1] is not None and r[-1] not in files), len(self.rows))

@@ -2,7 +2,7 @@
 
 import os
 
-from ._errors import fail
+from .._errors import fail
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model",
                     "spiece.model", "vocab.txt")

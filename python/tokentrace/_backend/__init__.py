@@ -1,0 +1,20 @@
+"""The Python side of the native code: the recorder (recorder.py: the shim, through the
+extension tokentrace._native) and the torch ops library (torch_library.py: the patch table's
+operators and their ABI, the op observer, the tensor metadata reader). Imports _common and
+_errors.
+"""
+
+from .._common import lazy_face
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+    from . import torch_library
+    from .recorder import NativeBackend, check_kernel_mode, get_backend
+
+_EXPORTS = {
+    "NativeBackend": "recorder", "check_kernel_mode": "recorder", "get_backend": "recorder",
+    "torch_library": "torch_library",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

@@ -1,0 +1,39 @@
+"""What every layer above shares: site names, selectors, the value paths and kinds, the first
+tensor of an output, the trace file, and finding the native extension.
+
+Files: naming.py (site names, the root `self`), selectors.py (tt.module), values.py (the kinds
+of values inside a call's arguments and the walk over them), paths.py (the one parser of value
+paths such as "[0].logits"), outputs.py (the first tensor of an output, dtype names), store.py
+(the trace file: schema and the Python layer's rows), loader.py (finds and loads the extension
+tokentrace._native), lazy.py (the faces' lazy import). Imports only _errors.py.
+"""
+
+from .lazy import lazy_face
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+    from . import loader
+    from .loader import PACKAGE_DIR
+    from .naming import OP_KIND, ROOT, is_glob, site_names
+    from .outputs import dtype_name, first_tensor, parse_dtype
+    from .paths import CACHE_NAMES, cache_alias, descend, ends, put_at, replace_in_output
+    from .selectors import Selector, SiteSelector, as_selector, module, parse_env_list
+    from .store import check_writable, connect, schema, write_python_rows, write_schema
+    from .values import KINDS, MAX_DEPTH, MAX_ITEMS, SCALARS, kind_of, parameter_names, walk_call
+
+_EXPORTS = {
+    "ROOT": "naming", "OP_KIND": "naming", "site_names": "naming", "is_glob": "naming",
+    "Selector": "selectors", "SiteSelector": "selectors", "as_selector": "selectors",
+    "module": "selectors", "parse_env_list": "selectors",
+    "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
+    "kind_of": "values", "parameter_names": "values", "walk_call": "values",
+    "CACHE_NAMES": "paths", "cache_alias": "paths", "ends": "paths", "descend": "paths",
+    "put_at": "paths", "replace_in_output": "paths",
+    "first_tensor": "outputs", "dtype_name": "outputs", "parse_dtype": "outputs",
+    "schema": "store", "connect": "store", "write_schema": "store",
+    "write_python_rows": "store", "check_writable": "store",
+    "loader": "loader", "PACKAGE_DIR": "loader",
+}
+
+__all__ = sorted(set(_EXPORTS) | {"lazy_face"})
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)

@@ -1,0 +1,25 @@
+"""Reading a trace file: tt.load, Trace and Recording and their views (trace.py), a call's
+inputs (inputs.py), its ATen ops (op_records.py), the report (report.py, through the
+`tokentrace` program). Imports _compiled, _common and _errors; never _record or _edit. Opening
+and reading a trace imports no torch (a call's tensors and shapes do, when asked for).
+"""
+
+from .._common import lazy_face
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+    from .inputs import CallInputs, InputEntry
+    from .op_records import OpCall, OpTotal
+    from .report import render_report
+    from .trace import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
+
+_EXPORTS = {
+    "CallView": "trace", "OutputMeta": "trace", "Recording": "trace", "SiteView": "trace",
+    "TokenRow": "trace", "Trace": "trace", "load": "trace",
+    "CallInputs": "inputs", "InputEntry": "inputs",
+    "OpCall": "op_records", "OpTotal": "op_records",
+    "render_report": "report",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
