@@ -4,7 +4,7 @@
 //   BM_RecorderLaunch/active:0  no session: one relaxed load and return
 //   BM_RecorderLaunch/active:1  the launch-callback body (correlation insert): innermost open
 //                               call and token + one 48-byte Event appended to this thread's
-//                               ring. Target (issue 2): <= 50 ns.
+//                               ring. Target: <= 50 ns.
 //   BM_RecorderPushPop          a call opened and closed (what an NVTX pair costs past the
 //                               NVTX dispatch)
 //   BM_RingAppend               ThreadBuffer::Append alone (the store into the ring)

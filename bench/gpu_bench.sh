@@ -2,9 +2,9 @@
 # GPU part of the overhead suite, sized for ~4-5 minutes on an H200 (build included):
 #   1. empty-kernel launch cost: no tool / bare CUPTI subscriber / tokentrace full, as separate
 #      processes, interleaved (3 processes each, 5 rounds of 20000 launches per process);
-#   1a. nvtx_pair: our NVTX push+pop on this host, no tool vs tokentrace (issue 2's target);
+#   1a. nvtx_pair: our NVTX push+pop on this host, no tool vs tokentrace (target: ≤ 25 ns);
 #   1b. patch_device_bench: the device patch table's host cost per apply, device time per apply
-#      and full-scale bandwidth against a device-to-device copy (issue 4's targets);
+#      and full-scale bandwidth against a device-to-device copy (the patch table's targets);
 #   2. generate_overhead.py: Llama-1B shape (GEN_MODELS=gpt2,llama1b for both), 64 new tokens,
 #      3 repeats, every setup;
 #   2b. graph_replay_overhead.py: a Llama-1B-shape decode step captured as a CUDA graph and
@@ -93,7 +93,7 @@ if wants launch; then
   echo "gpu_bench: launch overhead done at $(( $(date +%s) - t_start )) s" >&2
 fi
 
-# ---- 1a. NVTX push+pop on this host's CPU (issue 2: ≤ 25 ns; no Google Benchmark here) ------
+# ---- 1a. NVTX push+pop on this host's CPU (target ≤ 25 ns; no Google Benchmark here) ---------
 if wants nvtx; then
   if part 40 20 > /dev/null; then
     for i in 1 2 3; do
@@ -109,9 +109,9 @@ if wants nvtx; then
   fi
 fi
 
-# ---- 1b. the device patch table (issue 4: host cost per apply, device time, bandwidth) -------
+# ---- 1b. the device patch table (host cost per apply, device time, bandwidth) ---------------
 if wants patch && [ ! -x "$build/patch_device_bench" ]; then
-  echo "_device patch table: not measured, patch_device_bench is built with the tests (scripts/gpu-check.sh)._" >> "$md"
+  echo "_device patch table: not measured, patch_device_bench was not built (no CUDA compiler)._" >> "$md"
 elif wants patch; then
   if limit=$(part 60 20); then
     timeout -k 5 "$limit" "$build/patch_device_bench" >> "$md" 2> "$logs/patch.log" || rc=1
@@ -146,7 +146,7 @@ if wants generate; then
 fi
 echo "gpu_bench: generate done at $(( $(date +%s) - t_start )) s" >&2
 
-# ---- 2b. CUDA-graph replayed decode (issue 6) ------------------------------------------------
+# ---- 2b. CUDA-graph replayed decode ----------------------------------------------------------
 if wants graph; then
   if limit=$(part 150 60); then
     timeout -k 5 "$limit" "$python" bench/graph_replay_overhead.py --bare-cupti "$bare" \

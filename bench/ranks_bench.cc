@@ -1,4 +1,4 @@
-// Cross-rank report and merge at scale (issue 15 item 6): writes R synthetic rank files of T
+// Cross-rank report and merge at scale: writes R synthetic rank files of T
 // tokens each, then runs `tokentrace report DIR` and `tokentrace merge OUT DIR` as child
 // processes and prints, as one markdown table row, their wall time and peak resident memory
 // (wait4's ru_maxrss of the child).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-rank report and merge at scale (issue 15 item 6): ranks_bench over a grid of rank and
+# Cross-rank report and merge at scale: ranks_bench over a grid of rank and
 # token counts; prints the markdown rows for bench/results/. Needs ~1 GB free in $TMPDIR.
 #   bash bench/ranks_bench.sh [BUILD_DIR]
 set -euo pipefail

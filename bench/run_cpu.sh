@@ -22,7 +22,7 @@ if [ ! -f "$build/build.ninja" ]; then
     || { tail -20 "$tmp/configure.log"; exit 2; }
 fi
 targets="bench_nvtx bench_nvtx_notool bench_hotpath tokentrace_shim tokentrace_cli _native"
-for t in store_bench patch_bench; do  # built with the tests (tests/store, tests/cuda)
+for t in store_bench patch_bench; do  # patch_bench only with the CUDA target
   ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:" && targets="$targets $t"
 done
 ninja -C "$build" -j"$jobs" $targets > "$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 3; }

@@ -184,7 +184,6 @@ DrainParts Session::ProcessDrainParts() {
   parts.loss_sources.insert(parts.loss_sources.end(), std::begin(kCuptiLosses),
                             std::end(kCuptiLosses));
   parts.calibrate = &clock::Calibrate;
-  parts.host_now_ns = &clock::HostNowNs;
   parts.slow_drain_ms = TestSlowDrainMs();
   parts.step_events = kSignalDrainStep;
   parts.interrupted = [] { return g_stop_signal.load() != 0; };

@@ -413,7 +413,7 @@ TT_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) 
 }
 TT_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
   static auto real = tokentrace::shim::Next<decltype(&fexecve)>("fexecve");
-  return tokentrace::shim::Exec(real, argv != nullptr ? argv[0] : nullptr, fd, argv, envp);
+  return tokentrace::shim::Exec(real, argv[0], fd, argv, envp);  // argv is nonnull in libc
 }
 TT_EXPORT int execl(const char* path, const char* arg, ...) {
   va_list ap;

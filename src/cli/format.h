@@ -1,4 +1,5 @@
-// Text helpers shared by the subcommands: numbers, percentiles, aligned tables, JSON strings.
+// Text helpers of the subcommands: numbers, percentiles, aligned tables, terminal-safe text
+// (and, from core/text.h, fixed decimals and JSON strings).
 #pragma once
 
 #include <cstddef>
@@ -7,12 +8,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/text.h"
+
 namespace tokentrace::cli {
+
+using text::Fixed;
+using text::JsonString;
 
 // Nanoseconds as milliseconds with 3 decimals ("1.250").
 std::string Ms(int64_t ns);
-// A double with `decimals` decimals.
-std::string Fixed(double v, int decimals);
 
 // Nearest-rank percentile (p in (0, 100]) of an ascending vector; 0 for an empty one.
 double Percentile(const std::vector<double>& sorted, double p);
@@ -37,10 +41,6 @@ std::string FormatKeyValues(const std::vector<std::pair<std::string, std::string
 constexpr size_t kMaxCellChars = 80;
 std::string ForTerminal(const std::string& s, size_t max_chars = kMaxCellChars,
                         size_t* chars = nullptr);
-
-// `s` as a JSON string literal, quotes included (control characters as \u00XX; valid UTF-8
-// is passed through, and each byte that is not part of a valid sequence becomes U+FFFD).
-std::string JsonString(const std::string& s);
 
 // Parses a decimal unsigned integer that fits in uint32; false otherwise.
 bool ParseU32(const std::string& s, uint32_t* out);

@@ -7,11 +7,13 @@
 //   16      a          parent call id   -          correlation id               node id / original node id
 //   24      b          -                -          -                            - / new node id
 //   32      site_id    site             site       graph exec id (graph launch) graph id / graph exec id
-//   36      k          call index       -          escape kind (escape)         -
+//   36      k          0 (see below)    -          escape kind (escape)         -
 //   40      token      token            -          token                        token
 //   44      kind       EventKind
 //   45      generation low 8 bits of the session generation (stale events are skipped)
 // clang-format on
+// A push or mark writes k = 0: calls are numbered per site by the joiner (core/joiner.h), on
+// the background thread, so the hot path needs no per-site counter.
 #pragma once
 
 #include <cstdint>

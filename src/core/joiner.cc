@@ -273,7 +273,7 @@ void Joiner::EndDrain(Batch* out) {
   ++epoch_;
 }
 
-void Joiner::Finish(int64_t now_ns, Batch* out) {
+void Joiner::Finish(Batch* out) {
   for (Pending& p : pending_) {
     if (TryAttribute(p.activity, p.name_id, out)) continue;
     out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION)] += 1;
@@ -290,7 +290,6 @@ void Joiner::Finish(int64_t now_ns, Batch* out) {
     stack.clear();
   }
   written_open_.clear();
-  (void)now_ns;
 }
 
 }  // namespace tokentrace

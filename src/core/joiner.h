@@ -46,8 +46,9 @@ class Joiner {
   void OnActivity(const GpuActivity& activity, Batch* out);
   // Ends one drain: retries pending records, emits summary deltas, sweeps old state.
   void EndDrain(Batch* out);
-  // Ends the session: closes open calls, stores pending records unattributed.
-  void Finish(int64_t now_ns, Batch* out);
+  // Ends the session: calls still open are written open (cpu_end_ns -1, counted as
+  // unclosed_range), pending records are stored unattributed.
+  void Finish(Batch* out);
 
   // Sites whose first call this session saw since the last call (the file lists only the
   // sites a session used, although the registry is process-wide).

@@ -75,8 +75,8 @@ void ReportDroppedLocked(CUcontext context, uint32_t stream_id) {
   }
 }
 
-void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size,
-                                size_t valid_bytes) {
+void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
+                                size_t /*size*/, size_t valid_bytes) {
   if (t_in_buffer_callback) {  // never expected; keep the buffer rather than recurse
     g_pool.Give(buffer);
     return;

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "cli/format.h"
 #include "core/comm_kernels.h"
 #include "core/records.h"
+#include "core/text.h"
 
 namespace tokentrace::exporters {
 
@@ -22,8 +22,8 @@ const char kChromeHelp[] =
 
 namespace {
 
-using cli::Fixed;
-using cli::JsonString;
+using text::Fixed;
+using text::JsonString;
 
 std::string Metadata(const char* what, int64_t pid, int64_t tid, const std::string& name) {
   return "{\"ph\":\"M\",\"name\":\"" + std::string(what) + "\",\"pid\":" + std::to_string(pid) +

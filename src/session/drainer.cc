@@ -28,7 +28,7 @@ bool Drainer::Drain(bool final, std::string* error) {
     if (!more) {
       activities.ForEach([&](const GpuActivity& a) { parts_.joiner->OnActivity(a, &batch); });
       if (final) {
-        parts_.joiner->Finish(parts_.host_now_ns(), &batch);
+        parts_.joiner->Finish(&batch);
       } else {
         parts_.joiner->EndDrain(&batch);
       }

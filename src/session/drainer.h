@@ -49,9 +49,8 @@ struct DrainParts {
   std::function<MetaRowList(const DrainCounts&)> meta;
   // The process-wide loss counters taken once per drain.
   std::vector<LossSource> loss_sources;
-  // Called before each drain (clock::Calibrate), and the host clock for calls closed at the end.
+  // Called before each drain (clock::Calibrate).
   std::function<void()> calibrate = [] {};
-  std::function<int64_t()> host_now_ns;
   // For tests only (TOKENTRACE_TEST_SLOW_DRAIN_MS): a drain takes at most one step of each
   // ring and then sleeps this long, as does every step of a signal stop's drain.
   int slow_drain_ms = 0;

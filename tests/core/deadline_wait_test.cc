@@ -10,7 +10,7 @@ namespace {
 constexpr int64_t kMs = 1000000;
 
 // The signal handler once waited 5000 naps of 1 ms; with busy threads each nap lasted
-// longer and a SIGTERM took 11.6 s to end the job (issue 13.9). Here every nap oversleeps
+// longer and a SIGTERM took 11.6 s to end the job. Here every nap oversleeps
 // tenfold: the wait must still end at its deadline, not after 5000 naps.
 TEST(DeadlineWaitTest, EndsAtTheDeadlineWhenNapsOversleep) {
   int64_t now = 0;

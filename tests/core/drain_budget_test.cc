@@ -35,7 +35,7 @@ uint64_t RunOnRings(std::vector<std::unique_ptr<ThreadBuffer>>& rings, uint64_t 
   return taken;
 }
 
-// A signal stop with more in the rings than can be written before the deadline (issue 13.9):
+// A signal stop with more in the rings than can be written before the deadline:
 // the drain stops taking events at the deadline, and every event it leaves is counted.
 TEST(DrainBudgetTest, StopsAtTheDeadlineAndCountsWhatItLeaves) {
   auto rings = Rings(3, 4096);

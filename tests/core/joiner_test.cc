@@ -67,7 +67,7 @@ TEST(JoinerTest, OpenCallsAtFinishAreStoredOpenAndCounted) {
   Batch b;
   j.OnEvent(0, Push(1, 0, 1, 1, 1, 100), &b);
   j.OnEvent(3, Push(2, 0, 2, 1, 1, 100), &b);
-  j.Finish(999, &b);
+  j.Finish(&b);
   ASSERT_EQ(b.calls.size(), 2u);
   for (const CallRow& c : b.calls) EXPECT_EQ(c.cpu_end_ns, -1);
   EXPECT_EQ(b.losses["unclosed_range"], 2);

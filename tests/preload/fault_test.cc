@@ -138,8 +138,8 @@ TEST(FaultTest, OverlappingRunsWithOneOutKeepBothTraces) {
   EXPECT_EQ(One(second, "SELECT COUNT(*) FROM tokens"), "2");
 }
 
-// SIGTERM while the rings hold far more than the writer can write in the handler's time
-// (issue 13.9): a 1M-event ring kept full by a busy thread, and a writer made slow by the
+// SIGTERM while the rings hold far more than the writer can write in the handler's time:
+// a 1M-event ring kept full by a busy thread, and a writer made slow by the
 // test-only TOKENTRACE_TEST_SLOW_DRAIN_MS (each drain step sleeps 500 ms). The stop writes what
 // fits by its deadline and counts the rest as signal_deadline: the job dies by the signal
 // within the bound, the file opens with exit_signal in its meta, and every event the job

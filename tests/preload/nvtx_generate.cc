@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
       for (auto& w : workers) w.join();
     }
   } else if (mode == "threads16") {
-    // 16 busy threads, each records `tokens` foreign tokens (issue 13's burst case: with
+    // 16 busy threads, each records `tokens` foreign tokens (a burst: with
     // --on-full wait every call is kept, with drop the share lost is counted).
     std::thread workers[16];
     for (auto& w : workers) {

@@ -48,7 +48,6 @@ class DrainerTest : public ::testing::Test {
       return MetaRowList{{"test_events", std::to_string(counts.events())}};
     };
     parts.loss_sources = {{TOKENTRACE_LOSS_UNBALANCED_POP, &TakeUnbalanced}};
-    parts.host_now_ns = [] { return int64_t{9000}; };
     return parts;
   }
 

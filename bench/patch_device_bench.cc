@@ -1,4 +1,4 @@
-// What a device-side edit costs (issue 4's targets), with no library beyond the CUDA runtime so
+// What a device-side edit costs (against the targets in bench/README.md), with no library beyond the CUDA runtime so
 // that it builds on the GPU machine (which has no Google Benchmark). Each enabled path is
 // measured next to its disabled one: the entry is on another site, so the apply only advances
 // the call counter. Prints a markdown table; bench/gpu_bench.sh runs it.
