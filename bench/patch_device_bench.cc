@@ -1,7 +1,7 @@
-// What a device-side edit costs (against the targets in bench/README.md), with no library beyond the CUDA runtime so
-// that it builds on the GPU machine (which has no Google Benchmark). Each enabled path is
-// measured next to its disabled one: the entry is on another site, so the apply only advances
-// the call counter. Prints a markdown table; bench/gpu_bench.sh runs it.
+// What a device-side edit costs (against the targets in bench/README.md), with no library beyond
+// the CUDA runtime so that it builds on the GPU machine (which has no Google Benchmark). Each
+// enabled path is measured next to its disabled one: the entry is on another site, so the apply
+// only advances the call counter. Prints a markdown table; bench/gpu_bench.sh runs it.
 //
 //   launch: host wall time per ApplyPatchesDevice call (one launch, no sync), batches of 256
 //           launches between untimed stream syncs, median of 7 batches;

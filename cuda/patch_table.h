@@ -42,8 +42,8 @@ inline constexpr int kMaxMatchesPerCall = 16;
 
 // The codes Python needs are X-macro lists, X(Enumerator, value, "name"): the enums below and
 // the table the operator library exports to Python (tokentrace::abi(), cuda/torch/torch_ops.cc;
-// read by python/tokentrace/_torch_ops.py) are built from the one list. Changing a value, or
-// the meaning of one, changes kPatchTableVersion.
+// read by python/tokentrace/_backend/torch_library.py) are built from the one list. Changing a
+// value, or the meaning of one, changes kPatchTableVersion.
 #define TT_PATCH_DTYPES(X) \
   X(kF32, 0, "float32")    \
   X(kF16, 1, "float16")    \

@@ -173,8 +173,8 @@ void Start(c10::ArrayRef<int64_t> api, bool host_reads) {
 
 }  // namespace
 
-// Removes the observer; 1 if it was on. A plain C function (python/tokentrace/_ops.py calls it
-// through ctypes), not an op: an op would be recorded as a call of its own. An op already
+// Removes the observer; 1 if it was on. A plain C function (python/tokentrace/_record/op_records.py
+// calls it through ctypes), not an op: an op would be recorded as a call of its own. An op already
 // running keeps its callbacks (RecordFunction snapshots them at start), so every push still
 // gets its pop.
 extern "C" __attribute__((visibility("default"))) int tokentrace_op_records_stop(void) {

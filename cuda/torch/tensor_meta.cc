@@ -3,7 +3,7 @@
 // a decoding step's root call is given (2 x layers cache tensors). Through Python, tensor.shape,
 // .dtype and .device cost ~300 ns a tensor (a torch.Size and a torch.device made each time);
 // here a few ns. The extension does not link torch, so it gets this function's address from
-// this library (python/tokentrace/_inputs.py) and calls it only for objects whose type is
+// this library (python/tokentrace/_record/inputs.py) and calls it only for objects whose type is
 // exactly torch.Tensor or torch.nn.Parameter; anything else keeps the Python attributes.
 #include <torch/csrc/autograd/python_variable.h>
 

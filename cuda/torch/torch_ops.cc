@@ -7,7 +7,7 @@
 // graph break. Every other argument is an int (the table handle, the site id), so a traced or
 // captured call carries no Python object. The table ops have no tensor arguments; they are
 // registered for CompositeExplicitAutograd (which also serves the "no tensor" dispatch) and the
-// loader (python/tokentrace/_torch_ops.py) gives them fake kernels and marks them
+// loader (python/tokentrace/_backend/torch_library.py) gives them fake kernels and marks them
 // side-effectful, so advance_token inside a compiled function stays in the graph, in order.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>

@@ -6,10 +6,9 @@
 // one TableState in a process-wide registry; a table lives on one device (the CPU or one CUDA
 // device), chosen when it is created, and its operands must already be there.
 //
-// Serialised entries (what table_create and table_check take; python/tokentrace/_torch_ops.py
-// writes them, reading kIntsPerEntry, the codes and the version from abi()); changing this
-// layout changes patch::kPatchTableVersion:
-// entry i is
+// Serialised entries (what table_create and table_check take;
+// python/tokentrace/_backend/torch_library.py writes them, reading kIntsPerEntry, the codes and the
+// version from abi()); changing this layout changes patch::kPatchTableVersion: entry i is
 //   ints[i*kIntsPerEntry ...]:
 //     0 site id   1 op (PatchOp)   2 selector kind (SelectorKind)   3 first   4 last
 //     5 box ndim (0..6)   then per box dim d (6 of them): start, stop, step, flags

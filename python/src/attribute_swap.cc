@@ -1,5 +1,5 @@
 // hide_attributes / show_attributes: around every compiled call of a traced model
-// (python/tokentrace/_compiled_call.py, HookSet.hide) the trace's forward wrappers come off
+// (python/tokentrace/_compiled/call.py, HookSet.hide) the trace's forward wrappers come off
 // their modules and go back on. TorchDynamo must not see them: each would break its graph.
 // An entry is (a module's __dict__, the attribute, our wrapper, what the wrapper replaced or
 // `missing`). hide_attributes puts back what each wrapper replaced (deleting the attribute

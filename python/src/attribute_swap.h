@@ -1,6 +1,6 @@
 // hide_attributes / show_attributes (python/src/attribute_swap.cc): take the trace's forward
 // wrappers off their modules and put them back, for a compiled call of the model
-// (python/tokentrace/_compiled_call.py, HookSet.hide). Registered on tokentrace._native by
+// (python/tokentrace/_compiled/call.py, HookSet.hide). Registered on tokentrace._native by
 // native.cc.
 #pragma once
 

@@ -1,5 +1,5 @@
-// InputPaths: the paths of a call's inputs, as python/tokentrace/_inputs.py writes them, each
-// made once and named by an id. A decoding step's cache has the same layout token after token,
+// InputPaths: the paths of a call's inputs, as python/tokentrace/_record/inputs.py writes them,
+// each made once and named by an id. A decoding step's cache has the same layout token after token,
 // so after the first step a path is one memo lookup ((parent id, key) -> id), and every row of
 // a path shares one Python str. Used by the native input walk (inputs_walk.cc), with the GIL.
 #pragma once

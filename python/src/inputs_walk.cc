@@ -1,5 +1,5 @@
 // InputBuffer: the root call's inputs (and other recorded sites' that are not saved), walked in
-// C at every call. python/tokentrace/_inputs.py is the reference: its _walk decides the same
+// C at every call. python/tokentrace/_common/values.py is the reference: its _walk decides the same
 // leaves and paths, and its describe() makes the row of every leaf that is not a tensor, so
 // both produce identical rows (tests/python/test_inputs_native.py compares them).
 //

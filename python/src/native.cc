@@ -76,7 +76,7 @@ void AppendKey(PyObject* key, std::string* path) {
 // The first tensor in tuples/lists/dicts (ModelOutput is a dict), depth-first, with its path
 // ("", "[0]", "logits", "[0].x"). Opaque objects (caches) are skipped. The recording's one
 // search: the shape recorded and the tensor saved (_native.first_tensor) both come from it.
-// python/tokentrace/_outputs.py keeps the edits' copy in Python (TorchDynamo traces it);
+// python/tokentrace/_common/outputs.py keeps the edits' copy in Python (TorchDynamo traces it);
 // tests/python/test_first_tensor.py holds both to the same rules.
 bool FindTensor(PyObject* v, std::string* path, PyObject** out, int depth) {
   if (g_tensor_type != nullptr && PyObject_TypeCheck(v, g_tensor_type)) {
@@ -192,7 +192,7 @@ void RegisterSite(uint32_t site, const std::string& name, int kind) {
 
 // The pair for modules the wrapper does not suit (they already run hooks that must fall
 // inside the call, their forward cannot be replaced, or they sit under nn.DataParallel; see
-// python/tokentrace/_session.py): a forward pre-hook and a forward hook (registered with
+// python/tokentrace/_record/hooks.py): a forward pre-hook and a forward hook (registered with
 // always_call=True). torch runs hooked modules through its slow call path.
 class PreHook {
  public:
@@ -312,11 +312,11 @@ PyObject* WrapperRepr(PyObject* self) {
 
 // Pickling and copy.deepcopy of a module while it is traced (torch.save(model), a checkpoint
 // callback) see the wrapper in the module's __dict__: it reduces to the original forward
-// (through the identity tokentrace._session.original_forward), so the copy gets a plain,
+// (through the identity tokentrace._record.hooks.original_forward), so the copy gets a plain,
 // untraced forward instead of the job failing on an unpicklable object.
 PyObject* WrapperReduce(PyObject* self, PyObject*) {
   auto* w = reinterpret_cast<ForwardWrapper*>(self);
-  PyObject* module = PyImport_ImportModule("tokentrace._session");
+  PyObject* module = PyImport_ImportModule("tokentrace._record.hooks");
   if (module == nullptr) return nullptr;
   PyObject* identity = PyObject_GetAttrString(module, "original_forward");
   Py_DECREF(module);

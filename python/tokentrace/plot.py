@@ -13,6 +13,7 @@ own bar), so neither Python nor matplotlib ever holds one object per call or per
 """
 
 import argparse
+import itertools
 import os
 import re
 import sys
@@ -42,24 +43,54 @@ def _token_bins(trace, width):
     return {b: (first, n, ns) for b, first, n, ns in rows}
 
 
-def _site_self_times(trace, width):
-    """{bin: {site: self ns}}: the self time (own time less its child calls') of the calls of
-    non-token sites, summed per bin of tokens in SQL."""
+def _self_time_sql(trace, select, where="", group="s.name"):
+    """SQL over the self time (own time less its child calls') `d.ns` of each call of a
+    non-token site, joined to its site `s`."""
     cols = [r[1] for r in trace._q("PRAGMA table_info(sites)")]
     is_token = "s.is_token" if "is_token" in cols else "s.kind = 'root'"
+    return ("WITH d AS (SELECT id, parent_id, site_id, token, "
+            "           COALESCE(cpu_end_ns, cpu_begin_ns) - cpu_begin_ns AS ns FROM calls), "
+            "kids AS (SELECT parent_id AS id, SUM(ns) AS ns FROM d "
+            "         WHERE parent_id IS NOT NULL GROUP BY parent_id) "
+            f"SELECT {select} FROM d JOIN sites s ON s.id = d.site_id "
+            "LEFT JOIN kids ON kids.id = d.id "
+            f"WHERE d.token > 0 AND NOT ({is_token}) {where} GROUP BY {group}")
+
+
+def _site_totals(trace):
+    """{site name: self ns over all tokens}, costliest first. One row per site: a file of a
+    million sites costs one pass, never a row per site and bin."""
+    rows = trace._q(_self_time_sql(trace, "s.name, SUM(d.ns - COALESCE(kids.ns, 0)) AS ns") +
+                    " ORDER BY ns DESC")
+    return dict(rows)
+
+
+def _site_self_times(trace, width, names):
+    """{bin: {site: self ns}} for the sites `names` only, summed per bin of tokens in SQL."""
+    if not names:
+        return defaultdict(dict)
+    marks = ",".join("?" * len(names))
     rows = trace._q(
-        "WITH d AS (SELECT id, parent_id, site_id, token, "
-        "           COALESCE(cpu_end_ns, cpu_begin_ns) - cpu_begin_ns AS ns FROM calls), "
-        "kids AS (SELECT parent_id AS id, SUM(ns) AS ns FROM d "
-        "         WHERE parent_id IS NOT NULL GROUP BY parent_id) "
-        f"SELECT {_BIN.format(t='d.token')} AS bin, s.name, "
-        "       SUM(d.ns - COALESCE(kids.ns, 0)) "
-        "FROM d JOIN sites s ON s.id = d.site_id LEFT JOIN kids ON kids.id = d.id "
-        f"WHERE d.token > 0 AND NOT ({is_token}) GROUP BY bin, s.name", {"width": width})
+        _self_time_sql(trace, f"{_BIN.format(t='d.token')} AS bin, s.name, "
+                              "SUM(d.ns - COALESCE(kids.ns, 0))",
+                       where=f"AND s.name IN ({marks})",
+                       group="bin, s.name").replace(":width", str(int(width))),
+        names)
     per_bin = defaultdict(dict)
     for b, name, ns in rows:
         per_bin[b][name] = ns
     return per_bin
+
+
+MAX_LABEL_CHARS = 60  # a legend entry: longer names are cut (a 1 MiB range name took minutes)
+
+
+def _label(name):
+    """A site name as a legend entry: cut to MAX_LABEL_CHARS, and `$` kept literal (matplotlib
+    reads text between two as math)."""
+    if len(name) > MAX_LABEL_CHARS:
+        name = name[:MAX_LABEL_CHARS - 1] + "…"
+    return name.replace("$", r"\$")
 
 
 def _layer_of(name):
@@ -122,12 +153,9 @@ def figure(trace, top, plt):
     bins = _token_bins(trace, width)
     if not bins:
         fail(f"{trace.path} has no tokens (no root call was recorded); nothing to plot")
-    per_bin = _site_self_times(trace, width)
-    totals = defaultdict(int)
-    for sites in per_bin.values():
-        for name, ns in sites.items():
-            totals[name] += ns
-    leaders = [n for n, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:top]]
+    totals = _site_totals(trace)
+    leaders = list(itertools.islice(totals, top))
+    per_bin = _site_self_times(trace, width, leaders)
     keys = sorted(bins)
     firsts = [bins[b][0] for b in keys]
     counts = [bins[b][1] for b in keys]
@@ -140,7 +168,7 @@ def figure(trace, top, plt):
     bottom = [0.0] * len(xs)
     for name in leaders:
         ys = [per_bin[b].get(name, 0) / n / 1e6 for b, n in zip(keys, counts)]
-        ax1.bar(xs, ys, width=widths, bottom=bottom, label=name)
+        ax1.bar(xs, ys, width=widths, bottom=bottom, label=_label(name))
         bottom = [lo + y for lo, y in zip(bottom, ys)]
     other = [max(t - lo, 0.0) for t, lo in zip(latency, bottom)]
     ax1.bar(xs, other, width=widths, bottom=bottom, label="other", color="lightgray")

@@ -24,7 +24,8 @@ struct KernelMode {
 };
 
 // The accepted kernel modes, as error messages say them. This parser is the one judge of a
-// kernel mode: Python asks it through the extension (python/src/native.cc, _backend.py).
+// kernel mode: Python asks it through the extension (python/src/native.cc,
+// python/tokentrace/_backend/recorder.py).
 constexpr char kAcceptedKernelModes[] = "accepted: off, summary, full, sample:N with N >= 1";
 
 // Parses "off" | "summary" | "full" | "sample:N" (N >= 1). On failure returns nullopt and

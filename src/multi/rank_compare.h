@@ -10,7 +10,8 @@
 //   time  = the token call's duration (host clock);
 //   wait  = time in calls of collective sites (IsCollectiveSite: c10d/NCCL/all_reduce...),
 //           where a rank waits for its peers (outermost such calls only); in preload mode
-//           python/tokentrace/_collectives.py puts torch.distributed calls in "c10d::" sites;
+//           python/tokentrace/_record/collectives.py puts torch.distributed calls in "c10d::"
+//           sites;
 //   work  = time - wait. Synchronous collectives make every rank's *time* about equal; the
 //           rank that holds the others up is the one with the most *work*.
 //   slowest rank = the most work; lead = its work minus the median work of the other ranks.

@@ -143,9 +143,8 @@ PKG = os.path.join(ROOT, "python", "tokentrace")
 LAYER = {"_errors": 1, "_common": 2, "_backend": 3, "_compiled": 4, "_record": 5, "_edit": 5,
          "_read": 5, "top": 6}
 SUBPACKAGES = ("_common", "_backend", "_compiled", "_record", "_edit", "_read")
-# Module names the package gives as strings: the extension, and the name python/src/native.cc
-# imports original_forward by (an alias of _record/hooks.py, see there).
-NAMED_MODULES = {"tokentrace._native", "tokentrace._session"}
+# Module names the package gives as strings that are not files of it: the extension.
+NAMED_MODULES = {"tokentrace._native"}
 
 
 def _unit(module):

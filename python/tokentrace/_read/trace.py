@@ -8,16 +8,19 @@ Reads are lazy: sites are loaded on open, each site's calls on first access, and
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import sqlite3
 import urllib.parse
 import warnings
+import weakref
 from collections import namedtuple
 
 from .._common import schema
-from .._errors import fail
+from .._errors import TokentraceError, fail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import no torch
@@ -54,6 +57,20 @@ class OutputMeta:
         return f"OutputMeta(shape={list(self.shape)}, dtype={self.dtype}{where})"
 
 
+@contextlib.contextmanager
+def _numbers_in(trace, table):
+    """Arithmetic on rows of `table`: a value of the wrong type there (text where the schema
+    has a number: a damaged or crafted file) is one TokentraceError naming the file, not a
+    TypeError from inside tokentrace. Costs nothing while the values are numbers."""
+    try:
+        yield
+    except TokentraceError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        fail(f"{trace.path}: its {table} table holds a value of the wrong type where a number "
+             f"belongs (a damaged or crafted file; {exc})")
+
+
 class CallView:
     """One call `site:k`."""
 
@@ -61,7 +78,8 @@ class CallView:
         self._trace = trace
         self.site = site
         self.id, self.k, self.token, self.parent_id, self.thread, b, e = row
-        self.cpu_ms = ((e or b) - b) / 1e6
+        with _numbers_in(trace, "calls"):
+            self.cpu_ms = ((e or b) - b) / 1e6
 
     @property
     def name(self) -> str:
@@ -90,7 +108,8 @@ class CallView:
         totals = self._trace._gpu_totals()
         if totals is None:
             return None
-        return totals.get(self.id, (0, 0))[1] / 1e6
+        with _numbers_in(self._trace, "call_gpu"):
+            return totals.get(self.id, (0, 0))[1] / 1e6
 
     @property
     def kernels(self) -> int | None:
@@ -103,10 +122,12 @@ class CallView:
     @property
     def kernel_list(self) -> list[tuple[str, float]]:
         """(kernel name, gpu_ms) of the kernels this call launched itself (kernels='full')."""
-        return [(name, (e - b) / 1e6) for name, b, e in self._trace._q(
+        rows = self._trace._q(
             "SELECT s.text, k.gpu_begin_ns, k.gpu_end_ns FROM kernels k "
             "LEFT JOIN strings s ON s.id = k.name_id WHERE k.call_id = ? "
-            "ORDER BY k.gpu_begin_ns", (self.id,))]
+            "ORDER BY k.gpu_begin_ns", (self.id,))
+        with _numbers_in(self._trace, "kernels"):
+            return [(name, (e - b) / 1e6) for name, b, e in rows]
 
     def __repr__(self) -> str:
         return f"<call {self.name} token={self.token} cpu_ms={self.cpu_ms:.3f}>"
@@ -186,6 +207,28 @@ def _fail_not_a_trace(path, why, wal_missing):
     fail(f"{path} is not a tokentrace {why}")
 
 
+def _being_written(path):
+    """True while a writer has `path` open (it holds a shared flock for its whole life)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also drops the lock if it was taken
+
+
+def _close_reader(con, path, made_shm):
+    con.close()
+    if made_shm and not _being_written(path):
+        with contextlib.suppress(OSError):
+            os.unlink(path + "-shm")
+
+
 class Trace:
     """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
 
@@ -198,9 +241,14 @@ class Trace:
             # to the file. Names are stored as the job gave them: bytes that are not UTF-8
             # read as replacement characters.
             uri = f"file:{urllib.parse.quote(self.path)}?mode=ro"
-            if not os.path.exists(self.path + "-wal"):
+            has_wal = os.path.exists(self.path + "-wal")
+            if not has_wal:
                 uri += "&immutable=1"
+            # Beside a -wal (a killed writer's file, or one being written) SQLite makes a -shm;
+            # one this reader made goes when it closes, unless a writer has the file.
+            made_shm = has_wal and not os.path.exists(self.path + "-shm")
             self._con = sqlite3.connect(uri, uri=True, timeout=30)
+            self._closer = weakref.finalize(self, _close_reader, self._con, self.path, made_shm)
             self._con.text_factory = lambda b: b.decode("utf-8", "replace")
             objects = self._con.execute(
                 "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
@@ -262,7 +310,7 @@ class Trace:
             fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
 
     def close(self) -> None:
-        self._con.close()
+        self._closer()
 
     def __enter__(self) -> Trace:
         return self
@@ -312,10 +360,11 @@ class Trace:
         # to never end); it counts CUDA-graph replays, which have no token call of their own.
         rows = self._q(f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, "
                        f"escapes FROM ({self._tokens_sql}) WHERE token > 0 ORDER BY token")
-        return [TokenRow(t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
-                         (g / 1e6) if gpu_on else None, kn if gpu_on else None, esc or 0,
-                         t == 1, not (b is not None and e is None))
-                for t, b, e, kn, g, esc in rows]
+        with _numbers_in(self, "calls or token_stats"):
+            return [TokenRow(t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
+                             (g / 1e6) if gpu_on else None, kn if gpu_on else None, esc or 0,
+                             t == 1, not (b is not None and e is None))
+                    for t, b, e, kn, g, esc in rows]
 
     @property
     def num_tokens(self) -> int:
@@ -345,13 +394,14 @@ class Trace:
                     "SELECT call_id, kernels, gpu_busy_ns FROM call_gpu")}
                 # Children have larger ids than their parents (ids are handed out at push),
                 # so one descending pass adds every subtree into its root.
-                for cid, parent in self._q("SELECT id, parent_id FROM calls "
-                                           "WHERE parent_id IS NOT NULL ORDER BY id DESC"):
-                    own = totals.get(cid)
-                    if own and parent:
-                        acc = totals.setdefault(parent, [0, 0])
-                        acc[0] += own[0]
-                        acc[1] += own[1]
+                with _numbers_in(self, "call_gpu"):
+                    for cid, parent in self._q("SELECT id, parent_id FROM calls "
+                                               "WHERE parent_id IS NOT NULL ORDER BY id DESC"):
+                        own = totals.get(cid)
+                        if own and parent:
+                            acc = totals.setdefault(parent, [0, 0])
+                            acc[0] += own[0]
+                            acc[1] += own[1]
                 self._gpu = {k: tuple(v) for k, v in totals.items()}
         return self._gpu
 

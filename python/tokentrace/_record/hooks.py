@@ -24,7 +24,6 @@ nn.DataParallel get the hook pairs everywhere: its replicas are shallow copies o
 module's __dict__, and a wrapped forward would call the original module from them.
 """
 
-import sys
 import threading
 import warnings
 
@@ -40,12 +39,6 @@ def original_forward(forward):
     """What a pickled or deep-copied forward wrapper becomes: the forward it wrapped."""
     return forward
 
-
-# A wrapper's __reduce__ (WrapperReduce, python/src/native.cc) imports original_forward by the
-# module name this file had before the package had subpackages, "tokentrace._session". Until
-# the extension asks for tokentrace._record.hooks, that name is this module (a pickle names
-# the function by its own module, this one).
-sys.modules.setdefault("tokentrace._session", sys.modules[__name__])
 
 
 class HookSet:
