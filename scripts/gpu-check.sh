@@ -220,7 +220,7 @@ compiled_check() {
   done
 }
 write_summary
-step build 300 60 "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }
+step build 300 60 env TOKENTRACE_SETUP_PYTHON="$TOKENTRACE_PYTHON" "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }
 # shellcheck disable=SC1091
 source "$BUILD_DIR/env.sh"
 # bench/gpu_bench.sh with this check's build; the parts and their sizes are added.

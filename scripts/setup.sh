@@ -4,7 +4,10 @@
 # /usr/local/cuda) and on the GPU machine (preinstalled torch, no package registry).
 #
 # Environment:
-#   TOKENTRACE_PYTHON  use this interpreter (must have torch, transformers, nanobind, pytest)
+#   TOKENTRACE_SETUP_PYTHON  use this interpreter (must have torch, transformers, nanobind,
+#                      pytest) instead of the cached environment. Not TOKENTRACE_PYTHON: that
+#                      one is what env.sh exports for `tokentrace plot`, so a shell that sourced
+#                      one environment's env.sh would make the next setup build the other with it
 #   TOKENTRACE_VENV    where the cached environment lives (default ~/.cache/tokentrace/venv)
 #   BUILD_DIR          build directory (default <repo>/build)
 #   TOKENTRACE_NO_APT  set: never call apt-get (a machine with no package registry, where
@@ -67,8 +70,8 @@ fi
 # One stamp per requirements text: a changed file (a package added) installs once, and
 # branches that differ in requirements share the cached venv without reinstalling in turn.
 STAMP="$VENV/.tokentrace-requirements-$(sha256sum "$REQ" | cut -c1-16)"
-if [ -n "${TOKENTRACE_PYTHON:-}" ]; then
-  PY=$TOKENTRACE_PYTHON
+if [ -n "${TOKENTRACE_SETUP_PYTHON:-}" ]; then
+  PY=$TOKENTRACE_SETUP_PYTHON
 elif [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && has_all "$VENV/bin/python"; then
   PY=$VENV/bin/python
 elif [ -z "$NEWEST" ] && [ ! -x "$VENV/bin/python" ] && has_all python3; then
