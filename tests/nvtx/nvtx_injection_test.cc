@@ -130,6 +130,19 @@ class NvtxInjectionTest : public ::testing::Test {
     }
     return seen;
   }
+  // The domain handlers NVTX would call, as installed.
+  struct Handlers {
+    DomainCreate create;
+    RegisterString reg;
+    DomainPush push;
+    DomainPop pop;
+  };
+  Handlers Installed() const {
+    return {nvtx.Core2<DomainCreate>(NVTX_CBID_CORE2_DomainCreateA),
+            nvtx.Core2<RegisterString>(NVTX_CBID_CORE2_DomainRegisterStringA),
+            nvtx.Core2<DomainPush>(NVTX_CBID_CORE2_DomainRangePushEx),
+            nvtx.Core2<DomainPop>(NVTX_CBID_CORE2_DomainRangePop)};
+  }
   FakeNvtx nvtx;
 };
 
@@ -171,10 +184,7 @@ TEST(NvtxInjectionTableTest, WithoutTheDomainModuleTheCoreIsStillInstalled) {
 // Our domain's categories make tokens (ROOT) and modules (MODULE); anything else, including
 // torch's plain ranges and another domain using the same category numbers, is a range.
 TEST_F(NvtxInjectionTest, TheTokentraceDomainsCategoriesPickTheKind) {
-  auto create = nvtx.Core2<DomainCreate>(NVTX_CBID_CORE2_DomainCreateA);
-  auto reg = nvtx.Core2<RegisterString>(NVTX_CBID_CORE2_DomainRegisterStringA);
-  auto push = nvtx.Core2<DomainPush>(NVTX_CBID_CORE2_DomainRangePushEx);
-  auto pop = nvtx.Core2<DomainPop>(NVTX_CBID_CORE2_DomainRangePop);
+  const auto [create, reg, push, pop] = Installed();
   auto push_a = nvtx.Core<PushA>(NVTX_CBID_CORE_RangePushA);
   auto pop_plain = nvtx.Core<Pop>(NVTX_CBID_CORE_RangePop);
   nvtxDomainHandle_t ours = create(TOKENTRACE_NVTX_DOMAIN);
@@ -209,10 +219,7 @@ TEST_F(NvtxInjectionTest, TheTokentraceDomainsCategoriesPickTheKind) {
 
 // One registered string pushed in two kinds is two sites; pushed again, the same site.
 TEST_F(NvtxInjectionTest, ARegisteredStringIsOneSitePerKind) {
-  auto create = nvtx.Core2<DomainCreate>(NVTX_CBID_CORE2_DomainCreateA);
-  auto reg = nvtx.Core2<RegisterString>(NVTX_CBID_CORE2_DomainRegisterStringA);
-  auto push = nvtx.Core2<DomainPush>(NVTX_CBID_CORE2_DomainRangePushEx);
-  auto pop = nvtx.Core2<DomainPop>(NVTX_CBID_CORE2_DomainRangePop);
+  const auto [create, reg, push, pop] = Installed();
   auto push_ex = nvtx.Core<PushEx>(NVTX_CBID_CORE_RangePushEx);
   auto pop_plain = nvtx.Core<Pop>(NVTX_CBID_CORE_RangePop);
   nvtxDomainHandle_t ours = create(TOKENTRACE_NVTX_DOMAIN);

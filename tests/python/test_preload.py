@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from tt_testutil import PYDIR, ROOT
+from tt_testutil import PYDIR, ROOT, signal_when_ready
 
 MODEL = textwrap.dedent("""
     import torch
@@ -375,19 +375,10 @@ def test_sigterm_mid_generate_keeps_what_was_recorded(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([PYDIR, str(own)]),
                TOKENTRACE_NATIVE_DIR=native, TOKENTRACE_FLUSH_MS="1000")
     out = tmp_path / "killed.sqlite"
-    proc = subprocess.Popen([os.path.join(native, "tokentrace"), "run", "--kernels", "off",
-                             "--out", str(out), "--", sys.executable, str(job)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
-    try:
-        for line in proc.stdout:
-            if "READY" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == -signal.SIGTERM, err
+    returncode, rest, err = signal_when_ready(
+        [os.path.join(native, "tokentrace"), "run", "--kernels", "off", "--out", str(out), "--",
+         sys.executable, str(job)], signal.SIGTERM, env=env, cwd=tmp_path)
+    assert returncode == -signal.SIGTERM, err
     assert "JOB-DONE" not in rest
     with sqlite3.connect(out) as db:
         tokens = db.execute("SELECT COUNT(*) FROM tokens").fetchone()[0]

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import tokentrace as tt
-from tt_testutil import PYDIR, make_trace_file
+from tt_testutil import PYDIR, make_trace_file, signal_when_ready
 
 
 @pytest.mark.parametrize("table,column", [("calls", "cpu_begin_ns"), ("calls", "cpu_end_ns"),
@@ -128,19 +128,11 @@ def test_ctrl_c_in_a_preloaded_python_job_is_a_keyboard_interrupt_and_the_run_is
                    "time.sleep(60)\n")
     out = tmp_path / "i.sqlite"
     env = dict(os.environ, PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([program, "run", "--kernels", "off", "--out", str(out), "--",
-                             sys.executable, str(job)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    try:
-        for line in proc.stdout:
-            if "READY" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    returncode, _, err = signal_when_ready(
+        [program, "run", "--kernels", "off", "--out", str(out), "--", sys.executable, str(job)],
+        signal.SIGINT, env=env, cwd=tmp_path)
     assert "KeyboardInterrupt" in err, err  # Python still turns Ctrl-C into its exception
-    assert proc.returncode == -signal.SIGINT, err  # and ends by it, as it does untraced
+    assert returncode == -signal.SIGINT, err  # and ends by it, as it does untraced
     trace = tt.load(out)
     assert trace.meta.get("clock_anchor_exit"), trace.meta  # the file was closed
     assert trace.num_tokens == 3

@@ -57,3 +57,20 @@ def make_trace_file(path, *, kernels=True, saved=None):
     con.commit()
     con.close()
     return path
+
+
+def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=60):
+    """Runs `args`, sends `sig` once its stdout printed a line with `ready`, and returns
+    (returncode, the rest of stdout, stderr); the process is killed if it outlives `timeout`."""
+    import subprocess
+    proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if ready in line:
+                break
+        proc.send_signal(sig)
+        rest, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    return proc.returncode, rest, err
