@@ -1,10 +1,11 @@
 // The CUPTI record path from a completed activity buffer to joined rows, in kernel records
 // per second. A producer thread plays CUPTI's buffer-completion thread: it takes a buffer from
 // the pool, fills it with kernel records (standing for CUPTI writing it) and completes it the
-// way subscriber.cc's OnBufferCompleted does. The benchmark's own thread plays the drain: it
-// takes what was handed over and joins it (Joiner::OnActivity, then EndDrain), as
-// session/drainer.cc does, until every record of the iteration was joined. Wall time, both
-// threads running at once.
+// way subscriber.cc's OnBufferCompleted does (hands it to the session's ActivityHandoff). The
+// benchmark's own thread plays the drain: it takes what was handed over, walks each buffer and
+// joins its records (Joiner::OnActivity, then EndDrain), as session/drainer.cc does, until
+// every record of the iteration was joined; each buffer goes back to the pool once walked.
+// Wall time, both threads running at once.
 //
 // An iteration is kBuffers full 1 MB buffers of CONCURRENT_KERNEL records whose launch
 // events the joiner has already seen (fed untimed), spread over 48 calls, with eight kernel
@@ -24,7 +25,7 @@
 #include "core/records.h"
 #include "cupti/activity_buffers.h"
 #include "cupti/activity_convert.h"
-#include "session/activity_queue.h"
+#include "session/activity_handoff.h"
 
 namespace tokentrace {
 namespace {
@@ -87,23 +88,12 @@ size_t FillBuffer(uint8_t* buffer, uint64_t first_correlation) {
   return kRecordsPerBuffer * kRecordBytes;
 }
 
-// The session's sink before the handoff: every record pushed into the queue.
-struct QueueSink : cupti::ActivitySink {
-  ActivityQueue* queue;
-  explicit QueueSink(ActivityQueue* q) : queue(q) {}
-  void OnActivity(const GpuActivity& a) override { queue->Push(a); }
-  void OnDropped(uint64_t records) override {
-    if (records != 0) queue->AddDropped(records);
-  }
-};
-
 void BM_ActivityPath(benchmark::State& state) {
   KernelMode mode;
   mode.kind = static_cast<KernelMode::Kind>(state.range(0));
   Joiner joiner(mode, &IdentityNs);
   cupti::BufferPool pool;
-  ActivityQueue queue;
-  QueueSink sink(&queue);
+  ActivityHandoff handoff;
   uint64_t next_correlation = 1;
   uint64_t ticks = 1;
   int64_t records = 0;
@@ -126,21 +116,19 @@ void BM_ActivityPath(benchmark::State& state) {
         uint8_t* buffer;
         while ((buffer = pool.Take()) == nullptr) std::this_thread::yield();
         const size_t valid = FillBuffer(buffer, first + b * kRecordsPerBuffer);
-        // subscriber.cc's OnBufferCompleted: deliver, report drops, give the buffer back.
-        cupti::DeliverRecords(buffer, valid, &FakeNext, 0, &sink);
-        sink.OnDropped(0);
-        pool.Give(buffer);
+        // subscriber.cc's OnBufferCompleted: hand the buffer over, report drops.
+        handoff.OnBuffer(pool.Complete(buffer, valid, &FakeNext, 0));
+        handoff.OnDropped(0);
       }
     });
     uint64_t joined = 0;
     while (joined < count) {
-      ActivityQueue::Taken taken = queue.Take();
-      if (taken.size() == 0) {
+      ActivityHandoff::Taken taken = handoff.Take();
+      if (taken.empty()) {
         std::this_thread::yield();
         continue;
       }
-      joined += taken.size();
-      taken.ForEach([&](const GpuActivity& a) { joiner.OnActivity(a, &batch); });
+      joined += taken.ForEach([&](const GpuActivity& a) { joiner.OnActivity(a, &batch); });
       joiner.EndDrain(&batch);
     }
     producer.join();

@@ -263,7 +263,7 @@ void Session::StartKernels() {
   kernels_started_ = true;
   std::string why;
   KernelsOff kind = KernelsOff::kFailed;
-  if (cupti::Start(config_, this, &why, &kind)) {
+  if (cupti::Start(config_, &activities_, &why, &kind)) {
     SetKernelsStatus("", KernelsOff::kNo);
   } else {
     SetKernelsStatus(why, kind);
@@ -272,12 +272,6 @@ void Session::StartKernels() {
     const std::string notice = KernelsOffNotice(kind, why);
     if (!notice.empty() && !said.exchange(true)) fprintf(stderr, "%s\n", notice.c_str());
   }
-}
-
-void Session::OnActivity(const GpuActivity& activity) { activities_.Push(activity); }
-
-void Session::OnDropped(uint64_t records) {
-  if (records != 0) activities_.AddDropped(records);
 }
 
 void Session::Loop() {

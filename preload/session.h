@@ -1,12 +1,12 @@
 // A recording session: the composition root that wires the hot path (core/recorder), the
 // background drain (session/drainer.h), CUPTI (src/cupti) and the file (src/store) to the
 // process: its threads, signals, fork and exit. What needs no process (the drain and write
-// path, the CUPTI record queue, loss collection, claiming the file, the flush policy, the meta
+// path, the CUPTI buffer handoff, loss collection, claiming the file, the flush policy, the meta
 // rows) is in src/session/.
 //
 // Threads: Start/Stop/Flush are called by the controlling thread (constructor, exit hook, C
-// API); OnActivity/OnDropped by CUPTI's buffer thread (they only queue, under a mutex: that
-// thread is not the job's hot path); everything else runs on the background thread.
+// API); CUPTI's buffer thread hands its completed buffers to activities_ (the sink,
+// session/activity_handoff.h: lock-free); everything else runs on the background thread.
 #pragma once
 
 #include <atomic>
@@ -20,21 +20,20 @@
 #include "core/joiner.h"
 #include "core/kernels_off.h"
 #include "core/launch_meta.h"
-#include "cupti/activity_sink.h"
-#include "session/activity_queue.h"
+#include "session/activity_handoff.h"
 #include "session/drainer.h"
 #include "session/meta_rows.h"
 #include "session/once_per_second.h"
 
 namespace tokentrace {
 
-class Session : public cupti::ActivitySink {
+class Session {
  public:
   // `preload`: started by the library constructor; CUPTI then starts from the CUDA
   // injection entry point (cuInit) instead of right away, and the file is created only once
   // the process records something (so helper processes that inherit LD_PRELOAD leave none).
   static std::unique_ptr<Session> Start(const Config& config, bool preload, std::string* error);
-  ~Session() override;
+  ~Session();
 
   // Enables CUPTI now (in-process start, or the CUDA injection entry point).
   void StartKernels();
@@ -45,9 +44,10 @@ class Session : public cupti::ActivitySink {
   bool Stop(std::string* error, const MetaRowList& extra_meta = {});
 
   // Async-signal-safe: the job is being terminated by `sig`. Asks the running session's
-  // background thread to write what it has (closing open calls; CUPTI is not touched, the
-  // interrupted thread may hold its locks) and close the file. Returns at once; false when no
-  // session's background thread is running to do it.
+  // background thread to write what it has (closing open calls; CUPTI is neither flushed nor
+  // stopped, the interrupted thread may hold its locks: only the buffers CUPTI already handed
+  // over are walked, with its parse helper cuptiActivityGetNextRecord) and close the file.
+  // Returns at once; false when no session's background thread is running to do it.
   static bool RequestStopFromSignal(int sig);
   // Async-signal-safe: true once that stop has finished.
   static bool StopFromSignalDone();
@@ -63,9 +63,6 @@ class Session : public cupti::ActivitySink {
   std::string out_path() const;
   std::string kernels_status() const;
   KernelsOff kernels_off() const;
-
-  void OnActivity(const GpuActivity& activity) override;
-  void OnDropped(uint64_t records) override;
 
  private:
   Session(const Config& config, bool preload, std::string out_path);
@@ -89,8 +86,8 @@ class Session : public cupti::ActivitySink {
   const LaunchInfo launch_ = LaunchFromEnvironment();  // rank, host, launch id (meta)
   const ClockAnchor start_anchor_ = TakeClockAnchor();
   Joiner joiner_;
-  ActivityQueue activities_;  // CUPTI thread -> background thread
-  Drainer drainer_;           // rings and records -> file (drain_mutex_)
+  ActivityHandoff activities_;  // CUPTI's buffer thread -> background thread (cupti's sink)
+  Drainer drainer_;             // rings and records -> file (drain_mutex_)
   bool stopped_ = false;
   std::atomic<bool> kernels_started_{false};  // set by StartKernels (any thread), read by Loop
   OncePerSecond cupti_flush_due_{config_.flush_ms};  // background thread only

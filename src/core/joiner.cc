@@ -103,7 +103,7 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       row.call_id = e.call_id;
       row.path = Text(e.site_id);
       row.dtype = Text(e.k & 0xffffff);
-      row.shape = "[";
+      row.shape.push_back('[');  // not = "[", for which GCC 12 gives a false -Wrestrict
       const uint32_t limit = narrow ? recorder::kMaxOutputDims : recorder::kMaxWideOutputDims;
       const uint32_t kept = ndim < limit ? ndim : limit;
       for (uint32_t i = 0; i < kept; ++i) {
@@ -137,35 +137,36 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
   }
 }
 
+namespace {
+
+std::string_view NameOf(const GpuActivity& a) {
+  if (a.kind == GpuOpKind::kKernel) return a.name != nullptr ? a.name : "(unnamed kernel)";
+  if (a.kind == GpuOpKind::kMemset) return "[memset]";
+  switch (a.copy_kind) {
+    case 1:
+      return "[memcpy HtoD]";
+    case 2:
+      return "[memcpy DtoH]";
+    case 8:
+      return "[memcpy DtoD]";
+    default:
+      return "[memcpy]";
+  }
+}
+
+}  // namespace
+
 uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
-  std::string name;
-  if (a.kind == GpuOpKind::kKernel) {
-    name = a.name != nullptr ? a.name : "(unnamed kernel)";
-  } else if (a.kind == GpuOpKind::kMemset) {
-    name = "[memset]";
-  } else {
-    switch (a.copy_kind) {
-      case 1:
-        name = "[memcpy HtoD]";
-        break;
-      case 2:
-        name = "[memcpy DtoH]";
-        break;
-      case 8:
-        name = "[memcpy DtoD]";
-        break;
-      default:
-        name = "[memcpy]";
-        break;
-    }
-  }
-  auto [it, inserted] = names_.emplace(name, static_cast<uint32_t>(names_.size() + 1));
-  if (inserted) {
-    out->strings.push_back(StringRow{it->second, name});
-    comm_names_.resize(it->second + 1, false);
-    comm_names_[it->second] = a.kind == GpuOpKind::kKernel && IsCommKernel(name);
-  }
-  return it->second;
+  // Looked up as a view of the record's own name (in its CUPTI buffer): a name seen before,
+  // almost every record's, is hashed and compared in place and never copied.
+  const std::string_view name = NameOf(a);
+  if (auto it = names_.find(name); it != names_.end()) return it->second;
+  const uint32_t id = static_cast<uint32_t>(names_.size() + 1);
+  names_.emplace(name, id);
+  out->strings.push_back(StringRow{id, std::string(name)});
+  comm_names_.resize(id + 1, false);
+  comm_names_[id] = a.kind == GpuOpKind::kKernel && IsCommKernel(name);
+  return id;
 }
 
 void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id, uint32_t token,

@@ -25,7 +25,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -103,7 +105,13 @@ class Joiner {
   KernelMode mode_;
   int64_t (*ticks_to_ns_)(uint64_t);
   uint32_t epoch_ = 0;
-  uint64_t delivered_ = 0;                                     // GPU records seen by OnActivity
+  uint64_t delivered_ = 0;  // GPU records seen by OnActivity
+  // Each job thread's open calls as rebuilt from its push/pop events, with each call's row
+  // until its pop closes it. One of three open-call stacks, each for its own thread and time:
+  // the recorder's (core/recorder.cc) is read on the job's thread at each event, and the
+  // Python extension's (python/src/native.cc t_open) pairs its own hooks' opens and closes.
+  // This one runs later, on the drain's thread, so it cannot read the recorder's: by then
+  // that thread has moved on, and reading it would race the hot path.
   std::unordered_map<uint32_t, std::vector<CallRow>> stacks_;  // per thread
   // Open token calls already written open (cpu_end NULL), so a job killed mid-token leaves a
   // token that reads as unfinished; the row is replaced when the call closes.
@@ -111,7 +119,12 @@ class Joiner {
   std::unordered_map<uint64_t, Correlation> correlations_;
   std::unordered_map<uint64_t, NodeOwner> node_calls_;  // graph node id -> owning call
   std::vector<Pending> pending_;
-  std::unordered_map<std::string, uint32_t> names_;
+  // Transparent hash and equality: a name is looked up as a string_view, without a copy.
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> names_;
   std::vector<bool> comm_names_;  // by name id: IsCommKernel, decided once per name
   std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
   std::vector<uint32_t> site_calls_;                      // calls seen so far, by site id

@@ -42,6 +42,11 @@ struct ThreadState {
   uint32_t generation = 0;
   uint32_t depth = 0;        // may exceed kMaxDepth; entries above it are not stored
   uint32_t token_depth = 0;  // open token calls on this thread
+  // This thread's open calls now, so that a push names its parent and a launch its call at
+  // once, on the job's thread. One of three open-call stacks: the drain rebuilds its own from
+  // the events later, on its thread (core/joiner.h stacks_), and the Python extension keeps
+  // the sites it opened itself (python/src/native.cc t_open), in another library behind NVTX,
+  // whether or not a session records.
   OpenCall stack[kMaxDepth];
 };
 

@@ -30,9 +30,11 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+bool IsCudaRuntime(const std::string& base) { return base.find("libcudart") != std::string::npos; }
+
 bool IsCudaLibrary(const std::string& base) {
-  return base.find("libcudart") != std::string::npos ||
-         base.find("libcublas") != std::string::npos || base.find("libcuda") != std::string::npos ||
+  return IsCudaRuntime(base) || base.find("libcublas") != std::string::npos ||
+         base.find("libcuda") != std::string::npos ||
          base.find("libtorch_cuda") != std::string::npos;
 }
 
@@ -43,7 +45,8 @@ bool Lookup(void* handle, const char* name, Fn* out) {
 }
 
 // Opens `path` and resolves every entry point. On failure closes it and says why.
-bool TryLoad(const std::string& path, CuptiApi* api, std::string* why) {
+bool TryLoad(const CuptiCandidate& candidate, CuptiApi* api, std::string* why) {
+  const std::string& path = candidate.path;
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -58,6 +61,7 @@ bool TryLoad(const std::string& path, CuptiApi* api, std::string* why) {
   CuptiApi a;
   a.handle = handle;
   a.path = path;
+  a.reason = candidate.reason;
   const char* missing = nullptr;
 #define TT_REQUIRE(field, sym) \
   if (missing == nullptr && !Lookup(handle, #sym, &a.field)) missing = #sym
@@ -97,30 +101,47 @@ bool TryLoad(const std::string& path, CuptiApi* api, std::string* why) {
 
 }  // namespace
 
-std::vector<std::string> CuptiCandidates(const std::string& explicit_path,
-                                         const std::vector<std::string>& loaded_objects) {
-  std::vector<std::string> out;
-  auto add = [&out](const std::string& p) {
-    if (!p.empty() && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+std::vector<CuptiCandidate> CuptiCandidates(const std::string& explicit_path,
+                                            const std::vector<std::string>& loaded_objects) {
+  std::vector<CuptiCandidate> out;
+  auto add = [&out](const std::string& p, const std::string& reason) {
+    if (p.empty()) return;
+    for (const CuptiCandidate& c : out) {
+      if (c.path == p) return;
+    }
+    out.push_back(CuptiCandidate{p, reason});
   };
   if (!explicit_path.empty()) {
-    add(explicit_path);
+    add(explicit_path, "TOKENTRACE_CUPTI");
     return out;
   }
   for (const std::string& obj : loaded_objects) {
-    if (BaseName(obj).find("libcupti.so") != std::string::npos) add(obj);
+    if (BaseName(obj).find("libcupti.so") != std::string::npos) add(obj, "already loaded");
   }
-  for (const std::string& obj : loaded_objects) {
+  // The runtime's neighbours first: the job's CUDA release is the runtime's, and the driver
+  // (libcuda in /usr/lib) or another library may come from elsewhere.
+  auto add_neighbours = [&](const std::string& obj, const std::string& reason) {
     const std::string dir = DirName(obj);
-    if (dir.empty() || !IsCudaLibrary(BaseName(obj))) continue;
+    if (dir.empty()) return;
     for (const char* rel : {"", "/../../nvidia/cu13/lib", "/../../nvidia/cuda_cupti/lib"}) {
-      add(dir + rel + "/libcupti.so.13");
-      add(dir + rel + "/libcupti.so");
+      add(dir + rel + "/libcupti.so.13", reason);
+      add(dir + rel + "/libcupti.so", reason);
+    }
+  };
+  for (const std::string& obj : loaded_objects) {
+    if (IsCudaRuntime(BaseName(obj))) {
+      add_neighbours(obj, "next to the CUDA runtime the job loaded, " + obj);
     }
   }
-  add("/usr/local/cuda/lib64/libcupti.so.13");
-  add("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13");
-  add("libcupti.so.13");
+  for (const std::string& obj : loaded_objects) {
+    const std::string base = BaseName(obj);
+    if (IsCudaLibrary(base) && !IsCudaRuntime(base)) {
+      add_neighbours(obj, "next to " + obj + ", a CUDA library the job loaded");
+    }
+  }
+  add("/usr/local/cuda/lib64/libcupti.so.13", "the CUDA toolkit");
+  add("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13", "the CUDA toolkit");
+  add("libcupti.so.13", "the loader's search path");
   return out;
 }
 
@@ -141,16 +162,16 @@ const CuptiApi* LoadCuptiApi(const std::string& explicit_path, std::string* why)
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_api != nullptr) return g_api;
   std::string tried;
-  for (const std::string& path : CuptiCandidates(explicit_path, LoadedObjectPaths())) {
+  for (const CuptiCandidate& candidate : CuptiCandidates(explicit_path, LoadedObjectPaths())) {
     CuptiApi api;
     std::string reason;
-    if (TryLoad(path, &api, &reason)) {
+    if (TryLoad(candidate, &api, &reason)) {
       g_api = new CuptiApi(std::move(api));
       g_published.store(g_api, std::memory_order_release);
       return g_api;
     }
     if (!tried.empty()) tried += "; ";
-    tried += path + " (" + reason + ")";
+    tried += candidate.path + " (" + reason + ")";
   }
   if (why != nullptr) {
     *why = explicit_path.empty() ? "libcupti not found (tried: " + tried +

@@ -3,7 +3,10 @@
 // A job's libcupti usually sits inside its Python environment (torch wheels put
 // libcupti.so.13 next to libcudart.so.13 in site-packages/nvidia/cu13/lib), not on the
 // library path, so we look where the job's own CUDA libraries are before falling back to
-// the toolkit and the plain loader search. Nothing links libcupti at build time.
+// the toolkit and the plain loader search: first next to the CUDA runtime the job loaded
+// (libcudart: the CUPTI of the same CUDA release), then next to its other CUDA libraries (the
+// driver, cuBLAS, libtorch_cuda), since the driver in /usr/lib says nothing about which CUDA
+// the job runs. Nothing links libcupti at build time.
 //
 // Internal to src/cupti (and tests/cupti): this header includes cupti.h.
 #pragma once
@@ -22,6 +25,7 @@ namespace tokentrace::cupti {
 struct CuptiApi {
   void* handle = nullptr;
   std::string path;      // the file that was loaded
+  std::string reason;    // why it was a candidate (CuptiCandidate::reason)
   uint32_t version = 0;  // cuptiGetVersion
 
   decltype(&::cuptiGetVersion) GetVersion = nullptr;
@@ -53,12 +57,21 @@ const CuptiApi* LoadCuptiApi(const std::string& explicit_path, std::string* why)
 // The loaded API, or nullptr before a successful LoadCuptiApi.
 const CuptiApi* LoadedCuptiApi();
 
+struct CuptiCandidate {
+  std::string path;
+  // Why it is a candidate, in words for the trace's meta (cupti::Describe): "TOKENTRACE_CUPTI",
+  // "already loaded", "next to the CUDA runtime the job loaded, <libcudart path>", "next to
+  // <path>, a CUDA library the job loaded", "the CUDA toolkit", "the loader's search path".
+  std::string reason;
+};
+
 // Where to look, in order (pure; tested): the explicit path alone if set; else any
-// libcupti already loaded; then next to the loaded CUDA libraries (same directory and
-// torch-wheel neighbours ../../nvidia/cu13/lib, ../../nvidia/cuda_cupti/lib); then the
-// toolkit; then the bare soname for the loader's own search. No duplicates.
-std::vector<std::string> CuptiCandidates(const std::string& explicit_path,
-                                         const std::vector<std::string>& loaded_objects);
+// libcupti already loaded; then next to the loaded CUDA runtime (libcudart), then next to the
+// other loaded CUDA libraries, each in load order (same directory and torch-wheel neighbours
+// ../../nvidia/cu13/lib, ../../nvidia/cuda_cupti/lib); then the toolkit; then the bare soname
+// for the loader's own search. No path twice (the first reason wins).
+std::vector<CuptiCandidate> CuptiCandidates(const std::string& explicit_path,
+                                            const std::vector<std::string>& loaded_objects);
 
 // Paths of every object loaded in this process (dl_iterate_phdr).
 std::vector<std::string> LoadedObjectPaths();

@@ -8,15 +8,11 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <system_error>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include "core/clock.h"
 #include "cupti/activity_buffers.h"
-#include "cupti/activity_convert.h"
 #include "cupti/callback_classify.h"
 #include "cupti/callback_dispatch.h"
 #include "cupti/cupti_api.h"
@@ -31,17 +27,36 @@ CUpti_SubscriberHandle g_subscriber = nullptr;
 bool g_started = false;
 // Added to CUPTI timestamps: 0 when the timestamp callback puts them on our clock.
 std::atomic<int64_t> g_clock_offset_ns{0};
-BufferPool g_pool;
-// Guards g_sink against Stop() while a CUPTI worker thread delivers a buffer. Taken only in
-// the buffer-completed callback and in Stop(), never on the launch path.
-std::mutex g_sink_mutex;
-ActivitySink* g_sink = nullptr;
-// The (context, stream) queues buffers were completed for (under g_sink_mutex): their
-// dropped counts are read once more after the final forced flush, since records dropped
-// after a queue's last completed buffer are otherwise never read. Null context: CUPTI's
-// global queue, always read.
-std::vector<std::pair<CUcontext, uint32_t>> g_queues;
+// Never destroyed: a buffer may be given back (ActivityBuffer::Release) by a session that
+// ends after static destructors ran.
+BufferPool& Pool() {
+  static BufferPool* pool = new BufferPool();
+  return *pool;
+}
+
+// The buffer-completion callback takes no lock (CUPTI may complete buffers on its worker
+// thread and inside a Flush at the same time). g_sink is set by Start before activity is
+// enabled and cleared by Stop, which then waits until no callback is still inside the sink:
+// each callback counts itself in g_in_callback before it reads g_sink. With both sides
+// sequentially consistent, either the callback reads the null or Stop sees its count.
+std::atomic<ActivitySink*> g_sink{nullptr};
+std::atomic<int> g_in_callback{0};
+
+// The (context, stream) queues buffers were completed for: their dropped counts are read once
+// more after the final forced flush, since records dropped after a queue's last completed
+// buffer are otherwise never read. Null context: CUPTI's global queue, always read. Slots are
+// claimed by the completion callbacks (fetch_add) and published with `ready`; two callbacks
+// racing on a new queue may both add it, which is harmless: CUPTI resets a count when it is
+// read, so the second read gives 0.
 constexpr size_t kMaxQueues = 256;
+struct QueueSlot {
+  std::atomic<CUcontext> context{nullptr};
+  std::atomic<uint32_t> stream{0};
+  std::atomic<bool> ready{false};
+};
+QueueSlot g_queues[kMaxQueues];
+std::atomic<size_t> g_queue_count{0};  // slots claimed (may pass kMaxQueues: clamp on read)
+
 // Contexts WaitForDevice could not confirm finished, until the session takes the count.
 std::atomic<uint64_t> g_wait_timeouts{0};
 
@@ -61,50 +76,82 @@ struct Guard {
 uint64_t CUPTIAPI HostClock() { return static_cast<uint64_t>(clock::HostNowNs()); }
 
 void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
-  *buffer = g_pool.Take();
+  *buffer = Pool().Take();
   *size = *buffer != nullptr ? BufferPool::kBufferBytes : 0;
   *max_records = 0;  // as many as fit
 }
 
-// Caller holds g_sink_mutex, with g_sink and g_api set.
-void ReportDroppedLocked(CUcontext context, uint32_t stream_id) {
+void ReportDropped(ActivitySink* sink, CUcontext context, uint32_t stream_id) {
   size_t dropped = 0;
   if (TT_CUPTI_CALL(g_api->ActivityGetNumDroppedRecords(context, stream_id, &dropped)) ==
       CUPTI_SUCCESS) {
-    g_sink->OnDropped(dropped);
+    sink->OnDropped(dropped);
   }
 }
 
+size_t QueueCount() { return std::min(g_queue_count.load(std::memory_order_acquire), kMaxQueues); }
+
+void NoteQueue(CUcontext context, uint32_t stream_id) {
+  if (context == nullptr) return;
+  const size_t n = QueueCount();
+  for (size_t i = 0; i < n; ++i) {
+    const QueueSlot& q = g_queues[i];
+    if (q.ready.load(std::memory_order_acquire) &&
+        q.context.load(std::memory_order_relaxed) == context &&
+        q.stream.load(std::memory_order_relaxed) == stream_id) {
+      return;
+    }
+  }
+  if (n >= kMaxQueues) return;
+  const size_t slot = g_queue_count.fetch_add(1, std::memory_order_acq_rel);
+  if (slot >= kMaxQueues) return;
+  g_queues[slot].context.store(context, std::memory_order_relaxed);
+  g_queues[slot].stream.store(stream_id, std::memory_order_relaxed);
+  g_queues[slot].ready.store(true, std::memory_order_release);
+}
+
+// Hands the completed buffer, unread, to the sink (the drain walks it: activity_buffers.h),
+// then reports what CUPTI dropped for its queue. No lock, no copy, no allocation.
 void CUPTIAPI OnBufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
                                 size_t /*size*/, size_t valid_bytes) {
+  if (buffer == nullptr) return;
   if (t_in_buffer_callback) {  // never expected; keep the buffer rather than recurse
-    g_pool.Give(buffer);
+    Pool().Give(buffer);
     return;
   }
   Guard guard(t_in_buffer_callback);
-  {
-    std::lock_guard<std::mutex> lock(g_sink_mutex);
-    if (g_sink != nullptr && g_api != nullptr) {
-      DeliverRecords(buffer, valid_bytes, g_api->ActivityGetNextRecord,
-                     g_clock_offset_ns.load(std::memory_order_relaxed), g_sink);
-      ReportDroppedLocked(context, stream_id);
-      const std::pair<CUcontext, uint32_t> queue{context, stream_id};
-      if (context != nullptr && g_queues.size() < kMaxQueues &&
-          std::find(g_queues.begin(), g_queues.end(), queue) == g_queues.end()) {
-        g_queues.push_back(queue);
-      }
-    }
+  g_in_callback.fetch_add(1);
+  ActivitySink* sink = g_sink.load();
+  if (sink != nullptr) {
+    sink->OnBuffer(Pool().Complete(buffer, valid_bytes, g_api->ActivityGetNextRecord,
+                                   g_clock_offset_ns.load(std::memory_order_relaxed)));
+    ReportDropped(sink, context, stream_id);
+    NoteQueue(context, stream_id);
+  } else {
+    Pool().Give(buffer);  // after Stop: nobody to read it
   }
-  g_pool.Give(buffer);
+  g_in_callback.fetch_sub(1);
 }
 
 // After a forced flush: what every queue dropped since its last completed buffer (CUPTI
-// resets a count when it is read, so nothing is counted twice).
+// resets a count when it is read, so nothing is counted twice). The controlling thread.
 void ReportAllDropped() {
-  std::lock_guard<std::mutex> lock(g_sink_mutex);
-  if (g_sink == nullptr || g_api == nullptr) return;
-  ReportDroppedLocked(nullptr, 0);
-  for (const auto& [context, stream] : g_queues) ReportDroppedLocked(context, stream);
+  ActivitySink* sink = g_sink.load();
+  if (sink == nullptr || g_api == nullptr) return;
+  ReportDropped(sink, nullptr, 0);
+  const size_t n = QueueCount();
+  for (size_t i = 0; i < n; ++i) {
+    const QueueSlot& q = g_queues[i];
+    if (!q.ready.load(std::memory_order_acquire)) continue;
+    ReportDropped(sink, q.context.load(std::memory_order_relaxed),
+                  q.stream.load(std::memory_order_relaxed));
+  }
+}
+
+// Clears g_sink and returns once no completion callback is still inside it.
+void DetachSink() {
+  g_sink.store(nullptr);
+  while (g_in_callback.load() != 0) std::this_thread::yield();
 }
 
 std::string SubscribeFailure(CUptiResult r, const char* other_subscriber) {
@@ -275,14 +322,10 @@ bool Start(const Config& config, ActivitySink* sink, std::string* why_off, Kerne
   }
   if (!Subscribe(&why, &off)) return fail(why);
   SetUpClock();
-  {
-    std::lock_guard<std::mutex> lock(g_sink_mutex);
-    g_sink = sink;
-  }
+  g_sink.store(sink);
   if (!EnableCallbacks(&why) || !EnableActivity(&why)) {
     Teardown();
-    std::lock_guard<std::mutex> lock(g_sink_mutex);
-    g_sink = nullptr;
+    DetachSink();
     return fail(why);
   }
   g_started = true;
@@ -324,20 +367,20 @@ uint64_t TakeDeviceWaitTimeouts() { return g_wait_timeouts.exchange(0); }
 
 std::string Describe() {
   if (!g_started || g_api == nullptr) return "";
-  return g_api->path + ", API version " + std::to_string(g_api->version);
+  std::string s = g_api->path;
+  if (!g_api->reason.empty()) s += " (" + g_api->reason + ")";
+  return s + ", API version " + std::to_string(g_api->version);
 }
 
 void Stop() {
   if (!g_started) return;
-  // Flush outside g_sink_mutex: the completion callback may run on this thread and takes it.
   TT_CUPTI_CALL(g_api->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
   ReportAllDropped();
   Teardown();
-  {
-    std::lock_guard<std::mutex> lock(g_sink_mutex);
-    g_sink = nullptr;
-    g_queues.clear();
-  }
+  DetachSink();
+  // No callback reads the slots now; a later session starts with none.
+  for (QueueSlot& q : g_queues) q.ready.store(false, std::memory_order_relaxed);
+  g_queue_count.store(0, std::memory_order_release);
   g_started = false;
 }
 

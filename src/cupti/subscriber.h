@@ -1,5 +1,6 @@
-// The CUPTI subscriber: launch/sync/graph callbacks into recorder::, activity records into
-// an ActivitySink. The public face of src/cupti (no CUPTI type appears here).
+// The CUPTI subscriber: launch/sync/graph callbacks into recorder::, completed activity
+// buffers into an ActivitySink (core/activity_sink.h; the drain walks them). The public face
+// of src/cupti (no CUPTI type appears here).
 //
 // Without libcupti, without a driver, or with another CUPTI subscriber present, Start()
 // returns false and says why in one line starting "tokentrace:"; calls and tokens are
@@ -8,15 +9,16 @@
 
 #include <string>
 
+#include "core/activity_sink.h"
 #include "core/config.h"
 #include "core/kernels_off.h"
-#include "cupti/activity_sink.h"
 
 namespace tokentrace::cupti {
 
 // Loads libcupti, subscribes, puts CUPTI timestamps on clock::HostNowNs(), enables the
 // callbacks (callback_classify.h) and CONCURRENT_KERNEL / MEMCPY / MEMSET activity.
-// `sink` must outlive Stop(). Not thread-safe against Stop(); call from one thread.
+// `sink` must outlive Stop() (buffers it was handed stay its own: it releases them). Not
+// thread-safe against Stop(); call from one thread.
 // On failure `why_off` gets the detail and `kind` (when given) the category of core/kernels_off.h.
 bool Start(const Config& config, ActivitySink* sink, std::string* why_off,
            KernelsOff* kind = nullptr);
@@ -38,8 +40,10 @@ constexpr int kDeviceWaitMs = 10000;
 int WaitForDevice(int timeout_ms = kDeviceWaitMs);
 // What WaitForDevice could not confirm since the last call (the "gpu_wait_timeout" loss).
 uint64_t TakeDeviceWaitTimeouts();
-// "libcupti <path>, API version <n>" once Start() succeeded ("" before): for the trace's meta,
-// so a run says which CUPTI recorded it.
+// "<path> (<why it was a candidate>), API version <n>" once Start() succeeded ("" before),
+// e.g. "/v/nvidia/cu13/lib/libcupti.so.13 (next to the CUDA runtime the job loaded,
+// /v/nvidia/cu13/lib/libcudart.so.13), API version 130001": the trace's meta key `cupti`, so
+// a run says which CUPTI recorded it and why that one.
 std::string Describe();
 
 }  // namespace tokentrace::cupti

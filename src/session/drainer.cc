@@ -10,8 +10,9 @@ namespace tokentrace {
 bool Drainer::Drain(bool final, std::string* error) {
   parts_.calibrate();
   // Activities are joined in the last chunk, after every launch event this drain takes (a
-  // record queued now had its launch event written before).
-  ActivityQueue::Taken activities = parts_.activities->Take();
+  // record in a buffer handed over by now had its launch event written before). Each buffer
+  // goes back to CUPTI's pool once walked.
+  ActivityHandoff::Taken activities = parts_.activities->Take();
   // The rings go to the file in chunks of at most chunk_events per ring, each written before
   // the next is taken: no batch grows with the rings' size, a kill loses at most one chunk,
   // and a stop requested by a signal waits for one chunk, not for every ring to empty.

@@ -1,12 +1,12 @@
-// The drain and write path of a session: the threads' rings and the queued CUPTI records go
-// through the joiner (core/joiner.h) into batches, with the drain's loss counts, and the
+// The drain and write path of a session: the threads' rings and the CUPTI buffers handed over
+// go through the joiner (core/joiner.h) into batches, with the drain's loss counts, and the
 // batches into the file. The file is opened lazily (a preloaded process that never records
 // leaves none), its meta rows go first, and what a failed write (a full disk) could not store
 // is counted and retried with the next write (core/unwritten.h).
 //
 // Its collaborators come in as plain parts, so a test drives it with hand-built rings and
-// records and a store in a temporary directory; preload/session.cc gives it the process's
-// rings, CUPTI's queue and the file claim. Not thread-safe: one drain at a time (the caller's
+// buffers and a store in a temporary directory; preload/session.cc gives it the process's
+// rings, the CUPTI handoff and the file claim. Not thread-safe: one drain at a time (the caller's
 // lock).
 #pragma once
 
@@ -21,7 +21,7 @@
 #include "core/joiner.h"
 #include "core/thread_buffer.h"
 #include "core/unwritten.h"
-#include "session/activity_queue.h"
+#include "session/activity_handoff.h"
 #include "session/losses.h"
 #include "session/meta_rows.h"
 #include "store/store.h"
@@ -41,7 +41,7 @@ struct DrainParts {
   std::function<void(const std::function<void(ThreadBuffer&)>&)> rings;
   // The session's generation: ring events of another are skipped (core/recorder.h).
   std::function<uint8_t()> generation;
-  ActivityQueue* activities = nullptr;
+  ActivityHandoff* activities = nullptr;  // CUPTI's completed buffers
   Joiner* joiner = nullptr;
   // Creates the file at the first write that has rows; null (and *error) when it cannot.
   std::function<std::unique_ptr<Store>(std::string* error)> open_store;
@@ -75,8 +75,8 @@ class Drainer {
   void SetStore(std::unique_ptr<Store> store) { store_ = std::move(store); }
   Store* store() { return store_.get(); }
 
-  // Drains the rings and the queued records and writes them, in chunks (each written before
-  // the next is taken). `final`: calls still open are closed (counted as unclosed_range).
+  // Drains the rings and the handed-over buffers and writes them, in chunks (each written
+  // before the next is taken). `final`: calls still open are closed (counted as unclosed_range).
   // False (and *error, the first failure) when a write failed.
   bool Drain(bool final, std::string* error);
   // A signal stop's drain, in steps until the rings are empty or `budget`'s deadline; what is

@@ -6,21 +6,27 @@
 #include <string>
 #include <vector>
 
+#include "core/activity_sink.h"
 #include "cupti/activity_convert.h"
 
 namespace tokentrace::cupti {
 namespace {
 
-struct CollectingSink : ActivitySink {
+struct Walked {
   std::vector<GpuActivity> got;
   std::vector<std::string> names;
-  uint64_t dropped = 0;
-  void OnActivity(const GpuActivity& a) override {
-    got.push_back(a);
-    names.push_back(a.name ? a.name : "");
-  }
-  void OnDropped(uint64_t n) override { dropped += n; }
+  std::vector<const char*> name_pointers;
 };
+
+Walked WalkAll(ActivityBuffer* b) {
+  Walked w;
+  b->ForEach([&](const GpuActivity& a) {
+    w.got.push_back(a);
+    w.names.push_back(a.name ? a.name : "");
+    w.name_pointers.push_back(a.name);
+  });
+  return w;
+}
 
 // Stand-in for cuptiActivityGetNextRecord over a buffer of back-to-back records, each
 // preceded by its size (our fabricated layout, not CUPTI's).
@@ -44,12 +50,13 @@ void Append(std::vector<uint8_t>* buf, const R& r) {
   buf->insert(buf->end(), p, p + sizeof(R));
 }
 
-TEST(DeliverRecords, ConvertsKeptKindsInOrder) {
+// Records in a pool buffer as CUPTI would leave them (our stand-in layout), with the kernel's
+// name stored in the buffer after its record. Returns the valid bytes.
+size_t FillKernelsAndACopy(uint8_t* buffer, const char* name, uint32_t first_correlation) {
   std::vector<uint8_t> buf;
   KernelRecord k = {};
   k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-  k.correlationId = 1;
-  k.name = "first";
+  k.correlationId = first_correlation;
   k.start = 10;
   k.end = 20;
   Append(&buf, k);
@@ -58,31 +65,75 @@ TEST(DeliverRecords, ConvertsKeptKindsInOrder) {
   Append(&buf, other);
   MemcpyRecord m = {};
   m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-  m.correlationId = 2;
+  m.correlationId = first_correlation + 1;
   m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+  m.start = 30;
+  m.end = 40;
   Append(&buf, m);
-  // 8-byte aligned copy, as CUPTI requires of its buffers.
-  std::vector<uint64_t> aligned((buf.size() + 7) / 8);
-  std::memcpy(aligned.data(), buf.data(), buf.size());
-
-  CollectingSink sink;
-  const size_t n =
-      DeliverRecords(reinterpret_cast<uint8_t*>(aligned.data()), buf.size(), &FakeNext, 5, &sink);
-  ASSERT_EQ(n, 2u);
-  EXPECT_EQ(sink.got[0].correlation_id, 1u);
-  EXPECT_EQ(sink.names[0], "first");
-  EXPECT_EQ(sink.got[0].begin_ns, 15);  // the clock offset (5) is applied
-  EXPECT_EQ(sink.got[1].kind, GpuOpKind::kMemcpy);
-  EXPECT_EQ(sink.got[1].copy_kind, 2u);
+  const size_t valid = buf.size();
+  std::memcpy(buffer, buf.data(), valid);
+  char* stored = reinterpret_cast<char*>(buffer + valid);  // past the records: never walked
+  std::strcpy(stored, name);
+  reinterpret_cast<KernelRecord*>(buffer + 8)->name = stored;
+  return valid;
 }
 
-TEST(DeliverRecords, EmptyOrMissingPiecesDeliverNothing) {
-  CollectingSink sink;
-  uint64_t word = 0;
-  EXPECT_EQ(DeliverRecords(nullptr, 100, &FakeNext, 0, &sink), 0u);
-  EXPECT_EQ(DeliverRecords(reinterpret_cast<uint8_t*>(&word), 0, &FakeNext, 0, &sink), 0u);
-  EXPECT_EQ(DeliverRecords(reinterpret_cast<uint8_t*>(&word), 8, nullptr, 0, &sink), 0u);
-  EXPECT_TRUE(sink.got.empty());
+TEST(PooledBuffer, ConvertsKeptKindsInOrderWithTheClockOffset) {
+  BufferPool pool;
+  uint8_t* data = pool.Take();
+  ASSERT_NE(data, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % 8, 0u);  // CUPTI's record alignment
+  const size_t valid = FillKernelsAndACopy(data, "first", 1);
+  ActivityBuffer* b = pool.Complete(data, valid, &FakeNext, 5);
+  ASSERT_NE(b, nullptr);
+  const Walked w = WalkAll(b);
+  ASSERT_EQ(w.got.size(), 2u);  // the overhead record is not kept
+  EXPECT_EQ(w.got[0].correlation_id, 1u);
+  EXPECT_EQ(w.names[0], "first");
+  EXPECT_EQ(w.got[0].begin_ns, 15);  // the clock offset (5) is applied
+  EXPECT_EQ(w.got[1].kind, GpuOpKind::kMemcpy);
+  EXPECT_EQ(w.got[1].copy_kind, 2u);
+  EXPECT_EQ(w.got[1].end_ns, 45);
+  b->Release();
+}
+
+// The name handed out is CUPTI's own pointer, read in place (no copy); once the buffer is
+// given back, the pool hands the same memory to CUPTI again.
+TEST(PooledBuffer, ARecordsNameIsReadInPlaceAndItsBufferGoesBackToThePool) {
+  BufferPool pool;
+  uint8_t* data = pool.Take();
+  const size_t valid = FillKernelsAndACopy(data, "gemm_kernel_with_a_long_name", 7);
+  ActivityBuffer* b = pool.Complete(data, valid, &FakeNext, 0);
+  const Walked first = WalkAll(b);
+  ASSERT_EQ(first.got.size(), 2u);
+  EXPECT_EQ(first.name_pointers[0], reinterpret_cast<const char*>(data + valid));
+  EXPECT_EQ(pool.free_buffers(), 0u);
+  b->Release();
+  EXPECT_EQ(pool.free_buffers(), 1u);
+  uint8_t* again = pool.Take();
+  ASSERT_EQ(again, data);  // reused, not allocated
+  EXPECT_EQ(pool.allocated(), 1u);
+  const size_t valid2 = FillKernelsAndACopy(again, "softmax", 9);
+  ActivityBuffer* b2 = pool.Complete(again, valid2, &FakeNext, 0);
+  EXPECT_EQ(b2, b);  // the same object, in front of the same buffer
+  const Walked second = WalkAll(b2);
+  EXPECT_EQ(second.names[0], "softmax");
+  EXPECT_EQ(second.got[0].correlation_id, 9u);
+  b2->Release();
+}
+
+TEST(PooledBuffer, EmptyOrUnwalkableBuffersHaveNoRecords) {
+  BufferPool pool;
+  uint8_t* data = pool.Take();
+  ActivityBuffer* empty = pool.Complete(data, 0, &FakeNext, 0);  // as a forced flush may give
+  EXPECT_EQ(WalkAll(empty).got.size(), 0u);
+  empty->Release();
+  data = pool.Take();
+  ActivityBuffer* no_walker = pool.Complete(data, 64, nullptr, 0);
+  EXPECT_EQ(WalkAll(no_walker).got.size(), 0u);
+  no_walker->Release();
+  EXPECT_EQ(pool.Complete(nullptr, 64, &FakeNext, 0), nullptr);
+  EXPECT_EQ(pool.free_buffers(), 1u);
 }
 
 // A periodic flush hands over only full buffers: a record reaches the trace once about a

@@ -7,14 +7,17 @@
 namespace tokentrace::cupti {
 namespace {
 
-size_t IndexOf(const std::vector<std::string>& v, const std::string& s) {
-  return static_cast<size_t>(std::find(v.begin(), v.end(), s) - v.begin());
+size_t IndexOf(const std::vector<CuptiCandidate>& v, const std::string& path) {
+  return static_cast<size_t>(
+      std::find_if(v.begin(), v.end(), [&](const CuptiCandidate& c) { return c.path == path; }) -
+      v.begin());
 }
 
 TEST(CuptiCandidates, ExplicitPathIsTheOnlyCandidate) {
   const auto c = CuptiCandidates("/opt/x/libcupti.so.13", {"/usr/lib/libcudart.so.13"});
   ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0], "/opt/x/libcupti.so.13");
+  EXPECT_EQ(c[0].path, "/opt/x/libcupti.so.13");
+  EXPECT_EQ(c[0].reason, "TOKENTRACE_CUPTI");
 }
 
 TEST(CuptiCandidates, OrderFollowsWhatIsLoaded) {
@@ -28,7 +31,8 @@ TEST(CuptiCandidates, OrderFollowsWhatIsLoaded) {
   const auto c = CuptiCandidates("", loaded);
   // Already-loaded libcupti first.
   ASSERT_FALSE(c.empty());
-  EXPECT_EQ(c[0], "/elsewhere/libcupti.so.13.0.1");
+  EXPECT_EQ(c[0].path, "/elsewhere/libcupti.so.13.0.1");
+  EXPECT_EQ(c[0].reason, "already loaded");
   // torch/lib/../../nvidia/cu13/lib is where torch wheels keep libcupti.
   const size_t torch_rel = IndexOf(c, sp + "/torch/lib/../../nvidia/cu13/lib/libcupti.so.13");
   const size_t next_to_cudart = IndexOf(c, sp + "/nvidia/cu13/lib/libcupti.so.13");
@@ -36,21 +40,51 @@ TEST(CuptiCandidates, OrderFollowsWhatIsLoaded) {
   const size_t extras = IndexOf(c, "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13");
   ASSERT_LT(torch_rel, c.size());
   ASSERT_LT(next_to_cudart, c.size());
+  EXPECT_LT(next_to_cudart, torch_rel);  // the runtime's neighbour before libtorch_cuda's
   EXPECT_LT(torch_rel, toolkit);
-  EXPECT_LT(next_to_cudart, toolkit);
   EXPECT_LT(toolkit, extras);
-  EXPECT_EQ(c.back(), "libcupti.so.13");
+  EXPECT_EQ(c[toolkit].reason, "the CUDA toolkit");
+  EXPECT_EQ(c.back().path, "libcupti.so.13");
+  EXPECT_EQ(c.back().reason, "the loader's search path");
+  EXPECT_EQ(c[torch_rel].reason,
+            "next to " + sp + "/torch/lib/libtorch_cuda.so, a CUDA library the job loaded");
   // Nothing is derived from libc's directory, and nothing repeats.
   EXPECT_EQ(IndexOf(c, "/lib/x86_64-linux-gnu/libcupti.so.13"), c.size());
-  auto sorted = c;
+  std::vector<std::string> sorted;
+  for (const CuptiCandidate& x : c) sorted.push_back(x.path);
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+}
+
+// The driver comes from the system (/usr/lib) and is loaded first; the runtime from the job's
+// wheel. The CUPTI next to the runtime is the one of the job's CUDA release, so it comes
+// before anything next to the driver, whatever the load order.
+TEST(CuptiCandidates, TheRuntimesNeighbourWinsOverTheDrivers) {
+  const std::string wheel = "/venv/lib/python3.12/site-packages/nvidia/cu13/lib";
+  const std::vector<std::string> loaded = {
+      "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+      "/usr/lib/x86_64-linux-gnu/libcublas.so.13",
+      wheel + "/libcudart.so.13",
+  };
+  const auto c = CuptiCandidates("", loaded);
+  ASSERT_GE(c.size(), 2u);
+  EXPECT_EQ(c[0].path, wheel + "/libcupti.so.13");
+  EXPECT_EQ(c[0].reason, "next to the CUDA runtime the job loaded, " + wheel + "/libcudart.so.13");
+  const size_t next_to_driver = IndexOf(c, "/usr/lib/x86_64-linux-gnu/libcupti.so.13");
+  ASSERT_LT(next_to_driver, c.size());
+  EXPECT_GT(next_to_driver, IndexOf(c, wheel + "/../../nvidia/cuda_cupti/lib/libcupti.so"));
+  // The driver's directory is also the cuBLAS one here: named once, after the driver, which
+  // was loaded first.
+  EXPECT_EQ(c[next_to_driver].reason,
+            "next to /usr/lib/x86_64-linux-gnu/libcuda.so.1, a CUDA library the job loaded");
+  EXPECT_LT(next_to_driver, IndexOf(c, "/usr/local/cuda/lib64/libcupti.so.13"));
 }
 
 TEST(CuptiCandidates, FallbacksWithNothingLoaded) {
   const auto c = CuptiCandidates("", {});
   ASSERT_EQ(c.size(), 3u);
-  EXPECT_EQ(c[0], "/usr/local/cuda/lib64/libcupti.so.13");
+  EXPECT_EQ(c[0].path, "/usr/local/cuda/lib64/libcupti.so.13");
+  EXPECT_EQ(c[0].reason, "the CUDA toolkit");
 }
 
 TEST(LoadedObjectPaths, SeesTheCLibrary) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -49,8 +50,21 @@ CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequest
   g_completed = completed;
   return CUPTI_SUCCESS;
 }
-CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t*, size_t, CUpti_Activity**) {
-  return CUPTI_ERROR_MAX_LIMIT_REACHED;  // the fake's buffers hold no records
+// The fake's buffer layout (not CUPTI's): each record is an 8-byte header holding the size of
+// what follows, then the record, then (kernels) its name, NUL-terminated and padded to 8.
+CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid,
+                                                CUpti_Activity** record) {
+  if (buffer == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  uint8_t* at = buffer;
+  if (*record != nullptr) {
+    uint8_t* body = reinterpret_cast<uint8_t*>(*record);
+    uint32_t size = 0;
+    std::memcpy(&size, body - 8, sizeof size);
+    at = body + size;
+  }
+  if (at + 8 > buffer + valid) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+  *record = reinterpret_cast<CUpti_Activity*>(at + 8);
+  return CUPTI_SUCCESS;
 }
 CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t stream,
                                                        size_t* dropped) {
@@ -89,6 +103,47 @@ size_t fake_cupti_complete_buffer(CUcontext context, uint32_t stream) {
   if (buffer == nullptr) return 0;
   completed(context, stream, buffer, size, 0);
   return size;
+}
+// CUPTI asks for a buffer, writes `n` kernel records into it (correlation ids from
+// `first_correlation`, times 1000 + id .. 2000 + id, each followed by a copy of `name` that
+// its record's name points to), and hands it back completed for (context, stream). Returns
+// the records written, 0 when the subscriber had no buffer to give.
+size_t fake_cupti_complete_kernels(CUcontext context, uint32_t stream, size_t n,
+                                   uint32_t first_correlation, const char* name) {
+  CUpti_BuffersCallbackRequestFunc requested;
+  CUpti_BuffersCallbackCompleteFunc completed;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    requested = g_requested;
+    completed = g_completed;
+  }
+  if (requested == nullptr || completed == nullptr) return 0;
+  uint8_t* buffer = nullptr;
+  size_t size = 0, max_records = 0;
+  requested(&buffer, &size, &max_records);
+  if (buffer == nullptr) return 0;
+  const size_t name_bytes = (std::strlen(name) + 1 + 7) / 8 * 8;
+  const uint32_t body = static_cast<uint32_t>(sizeof(CUpti_ActivityKernel10) + name_bytes);
+  size_t valid = 0;
+  size_t written = 0;
+  for (; written < n && valid + 8 + body <= size; ++written) {
+    uint8_t* at = buffer + valid;
+    std::memset(at, 0, 8 + body);
+    std::memcpy(at, &body, sizeof body);
+    char* copy = reinterpret_cast<char*>(at + 8 + sizeof(CUpti_ActivityKernel10));
+    std::strcpy(copy, name);
+    CUpti_ActivityKernel10 k = {};
+    k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    k.correlationId = first_correlation + static_cast<uint32_t>(written);
+    k.start = 1000 + k.correlationId;
+    k.end = 2000 + k.correlationId;
+    k.streamId = stream;
+    k.name = copy;
+    std::memcpy(at + 8, &k, sizeof k);
+    valid += 8 + body;
+  }
+  completed(context, stream, buffer, size, valid);
+  return written;
 }
 // CUPTI could not store `n` records of (context, stream).
 void fake_cupti_drop(CUcontext context, uint32_t stream, size_t n) {

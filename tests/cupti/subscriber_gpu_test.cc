@@ -20,21 +20,37 @@ namespace {
 
 using fake::RecorderCall;
 
+// Keeps the completed buffers as they come (CUPTI's thread) and walks them later on the
+// test's thread, as the drain does.
 struct Sink : ActivitySink {
   std::mutex mutex;
+  std::vector<ActivityBuffer*> buffers;
   std::vector<GpuActivity> got;
   std::vector<std::string> names;
   int dropped_calls = 0;
   uint64_t dropped = 0;
-  void OnActivity(const GpuActivity& a) override {
+  void OnBuffer(ActivityBuffer* b) override {
     std::lock_guard<std::mutex> lock(mutex);
-    got.push_back(a);
-    names.push_back(a.name ? a.name : "");
+    buffers.push_back(b);
   }
   void OnDropped(uint64_t n) override {
     std::lock_guard<std::mutex> lock(mutex);
     ++dropped_calls;
     dropped += n;
+  }
+  void Walk() {
+    std::vector<ActivityBuffer*> taken;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      taken.swap(buffers);
+    }
+    for (ActivityBuffer* b : taken) {
+      b->ForEach([&](const GpuActivity& a) {
+        got.push_back(a);
+        names.push_back(a.name ? a.name : "");
+      });
+      b->Release();
+    }
   }
 };
 
@@ -94,6 +110,7 @@ TEST(SubscriberGpu, LaunchesCopiesSyncsAndGraphs) {
   Flush(true);  // the stream was synchronised: every record is complete
   const std::vector<RecorderCall> calls = fake::TakeCalls();
   Stop();
+  sink.Walk();  // after Stop, the buffers are still the sink's to read
 
   for (const RecorderCall& c : calls) {
     std::printf("recorder call %d a=%llu b=%llu c=%llu\n", int(c.what), (unsigned long long)c.a,

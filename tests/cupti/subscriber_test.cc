@@ -10,7 +10,7 @@ namespace tokentrace::cupti {
 namespace {
 
 struct NullSink : ActivitySink {
-  void OnActivity(const GpuActivity&) override {}
+  void OnBuffer(ActivityBuffer* buffer) override { buffer->Release(); }
   void OnDropped(uint64_t) override {}
 };
 

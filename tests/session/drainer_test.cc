@@ -1,4 +1,4 @@
-// The drain and write path on hand-built ring events and CUPTI-like records, into a store in
+// The drain and write path on hand-built ring events and CUPTI-like buffers, into a store in
 // a temp directory; a full disk comes from tests/preload/disk_full_vfs.cc, linked in.
 #include "session/drainer.h"
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/site_registry.h"
+#include "session/hand_built_buffer.h"
 #include "store/test_db.h"
 
 extern "C" void tt_disk_full_from_now(int64_t bytes, int64_t refusals);
@@ -58,13 +59,9 @@ class DrainerTest : public ::testing::Test {
     ring_.Append(MakeEvent(EventKind::kLaunch, 100 * id + 1, id, corr, 0, 0, 0, 1, 0));
     ring_.Append(MakeEvent(EventKind::kPop, 100 * id + 50, id, 0, 0, 0, 0, 0, 0));
   }
+  // A CUPTI buffer with one kernel record, handed over.
   void Kernel(uint64_t corr, const char* name) {
-    GpuActivity a;
-    a.correlation_id = corr;
-    a.begin_ns = 1000;
-    a.end_ns = 1100;
-    a.name = name;
-    activities_.Push(a);
+    activities_.OnBuffer((new testing_buffers::HandBuiltBuffer())->Kernel(corr, name));
   }
   int64_t Count(const std::string& table) {
     return QueryInt(path_, "SELECT count(*) FROM " + table);
@@ -74,7 +71,7 @@ class DrainerTest : public ::testing::Test {
   }
 
   ThreadBuffer ring_{4096, 3};
-  ActivityQueue activities_;
+  ActivityHandoff activities_;
   Joiner joiner_{KernelMode{KernelMode::kFull}};
   const std::string path_ = TempPath("drain.sqlite");
   int opens_ = 0;
@@ -87,7 +84,7 @@ TEST_F(DrainerTest, EventsAndRecordsBecomeRows) {
   Call(1, "drainer.rows", 10);
   ring_.Append(MakeEvent(EventKind::kPush, 1, 77, 0, 0, 1, 0, 1, 5));  // another session's
   Kernel(10, "gemm");
-  activities_.AddDropped(2);
+  activities_.OnDropped(2);
   g_unbalanced = 4;
   std::string error;
   ASSERT_TRUE(drainer.Drain(false, &error)) << error;
