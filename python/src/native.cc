@@ -405,6 +405,11 @@ void Stop() {
 
 NB_MODULE(_native, m) {
   m.doc() = "tokentrace native hooks over libtokentrace.so (see python/src/native.cc)";
+  // A preloaded job keeps our hooks on its modules to the end of the process; the modules
+  // (and so our hook objects) may still be alive when nanobind checks at interpreter exit.
+  // Its "leaked instances" lines would land on the job's stderr for objects that are not
+  // leaks: the job's own modules hold them.
+  nb::set_leak_warnings(false);
   m.attr("API_VERSION") = TOKENTRACE_API_VERSION;
   m.attr("__version__") = TOKENTRACE_VERSION;  // pyproject.toml's, through CMake
   m.attr("OPS_BUFFER_EVENTS") = TOKENTRACE_OPS_BUFFER_EVENTS;

@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from ._backend import check_kernel_mode, get_backend
-from ._common import ROOT, as_selector, check_writable, site_names
+from ._common import ROOT, as_selector, check_writable
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits
 from ._errors import TokentraceError, fail
@@ -22,9 +22,11 @@ from ._read import Recording, Trace
 from ._record import (
     Attachment,
     FirstRoot,
+    RootChoice,
     is_text,
     op_records,
     selection,
+    sites_of,
     tokenize,
     warn_if_doubtful,
     warn_once,
@@ -128,13 +130,13 @@ def _call_args(model, inputs, input_kwargs, tokenizer):
 
 
 def _selector(sites, save, default_all, inputs_of):
-    """select(model) -> (hooked, saved, inputs), checked at once when the model is known."""
-    return lambda model: _resolve(model, sites, save, default_all, inputs_of)
+    """select(names) -> (hooked, saved, inputs) for a list of site names, checked at once
+    when the model is known."""
+    return lambda names: _resolve(names, sites, save, default_all, inputs_of)
 
 
-def _resolve(model, sites, save, default_all, inputs_of=None):
+def _resolve(names, sites, save, default_all, inputs_of=None):
     """(hooked sites, saved sites, sites whose inputs are recorded: the root's always)."""
-    names = list(site_names(model))
     saved = as_selector(save, "save=").resolve(names, "save=") if save is not None else []
     if sites is None:
         hooked = names if default_all else [ROOT]
@@ -145,10 +147,21 @@ def _resolve(model, sites, save, default_all, inputs_of=None):
     return selection(names, hooked, saved, inputs)
 
 
-def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits,
+def _root_given(model, how, kwargs):
+    """The RootChoice of a model the caller named, with the assistant_model= it generates
+    with (assisted generation), or None when fn is to find its model (FirstRoot)."""
+    if model is None:
+        return None
+    assistant = kwargs.get("assistant_model")
+    if not isinstance(assistant, torch.nn.Module) or assistant is model:
+        assistant = None
+    return RootChoice(model, how, model, assistant)
+
+
+def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
          ops=False):
-    """Runs fn with the recording on; model None: attach to the first module fn calls.
-    select(model) -> (hooked, saved, inputs)."""
+    """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
+    select(names) -> (hooked, saved, inputs)."""
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
@@ -162,8 +175,8 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
     unwatch = watch_compile()
     try:
         try:
-            if model is not None:
-                attached.attach(model)
+            if root is not None:
+                attached.attach(root)
             else:
                 finder = FirstRoot(attached.attach)
             attached.escapes.install()
@@ -193,8 +206,8 @@ def _run(kind, fn, model, args, kwargs, select, kernels, out, shard_bytes, edits
     if attached.model is None:
         fail(f"{getattr(fn, '__qualname__', fn)!r} called no torch.nn.Module, so there was "
              f"no model to trace; pass a function that runs the model, or model=...")
-    if model is None:
-        warn_if_doubtful(fn, attached.model, stacklevel=4)
+    if root is None:
+        warn_if_doubtful(fn, attached.model, 4, attached.root.how)
     not_hooked = attached.not_hooked_message()
     if not_hooked:
         warnings.warn(not_hooked, RuntimeWarning, stacklevel=3)
@@ -252,51 +265,65 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
+    how = "model=" if model is not None else "the model traced"
     model = _model_of(fn, model)
     _warn_if_compiled_function(fn, model)
     select = _selector(sites, save, True, inputs_of)
-    if model is not None:
-        select(model)  # bad selectors fail before anything runs
     edits = check_edits(edits, intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
-    return _run("trace", fn, model, args, kwargs, select, kernels, out,
+    root = _root_given(model, how, kwargs)
+    if root is not None:  # bad selectors fail before anything runs
+        select(list(sites_of(root.model, root.assistant)))
+    return _run("trace", fn, root, args, kwargs, select, kernels, out,
                 int(shard_mb * (1 << 20)), edits, op_records.check(ops))
 
 
-def record(model: torch.nn.Module | Callable[..., Any], inputs: Any = None,
+def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any = None,
            save: SiteSelector | None = None, generate_kwargs: dict[str, Any] | None = None, *,
+           model: torch.nn.Module | None = None,
            sites: SiteSelector | None = None, kernels: str | None = None,
            out: str | os.PathLike[str] | None = None,
            tokenizer: Callable[..., Any] | None = None, edits: EditSpec | None = None,
            shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
            intervene: EditSpec | None = None) -> Recording:
-    """Runs model.generate(inputs, **generate_kwargs), recording only the `save=` sites.
+    """Runs fn.generate(inputs, **generate_kwargs) for a model fn (or fn(inputs, **generate_kwargs)
+    for any other callable), recording only the `save=` sites.
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
     Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
-    bounded by `shard_mb` however many steps run. inputs_of=, edits=: as for trace (the inputs
-    of saved sites stream to the shards too).
+    bounded by `shard_mb` however many steps run. model=: the root when fn is a function (else
+    the model fn calls first, or the model whose generate it calls, is). inputs_of=, edits=: as
+    for trace (the inputs of saved sites stream to the shards too).
     """
-    if isinstance(model, torch.nn.Module):
+    how = "the model traced"
+    if fn is None:  # record(model=m, ...): the model's generate
+        fn, model = model, None
+    if isinstance(fn, torch.nn.Module):
+        if model is not None and model is not fn:
+            fail(f"record() got two models: {type(fn).__name__} to run and model="
+                 f"{type(model).__name__}; give one (model= is for a function that runs it)")
+        model = fn
         fn = getattr(model, "generate", None)
         if fn is None:
             fail(f"record() runs model.generate, and {type(model).__name__} has no generate; "
                  f"use tt.trace(model, inputs, save=...) for a plain forward")
-    elif callable(model):
-        fn = model
-        model = _model_of(fn, None)
+    elif callable(fn):
+        if model is not None:
+            how = "model="
+        model = _model_of(fn, model)
     else:
         fail(f"record() needs a model with generate (or model.generate); got "
-             f"{type(model).__name__}")
+             f"{type(fn).__name__}")
     if save is None:
         fail("record() needs save=: the sites to keep, e.g. save=tt.module('model.layers.*.mlp')")
     _warn_if_compiled_function(fn, model)
     select = _selector(sites if sites is not None else save, save, False, inputs_of)
-    if model is not None:
-        select(model)  # bad selectors fail before anything runs
     edits = check_edits(edits, intervene)
     if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
-    return _run("record", fn, model, args, kwargs, select, kernels, out,
+    root = _root_given(model, how, kwargs)
+    if root is not None:  # bad selectors fail before anything runs
+        select(list(sites_of(root.model, root.assistant)))
+    return _run("record", fn, root, args, kwargs, select, kernels, out,
                 int(shard_mb * (1 << 20)), edits, op_records.check(ops))

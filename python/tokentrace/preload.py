@@ -1,8 +1,12 @@
 """Preload mode: hook an unmodified job (started by `tokentrace run -- python job.py`).
 
 boot/sitecustomize.py calls install() right after torch is imported. install() takes
-nn.Module.__call__ until the first module call (FirstRoot, as tt.trace without model= does);
-that module is the root (`self`, one call per token). The per-site hooks go onto that model,
+nn.Module.__call__ until the first module call (FirstRoot, as tt.trace without model= does),
+which chooses the root (`self`, one call per token): the model whose generate the job calls,
+else the first module called or the model it is part of; TOKENTRACE_ROOT (`--root`) overrides
+(_record/root.py). When another module could have been taken for it, one line on stderr
+names the root and why. The per-site hooks go onto that model (and an assisted generation's
+assistant, as sites under `assistant_model`),
 selected by TOKENTRACE_SITES (globs; default every module), with the outputs of
 TOKENTRACE_SAVE sites streamed next to the trace file, and the first call is then made
 through them, so token 1 is that call, its keyword arguments recorded too. What goes on the
@@ -32,7 +36,7 @@ import torch
 
 from ._backend import get_backend
 from ._common import module as select_module
-from ._common import parse_env_list, site_names
+from ._common import parse_env_list
 from ._compiled import watch_compile
 from ._errors import TokentraceError
 from ._record import Attachment, FirstRoot, selection
@@ -48,9 +52,11 @@ def _say(message):
 def install():
     if _state["first"] is not None or _state["done"]:
         return
-    # The first module the job calls is the root; its call is then made through the hooks,
-    # so token 1 is recorded like every later one, keyword arguments included.
-    _state["first"] = FirstRoot(_first_call)
+    # The root is chosen at the first module call, which is then made through the hooks, so
+    # it is recorded like every later one, keyword arguments included.
+    root = os.environ.get("TOKENTRACE_ROOT", "").strip()
+    _state["first"] = FirstRoot(_first_call, root=root, say=_say)
+    atexit.register(_never_chosen)
     # A compiled __call__ taken before the first root call (transformers' generate takes it
     # before its prefill) is recorded from outside when it runs (_compiled/call.py).
     watch_compile(on_compile=_compiling)
@@ -66,12 +72,28 @@ def _compiling():
         first.untraced()
 
 
-def _first_call(module):
+def _never_chosen():
+    first = _state["first"]
+    waiting = first.waiting_for if first is not None and not _state["done"] else None
+    if waiting is not None:
+        _say(f"TOKENTRACE_ROOT={waiting}: no module of that class was called; nothing was "
+             f"recorded")
+
+
+def _first_call(choice):
     _state["done"] = True
+    if choice.doubtful:
+        first = ("" if choice.first is choice.model or choice.first is None
+                 else f"; the first module called was {type(choice.first).__name__}")
+        assistant = ("" if choice.assistant is None else
+                     f"; its assistant {type(choice.assistant).__name__} is recorded under "
+                     f"'assistant_model'")
+        _say(f"root: {choice.describe}{first}{assistant}; --root (TOKENTRACE_ROOT) chooses "
+             f"another")
     try:
-        _attach(module)
+        _attach(choice)
     except Exception as exc:  # never crash the traced job
-        _say(f"hooks not installed on {type(module).__name__}: {exc}")
+        _say(f"hooks not installed on {type(choice.model).__name__}: {exc}")
 
 
 def _select(env, names, default_all):
@@ -87,9 +109,9 @@ def _select(env, names, default_all):
         return []
 
 
-def _attach(model):
-    edits = _attach_edits(model)
-    if not _attach_recording(model) and edits is not None:
+def _attach(choice):
+    edits = _attach_edits(choice.model)
+    if not _attach_recording(choice) and edits is not None:
         atexit.register(_say_fires, edits)
 
 
@@ -131,7 +153,7 @@ def _attach_edits(model):
     return hooks
 
 
-def _attach_recording(model):
+def _attach_recording(choice):
     """The recording hooks; False when nothing records (no extension, or the shim is off)."""
     try:
         backend = get_backend()
@@ -145,7 +167,7 @@ def _attach_recording(model):
     # The set-up of tt.trace (python/tokentrace/_record/attach.py), before the first root call.
     attached = Attachment(backend, backend.settled_path, _env_selection, ops=_ops_wanted(),
                           say=_say)
-    attached.attach(model)
+    attached.attach(choice)
     not_hooked = attached.not_hooked_message()
     if not_hooked:
         _say(not_hooked)
@@ -154,8 +176,7 @@ def _attach_recording(model):
     return True
 
 
-def _env_selection(model):
-    names = list(site_names(model))
+def _env_selection(names):
     return selection(names, _select("TOKENTRACE_SITES", names, True),
                      _select("TOKENTRACE_SAVE", names, False),
                      _select("TOKENTRACE_INPUTS", names, False))

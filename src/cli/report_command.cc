@@ -159,11 +159,12 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, int64_t>> losses;
   std::vector<TokenStat> tokens;
   std::vector<SiteGpu> sites;
+  BeforeTokens before;
   std::vector<OpPhases> ops;
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
       !reader->Tokens(&tokens, &error) ||
       !reader->TopSites(static_cast<int>(top), &sites, &error) ||
-      !reader->TopOps(static_cast<int>(top), &ops, &error)) {
+      !reader->Before(&before, &error) || !reader->TopOps(static_cast<int>(top), &ops, &error)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
@@ -190,6 +191,13 @@ int ReportCommand(const std::vector<std::string>& args) {
     kernels_line = "not recorded: " + why;
   }
   out += "  GPU kernels: " + kernels_line + "\n";
+  // Which module's calls are the tokens, and why it was chosen (python/tokentrace/_record/root.py).
+  if (const std::string root = MetaValue(meta, "root"); root != "unknown") {
+    out += "  root: " + root + "\n";
+    if (const std::string assistant = MetaValue(meta, "assistant"); assistant != "unknown") {
+      out += "  assistant: " + assistant + "\n";
+    }
+  }
   const std::string signal = MetaValue(meta, "exit_signal");
   if (!signal.empty() && signal != "unknown") {
     out += "  the job was ended by " + signal +
@@ -222,6 +230,15 @@ int ReportCommand(const std::vector<std::string>& args) {
     out += TokenTable({slow.begin(), slow.begin() + kHeadRows});
     out += "percentiles over " + std::to_string(tokens.size()) + " tokens:\n";
     out += PercentileTable(tokens);
+  }
+
+  if (before.calls > 0) {
+    out += "before token 1 (token 0): " + std::to_string(before.calls) + " call" +
+           (before.calls == 1 ? "" : "s") + " (" + ForTerminal(before.sites, 200) +
+           (before.calls > 3 ? ", ..." : "") + "), cpu " + Ms(before.cpu_ns) + " ms, gpu busy " +
+           Ms(before.gpu_busy_ns) + " ms, " + std::to_string(before.kernels) +
+           " kernels: modules called before the root's first call (an encoder-decoder's "
+           "encoder, a module called by hand)\n";
   }
 
   std::vector<TokenStat> prefill, decode;

@@ -32,6 +32,9 @@ const char kRunUsage[] =
     "  --sites GLOBS     comma-separated globs of module sites to hook [TOKENTRACE_SITES]\n"
     "  --save GLOBS      sites whose outputs are saved [TOKENTRACE_SAVE]\n"
     "  --inputs GLOBS    sites whose inputs are recorded besides the root's [TOKENTRACE_INPUTS]\n"
+    "  --root X          the root (one call = one token): a module path of the model or a\n"
+    "                    class name [TOKENTRACE_ROOT] (default: the model whose generate is\n"
+    "                    called, else the first module called or the model it is part of)\n"
     "  --edits FILE      JSON edit spec to install (docs/python.md) [TOKENTRACE_EDITS]\n"
     "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
     "  --on-full P       drop | wait: when a thread's buffer is full, drop and count its events\n"
@@ -195,7 +198,8 @@ int RunCommand(const std::vector<std::string>& args) {
                    {"--edits", "TOKENTRACE_EDITS", "", false},
                    {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false},
                    {"--inputs", "TOKENTRACE_INPUTS", "", false},
-                   {"--on-full", "TOKENTRACE_ON_FULL", "", false}};
+                   {"--on-full", "TOKENTRACE_ON_FULL", "", false},
+                   {"--root", "TOKENTRACE_ROOT", "", false}};
   Option& out = opts[0];
   Option& kernels = opts[1];
   Option& edits = opts[4];
@@ -240,7 +244,7 @@ int RunCommand(const std::vector<std::string>& args) {
     if (!known) {
       return UsageError("tokentrace: unknown option '" + a +
                         "' for run (accepted: --out, --kernels, --sites, --save, --edits, "
-                        "--token-range, --inputs, --on-full, --ops, --help)");
+                        "--token-range, --inputs, --on-full, --root, --ops, --help)");
     }
   }
   std::vector<std::string> command(args.begin() + static_cast<long>(i), args.end());

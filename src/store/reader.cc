@@ -255,6 +255,32 @@ bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) 
   return rc == SQLITE_DONE;
 }
 
+bool Reader::Before(BeforeTokens* out, std::string* error) {
+  Statement q;
+  if (!q.Prepare(db_,
+                 "WITH o AS (SELECT c.id, c.cpu_begin_ns AS b, c.cpu_end_ns AS e, s.name "
+                 "           FROM calls c JOIN sites s ON s.id = c.site_id "
+                 "           WHERE c.token = 0 AND COALESCE(c.parent_id, 0) = 0 "
+                 "             AND s.kind IN ('module', 'root')) "
+                 "SELECT (SELECT count(*) FROM o), "
+                 "       (SELECT COALESCE(SUM(e - b), 0) FROM o WHERE e IS NOT NULL), "
+                 "       (SELECT COALESCE(SUM(kernels), 0) FROM token_stats WHERE token = 0), "
+                 "       (SELECT COALESCE(SUM(gpu_busy_ns), 0) FROM token_stats WHERE token = 0), "
+                 "       (SELECT group_concat(name, ', ') FROM "
+                 "          (SELECT DISTINCT name FROM o ORDER BY id LIMIT 3))",
+                 error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  const int rc = q.Step();
+  if (rc != SQLITE_ROW) {
+    *error = Fail(sqlite3_errmsg(db_));
+    return false;
+  }
+  *out = {q.Int(0), q.Int(1), q.Int(2), q.Int(3), q.Text(4)};
+  return true;
+}
+
 bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,

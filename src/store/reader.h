@@ -43,6 +43,16 @@ struct SiteGpu {
   int64_t cpu_self_ns = 0;  // closed calls' host time minus their children's
 };
 
+// What ran before the first token (token 0): the outermost module calls made before the
+// root's first call (an encoder-decoder's encoder, a module the job called by hand).
+struct BeforeTokens {
+  int64_t calls = 0;
+  int64_t cpu_ns = 0;  // their closed calls' host time
+  int64_t kernels = 0;
+  int64_t gpu_busy_ns = 0;
+  std::string sites;  // the first few of their site names, comma-separated
+};
+
 struct TraceCounts {
   int64_t sites = 0, calls = 0, kernels = 0, tokens = 0, escapes = 0, strings = 0;
 };
@@ -88,6 +98,7 @@ class Reader {
   // Sites by GPU self time, descending (then CPU self time); the call-0 bucket is included
   // when it has kernels. Sites without GPU work are listed too, after those with.
   bool TopSites(int limit, std::vector<SiteGpu>* out, std::string* error);
+  bool Before(BeforeTokens* out, std::string* error);
   // Op sites (kind "op") by decode GPU then decode CPU time, then prefill CPU time; outermost
   // op calls only (an op's inner ops count towards it). Empty without op records.
   bool TopOps(int limit, std::vector<OpPhases>* out, std::string* error);

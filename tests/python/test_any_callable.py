@@ -73,16 +73,22 @@ def test_another_model_called_first_is_traced_and_named(gpt2, prompt):
     assert not _doubts(caught) and trace.meta["model"] == "GPT2LMHeadModel"
 
 
-def test_a_part_called_before_its_model_is_named(gpt2, prompt):
+def test_a_part_called_before_its_model_makes_the_model_the_root(gpt2, prompt):
     def embed_then_run(ids):
         with torch.no_grad():
             gpt2.transformer.wte(ids)
             return gpt2(ids)
 
-    with pytest.warns(RuntimeWarning, match=r"traced Embedding .* refers to GPT2LMHeadModel"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         trace = tt.trace(embed_then_run, prompt, kernels="off")
-    # The embedding is the root: its own call, then its call inside the model's forward.
-    assert trace.num_tokens == 2 and trace.sites == ["self"]
+    # The model the function holds is the root, not its embedding called first by hand: that
+    # call is before token 1, and the one inside the model's forward is in it.
+    assert not _doubts(caught)
+    assert trace.meta["model"] == "GPT2LMHeadModel" and trace.num_tokens == 1
+    assert trace["transformer.wte"].num_calls == 2
+    assert [trace[f"transformer.wte:{k}"].token for k in (1, 2)] == [0, 1]
+    assert "is part of" in trace.meta["root"]
 
 
 def test_a_compiled_function_calling_an_uncompiled_model_is_traced_with_its_warning():

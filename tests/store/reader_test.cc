@@ -88,6 +88,50 @@ TEST(ReaderTest, TopSitesOrderedByGpuSelfTimeWithOutsideBucket) {
   EXPECT_EQ(sites.size(), 1u);
 }
 
+TEST(ReaderTest, BeforeCountsTheOutermostModuleCallsOfTokenZero) {
+  std::string path = TempPath("before.sqlite"), error;
+  {
+    auto store = Store::Open(path, &error);
+    ASSERT_NE(store, nullptr) << error;
+    Batch b;
+    b.sites = {{1, "self", SiteKind::kRoot, true},
+               {2, "encoder", SiteKind::kModule, false},
+               {3, "encoder.block.0", SiteKind::kModule, false},
+               {4, "decoder", SiteKind::kModule, false}};
+    // An encoder-decoder's generate: the encoder (with a child) before the first root call,
+    // then one token: the root and the decoder inside it.
+    b.calls = {{1, 2, 1, 0, 0, 0, 1000, 5000},
+               {2, 3, 1, 0, 1, 0, 1500, 4000},
+               {3, 1, 1, 1, 0, 0, 6000, 9000},
+               {4, 4, 1, 1, 3, 0, 6500, 8000}};
+    b.call_gpu = {{2, 0, 2, 700, 1600, 2300}, {4, 1, 1, 300, 6600, 6900}};
+    ASSERT_TRUE(store->Write(b, &error)) << error;
+  }
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  BeforeTokens before;
+  ASSERT_TRUE(reader->Before(&before, &error)) << error;
+  EXPECT_EQ(before.calls, 1);  // the encoder; its block is inside it
+  EXPECT_EQ(before.cpu_ns, 4000);
+  EXPECT_EQ(before.kernels, 2);
+  EXPECT_EQ(before.gpu_busy_ns, 700);
+  EXPECT_EQ(before.sites, "encoder");
+  std::vector<TokenStat> tokens;
+  ASSERT_TRUE(reader->Tokens(&tokens, &error)) << error;
+  ASSERT_EQ(tokens.size(), 1u);  // token 0 is not a token
+  EXPECT_EQ(tokens[0].gpu_busy_ns, 300);
+}
+
+TEST(ReaderTest, BeforeIsEmptyWhenEveryCallIsInAToken) {
+  std::string path = MakeTrace(), error;
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  BeforeTokens before;
+  ASSERT_TRUE(reader->Before(&before, &error)) << error;
+  EXPECT_EQ(before.calls, 0);
+  EXPECT_EQ(before.sites, "");
+}
+
 TEST(ReaderTest, TopOpsSplitsPrefillFromDecodeAndSkipsInnerOps) {
   std::string path = TempPath("ops.sqlite"), error;
   {

@@ -23,6 +23,16 @@ call, which in generate comes after generate took the compiled call: so torch.co
 is watched, from the start of the process or of the trace (watch_compile): a module's
 compiled __call__ is handed out wrapped, and each call of it asks whether a trace is attached
 to that module now (the same hide-and-record then; else it runs as it is).
+
+Any other function compiled with fullgraph=True while watched (a compiled helper that calls
+modules, a module's own method compiled in its __init__ as vLLM's compile decorator does)
+would fail to compile with the trace's wrappers inside its region. It is handed out so that
+each call, while a trace is attached, takes the wrappers and hooks of every attached trace off
+the modules and puts them back after: it runs as compiled, and the modules it runs are not
+recorded in it (said once). A module holding such a compiled method of its own is recorded from
+outside, at that attribute (entry.py). Without fullgraph=True the compiled function is left as
+torch.compile made it: TorchDynamo breaks its graph at each recording wrapper and the modules
+in it are recorded.
 """
 
 import functools
@@ -108,6 +118,41 @@ def attached_calls(model):
     return _attached.get(model)
 
 
+def _hidden_note(compiled):
+    name = getattr(compiled, "__qualname__", type(compiled).__name__)
+    return (f"tokentrace: {name} is compiled with fullgraph=True and runs modules inside its "
+            f"compiled region; while it runs, the trace's hooks are off those modules (inside "
+            f"a full graph they would stop it compiling), so their calls in it are not "
+            f"recorded")
+
+
+def _hidden_call(compiled):
+    """`compiled` (a function compiled with fullgraph=True), handed out so that each call made
+    while traces are attached runs with their wrappers and hooks off the modules."""
+    noted = []
+
+    @functools.wraps(compiled)
+    def hidden(*args, **kwargs):
+        if not _attached or torch.compiler.is_compiling():
+            return compiled(*args, **kwargs)  # no trace, or inside an outer compiled region
+        attached = [calls for calls in list(_attached.values()) if calls.active]
+        if attached and not noted:
+            noted.append(True)
+            # A module's own compiled method, wrapped as its entry (entry.py), is said with the
+            # modules inside it (HookSet.not_hooked); anything else here.
+            for calls in attached:
+                if not any(previous is hidden for _, _, previous, _ in calls.hooks.wrapped):
+                    calls.noted(_hidden_note(compiled))
+        shows = [calls.hooks.hide() for calls in attached]
+        try:
+            return compiled(*args, **kwargs)
+        finally:
+            for show in reversed(shows):
+                show()
+    hidden.tokentrace_watched = True
+    return hidden
+
+
 def watch_compile(on_compile=None):
     """From now on, torch.compile hands out a module's compiled __call__ wrapped: a call asks
     whether a trace is attached to that module (then it runs as that trace's wrapped() call),
@@ -123,6 +168,8 @@ def watch_compile(on_compile=None):
     @functools.wraps(real)
     def compile(*args, **kwargs):
         fn = args[0] if args else kwargs.get("model")
+        if fn is None:  # @torch.compile(fullgraph=True): a decorator
+            return lambda model: compile(model, **kwargs)
         owner = getattr(fn, "__self__", None)
         is_call = isinstance(owner, torch.nn.Module) and \
             getattr(fn, "__func__", None) is getattr(type(owner), "__call__", None)
@@ -137,6 +184,9 @@ def watch_compile(on_compile=None):
         if on_compile is not None:
             on_compile()
         if not is_call:
+            if kwargs.get("fullgraph") and callable(compiled) and \
+                    not isinstance(compiled, torch.nn.Module):
+                return _hidden_call(compiled)
             return compiled
         owner_ref = weakref.ref(owner)
 

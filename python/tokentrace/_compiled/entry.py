@@ -1,9 +1,12 @@
 """Compiled modules stay compiled while traced.
 
-A module runs compiled in three ways: it is torch.compile(module) (an OptimizedModule, whose
+A module runs compiled in four ways: it is torch.compile(module) (an OptimizedModule, whose
 instance `forward` is TorchDynamo's entry), it was compiled in place (module.compile() sets
-`_compiled_call_impl`, which Module.__call__ runs instead of its usual call path), or its
-`forward` was replaced by a compiled function (model.forward = torch.compile(model.forward)).
+`_compiled_call_impl`, which Module.__call__ runs instead of its usual call path), its
+`forward` was replaced by a compiled function (model.forward = torch.compile(model.forward)),
+or it holds a compiled method of its own in an attribute that its class's __call__ calls (vLLM's
+compile decorator: `self._compiled_callable = torch.compile(self.forward, fullgraph=True)`,
+inside an eager top-level model).
 In each case the attribute named here is the entry into the compiled region: a recording
 wrapper put there runs outside it, so TorchDynamo never sees our code (no graph break, no
 eager fallback). Modules under a compiled one run inside the region; wrapping them would
@@ -21,8 +24,8 @@ def _optimized_module_type():
 
 
 def compiled_entry(module):
-    """The attribute to wrap when `module` runs compiled ("forward" or
-    "_compiled_call_impl"), else None."""
+    """The attribute to wrap when `module` runs compiled ("forward", "_compiled_call_impl", or
+    the attribute holding a compiled method of its own), else None."""
     optimized = _optimized_module_type()
     if optimized is not None and isinstance(module, optimized):
         return "forward"
@@ -30,7 +33,32 @@ def compiled_entry(module):
         return "_compiled_call_impl"
     if hasattr(module.__dict__.get("forward"), "_torchdynamo_orig_callable"):
         return "forward"
+    for attr, value in module.__dict__.items():
+        original = getattr(value, "_torchdynamo_orig_callable", None)
+        if original is not None and _method_of(module, original):
+            return attr
     return None
+
+
+def _method_of(module, fn):
+    """True when fn is one of module's methods: bound to it, or a function with the code of its
+    class's method of that name, seen through `__wrapped__` (TorchDynamo keeps a compiled bound
+    method as the original of an inlining wrapper of its own). Its __call__ is not: a compiled
+    __call__ is a compiled call of the whole module, recorded as one (call.py)."""
+    call_code = getattr(type(module).__call__, "__code__", None)
+    for _ in range(4):
+        if fn is None:
+            return False
+        if getattr(getattr(fn, "__func__", fn), "__code__", None) is call_code:
+            return False
+        if getattr(fn, "__self__", None) is module:
+            return True
+        name, code = getattr(fn, "__name__", None), getattr(fn, "__code__", None)
+        method = getattr(type(module), name, None) if isinstance(name, str) else None
+        if code is not None and getattr(method, "__code__", None) is code:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
 
 
 def compiled_layout(names):

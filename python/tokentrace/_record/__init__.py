@@ -1,12 +1,12 @@
 """Recording: what goes on a model while it is traced, and the rows it adds to the trace file.
 
-Files: attach.py (Attachment, the one recording set-up of tt.trace, tt.record and the
-preloaded job; FirstRoot, finding the model), hooks.py (HookSet: the recording wrappers and
-hooks on the modules), inputs.py (InputRecorder: a call's inputs, by path), sink.py (saved
-tensors, to safetensors shards), escapes.py (host reads of device values), collectives.py
-(torch.distributed calls as calls), op_records.py (ATen ops as calls: on and off), prompt.py
-(text prompts, tokenized). Imports _compiled, _backend, _common and _errors; never _edit or
-_read.
+Files: attach.py (Attachment, the one recording set-up of tt.trace, tt.record and the preloaded
+job), root.py (FirstRoot, RootChoice: which module is the root), hooks.py (HookSet: the
+recording wrappers and hooks on the modules), inputs.py (InputRecorder: a call's inputs, by
+path), sink.py (saved tensors, to safetensors shards), escapes.py (host reads of device
+values), collectives.py (torch.distributed calls as calls), op_records.py (ATen ops as calls:
+on and off), prompt.py (text prompts, tokenized). Imports _compiled, _backend, _common and
+_errors; never _edit or _read.
 """
 
 from .._common import lazy_face
@@ -14,15 +14,17 @@ from .._common import lazy_face
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from . import op_records
-    from .attach import Attachment, FirstRoot, selection, warn_if_doubtful
+    from .attach import Attachment, selection, warn_if_doubtful
     from .escapes import EscapeCounter, warn_once
     from .hooks import HookSet
     from .inputs import InputRecorder, tensor_meta
     from .prompt import is_text, tokenize
+    from .root import ASSISTANT, FirstRoot, RootChoice, sites_of
     from .sink import TensorSink
 
 _EXPORTS = {
-    "Attachment": "attach", "FirstRoot": "attach", "selection": "attach",
+    "Attachment": "attach", "selection": "attach",
+    "FirstRoot": "root", "RootChoice": "root", "sites_of": "root", "ASSISTANT": "root",
     "warn_if_doubtful": "attach",
     "HookSet": "hooks",
     "InputRecorder": "inputs", "tensor_meta": "inputs",

@@ -5,9 +5,8 @@ and by the preloaded job (python/tokentrace/preload.py): the per-model pieces (r
 bound edits, the input recorder, the saved-tensor sink, op records, the escape counter, the
 torch.distributed wrappers) and the rows the Python layer adds to the trace file at the end.
 They go on either before the traced function runs (the model is known: a model, a bound method,
-model=), at the first module call (any other callable: the first root module called is the
-model), or from inside the first root call of a preloaded job. The differences between those
-are its parameters.
+model=), or at the first module call (any other callable, and the preloaded job: FirstRoot in
+root.py chooses the root there). The differences between those are its parameters.
 
 When a function is traced without model=, the models it refers to (its closure, the globals
 it names, a bound self, a functools.partial's parts) are compared with the one found: if it
@@ -19,7 +18,6 @@ import functools
 import inspect
 import itertools
 import json
-import sys
 import warnings
 
 import torch
@@ -31,6 +29,7 @@ from . import collectives, op_records
 from .escapes import EscapeCounter
 from .hooks import HookSet
 from .inputs import InputRecorder
+from .root import RootChoice, sites_of
 from .sink import DEFAULT_SHARD_BYTES, TensorSink
 
 
@@ -46,7 +45,8 @@ class Attachment:
     """The one recording set-up of tt.trace, tt.record and the preloaded job.
 
     path: the trace file, or a callable giving it once the shim has settled it (preload).
-    select(model) -> (hooked, saved, inputs), see selection(). edit_spec: an edit spec whose
+    select(names) -> (hooked, saved, inputs) for the list of site names (the root's, then an
+    assistant's), see selection(). edit_spec: an edit spec whose
     hooks go on first, so the recorded calls see the edited outputs. ops: record ATen ops.
     say: None for tt.trace/tt.record, where a problem raises or warns in the caller; a
     function (one line to stderr) for the preloaded job, which never stops over a recording
@@ -59,6 +59,7 @@ class Attachment:
         self.select, self.edit_spec, self.ops, self.say = select, edit_spec, ops, say
         self.escapes = EscapeCounter(backend.current_token)
         self.model = None
+        self.root = None  # the RootChoice attached
         self.inputs = set()
         self.sink = self.hooks = self.edits = self.collectives = self.compiled_calls = None
         self.compiled_note = None  # one line: the job compiled the model while traced
@@ -66,17 +67,22 @@ class Attachment:
         self.on_cpu = True
         self.ops_on = False
 
-    def attach(self, model):
-        """Installs everything on `model`, before its first call (FirstRoot: the call that
-        found it is then made through what was installed)."""
-        hooked, saved, self.inputs = self.select(model)
-        self.model = model
+    def attach(self, root):
+        """Installs everything on root.model (and root.assistant's sites), before the call that
+        chose it runs (FirstRoot: that call is then made through what was installed). `root`:
+        a RootChoice, or a model given by the caller."""
+        if not isinstance(root, RootChoice):
+            root = RootChoice(root, "the model traced", root)
+        model = root.model
+        names = sites_of(model, root.assistant)
+        hooked, saved, self.inputs = self.select(list(names))
+        self.model, self.root = model, root
         self.edits = self.edit_spec.hooks_for(model) if self.edit_spec is not None else None
         self.sink = TensorSink(self.path, self.shard_bytes) if saved else None
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
         self.hooks = HookSet(self.backend, model, hooked, saved, self.sink, self.inputs,
-                             self.recorder)
+                             self.recorder, names=names)
         if self.edits is not None:
             self.edits.install()
         self.hooks.install()
@@ -146,6 +152,7 @@ class Attachment:
                     inputs_of=json.dumps(sorted(self.inputs)))
         if self.model is not None:
             meta["model"] = type(self.model).__name__
+            meta.update(self.root.meta())
         losses = {"save_failed": self.save_errors, "inputs_failed": self.input_errors}
         if self.ops:  # compiled kernels' modules, and what they miss, in the same write
             compiled_meta, compiled_losses = compiled_rows(path)
@@ -167,60 +174,6 @@ class Attachment:
     @property
     def input_errors(self):
         return self.hooks.input_errors if self.hooks is not None else 0
-
-
-class FirstRoot:
-    """Calls on_first(module) with the first module called, before its call runs. Until then,
-    nn.Module.__call__ is ours: it calls on_first, gives __call__ back, and makes the call
-    again through it, so the first call is recorded like every later one (its keyword
-    arguments too). Catching the call before the module's own call path starts keeps a module
-    compiled in place (module.compile()) compiled: its call path, hooks included, runs inside
-    the compiled region, where a global forward pre-hook would be traced by TorchDynamo.
-    tt.trace without model= and the preloaded job (preload.py) both find their root so."""
-
-    def __init__(self, on_first):
-        self._original = torch.nn.Module.__dict__["__call__"]
-        self._on_first = on_first
-        self._patched = False
-        self._untraced = False
-        self._install(sys.modules.get("torch._dynamo"))
-
-    def _install(self, dynamo):
-        original, first = self._original, self
-
-        def attach(module):
-            first.remove()
-            first._on_first(module)
-        attach_now = attach
-
-        def call(module, *args, **kwargs):
-            # Code that took `module.__call__` while ours was in place (generate keeps
-            # `model_forward = self.__call__` for all its steps) calls us again: pass through.
-            if first._patched:
-                attach_now(module)
-            return original(module, *args, **kwargs)
-        if dynamo is not None:
-            # A compiled function (tt.trace(torch.compile(fn))) calls its first module inside
-            # its compiled region. TorchDynamo cannot trace the attach (it failed with an
-            # internal AssertionError): it runs it as it is, and this frame too; the module's
-            # call path below runs as it would without us (compiled where it was).
-            attach_now = dynamo.disable(attach)
-            call = dynamo.disable(call, recursive=False)
-            self._untraced = True
-        call.tokentrace_stands_for = original  # what torch.compile of it compiles (watch_compile)
-        torch.nn.Module.__call__ = call
-        self._patched = True
-
-    def untraced(self):
-        """TorchDynamo is loaded now (the job compiles something): until the first call, ours
-        is a __call__ TorchDynamo runs as it is (a graph break there)."""
-        if self._patched and not self._untraced and "torch._dynamo" in sys.modules:
-            self._install(sys.modules["torch._dynamo"])
-
-    def remove(self):
-        if self._patched:
-            torch.nn.Module.__call__ = self._original
-            self._patched = False
 
 
 def _unwrap(fn, seen):
@@ -265,7 +218,7 @@ def _label(model, names):
     return names.get(id(model), type(model).__name__)
 
 
-def warn_if_doubtful(fn, root, stacklevel):
+def warn_if_doubtful(fn, root, stacklevel, how="the first module called"):
     """Warns when fn refers to models besides the root that was found (or to a bigger model
     the root is part of): which one was traced is then a guess."""
     others = [m for m in referenced_models(fn)
@@ -275,7 +228,7 @@ def warn_if_doubtful(fn, root, stacklevel):
     names = {id(m): f"{type(m).__name__} (id {id(m):#x})" for m in [root] + others}
     listed = ", ".join(_label(m, names) for m in others)
     warnings.warn(
-        f"tokentrace: traced {_label(root, names)}, the first module "
-        f"{getattr(fn, '__qualname__', type(fn).__name__)} called (as `tokentrace run` does); "
+        f"tokentrace: traced {_label(root, names)}, {how} in "
+        f"{getattr(fn, '__qualname__', type(fn).__name__)} (as `tokentrace run` chooses); "
         f"it also refers to {listed}; pass model= to trace another one", RuntimeWarning,
         stacklevel=stacklevel)

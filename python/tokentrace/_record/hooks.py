@@ -42,9 +42,11 @@ def original_forward(forward):
 
 
 class HookSet:
-    def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None):
+    def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None,
+                 names=None):
         self.backend = backend
         self.model = model
+        self.names = names if names is not None else site_names(model)  # {site: module}
         self.hooked = list(hooked)
         self.saved = set(saved)
         self.sink = sink
@@ -73,7 +75,7 @@ class HookSet:
 
     def install(self):
         """Installs the hooks (before the root's first call)."""
-        names = site_names(self.model)
+        names = self.names
         # nn.DataParallel copies each module's __dict__ into its replicas: a wrapped forward
         # would run the original module there. Such models get the hook pairs throughout.
         replicated = any(isinstance(m, DataParallel) for m in names.values())
