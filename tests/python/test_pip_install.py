@@ -3,10 +3,14 @@ tokentrace`, the version, the package with its subpackages and py.typed, and a w
 `tokentrace run` from the installed files alone.
 
 No network: --no-build-isolation --no-index against this environment's scikit-build-core,
-nanobind and torch, --no-deps, into a throwaway prefix. The torch ops library is left out
-(it has its own tests); the wheel's build directory is kept under the build tree, so only the
-first run compiles (about a minute on 2 cores) and later runs take seconds.
+nanobind and torch, --no-deps, into a throwaway prefix. The first install leaves the torch ops
+library out; a second one builds it, as a plain `pip install` does, against the torch of the
+environment it installs into (test.sh runs this suite under the oldest and the newest torch we
+support, so both are built against). The wheels' build directories are kept under the build
+tree, one per interpreter, so only the first run compiles and later runs take seconds.
 """
+
+import hashlib
 
 import os
 import re
@@ -34,17 +38,21 @@ def _pyproject_version():
     return re.search(r'^version = "([0-9.]+)"$', text, re.M).group(1)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def _install(tmp_path_factory, torch_ops):
     pytest.importorskip("scikit_build_core")
     pytest.importorskip("nanobind")
     prefix = tmp_path_factory.mktemp("prefix")
     build_root = os.environ.get("TOKENTRACE_NATIVE_DIR") or str(tmp_path_factory.mktemp("bw"))
+    # One build directory per interpreter (and so per torch): a cached CMake build keeps the
+    # torch it was configured against.
+    env_id = hashlib.sha1(sys.prefix.encode()).hexdigest()[:8]
+    build_dir = os.path.join(build_root, f"pip-wheel{'-ops' if torch_ops else ''}-{env_id}")
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
            "--no-index", "--disable-pip-version-check", "--prefix", str(prefix),
-           "-C", f"build-dir={os.path.join(build_root, 'pip-wheel')}",
-           "-C", "cmake.define.TOKENTRACE_BUILD_TORCH_OPS=OFF", ROOT]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+           "-C", f"build-dir={build_dir}"]
+    if not torch_ops:
+        cmd += ["-C", "cmake.define.TOKENTRACE_BUILD_TORCH_OPS=OFF"]
+    res = subprocess.run(cmd + [ROOT], capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout + res.stderr
     site = sysconfig.get_path("platlib", "posix_prefix",
                               vars={"base": str(prefix), "platbase": str(prefix)})
@@ -56,6 +64,11 @@ def installed(tmp_path_factory):
         if d and not os.path.exists(os.path.join(d, "tokentrace"))]
     env.update(PATH=os.pathsep.join(path), PYTHONPATH=site)
     return prefix, site, env, res
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    return _install(tmp_path_factory, torch_ops=False)
 
 
 def _run(cmd, env, cwd, timeout=600):
@@ -105,3 +118,20 @@ def test_pip_says_nothing_alarming(installed):
            and "Consider adding this directory to PATH" not in line
            and "Running pip as the 'root' user" not in line]
     assert odd == [], res.stderr
+
+
+def test_install_builds_the_torch_ops_library_against_the_torch_it_installs_into(
+        tmp_path_factory, tmp_path):
+    """A plain `pip install` into an environment with another torch than our pins (vLLM's CPU
+    build wants 2.13) builds the patch table library against that torch: it loads there and
+    its ops run."""
+    import torch
+    prefix, _, env, _ = _install(tmp_path_factory, torch_ops=True)
+    code = ("import torch; from tokentrace._backend import torch_library as t; "
+            "print(t.load_library()); print(t.abi()['version'], t.ABI_VERSION, torch.__version__)")
+    res = _run([sys.executable, "-c", code], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    path, versions = res.stdout.splitlines()[-2:]
+    assert path.startswith(str(prefix)), path  # the installed library, not the build tree's
+    abi, expected, torch_version = versions.split()
+    assert abi == expected and torch_version == torch.__version__
