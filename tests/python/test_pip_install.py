@@ -11,7 +11,6 @@ tree, one per interpreter, so only the first run compiles and later runs take se
 """
 
 import hashlib
-
 import os
 import re
 import sqlite3
