@@ -35,6 +35,8 @@ MODEL = textwrap.dedent("""
             return x
 
         def __call__(self, *args, **kwargs):
+            # vLLM reads attributes of its compiled callable (`aot_compile`): still there
+            assert callable(self._compiled_callable.get_compiler_config)
             return self._compiled_callable(*args, **kwargs)
 
     @torch.compile(fullgraph=True, backend="eager")

@@ -24,6 +24,7 @@ nn.DataParallel get the hook pairs everywhere: its replicas are shallow copies o
 module's __dict__, and a wrapped forward would call the original module from them.
 """
 
+import functools
 import threading
 import warnings
 
@@ -41,6 +42,15 @@ def original_forward(forward):
 
 
 
+def _carrying(native, compiled):
+    """The recording wrapper of a compiled method a module holds in an attribute of its own
+    (compiled_entry): a function that calls `native` and carries `compiled`'s attributes, which
+    the module's own code may read (vLLM asks its compiled callable for `aot_compile`)."""
+    def held(*args, **kwargs):
+        return native(*args, **kwargs)
+    return functools.update_wrapper(held, compiled)
+
+
 class HookSet:
     def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None,
                  names=None):
@@ -55,6 +65,7 @@ class HookSet:
         self.handles = []
         self.wrapped = []   # (module, wrapper, the instance attribute it replaced or _MISSING,
         #                    that attribute: "forward", or a compiled module's entry)
+        self._natives = {}  # id(wrapper) -> its native wrapper, where the two differ (_wrap)
         self.not_hooked = []  # sites asked for that run inside a compiled region
         self.entries = []  # root wrappers around compiled calls the job made (entry())
         self._root = None  # (site id, kind, saver, on_input) of the root, when it is recorded
@@ -71,7 +82,8 @@ class HookSet:
                 + (self.sink.failed if self.sink is not None else 0))
 
     def _wrappers(self):
-        return [w for _, w, _, _ in self.wrapped] + self.entries
+        """The native wrappers (their counters, their `enabled`)."""
+        return [self._natives.get(id(w), w) for _, w, _, _ in self.wrapped] + self.entries
 
     def install(self):
         """Installs the hooks (before the root's first call)."""
@@ -118,12 +130,17 @@ class HookSet:
         """Wraps `mod`'s `attr` in the native recording wrapper; False when it cannot be."""
         previous = mod.__dict__.get(attr, _MISSING)
         forward = getattr(mod, attr)
-        wrapper = self.backend.wrap_forward(sid, name, kind, forward, saver, on_input)
+        native = self.backend.wrap_forward(sid, name, kind, forward, saver, on_input)
+        wrapper = native
+        if attr not in ("forward", "_compiled_call_impl"):
+            wrapper = _carrying(native, forward)
         try:
             object.__setattr__(mod, attr, wrapper)
         except Exception:
             return False
         self.wrapped.append((mod, wrapper, previous, attr))
+        if wrapper is not native:
+            self._natives[id(wrapper)] = native
         return True
 
     def _hook(self, mod, sid, name, kind, saver, on_input):
@@ -188,8 +205,9 @@ class HookSet:
                 else:
                     mod.__dict__[attr] = previous
             else:  # wrapped over by someone else: stay in their chain, doing nothing
-                wrapper.enabled = 0
+                self._natives.get(id(wrapper), wrapper).enabled = 0
         self.wrapped = []
+        self._natives = {}
 
     @property
     def records_root(self):
