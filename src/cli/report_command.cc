@@ -198,6 +198,11 @@ int ReportCommand(const std::vector<std::string>& args) {
       out += "  assistant: " + assistant + "\n";
     }
   }
+  // Compiled graphs that ran with no kernel map (python/tokentrace/_compiled/join.py).
+  if (const std::string unmapped = MetaValue(meta, "compiled_unmapped"); unmapped != "unknown") {
+    out += "  compiled regions without a kernel map (compiled before the trace): " + unmapped +
+           "; their ops and kernels are counted as compiled_unattributed\n";
+  }
   const std::string signal = MetaValue(meta, "exit_signal");
   if (!signal.empty() && signal != "unknown") {
     out += "  the job was ended by " + signal +

@@ -129,7 +129,8 @@ def _not_stored(q, owner, records, children):
 def join_kernels(q, noted=None):
     """(kernels, unattributed): unattributed is [(call_id, token, name)] of the ops of compiled
     calls (and GPU kernels launched in their regions) that no kernel of the map matched.
-    ([], []) without a map. noted: the map's meta rows when they are not in the file yet.
+    ([], []) when no compiled region ran. noted: the map's meta rows when they are not in the
+    file yet.
 
     A compiled call's kernels are the ops inside TorchDynamo's compiled regions among its op
     children (an op's own inner ops belong to it), and the GPU kernels launched in a region
@@ -149,10 +150,9 @@ def join_kernels(q, noted=None):
     def noted_json(key):  # the file's meta, or `noted` (its rows, not written yet)
         return _meta_json(q, key) if noted is None else json.loads(noted.get(key, "{}"))
 
-    graphs = noted_json(META_KEY)
-    if not graphs:
-        return [], []
-    m = match.Map(graphs, noted_json(REGIONS_KEY))
+    # Without a map (every graph compiled before the trace) nothing is attributed: each op and
+    # kernel of a region is counted.
+    m = match.Map(noted_json(META_KEY), noted_json(REGIONS_KEY))
     sites = {sid: (name, kind) for sid, name, kind in q("SELECT id, name, kind FROM sites")}
     if not any(name.startswith(REGION) for name, _ in sites.values()):
         return [], []  # no compiled code ran in this trace (the map may be from earlier ones)
@@ -262,17 +262,39 @@ def module_totals(kernels, gpu, token=None):
 
 def compiled_rows(path):
     """(meta, losses) to add to the file at `path` after the session: the map noted while it
-    ran, and the op children of compiled calls that the map does not explain, counted as
-    LOSS_KIND. ({}, {}) when nothing compiled. Reads the file once; writes nothing."""
+    ran (and UNMAPPED_KEY: the regions that ran without one), and the op children of compiled
+    calls that the map does not explain, counted as LOSS_KIND. ({}, {}) when nothing compiled
+    or ran compiled. Reads the file once; writes nothing."""
     noted = kernel_map.meta()
-    if not noted:
-        return {}, {}
     con = connect(path)
     try:
-        _, lost = join_kernels(lambda sql, args=(): con.execute(sql, args).fetchall(), noted)
+        def q(sql, args=()):
+            return con.execute(sql, args).fetchall()
+        _, lost = join_kernels(q, noted)
+        unmapped = unmapped_regions(q, noted)
     finally:
         con.close()
-    return noted, {LOSS_KIND: len(lost)}
+    if not noted and not lost and not unmapped:
+        return {}, {}
+    meta = dict(noted)
+    if unmapped:
+        meta[UNMAPPED_KEY] = ", ".join(unmapped)
+    return meta, {LOSS_KIND: len(lost)}
+
+
+UNMAPPED_KEY = "compiled_unmapped"  # meta: the compile ids of regions that ran with no map
+
+
+def unmapped_regions(q, noted=None):
+    """The compile ids ("0/0") of the compiled regions that ran in the trace without a kernel
+    map: graphs compiled before it started (or whose compile was not noted). Their ops and
+    kernels are all counted as LOSS_KIND."""
+    regions = _meta_json(q, REGIONS_KEY) if noted is None else json.loads(
+        noted.get(REGIONS_KEY, "{}"))
+    mapped = set(regions.values())
+    ran = {name[len(REGION):].lstrip(": ") for (name,) in q(
+        "SELECT name FROM sites WHERE name LIKE ?", (REGION + "%",))}
+    return sorted(r for r in ran if r and r not in mapped)
 
 
 def write_compiled_rows(path):

@@ -17,7 +17,8 @@ fallback op) has no name of its own: it is the next library call of the same gra
 last generated kernel seen (or before the next one, at the start of a call). Each kernel gets
 the modules of its nodes; more than one is a `fused` kernel, attributed to all of them. An op
 child of a compiled call that matches nothing (an eager op run between graphs, a graph compiled
-before the trace started) is counted as the loss kind `compiled_unattributed`.
+before the trace started) is counted as the loss kind `compiled_unattributed`; regions that ran
+with no graph of the map are named in meta "compiled_unmapped" (join.unmapped_regions).
 
 The map is stored in the trace file's meta ("compiled_kernels", JSON:
 {graph id: [[runtime name, [module paths relative to the compiled module]], ...]}).
