@@ -1,12 +1,16 @@
 // The public C API (include/tokentrace/tokentrace.h). Errors never cross this boundary as
 // exceptions: every entry point catches and reports through its return value.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "core/config.h"
 #include "core/recorder.h"
 #include "core/site_registry.h"
 #include "preload/shim.h"
+#include "store/schema.h"
+#include "store/store.h"
 #include "tokentrace/tokentrace.h"
 
 namespace {
@@ -131,6 +135,53 @@ void tokentrace_escape(int kind) {
   // Any other value is one of the four device escapes (the low bits), never out of range.
   recorder::Escape(0, kind == TOKENTRACE_ESCAPE_HOST_READ ? EscapeKind::kHostRead
                                                           : static_cast<EscapeKind>(kind & 3));
+}
+
+const char* tokentrace_default_kernel_mode(void) {
+  static const std::string mode = Config().kernels.ToString();
+  return mode.c_str();
+}
+
+const char* tokentrace_kernel_modes_accepted(void) { return kAcceptedKernelModes; }
+
+int tokentrace_parse_kernel_mode(const char* text, const char* what, char* out, size_t out_len,
+                                 char* err, size_t err_len) {
+  try {
+    std::string error;
+    const auto mode =
+        ParseKernelMode(text != nullptr ? text : "", what != nullptr ? what : "kernels", &error);
+    if (!mode) return Fail(error, err, err_len);
+    if (out != nullptr && out_len > 0) snprintf(out, out_len, "%s", mode->ToString().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    return Fail(std::string("tokentrace: tokentrace_parse_kernel_mode failed: ") + e.what(), err,
+                err_len);
+  }
+}
+
+const char* tokentrace_schema_sql(void) { return kSchemaSql; }
+
+const char* tokentrace_tokens_select_sql(void) { return kTokensSelectSql; }
+
+int tokentrace_schema_version(void) { return std::atoi(kSchemaVersion); }
+
+int tokentrace_oldest_readable_schema(void) { return kOldestReadableSchema; }
+
+int tokentrace_file_being_written(const char* path) {
+  try {
+    return path != nullptr && Store::BeingWritten(path) ? 1 : 0;
+  } catch (const std::exception&) {
+    return 0;  // a std::string that cannot be made: no file we could say anything of
+  }
+}
+
+const tokentrace_api* tokentrace_get_api(void) {
+  static const tokentrace_api api = {
+      sizeof(tokentrace_api),     TOKENTRACE_API_VERSION, &tokentrace_site,
+      &tokentrace_push,           &tokentrace_pop,        &tokentrace_text,
+      &tokentrace_output_current, &tokentrace_escape,
+  };
+  return &api;
 }
 
 }  // extern "C"

@@ -7,9 +7,10 @@
 //
 // Off costs nothing: the callback is added to torch's global list only by op_records_start and
 // removed by op_records_stop, and torch skips RecordFunction entirely while no callback is
-// registered. The C API of libtokentrace.so reaches us as function pointers from the Python
-// extension (tokentrace._native.c_api()): this library does not link libtokentrace, and the
-// extension's copy is not in the global symbol scope when Python loaded it RTLD_LOCAL.
+// registered. The C API of libtokentrace.so reaches us as the address of its versioned entry
+// table (tokentrace_get_api, handed over by tokentrace._native.api_address()): this library
+// does not link libtokentrace, and the extension's copy is not in the global symbol scope when
+// Python loaded it RTLD_LOCAL. The table's struct_size and api_version are checked on entry.
 //
 // Threading: callbacks run on the thread that runs the op. Per-thread caches (op name -> site
 // id, dtype -> text id) make the steady state free of locks and allocation on our side; a miss
@@ -20,6 +21,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -33,20 +35,13 @@
 namespace tokentrace::torch_ops {
 namespace {
 
-// The C API entry points we call, in the order python/src/native.cc's c_api() lists them.
-struct CApi {
-  uint32_t (*site)(const char*, int) = nullptr;
-  void (*push)(uint32_t) = nullptr;
-  void (*pop)() = nullptr;
-  uint32_t (*text)(const char*) = nullptr;
-  void (*output_current)(uint32_t, uint32_t, int, const int64_t*) = nullptr;
-  void (*escape)(int) = nullptr;
-};
-constexpr int64_t kCApiVersion = 1;  // bump with native.cc's c_api() when the list changes
+// The part of the table we call: up to and including `escape`. A library with a longer table
+// (entries added at the end) still serves us; a shorter one or another API version does not.
+constexpr size_t kApiSizeNeeded = offsetof(tokentrace_api, escape) + sizeof(tokentrace_api::escape);
 constexpr int kSiteKindOp = TOKENTRACE_SITE_OP;
 constexpr int kHostRead = 4;  // tokentrace_escape kind of a host read
 
-CApi g_api;
+tokentrace_api g_api{};     // a copy of the library's table, made by Start
 bool g_host_reads = false;  // CPU model: report escape ops as host reads (no CUPTI to see them)
 std::mutex g_mu;            // start/stop only
 std::optional<at::CallbackHandle> g_handle;
@@ -144,25 +139,24 @@ void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   g_api.pop();
 }
 
-void Start(c10::ArrayRef<int64_t> api, bool host_reads) {
+// `api_address`: tokentrace_get_api() of libtokentrace.so, from _native.api_address().
+void Start(int64_t api_address, bool host_reads) {
   std::lock_guard<std::mutex> lock(g_mu);
   TORCH_CHECK(!g_handle.has_value(),
               "tokentrace: op records are already on in this process (one trace at a time)");
-  TORCH_CHECK(api.size() == 7 && api[0] == kCApiVersion,
+  TORCH_CHECK(api_address != 0, "tokentrace: op_records_start got no C API table (address 0)");
+  const auto* api = reinterpret_cast<const tokentrace_api*>(static_cast<intptr_t>(api_address));
+  TORCH_CHECK(api->struct_size >= kApiSizeNeeded && api->api_version == TOKENTRACE_API_VERSION,
               "tokentrace: the native extension and the torch ops library disagree on the C API "
-              "(got ",
-              api.size(), " entries, version ", api.empty() ? -1 : api[0],
-              ", want 7 entries, version ", kCApiVersion, "); rebuild both with scripts/setup.sh");
-  for (size_t i = 1; i < api.size(); ++i) {
-    TORCH_CHECK(api[i] != 0, "tokentrace: C API entry ", i, " is null");
-  }
-  g_api.site = reinterpret_cast<uint32_t (*)(const char*, int)>(api[1]);
-  g_api.push = reinterpret_cast<void (*)(uint32_t)>(api[2]);
-  g_api.pop = reinterpret_cast<void (*)()>(api[3]);
-  g_api.text = reinterpret_cast<uint32_t (*)(const char*)>(api[4]);
-  g_api.output_current =
-      reinterpret_cast<void (*)(uint32_t, uint32_t, int, const int64_t*)>(api[5]);
-  g_api.escape = reinterpret_cast<void (*)(int)>(api[6]);
+              "(got struct_size ",
+              api->struct_size, ", api_version ", api->api_version,
+              "; want struct_size >= ", kApiSizeNeeded, ", api_version ", TOKENTRACE_API_VERSION,
+              "); rebuild both with scripts/setup.sh");
+  TORCH_CHECK(api->site != nullptr && api->push != nullptr && api->pop != nullptr &&
+                  api->text != nullptr && api->output_current != nullptr && api->escape != nullptr,
+              "tokentrace: the C API table has a null entry; rebuild with scripts/setup.sh");
+  // Only the entries we need are copied: a longer table's tail may be a layout we do not know.
+  std::memcpy(&g_api, api, kApiSizeNeeded);
   g_host_reads = host_reads;
   // ATen ops only (scope FUNCTION): not user record_function ranges, not autograd nodes.
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(OnOpStart, OnOpEnd)
@@ -191,7 +185,7 @@ extern "C" __attribute__((visibility("default"))) int tokentrace_op_records_stop
 // Added by an op: its own RecordFunction was made before the callback existed, so it is not
 // recorded.
 TORCH_LIBRARY_FRAGMENT(tokentrace, m) {
-  m.def("op_records_start(int[] api, bool host_reads) -> ()");
+  m.def("op_records_start(int api_address, bool host_reads) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(tokentrace, CompositeExplicitAutograd, m) { m.impl("op_records_start", Start); }

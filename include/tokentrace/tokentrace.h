@@ -102,6 +102,50 @@ TOKENTRACE_EXPORT void tokentrace_output_current(uint32_t path_id, uint32_t dtyp
  * records on a CPU model, by the op observer). */
 TOKENTRACE_EXPORT void tokentrace_escape(int kind);
 
+/* Kernel modes: "off" | "summary" | "full" | "sample:N" (N >= 1). The recorder's parser is the
+ * one judge of a mode; the Python layer asks it through these. Both strings are static. */
+TOKENTRACE_EXPORT const char* tokentrace_default_kernel_mode(void);   /* "summary" */
+TOKENTRACE_EXPORT const char* tokentrace_kernel_modes_accepted(void); /* as errors say them */
+/* Parses `text` as a kernel mode. Returns 0 and writes its canonical spelling ("sample:4") into
+ * out; or non-zero with a one-line message naming `what` (NULL: "kernels") in err. Both buffers
+ * are the caller's (either may be NULL) and are truncated to their lengths; 32 bytes hold any
+ * mode. */
+TOKENTRACE_EXPORT int tokentrace_parse_kernel_mode(const char* text, const char* what, char* out,
+                                                   size_t out_len, char* err, size_t err_len);
+
+/* The trace file's schema (src/store/schema.sql, embedded at build time). Static strings. */
+TOKENTRACE_EXPORT const char* tokentrace_schema_sql(void);        /* the DDL of a fresh file */
+TOKENTRACE_EXPORT const char* tokentrace_tokens_select_sql(void); /* the tokens view's SELECT */
+TOKENTRACE_EXPORT int tokentrace_schema_version(void);            /* what the writer writes */
+TOKENTRACE_EXPORT int tokentrace_oldest_readable_schema(void);    /* what readers still open */
+/* 1 while a writer has the trace file at `path` open (it holds a shared flock on it for its
+ * whole life), else 0 (no such file, or no writer). Readers use it to decide whether the
+ * -shm file they made may be removed. */
+TOKENTRACE_EXPORT int tokentrace_file_being_written(const char* path);
+
+/* The entry points above as one versioned table, for code that reaches libtokentrace.so only
+ * by an address (the torch ops library's op observer: it does not link libtokentrace.so, and
+ * the Python extension's copy is not in the global symbol scope). A caller checks
+ * struct_size >= the end of the last entry it calls, and api_version == TOKENTRACE_API_VERSION.
+ * New entries go at the end; a changed signature bumps TOKENTRACE_API_VERSION.
+ *
+ *   offset  0  struct_size, api_version (uint32_t each)
+ *   offset  8  site, push, pop, text, output_current, escape (one pointer each)
+ */
+typedef struct tokentrace_api {
+  uint32_t struct_size; /* sizeof(tokentrace_api) of the library */
+  uint32_t api_version; /* TOKENTRACE_API_VERSION of the library */
+  uint32_t (*site)(const char* name, int kind);
+  void (*push)(uint32_t site_id);
+  void (*pop)(void);
+  uint32_t (*text)(const char* text);
+  void (*output_current)(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
+  void (*escape)(int kind);
+} tokentrace_api;
+
+/* The library's table: static, never NULL, valid for the life of the process. */
+TOKENTRACE_EXPORT const tokentrace_api* tokentrace_get_api(void);
+
 #ifdef __cplusplus
 }
 #endif

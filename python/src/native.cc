@@ -23,17 +23,17 @@
 #include <structmember.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "attribute_swap.h"
-#include "core/config.h"
 #include "inputs_walk.h"
 #include "nvtx3/nvToolsExt.h"
-#include "store/schema.h"
+// The one header of the native core this extension sees: everything it asks of the recorder
+// (kernel modes, the schema, the op observer's entry points) goes through the C API of
+// libtokentrace.so (tests/python/test_contracts.py holds it to that).
 #include "tokentrace/tokentrace.h"
 
 namespace nb = nanobind;
@@ -417,10 +417,15 @@ NB_MODULE(_native, m) {
   m.attr("META_CLOSED") = TOKENTRACE_META_CLOSED;
   // The trace schema (src/store/schema.sql, embedded at build time): Python creates test
   // files from it and reads tokens with the same SELECT as the C++ readers.
-  m.attr("SCHEMA_SQL") = tokentrace::kSchemaSql;
-  m.attr("TOKENS_SELECT_SQL") = tokentrace::kTokensSelectSql;
-  m.attr("SCHEMA_VERSION") = std::atoi(tokentrace::kSchemaVersion);
-  m.attr("OLDEST_READABLE_SCHEMA") = tokentrace::kOldestReadableSchema;
+  m.attr("SCHEMA_SQL") = tokentrace_schema_sql();
+  m.attr("TOKENS_SELECT_SQL") = tokentrace_tokens_select_sql();
+  m.attr("SCHEMA_VERSION") = tokentrace_schema_version();
+  m.attr("OLDEST_READABLE_SCHEMA") = tokentrace_oldest_readable_schema();
+  // Whether a writer holds the trace file open (its shared flock): the C++ store's own test.
+  m.def(
+      "being_written",
+      [](const std::string& path) { return tokentrace_file_being_written(path.c_str()) != 0; },
+      nb::arg("path"));
   // Site, escape and loss kinds (include/tokentrace/kinds.h) as {name: code}.
   nb::dict site_kinds, escape_kinds, loss_kinds;
 #define TT_KIND_ITEM_(dict) [&](const char* text, int value) { dict[text] = value; }
@@ -437,16 +442,19 @@ NB_MODULE(_native, m) {
   m.attr("SITE_KINDS") = site_kinds;
   m.attr("ESCAPE_KINDS") = escape_kinds;
   m.attr("LOSS_KINDS") = loss_kinds;
-  // Kernel modes: the C++ parser (src/core/config.cc) judges them for Python too.
-  m.attr("DEFAULT_KERNEL_MODE") = tokentrace::Config().kernels.ToString();
-  m.attr("KERNEL_MODES_ACCEPTED") = tokentrace::kAcceptedKernelModes;
+  // Kernel modes: the C++ parser (src/core/config.cc, behind the C API) judges them for Python.
+  m.attr("DEFAULT_KERNEL_MODE") = tokentrace_default_kernel_mode();
+  m.attr("KERNEL_MODES_ACCEPTED") = tokentrace_kernel_modes_accepted();
   m.def(
       "parse_kernel_mode",
       [](const std::string& text, const std::string& what) {
-        std::string error;
-        const auto mode = tokentrace::ParseKernelMode(text, what, &error);
-        if (!mode) throw nb::value_error(error.c_str());
-        return mode->ToString();
+        char mode[32] = {0};
+        char err[1024] = {0};
+        if (tokentrace_parse_kernel_mode(text.c_str(), what.c_str(), mode, sizeof(mode), err,
+                                         sizeof(err)) != 0) {
+          throw nb::value_error(err[0] ? err : "tokentrace: not a kernel mode");
+        }
+        return std::string(mode);
       },
       nb::arg("text"), nb::arg("what") = "kernels");
   m.def("start", &Start, nb::arg("out_path").none(), nb::arg("kernels").none(),
@@ -483,19 +491,12 @@ NB_MODULE(_native, m) {
     Py_INCREF(type.ptr());
     g_tensor_type = reinterpret_cast<PyTypeObject*>(type.ptr());
   });
-  // The C API entry points the op observer of the torch ops library calls
-  // (cuda/torch/op_observer.cc, which checks the version 1 and the count): that library does
-  // not link libtokentrace.so, and ours is not in the global symbol scope.
-  m.def("c_api", [] {
-    auto addr = [](auto* fn) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(fn)); };
-    return std::vector<int64_t>{1,
-                                addr(&tokentrace_site),
-                                addr(&tokentrace_push),
-                                addr(&tokentrace_pop),
-                                addr(&tokentrace_text),
-                                addr(&tokentrace_output_current),
-                                addr(&tokentrace_escape)};
-  });
+  // The address of libtokentrace.so's versioned entry table (tokentrace_get_api), for the op
+  // observer of the torch ops library (cuda/torch/op_observer.cc checks its struct_size and
+  // api_version): that library does not link libtokentrace.so, and ours is not in the global
+  // symbol scope.
+  m.def("api_address",
+        [] { return static_cast<int64_t>(reinterpret_cast<intptr_t>(tokentrace_get_api())); });
   g_wrapper_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_wrapper_spec));
   if (g_wrapper_type == nullptr) throw nb::python_error();
   m.def("wrap_forward", &MakeWrapper, nb::arg("site"), nb::arg("name"), nb::arg("kind"),

@@ -136,6 +136,31 @@ def test_current_gives_the_call_and_its_token(tmp_path):
         native.stop()
 
 
+def test_the_extension_sees_the_core_only_through_the_c_api():
+    """python/src/ includes one header of the native core, include/tokentrace/tokentrace.h
+    (besides nanobind, Python, NVTX and its own files), and links libtokentrace.so alone: the
+    kernel-mode parser, the schema text and the op observer's entry table are asked of the C
+    API, so no object of tt_core is compiled into the extension."""
+    src = os.path.join(ROOT, "python", "src")
+    own = set(os.listdir(src))
+    allowed_prefixes = ("nanobind/", "nvtx3/")
+    core_folders = set(os.listdir(os.path.join(ROOT, "src"))) | {"preload"}
+    for name in sorted(own):
+        if not name.endswith((".cc", ".h")):
+            continue
+        with open(os.path.join(src, name), encoding="utf-8") as f:
+            text = f.read()
+        quoted = re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M)
+        for header in quoted:
+            assert (header == "tokentrace/tokentrace.h" or header in own
+                    or header.startswith(allowed_prefixes)), (name, header)
+        angled = re.findall(r"^\s*#\s*include\s+<([^>]+)>", text, re.M)
+        assert not [h for h in angled if h.split("/")[0] in core_folders], (name, angled)
+    with open(os.path.join(ROOT, "python", "CMakeLists.txt"), encoding="utf-8") as f:
+        links = re.findall(r"target_link_libraries\(_native\s+PRIVATE\s+([^)]*)\)", f.read())
+    assert [text.split() for text in links] == [["tokentrace_shim"]]
+
+
 # --- the package's layers and faces (python/README.md) -------------------------------------
 # Bottom to top; a file imports only from layers below its own (or its own subpackage, or, at
 # the top, other top-level files). _record, _edit and _read share a layer: none imports another.

@@ -118,9 +118,10 @@ class NativeBackend:
     def ops_buffer_events(self):
         return self._n.OPS_BUFFER_EVENTS
 
-    def c_api(self):
-        """The C API entry points the op observer calls (see cuda/torch/op_observer.cc)."""
-        return self._n.c_api()
+    def api_address(self):
+        """The address of libtokentrace.so's versioned entry table (tokentrace_get_api), which
+        the op observer calls through and checks (see cuda/torch/op_observer.cc)."""
+        return self._n.api_address()
 
     def pre_hook(self, site_id, name, kind):
         return self._n.PreHook(site_id, name, kind)

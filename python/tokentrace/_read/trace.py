@@ -9,7 +9,6 @@ Reads are lazy: sites are loaded on open, each site's calls on first access, and
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -207,24 +206,9 @@ def _fail_not_a_trace(path, why, wal_missing):
     fail(f"{path} is not a tokentrace {why}")
 
 
-def _being_written(path):
-    """True while a writer has `path` open (it holds a shared flock for its whole life)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # also drops the lock if it was taken
-
-
 def _close_reader(con, path, made_shm):
     con.close()
-    if made_shm and not _being_written(path):
+    if made_shm and not schema().being_written(path):
         with contextlib.suppress(OSError):
             os.unlink(path + "-shm")
 

@@ -39,7 +39,7 @@ def start(backend, host_reads):
         fail(f"ops=True records ATen ops through the torch ops library, which did not load: "
              f"{str(exc).removeprefix('tokentrace: ')}")
     try:
-        torch.ops.tokentrace.op_records_start(list(backend.c_api()), bool(host_reads))
+        torch.ops.tokentrace.op_records_start(backend.api_address(), bool(host_reads))
     except RuntimeError as exc:
         fail(" ".join(str(exc).split()).removeprefix("tokentrace: "))
     # Compiled kernels become ops too, mapped to their modules (_compiled/kernel_map.py).
