@@ -5,6 +5,8 @@ inside a hook never escape into the traced job (see _record/hooks.py); errors ab
 raised before any model work starts.
 """
 
+from typing import NoReturn
+
 
 class TokentraceError(ValueError):
     """A bad argument, selector, path or file. The message says what is accepted."""
@@ -23,7 +25,7 @@ class ScalarEscapeWarning(UserWarning):
     """
 
 
-def fail(message):
+def fail(message: str) -> NoReturn:
     """Raises TokentraceError with `message`, hiding our own frames from the traceback."""
     err = TokentraceError(message)
     err.__suppress_context__ = True

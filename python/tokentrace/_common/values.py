@@ -18,6 +18,7 @@ reads it back.
 
 import dataclasses
 import inspect
+from typing import Any
 
 import torch
 
@@ -53,7 +54,8 @@ def walk_call(names, args, kwargs):
 # Kinds start at 1, so `_KINDS.get(cls) or kind_of(cls)` is the whole lookup on the hot path.
 TENSOR, LEAF, SEQ, DICT, CACHE, DATACLASS, OBJECT = range(1, 8)
 KINDS = (TENSOR, LEAF, SEQ, DICT, CACHE, DATACLASS, OBJECT)  # in the native walk's order
-_KINDS = {}  # type -> how to walk it (types are few; the walk runs at every recorded call)
+# type -> how to walk it (types are few; the walk runs at every recorded call)
+_KINDS: dict[type, Any] = {}
 
 
 def kind_of(cls):
@@ -94,7 +96,8 @@ def _join(path, key):
     return f"{path}.{key}" if path else str(key)
 
 
-_PATHS = {}  # (path, str or int key) -> the child's path, made once and shared by every row
+# (path, str or int key) -> the child's path, made once and shared by every row
+_PATHS: dict[tuple[str, str | int], str] = {}
 _MAX_PATHS = 1 << 16  # a job that keeps making new keys gets a fresh memo, not a growing one
 
 

@@ -38,10 +38,12 @@ in it are recorded.
 import functools
 import types
 import weakref
+from typing import Any
 
 import torch
 
-_attached = weakref.WeakKeyDictionary()  # model -> its CompiledCalls while a trace is on
+# model -> its CompiledCalls while a trace is on
+_attached: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _note(inside):

@@ -27,6 +27,7 @@ The map is stored in the trace file's meta ("compiled_kernels", JSON:
 import json
 import re
 import sys
+from typing import Any
 
 META_KEY = "compiled_kernels"
 # {graph id: TorchDynamo compile id ("0/1")}: the compile each graph came from, which the
@@ -34,7 +35,7 @@ META_KEY = "compiled_kernels"
 REGIONS_KEY = "compiled_graph_regions"
 LOSS_KIND = "compiled_unattributed"  # include/tokentrace/kinds.h
 
-_state = {"saved": None, "graphs": {}, "regions": {}, "compile": None}
+_state: dict[str, Any] = {"saved": None, "graphs": {}, "regions": {}, "compile": None}
 
 
 def _runtime_name(name, generated, graph_id, profiled):

@@ -17,6 +17,7 @@ import urllib.parse
 import warnings
 import weakref
 from collections import namedtuple
+from typing import Any, NoReturn
 
 from .._common import schema
 from .._errors import TokentraceError, fail
@@ -47,7 +48,8 @@ class OutputMeta:
         # A shape the record could not hold whole ends in None (the trace's losses count it
         # as output_dims_truncated): then a plain tuple, since torch.Size takes only ints.
         import torch  # here, not at the top: tt.load and reading a trace need no torch
-        self.shape = torch.Size(shape) if None not in shape else tuple(shape)
+        dims = [d for d in shape if d is not None]
+        self.shape = torch.Size(dims) if len(dims) == len(shape) else tuple(shape)
         self.dtype = dtype
         self.path = path  # where the tensor sits in the output: "", "[0]", "logits", ...
 
@@ -179,7 +181,8 @@ class SiteView:
     @property
     def gpu_ms(self) -> float | None:
         values = [c.gpu_ms for c in self.calls]
-        return None if any(v is None for v in values) else sum(values)
+        known = [v for v in values if v is not None]
+        return None if len(known) < len(values) else sum(known)
 
     def __repr__(self) -> str:
         return f"<site {self.name} ({self.kind}) num_calls={self.num_calls}>"
@@ -198,7 +201,7 @@ def _wal_missing(path):
                           and header[18] == 2 and header[19] == 2)
 
 
-def _fail_not_a_trace(path, why, wal_missing):
+def _fail_not_a_trace(path: str, why: str, wal_missing: bool) -> NoReturn:
     if wal_missing:
         fail(f"{path} has no trace data of its own and its write-ahead log {path}-wal is "
              f"missing (a writer that was killed keeps its last data there until its next "
@@ -279,12 +282,12 @@ class Trace:
             self._sites[name] = (sid, kind, bool(tok))
             if sid in called:
                 self._site_order.append(name)
-        self._views = {}
+        self._views: dict[str, Any] = {}
         self._outputs = None
         self._input_rows = None
-        self._saved = None
+        self._saved: dict[int, tuple[str, str]] | None = None
         self._gpu = False
-        self._shards = {}
+        self._shards: dict[str, Any] = {}
 
     # --- plumbing -----------------------------------------------------------------------
     def _q(self, sql, args=()):
@@ -328,7 +331,7 @@ class Trace:
             view = self._views[name] = SiteView(self, sid, name, kind)
         return view
 
-    def _unknown(self, name):
+    def _unknown(self, name: str) -> NoReturn:
         import difflib
         close = difflib.get_close_matches(name, self._site_order, n=3, cutoff=0.5)
         hint = (f"did you mean {', '.join(repr(c) for c in close)}?" if close
@@ -514,7 +517,7 @@ class Recording(Trace):
     @property
     def saved_sites(self) -> list[str]:
         self._load_outputs()
-        ids = set(self._saved)
+        ids = set(self._saved or {})
         if not ids:
             return []
         names = {sid: n for n, (sid, _, _) in self._sites.items()}

@@ -12,6 +12,7 @@ A row is (path, kind, type, shape, dtype, device, value); shape is a list of int
 import ctypes
 import dataclasses
 import weakref
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ from .._common import (
 )
 
 _MAX_STR = 64      # longer strings are recorded by type and length only
-_META = {}  # "address": tokentrace_tensor_meta's, once looked up
+_META: dict[str, int] = {}  # "address": tokentrace_tensor_meta's, once looked up
 
 
 def tensor_meta():
@@ -55,7 +56,8 @@ def _field_names(cls):
     return tuple(field.name for field in dataclasses.fields(cls))
 
 
-_TEXT = {}  # dtypes and devices -> their text (few; str() of a device costs more than a walk)
+# dtypes and devices -> their text (few; str() of a device costs more than a walk)
+_TEXT: dict[Any, str] = {}
 
 
 def _text(obj):

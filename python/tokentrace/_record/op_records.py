@@ -16,6 +16,7 @@ RecordFunction at all. Reading them back is _read/op_records.py's.
 import contextlib
 import ctypes
 import os
+from typing import Any
 
 import torch
 
@@ -46,7 +47,7 @@ def start(backend, host_reads):
     kernel_map.start()
 
 
-_lib = {}
+_lib: dict[str, Any] = {}
 
 
 def stop():

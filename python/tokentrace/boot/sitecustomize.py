@@ -42,7 +42,7 @@ def _ensure_package_importable():
         sys.path.append(os.path.dirname(os.path.dirname(_BOOT)))
 
 
-_hooked = []  # holds True once _torch_ready ran
+_hooked: list[bool] = []  # holds True once _torch_ready ran
 
 
 def _torch_ready():
