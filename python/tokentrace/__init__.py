@@ -39,6 +39,9 @@ if TYPE_CHECKING:  # what type checkers see of the names below (the package ship
     from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
     from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
     from .edits import BoundModel, EditSpec
+if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_sites returns
+    from ._common import contains, func, in_module, label, where
+    from ._read import OpLabel, OpSite, SiteTable
 
 # name -> the submodule that defines it
 _EXPORTS = {
@@ -53,6 +56,11 @@ _EXPORTS = {
     "BoundModel": ".edits", "EditSpec": ".edits", "call": ".edits", "every_call": ".edits",
     "load_spec": ".edits", "prefill": ".edits", "token": ".edits", "when": ".edits",
 }
+# Op-level sites (TorchLens's selectors over ops, find_sites' table, the op label views).
+_EXPORTS.update({
+    "func": "._common", "in_module": "._common", "label": "._common", "contains": "._common",
+    "where": "._common", "SiteTable": "._read", "OpSite": "._read", "OpLabel": "._read",
+})
 
 __all__ = [
     "trace", "record", "load", "module", "Selector", "when", "prefill", "call", "token",
@@ -60,6 +68,7 @@ __all__ = [
     "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
     "ScalarEscapeWarning", "EditSkipWarning", "TokentraceError", "native_available", "load_spec",
 ]
+__all__ += ["func", "in_module", "label", "contains", "where", "SiteTable", "OpSite", "OpLabel"]
 
 
 def __getattr__(name):

@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from ._backend import check_kernel_mode, get_backend
-from ._common import ROOT, as_selector, check_writable
+from ._common import ROOT, as_selector, check_writable, names_ops
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits
 from ._errors import TokentraceError, fail
@@ -136,12 +136,23 @@ def _selector(sites, save, default_all, inputs_of):
 
 
 def _resolve(names, sites, save, default_all, inputs_of=None):
-    """(hooked sites, saved sites, sites whose inputs are recorded: the root's always)."""
-    saved = as_selector(save, "save=").resolve(names, "save=") if save is not None else []
+    """(hooked sites, saved sites, sites whose inputs are recorded: the root's always).
+    An op selector in sites= or save= hooks the modules it needs to be decided (those of
+    tt.in_module), besides the root, whose calls number the ops."""
+    needed = set()
+    saved = []
+    if save is not None:
+        chosen = as_selector(save, "save=")
+        saved = chosen.resolve(names, "save=")
+        needed |= chosen.needs(names, "save=")
     if sites is None:
         hooked = names if default_all else [ROOT]
     else:
-        hooked = as_selector(sites, "sites=").resolve(names, "sites=")
+        chosen = as_selector(sites, "sites=")
+        hooked = chosen.resolve(names, "sites=")
+        needed |= chosen.needs(names, "sites=")
+    if needed:
+        hooked = [n for n in names if n in needed or n in hooked]
     inputs = (as_selector(inputs_of, "inputs_of=").resolve(names, "inputs_of=")
               if inputs_of is not None else [])
     return selection(names, hooked, saved, inputs)
@@ -156,6 +167,17 @@ def _root_given(model, how, kwargs):
     if not isinstance(assistant, torch.nn.Module) or assistant is model:
         assistant = None
     return RootChoice(model, how, model, assistant)
+
+
+def _ops_for(ops, sites, save):
+    """ops= as given, or True when sites= or save= selects ops (tt.func, tt.in_module, ...):
+    op records are on for that run. Saving the values of ops is not built: one clear error."""
+    ops = op_records.check(ops)
+    if names_ops(save, "save="):
+        fail(f"save={as_selector(save, 'save=')!r} selects ops, and op outputs cannot be saved "
+             f"yet; save= takes modules (tt.module(...)), and sites= takes op selectors (their "
+             f"shapes and dtypes are recorded, trace.find_sites(...) finds them)")
+    return ops or names_ops(sites, "sites=")
 
 
 def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
@@ -259,7 +281,8 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     kernels: 'off' | 'summary' | 'full' | 'sample:N'; None (the default): TOKENTRACE_KERNELS,
     else 'summary'.
     out: the SQLite file (default: a temporary file; see trace.path).
-    ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops).
+    ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops); an op
+    selector in sites= (tt.func("relu"), tt.in_module(...), ...) turns this on by itself.
     edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
     """
     if not callable(fn):
@@ -275,7 +298,7 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
     return _run("trace", fn, root, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, op_records.check(ops))
+                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save))
 
 
 def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any = None,
@@ -326,4 +349,4 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
     return _run("record", fn, root, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, op_records.check(ops))
+                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save))

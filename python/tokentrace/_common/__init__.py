@@ -1,7 +1,8 @@
 """What every layer above shares: site names, selectors, the value paths and kinds, the first
 tensor of an output, the trace file, and finding the native extension.
 
-Files: naming.py (site names, the root `self`), selectors.py (tt.module), values.py (the kinds
+Files: naming.py (site names, the root `self`), selectors.py (tt.module), op_selectors.py
+(tt.func, tt.in_module, tt.label, tt.contains, tt.where, & | ~), values.py (the kinds
 of values inside a call's arguments and the walk over them), paths.py (the one parser of value
 paths such as "[0].logits"), outputs.py (the first tensor of an output, dtype names), store.py
 (the trace file: schema and the Python layer's rows), loader.py (finds and loads the extension
@@ -15,16 +16,29 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from . import loader
     from .loader import PACKAGE_DIR
     from .naming import OP_KIND, ROOT, is_glob, site_names
+    from .op_selectors import SiteQuery, contains, func, in_module, label, op_type, where
     from .outputs import dtype_name, first_tensor, parse_dtype
     from .paths import CACHE_NAMES, cache_alias, descend, ends, put_at, replace_in_output
-    from .selectors import Selector, SiteSelector, as_selector, module, parse_env_list
+    from .selectors import (
+        Selector,
+        SiteSelector,
+        as_selector,
+        module,
+        names_ops,
+        op_selection,
+        parse_env_list,
+    )
     from .store import check_writable, connect, schema, write_python_rows, write_schema
     from .values import KINDS, MAX_DEPTH, MAX_ITEMS, SCALARS, kind_of, parameter_names, walk_call
 
 _EXPORTS = {
     "ROOT": "naming", "OP_KIND": "naming", "site_names": "naming", "is_glob": "naming",
     "Selector": "selectors", "SiteSelector": "selectors", "as_selector": "selectors",
-    "module": "selectors", "parse_env_list": "selectors",
+    "module": "selectors", "parse_env_list": "selectors", "names_ops": "selectors",
+    "op_selection": "selectors",
+    "SiteQuery": "op_selectors", "func": "op_selectors", "in_module": "op_selectors",
+    "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
+    "op_type": "op_selectors",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",
     "CACHE_NAMES": "paths", "cache_alias": "paths", "ends": "paths", "descend": "paths",

@@ -1,4 +1,5 @@
-"""Site selectors: tt.module("glob"), lists of them, and `|`.
+"""Site selectors: tt.module("glob"), lists of them, and `|`; with op selectors (tt.func, ...,
+op_selectors.py) also `&`, `~` and `-`.
 
 A selector is resolved against the sites of one model. Resolution is strict:
   * an exact address that is not a site is an error naming the closest sites (difflib);
@@ -10,10 +11,11 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from collections.abc import Iterable
-from typing import Union
+from typing import Any, Union
 
 from .._errors import fail
 from .naming import is_glob
+from .op_selectors import MODULE, NotQuery, SiteQuery, as_query
 
 
 class Selector:
@@ -22,11 +24,40 @@ class Selector:
     def __init__(self, patterns: Iterable[str]) -> None:
         self.patterns = tuple(patterns)
 
-    def __or__(self, other: SiteSelector) -> Selector:
+    # What op_selectors.py's algebra asks of every selector: the kinds of sites it addresses,
+    # whether it chooses a module or an op site.
+    kinds = frozenset({MODULE})
+    names_ops = False
+
+    def __or__(self, other: Any) -> Any:
+        if isinstance(other, SiteQuery):  # with an op selector: a composite
+            return SiteQuery.__ror__(other, self)
         return Selector(self.patterns + as_selector(other, "selector").patterns)
 
-    def __ror__(self, other: SiteSelector) -> Selector:
+    def __ror__(self, other: Any) -> Any:
         return as_selector(other, "selector") | self
+
+    def __and__(self, other: Any) -> SiteQuery:
+        return SiteQuery.__rand__(as_query(other, "the right side of &"), self)
+
+    def __rand__(self, other: Any) -> SiteQuery:
+        return as_query(other, "the left side of &") & self
+
+    def __sub__(self, other: Any) -> SiteQuery:
+        return self & ~as_query(other, "the right side of -")
+
+    def __invert__(self) -> SiteQuery:
+        return NotQuery(self)
+
+    def matches_module(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) if is_glob(p) else name == p
+                   for p in self.patterns)
+
+    def matches_op(self, op: Any) -> bool:
+        return False
+
+    def needs(self, names: list[str], what: str = "selector") -> set[str]:
+        return set()
 
     def __repr__(self) -> str:
         return " | ".join(f"tt.module({p!r})" for p in self.patterns)
@@ -54,7 +85,7 @@ class Selector:
 
 
 # What a sites=/save=/inputs_of= argument or tt.when's selector takes.
-SiteSelector = Union[Selector, str, Iterable[Union[Selector, str]]]
+SiteSelector = Union[Selector, SiteQuery, str, Iterable[Union[Selector, SiteQuery, str]]]
 
 
 def _sample(sites, n=4):
@@ -73,20 +104,43 @@ def module(*patterns: str) -> Selector:
 
 
 def as_selector(value, what):
-    """Accepts a Selector, a string (an address or glob), or a list/tuple/set of those."""
-    if isinstance(value, Selector):
+    """Accepts a Selector, an op selector or composite (SiteQuery), a string (an address or
+    glob), or a list/tuple/set of those (their union)."""
+    if isinstance(value, (Selector, SiteQuery)):
         return value
     if isinstance(value, str):
         return module(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         patterns = []
+        queries = []
         for item in value:
-            patterns.extend(as_selector(item, what).patterns)
-        if not patterns:
+            one = as_selector(item, what)
+            if isinstance(one, SiteQuery):
+                queries.append(one)
+            else:
+                patterns.extend(one.patterns)
+        if not patterns and not queries:
             fail(f"{what} is an empty list; pass tt.module('addr'), a list of them, or None")
-        return Selector(patterns)
-    fail(f"{what} must be tt.module('addr' or 'glob'), a string, a list of them, or None; "
+        union = Selector(patterns) if patterns else None
+        for query in queries:
+            union = query if union is None else union | query
+        return union
+    fail(f"{what} must be tt.module('addr' or 'glob'), an op selector (tt.func('relu'), "
+         f"tt.in_module(...), tt.label(...), ...), a string, a list of them, or None; "
          f"got {type(value).__name__}")
+
+
+def names_ops(value, what):
+    """Whether a sites=/save= argument (None: no) selects ops, which turns op records on."""
+    return value is not None and as_selector(value, what).names_ops
+
+
+def op_selection(value, what):
+    """The op selector a sites=/save= argument holds (None when it names no op)."""
+    if value is None:
+        return None
+    selector = as_selector(value, what)
+    return selector if selector.names_ops else None
 
 
 def parse_env_list(text):

@@ -4,7 +4,7 @@ make_rule checks what tt.when and the JSON reader (json_spec.py) are given; Edit
 (spec.py) holds the rules of a spec.
 """
 
-from .._common import as_selector
+from .._common import Selector, as_selector
 from .._errors import fail
 from .calls import as_calls
 from .operations import Op
@@ -40,6 +40,12 @@ class Rule:
 def make_rule(selector, action, calls=None, input=None):
     """A checked Rule (the arguments of tt.when; see there)."""
     selector = as_selector(selector, "tt.when selector")
+    if selector.names_ops:
+        fail(f"op-level edits are not supported yet ({selector!r} selects ops); edit a "
+             f"module's output with tt.module(...)")
+    if not isinstance(selector, Selector):  # tt.module(...) & / ~ ...: no JSON form, no plan
+        fail(f"tt.when takes tt.module(...) selectors, joined with | ({selector!r} uses & or ~, "
+             f"which select for reading: trace.find_sites(...), sites=, save=)")
     if not (isinstance(action, Op) or callable(action)):
         fail(f"tt.when action must be an edit op (tt.zero(), tt.scale(f), ...) or a callable "
              f"fn(values, *, ctx); got {type(action).__name__}")

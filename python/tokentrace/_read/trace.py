@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import 
     from .._compiled import CompiledKernel, ModuleTotal
     from .inputs import CallInputs
     from .op_records import OpCall, OpTotal
+    from .op_sites import SiteTable
 
 # finished: False for a token whose root call never closed (the job was killed inside it);
 # its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
@@ -314,7 +315,10 @@ class Trace:
     def __contains__(self, key: object) -> bool:
         return key in self._sites
 
-    def __getitem__(self, key: str) -> SiteView | CallView:
+    def __getitem__(self, key: str) -> Any:
+        """trace['site'] (SiteView), trace['site:k'] (CallView); with op records, an op's
+        TorchLens label: trace['relu_1_2'] (OpLabel, every pass), trace['relu_1_2:k'] and
+        trace['relu_1:k'] (OpSite; see op_sites.py)."""
         if not isinstance(key, str):
             fail(f"index a trace with 'site' or 'site:k' (k 1-based), got {key!r}")
         if key in self._sites:
@@ -322,7 +326,20 @@ class Trace:
         site, sep, k = key.rpartition(":")
         if sep and k.isdigit() and site in self._sites:
             return self._site(site)[int(k)]
+        from . import op_sites
+        if op_sites.looks_like_label(key):
+            found = op_sites.lookup(self, key)
+            if found is not None:
+                return found
+            fail(op_sites.unknown_label(self, key))
         self._unknown(site if (sep and k.isdigit()) else key)
+
+    def find_sites(self, query: Any, *, max_fanout: int | None = None) -> SiteTable:
+        """The sites a selector chooses, in the order they ran: op sites (OpSite, with ops
+        recorded) and module calls (CallView); an empty SiteTable when none. max_fanout:
+        more matches is an error (None, the default: no limit)."""
+        from .op_sites import find_sites
+        return find_sites(self, query, max_fanout)
 
     def _site(self, name):
         view = self._views.get(name)

@@ -1,0 +1,329 @@
+"""Selectors over ATen ops (tt.func, tt.in_module, tt.label, tt.contains, tt.where) and the
+`&`, `|`, `~` algebra over them and tt.module(...), as TorchLens spells them.
+
+A trace has two kinds of sites: module sites (a module address; `self` is the root) and op
+sites (an outermost ATen op inside a root call, seen through its view, _read/op_sites.py's
+OpSite: layer_type, func_name, layer_label, label, label_short, modules). A leaf addresses one
+kind: tt.module(...) module sites, every other leaf op sites, and a leaf never matches a site
+of the other kind. `a & b` and `a | b` address what their parts address; `~a` is the
+complement within the kinds `a` addresses, so ~tt.func("relu") is every other op, not every
+module as well. `a - b` is `a & ~b`.
+
+An op's type (what tt.func matches, and the first part of its label) follows TorchLens's rule,
+the function name lower-cased with its underscores removed, applied to the ATen name without
+namespace and overload: aten::relu -> relu, aten::layer_norm -> layernorm, aten::add_ -> add,
+aten::add.Tensor -> add. Python operators reach ATen under ATen's names (x / y is aten::div),
+so tt.func("truediv") (TorchLens's type of `/`) also matches div; _OPERATOR_TYPES lists these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import fail
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .selectors import Selector
+
+MODULE, OP = "module", "op"
+
+# TorchLens's types of Python operators (their dunder names, normalised) -> the types of the
+# ATen ops they run as. An operator whose ATen op has its own name (add, mul, sub, matmul, pow,
+# neg, rsub) needs no entry.
+_OPERATOR_TYPES = {
+    "truediv": ("div",), "rtruediv": ("div", "reciprocal"), "itruediv": ("div",),
+    "floordiv": ("floordivide",), "rfloordiv": ("floordivide",),
+    "radd": ("add",), "iadd": ("add",), "rmul": ("mul",), "imul": ("mul",), "isub": ("sub",),
+    "mod": ("remainder",), "rmatmul": ("matmul",), "invert": ("bitwisenot",),
+    "getitem": ("select", "slice", "index"), "setitem": ("copy", "fill", "indexput"),
+}
+
+_ACCEPTED = ("tt.module(...), tt.func(...), tt.in_module(...), tt.label(...), tt.contains(...), "
+             "tt.where(...)")
+
+
+def op_type(name: str) -> str:
+    """TorchLens's layer type of an op named `name` ("aten::layer_norm" -> "layernorm")."""
+    base = name.rpartition("::")[2].partition(".")[0]  # no namespace, no overload
+    return base.lower().replace("_", "")
+
+
+class SiteQuery:
+    """A selector that is not a plain union of tt.module patterns: op leaves and composites.
+
+    kinds: the kinds of sites it addresses. matches_module(name) / matches_op(op): whether it
+    chooses that site. needs(names): the module sites that must be recorded for it to be
+    decided (tt.in_module's module and the modules inside it)."""
+
+    kinds: frozenset[str] = frozenset({OP})
+
+    @property
+    def names_ops(self) -> bool:
+        return OP in self.kinds
+
+    def matches_module(self, name: str) -> bool:
+        return False
+
+    def matches_op(self, op: Any) -> bool:
+        return False
+
+    def needs(self, names: list[str], what: str = "selector") -> set[str]:
+        return set()
+
+    def module_leaves(self) -> list[Selector]:
+        return []
+
+    def resolve(self, sites: Any, what: str = "selector") -> list[str]:
+        """The module sites this selector chooses, in `sites` order; a tt.module pattern in it
+        that names no site is the error tt.module gives."""
+        sites = list(sites)
+        for leaf in self.module_leaves():
+            leaf.resolve(sites, what)
+        return [s for s in sites if self.matches_module(s)]
+
+    def __and__(self, other: Any) -> SiteQuery:
+        return _combine("and", self, other)
+
+    def __rand__(self, other: Any) -> SiteQuery:
+        return _combine("and", other, self)
+
+    def __or__(self, other: Any) -> SiteQuery:
+        return _combine("or", self, other)
+
+    def __ror__(self, other: Any) -> SiteQuery:
+        return _combine("or", other, self)
+
+    def __sub__(self, other: Any) -> SiteQuery:
+        return _combine("and", self, ~as_query(other, "the right side of -"))
+
+    def __invert__(self) -> SiteQuery:
+        return NotQuery(self)
+
+
+def as_query(value: Any, what: str) -> Any:
+    """A selector for the algebra: a SiteQuery or a tt.module Selector (a string is
+    tt.module(string), as everywhere)."""
+    from .selectors import Selector, module
+    if isinstance(value, (SiteQuery, Selector)):
+        return value
+    if isinstance(value, str):
+        return module(value)
+    fail(f"{what} must be a selector ({_ACCEPTED}) or a module address; got "
+         f"{type(value).__name__}")
+
+
+def _combine(op: str, left: Any, right: Any) -> SiteQuery:
+    parts: list[Any] = []
+    for side in (as_query(left, f"the left side of {_SYMBOL[op]}"),
+                 as_query(right, f"the right side of {_SYMBOL[op]}")):
+        # Chains of one operator are one n-ary selector (as TorchLens flattens them).
+        parts.extend(side.parts if isinstance(side, AllQuery) and side.op == op else [side])
+    return AllQuery(op, tuple(parts))
+
+
+_SYMBOL = {"and": "&", "or": "|"}
+
+
+class AllQuery(SiteQuery):
+    """`a & b & ...` or `a | b | ...` (op "and" / "or"); decided part by part, left to right,
+    stopping at the first part that settles it (a tt.where predicate is only asked then)."""
+
+    def __init__(self, op: str, parts: tuple[Any, ...]) -> None:
+        self.op, self.parts = op, parts
+        self.kinds = frozenset().union(*(_kinds(p) for p in parts))
+
+    def matches_module(self, name: str) -> bool:
+        test = (p.matches_module(name) for p in self.parts)
+        return all(test) if self.op == "and" else any(test)
+
+    def matches_op(self, op: Any) -> bool:
+        test = (p.matches_op(op) for p in self.parts)
+        return all(test) if self.op == "and" else any(test)
+
+    def needs(self, names: list[str], what: str = "selector") -> set[str]:
+        return set().union(*(_needs(p, names, what) for p in self.parts))
+
+    def module_leaves(self) -> list[Selector]:
+        return [leaf for p in self.parts for leaf in _leaves(p)]
+
+    def __repr__(self) -> str:
+        return "(" + f" {_SYMBOL[self.op]} ".join(repr(p) for p in self.parts) + ")"
+
+
+class NotQuery(SiteQuery):
+    """`~a`: the sites of a's kinds that `a` does not choose."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.kinds = _kinds(inner)
+
+    def matches_module(self, name: str) -> bool:
+        return MODULE in self.kinds and not self.inner.matches_module(name)
+
+    def matches_op(self, op: Any) -> bool:
+        return OP in self.kinds and not self.inner.matches_op(op)
+
+    def needs(self, names: list[str], what: str = "selector") -> set[str]:
+        return _needs(self.inner, names, what)
+
+    def module_leaves(self) -> list[Selector]:
+        return _leaves(self.inner)
+
+    def __invert__(self) -> Any:
+        return self.inner
+
+    def __repr__(self) -> str:
+        return f"(~{self.inner!r})"
+
+
+def _kinds(sel: Any) -> frozenset[str]:
+    return sel.kinds if isinstance(sel, SiteQuery) else frozenset({MODULE})
+
+
+def _needs(sel: Any, names: list[str], what: str) -> set[str]:
+    return sel.needs(names, what) if isinstance(sel, SiteQuery) else set()
+
+
+def _leaves(sel: Any) -> list[Selector]:
+    return sel.module_leaves() if isinstance(sel, SiteQuery) else [sel]
+
+
+class FuncQuery(SiteQuery):
+    """tt.func(name): ops of that type, or of that ATen name ("aten::addmm")."""
+
+    def __init__(self, given: str, types: frozenset[str], text: str) -> None:
+        self.given, self.types, self.text = given, types, text
+
+    def matches_op(self, op: Any) -> bool:
+        return op.layer_type in self.types or op.func_name == self.given
+
+    def __repr__(self) -> str:
+        return f"tt.func({self.text})"
+
+
+class InModuleQuery(SiteQuery):
+    """tt.in_module(address): ops run inside a call of that module or of a module inside it;
+    "address:k" only inside its k-th call."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        site, sep, k = address.rpartition(":")
+        self.site = site if sep and k.isdigit() else address
+        self.k: int | None = int(k) if sep and k.isdigit() else None
+
+    def matches_op(self, op: Any) -> bool:
+        prefix = self.site + "."
+        for frame in op.modules:
+            site, _, k = frame.rpartition(":")
+            if self.k is not None:
+                if site == self.site and int(k) == self.k:
+                    return True
+            elif site == self.site or site.startswith(prefix):
+                return True
+        return False
+
+    def needs(self, names: list[str], what: str = "selector") -> set[str]:
+        from .selectors import Selector
+        Selector([self.site]).resolve(names, f"{what} {self!r}")  # an unknown module: its error
+        prefix = self.site + "."
+        return {n for n in names if n == self.site or n.startswith(prefix)}
+
+    def __repr__(self) -> str:
+        return f"tt.in_module({self.address!r})"
+
+
+class LabelQuery(SiteQuery):
+    """tt.label(text): the op whose layer_label, pass-qualified label or short label is text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def matches_op(self, op: Any) -> bool:
+        return self.text in (op.layer_label, op.label, op.label_short)
+
+    def __repr__(self) -> str:
+        return f"tt.label({self.text!r})"
+
+
+class ContainsQuery(SiteQuery):
+    """tt.contains(text): ops whose layer_label contains text, ignoring case."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self._low = text, text.lower()
+
+    def matches_op(self, op: Any) -> bool:
+        return self._low in op.layer_label.lower()
+
+    def __repr__(self) -> str:
+        return f"tt.contains({self.text!r})"
+
+
+class WhereQuery(SiteQuery):
+    """tt.where(predicate): ops for which predicate(op) is true (op: an OpSite)."""
+
+    def __init__(self, predicate: Callable[[Any], Any], name_hint: str | None) -> None:
+        self.predicate, self.name_hint = predicate, name_hint
+
+    def matches_op(self, op: Any) -> bool:
+        return bool(self.predicate(op))
+
+    def __repr__(self) -> str:
+        return f"tt.where({self.name_hint or getattr(self.predicate, '__name__', '<predicate>')})"
+
+
+def func(name: str | Callable[..., Any], *, output: int | str | None = None) -> FuncQuery:
+    """Selects ops by function name or type: tt.func("relu"), tt.func("aten::addmm"),
+    tt.func(torch.relu) (a function: its __name__; TorchLens takes strings only)."""
+    if output is not None:
+        fail(f"tt.func(..., output={output!r}) is not supported: op records keep each op's "
+             f"first output tensor; select the op with tt.func({name!r}) alone")
+    if not isinstance(name, str):
+        if not (callable(name) and isinstance(getattr(name, "__name__", None), str)):
+            fail(f"tt.func() takes a function name such as 'relu' or 'aten::addmm', or a torch "
+                 f"function such as torch.relu; got {type(name).__name__}")
+        name = name.__name__
+    if not name.strip():
+        fail("tt.func() got an empty name; pass a function name such as 'relu'")
+    given = name.strip()
+    base = given if "::" in given else given.rpartition(".")[2]  # torch.relu -> relu
+    kind = op_type(base)
+    return FuncQuery(given, frozenset((kind,) + _OPERATOR_TYPES.get(kind, ())), repr(given))
+
+
+def in_module(address_or_op: Any, address: str | None = None) -> Any:
+    """Selects the ops run inside module `address` and the modules inside it:
+    tt.in_module("transformer.h.0"); "address:k" for its k-th call only. With two arguments,
+    in_module(op, address) is whether that op ran there (TorchLens's older form)."""
+    if address is not None:
+        return in_module(address).matches_op(address_or_op)
+    if not isinstance(address_or_op, str) or not address_or_op:
+        fail(f"tt.in_module() takes a module address such as 'transformer.h.0' (or "
+             f"'transformer.h.0:2' for its 2nd call); got {address_or_op!r}")
+    return InModuleQuery(address_or_op)
+
+
+def label(text: str) -> LabelQuery:
+    """Selects the op with that TorchLens label: 'relu_1_2', 'relu_1_2:3' or 'relu_1:3'."""
+    if not isinstance(text, str) or not text:
+        fail(f"tt.label() takes an op label such as 'relu_1_2' or 'linear_1:2'; got {text!r}")
+    return LabelQuery(text)
+
+
+def contains(text: str) -> ContainsQuery:
+    """Selects the ops whose label contains `text`, ignoring case: tt.contains('relu')."""
+    if not isinstance(text, str) or not text:
+        fail(f"tt.contains() takes a part of an op label such as 'relu'; got {text!r}")
+    return ContainsQuery(text)
+
+
+def where(predicate: Callable[[Any], Any], *, name_hint: str | None = None) -> WhereQuery:
+    """Selects the ops for which predicate(op) is true; op is an OpSite (layer_type,
+    func_name, layer_label, label, modules, shape, out, ...)."""
+    if not callable(predicate):
+        fail(f"tt.where() takes a function op -> bool, e.g. tt.where(lambda op: "
+             f"op.shape[-1] == 32); got {type(predicate).__name__}")
+    if name_hint is not None and not isinstance(name_hint, str):
+        fail(f"tt.where(name_hint=) takes a string; got {type(name_hint).__name__}")
+    return WhereQuery(predicate, name_hint)

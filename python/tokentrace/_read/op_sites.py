@@ -1,0 +1,267 @@
+"""Op sites read back: TorchLens's labels for the ATen ops of a trace (trace["relu_1_2"],
+trace["relu_1_2:3"], trace["relu_1:3"]) and trace.find_sites(selector).
+
+Which ops are sites: the outermost ATen ops (an op not run by another op) inside a root call
+(`self:k`). TorchLens logs the outermost torch function calls of one forward; their ATen ops
+are what op records see (torch.relu is aten::relu, F.linear aten::linear, x + 1 aten::add).
+Ops that run outside the root's calls (generate's own, between tokens) and inner ops
+(aten::linear's aten::addmm) have no label.
+
+The numbering is TorchLens's (its postprocess step "map raw labels to final labels"), within
+each root call: walking that call's ops in the order they started, step_index counts every op
+from 1 and type_index counts the ops of each type from 1; layer_label is
+f"{type}_{type_index}_{step_index}". A pass is a root call: TorchLens numbers the passes of a
+layer that runs again in one forward; a generation runs the model again at every token, so
+pass k is root call k (token k for generate), label is f"{layer_label}:{k}" and label_short
+f"{type}_{type_index}:{k}". Each root call is numbered on its own, so an op at the same place
+in the model's sequence of ops has the same layer_label at every token, and a token that runs
+other ops (a mask built at the prefill only) numbers what it runs.
+
+    op_sites(trace)          every op site, in execution order (made once per Trace)
+    lookup(trace, key)       the OpSite or OpLabel a label names, or None
+    find_sites(trace, q)     SiteTable of the sites selector q chooses
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .._common import OP_KIND, ROOT, as_selector, op_type
+from .._errors import fail
+
+_LABEL = re.compile(r"^([a-z0-9]+)_(\d+)(?:_(\d+))?(?::(\d+))?$")
+
+
+class OpSite:
+    """One op of one root call, with its TorchLens labels (the view tt.where predicates get).
+
+    func_name: the ATen name ("aten::relu"); layer_type: its type ("relu"); type_index,
+    step_index, pass_index (the root call k); layer_label "relu_1_2", label "relu_1_2:k",
+    label_short "relu_1:k"; name, k: the op call (trace[f"{name}:{k}"] is it); token;
+    module: the innermost module call ("site:k"); modules: the module calls it ran in,
+    outermost (the root call) first; out, shape: its first output tensor (saved or its
+    OutputMeta)."""
+
+    def __init__(self, trace: Any, call_id: int, name: str, k: int, token: int,
+                 modules: tuple[str, ...], type_index: int, step_index: int,
+                 pass_index: int) -> None:
+        self._trace = trace
+        self.call_id, self.name, self.k, self.token = call_id, name, k, token
+        self.func_name = name
+        self.layer_type = op_type(name)
+        self.modules = modules
+        self.module = modules[-1]
+        self.type_index, self.step_index, self.pass_index = type_index, step_index, pass_index
+        self.layer_label = f"{self.layer_type}_{type_index}_{step_index}"
+        self.label = f"{self.layer_label}:{pass_index}"
+        self.label_short = f"{self.layer_type}_{type_index}:{pass_index}"
+        self.num_passes = 1  # set once every root call is numbered
+
+    @property
+    def key(self) -> str:
+        """Its lookup key, as TorchLens's: layer_label when its label has one pass, else the
+        pass-qualified label."""
+        return self.layer_label if self.num_passes == 1 else self.label
+
+    @property
+    def out(self) -> Any:
+        return self._trace._output(self.call_id)
+
+    @property
+    def shape(self) -> list[int | None] | None:
+        out = self.out
+        return None if out is None else list(out.shape)
+
+    def __repr__(self) -> str:
+        return f"<op {self.label} ({self.name}:{self.k}) in {self.module}>"
+
+
+class OpLabel:
+    """Every pass of one layer_label (trace["relu_1_2"]): .passes (OpSites, by pass), [k]
+    (pass k), .out (with one pass), .outs."""
+
+    def __init__(self, layer_label: str, passes: list[OpSite]) -> None:
+        self.layer_label, self.passes = layer_label, passes
+
+    @property
+    def num_passes(self) -> int:
+        return len(self.passes)
+
+    def __len__(self) -> int:
+        return len(self.passes)
+
+    def __iter__(self) -> Any:
+        return iter(self.passes)
+
+    def __getitem__(self, k: int) -> OpSite:
+        for site in self.passes:
+            if site.pass_index == k:
+                return site
+        fail(f"{self.layer_label} has no pass {k!r}; its passes are "
+             f"{[s.pass_index for s in self.passes]}")
+
+    @property
+    def out(self) -> Any:
+        if len(self.passes) != 1:
+            first, last = self.passes[0].pass_index, self.passes[-1].pass_index
+            fail(f"{self.layer_label} ran in {len(self.passes)} root calls (passes {first}.."
+                 f"{last}); take one with trace['{self.layer_label}:k'], or all with .outs")
+        return self.passes[0].out
+
+    @property
+    def outs(self) -> list[Any]:
+        return [s.out for s in self.passes]
+
+    def __repr__(self) -> str:
+        return f"<op label {self.layer_label}: {len(self.passes)} passes>"
+
+
+def op_sites(trace: Any) -> list[OpSite]:
+    """Every op site of the trace, in execution order, numbered (made once per Trace)."""
+    cached = trace._views.get(_CACHE)
+    if cached is not None:
+        return cached
+    names = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
+    root_ids = {sid for sid, (name, kind) in names.items() if name == ROOT and kind == "root"}
+    # Per call: (the root call k it runs in or None, whether an op runs it, its module calls).
+    # Children have larger ids than their parents (ids are handed out at push), so one pass
+    # in id order sees every parent first.
+    info: dict[int, tuple[int | None, bool, tuple[str, ...]]] = {}
+    sites: list[OpSite] = []
+    counters: dict[int, tuple[dict[str, int], list[int]]] = {}
+    for cid, sid, k, parent, token in trace._q(
+            "SELECT id, site_id, k, parent_id, token FROM calls ORDER BY id"):
+        name, kind = names.get(sid, ("?", ""))
+        root_k, in_op, chain = info.get(parent, (None, False, ())) if parent else (None, False, ())
+        if kind == OP_KIND:
+            if root_k is not None and not in_op:
+                by_type, step = counters.setdefault(root_k, ({}, [0]))
+                step[0] += 1
+                kind_of = op_type(name)
+                by_type[kind_of] = by_type.get(kind_of, 0) + 1
+                sites.append(OpSite(trace, cid, name, k, token, chain, by_type[kind_of],
+                                    step[0], root_k))
+            info[cid] = (root_k, True, chain)
+        elif sid in root_ids:
+            info[cid] = (k, in_op, chain + (f"{name}:{k}",))
+        else:
+            info[cid] = (root_k, in_op, chain + (f"{name}:{k}",))
+    passes: dict[str, int] = {}
+    for site in sites:
+        passes[site.layer_label] = passes.get(site.layer_label, 0) + 1
+    for site in sites:
+        site.num_passes = passes[site.layer_label]
+    trace._views[_CACHE] = sites
+    return sites
+
+
+_CACHE = "\0op_sites"  # its key in trace._views, where no site name can be
+
+
+def looks_like_label(key: str) -> bool:
+    """'relu_1_2', 'relu_1_2:3', 'relu_1:3' (not 'relu_1', which may be a module's name)."""
+    m = _LABEL.match(key)
+    return m is not None and (m.group(3) is not None or m.group(4) is not None)
+
+
+def lookup(trace: Any, key: str) -> OpSite | OpLabel | None:
+    """What an op label names: an OpLabel for "relu_1_2" (every pass), the OpSite for
+    "relu_1_2:k" and "relu_1:k"; None when `key` is no label of this trace."""
+    m = _LABEL.match(key)
+    if m is None:
+        return None
+    sites = op_sites(trace)
+    second, k = m.group(3), m.group(4)
+    if second is not None and k is None:
+        passes = [s for s in sites if s.layer_label == key]
+        return OpLabel(key, passes) if passes else None
+    if k is None:
+        return None
+    want = int(k)
+    for s in sites:
+        if s.pass_index == want and (s.label == key or s.label_short == key):
+            return s
+    return None
+
+
+def unknown_label(trace: Any, key: str) -> str:
+    """Why `key`, which looks like an op label, names nothing here (one line)."""
+    sites = op_sites(trace)
+    if not sites:
+        return (f"no op labelled {key!r} in this trace: it has no op records; an op selector "
+                f"in sites= or save= (tt.func('relu'), ...) or ops=True records them")
+    import difflib
+    keys = list(dict.fromkeys(s.key for s in sites))
+    close = difflib.get_close_matches(key, keys, n=3, cutoff=0.5)
+    hint = (f"did you mean {', '.join(repr(c) for c in close)}?" if close
+            else f"its op labels look like {', '.join(repr(c) for c in keys[:3])}")
+    return f"no op labelled {key!r} in this trace; {hint}"
+
+
+class SiteTable:
+    """The sites a selector chose, in execution order (TorchLens's SiteTable): len, iteration,
+    [i] (a site), [i:j] (a SiteTable), .first(), .labels(), .where(predicate)."""
+
+    def __init__(self, sites: list[Any], query: Any) -> None:
+        self._sites, self.query = list(sites), query
+
+    def __len__(self) -> int:
+        return len(self._sites)
+
+    def __iter__(self) -> Any:
+        return iter(self._sites)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return SiteTable(self._sites[index], self.query)
+        if not isinstance(index, int) or isinstance(index, bool):
+            fail(f"a SiteTable is indexed by int position or a slice, got {index!r}")
+        if not -len(self._sites) <= index < len(self._sites):
+            fail(f"{self.query!r} chose {len(self._sites)} sites; index {index} is out of range")
+        return self._sites[index]
+
+    def first(self) -> Any:
+        if not self._sites:
+            fail(f"{self.query!r} chose no site of this trace")
+        return self._sites[0]
+
+    def labels(self) -> tuple[str, ...]:
+        """Each site's lookup key: an op's layer_label (its pass-qualified label when it ran
+        in several root calls), a module call's 'site:k'."""
+        return tuple(_key(s) for s in self._sites)
+
+    def where(self, predicate: Any) -> SiteTable:
+        return SiteTable([s for s in self._sites if predicate(s)], self.query)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(self.labels()[:8]) + (", ..." if len(self._sites) > 8 else "")
+        return f"SiteTable({len(self._sites)} site{'' if len(self._sites) == 1 else 's'}: {shown})"
+
+
+def _key(site: Any) -> str:
+    return site.key if isinstance(site, OpSite) else site.name
+
+
+def find_sites(trace: Any, query: Any, max_fanout: int | None = None) -> SiteTable:
+    """The sites `query` chooses: op sites (OpSite) and calls of module sites (CallView), in
+    the order they started; none is an empty table. max_fanout: more matches than that is
+    an error (None: no limit; a generation has a site per token)."""
+    selector = as_selector(query, "find_sites()")
+    if max_fanout is not None and (not isinstance(max_fanout, int) or max_fanout < 1):
+        fail(f"find_sites(max_fanout=) takes a positive int or None, got {max_fanout!r}")
+    chosen: list[tuple[int, Any]] = []
+    if selector.names_ops:
+        chosen += [(s.call_id, s) for s in op_sites(trace) if selector.matches_op(s)]
+    modules = [n for n in trace.sites if trace._sites[n][1] != OP_KIND]
+    for leaf in (selector.module_leaves() if hasattr(selector, "module_leaves")
+                 else [selector]):
+        leaf.resolve(modules, "find_sites()")  # an unknown module: tt.module's error
+    for name in modules:
+        if selector.matches_module(name):
+            chosen += [(c.id, c) for c in trace[name].calls]
+    chosen.sort(key=lambda pair: pair[0])
+    if max_fanout is not None and len(chosen) > max_fanout:
+        fail(f"{selector!r} chose {len(chosen)} sites, more than max_fanout={max_fanout}; "
+             f"narrow it (tt.label(...), & tt.in_module(...)) or raise max_fanout")
+    return SiteTable([site for _, site in chosen], selector)
