@@ -193,10 +193,13 @@ def _leaves(sel: Any) -> list[Selector]:
 class FuncQuery(SiteQuery):
     """tt.func(name): ops of that type, or of that ATen name ("aten::addmm")."""
 
-    def __init__(self, given: str, types: frozenset[str], text: str) -> None:
-        self.given, self.types, self.text = given, types, text
+    def __init__(self, given: str, types: frozenset[str], text: str,
+                 output: int | None = None) -> None:
+        self.given, self.types, self.text, self.output = given, types, text, output
 
     def matches_op(self, op: Any) -> bool:
+        if self.output is not None and op.output_index != self.output:
+            return False
         return op.layer_type in self.types or op.func_name == self.given
 
     def __repr__(self) -> str:
@@ -275,10 +278,12 @@ class WhereQuery(SiteQuery):
 
 def func(name: str | Callable[..., Any], *, output: int | str | None = None) -> FuncQuery:
     """Selects ops by function name or type: tt.func("relu"), tt.func("aten::addmm"),
-    tt.func(torch.relu) (a function: its __name__; TorchLens takes strings only)."""
-    if output is not None:
-        fail(f"tt.func(..., output={output!r}) is not supported: op records keep each op's "
-             f"first output tensor; select the op with tt.func({name!r}) alone")
+    tt.func(torch.relu) (a function: its __name__; TorchLens takes strings only). output=i:
+    only the op's i-th output tensor (a split's pieces)."""
+    if output is not None and (not isinstance(output, int) or isinstance(output, bool)
+                               or output < 0):
+        fail(f"tt.func(..., output=) takes the index of one output tensor (0 for the first; "
+             f"a split's pieces are 0, 1, ...), got {output!r}; output roles are not supported")
     if not isinstance(name, str):
         if not (callable(name) and isinstance(getattr(name, "__name__", None), str)):
             fail(f"tt.func() takes a function name such as 'relu' or 'aten::addmm', or a torch "
@@ -289,7 +294,8 @@ def func(name: str | Callable[..., Any], *, output: int | str | None = None) -> 
     given = name.strip()
     base = given if "::" in given else given.rpartition(".")[2]  # torch.relu -> relu
     kind = op_type(base)
-    return FuncQuery(given, frozenset((kind,) + _OPERATOR_TYPES.get(kind, ())), repr(given))
+    text = repr(given) + ("" if output is None else f", output={output}")
+    return FuncQuery(given, frozenset((kind,) + _OPERATOR_TYPES.get(kind, ())), text, output)
 
 
 def in_module(address_or_op: Any, address: str | None = None) -> Any:

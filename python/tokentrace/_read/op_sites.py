@@ -45,18 +45,24 @@ class OpSite:
 
     def __init__(self, trace: Any, call_id: int, name: str, k: int, token: int,
                  modules: tuple[str, ...], type_index: int, step_index: int,
-                 pass_index: int) -> None:
+                 pass_index: int, output_index: int = 0) -> None:
         self._trace = trace
         self.call_id, self.name, self.k, self.token = call_id, name, k, token
         self.func_name = name
         self.layer_type = op_type(name)
         self.modules = modules
         self.module = modules[-1]
-        self.type_index, self.step_index, self.pass_index = type_index, step_index, pass_index
-        self.layer_label = f"{self.layer_type}_{type_index}_{step_index}"
-        self.label = f"{self.layer_label}:{pass_index}"
+        self.output_index = output_index  # which output tensor of the op (split's pieces)
+        self.type_index, self.pass_index = type_index, pass_index
         self.label_short = f"{self.layer_type}_{type_index}:{pass_index}"
+        self.inherit(step_index)
         self.num_passes = 1  # set once every root call is numbered
+
+    def inherit(self, step_index: int) -> None:
+        """Takes the step_index of this layer's first pass (its own, in the first pass)."""
+        self.step_index = step_index
+        self.layer_label = f"{self.layer_type}_{self.type_index}_{step_index}"
+        self.label = f"{self.layer_label}:{self.pass_index}"
 
     @property
     def key(self) -> str:
@@ -66,7 +72,9 @@ class OpSite:
 
     @property
     def out(self) -> Any:
-        return self._trace._output(self.call_id)
+        """Its output tensor when saved, else OutputMeta; None for an output the op record
+        does not keep (a split's pieces, a topk's indices)."""
+        return self._trace._output(self.call_id) if self.output_index == 0 else None
 
     @property
     def shape(self) -> list[int | None] | None:
@@ -117,38 +125,87 @@ class OpLabel:
         return f"<op label {self.layer_label}: {len(self.passes)} passes>"
 
 
+# Ops that return a list of tensors (op records keep no output of theirs): TorchLens labels
+# each tensor, so they count one label per piece, the pieces being the inner ops that cut
+# them out (split runs one aten::narrow a piece, unbind one aten::select, chunk one split).
+_LIST_OPS = frozenset(f"aten::{n}" for n in (
+    "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "chunk",
+    "unsafe_chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
+_PIECES = frozenset(("aten::narrow", "aten::select", "aten::slice"))
+# Ops that always return a tuple of this many tensors (op records keep the first one's shape).
+# max/min/median with dim= return two, without one; their name does not say which: one label.
+_TUPLE_OPS = {f"aten::{n}": count for n, count in (
+    ("topk", 2), ("sort", 2), ("kthvalue", 2), ("mode", 2), ("var_mean", 2), ("std_mean", 2),
+    ("aminmax", 2), ("frexp", 2))}
+
+
+def _pieces(cid: int, children: dict[int, list[tuple[int, str]]]) -> int:
+    count = 0
+    for child, name in children.get(cid, ()):
+        if name in _PIECES:
+            count += 1
+        elif name in _LIST_OPS:
+            count += _pieces(child, children)
+    return count
+
+
+def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...], int, int]]:
+    """(call id, op name, k, token, module calls, root call k, output tensors) of each
+    outermost op inside a root call that returned tensors, in the order they started."""
+    names = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
+    # Per call: (the root call k it runs in or None, the outermost op it runs in or None, the
+    # module calls it runs in). Children have larger ids than their parents (ids are handed
+    # out at push), so one pass in id order sees every parent first.
+    info: dict[int, tuple[int | None, int | None, tuple[str, ...]]] = {}
+    found = []
+    children: dict[int, list[tuple[int, str]]] = {}
+    for cid, sid, k, parent, token in trace._q(
+            "SELECT id, site_id, k, parent_id, token FROM calls ORDER BY id"):
+        name, kind = names.get(sid, ("?", ""))
+        root_k, top, chain = info.get(parent, (None, None, ())) if parent else (None, None, ())
+        if kind == OP_KIND:
+            if top is not None:
+                children.setdefault(parent, []).append((cid, name))
+            elif root_k is not None:
+                found.append((cid, name, k, token, chain, root_k))
+            info[cid] = (root_k, cid if top is None else top, chain)
+        else:
+            own_root = k if (name == ROOT and kind == "root") else root_k
+            info[cid] = (own_root, top, chain + (f"{name}:{k}",))
+    trace._load_outputs()
+    out = []
+    for cid, name, k, token, chain, root_k in found:
+        if name in _LIST_OPS:
+            tensors = _pieces(cid, children) or 1
+        elif cid not in trace._outputs:
+            continue  # no tensor out (aten::is_nonzero, aten::item): TorchLens logs none
+        else:
+            tensors = _TUPLE_OPS.get(name, 1)
+        out.append((cid, name, k, token, chain, root_k, tensors))
+    return out
+
+
 def op_sites(trace: Any) -> list[OpSite]:
     """Every op site of the trace, in execution order, numbered (made once per Trace)."""
     cached = trace._views.get(_CACHE)
     if cached is not None:
         return cached
-    names = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
-    root_ids = {sid for sid, (name, kind) in names.items() if name == ROOT and kind == "root"}
-    # Per call: (the root call k it runs in or None, whether an op runs it, its module calls).
-    # Children have larger ids than their parents (ids are handed out at push), so one pass
-    # in id order sees every parent first.
-    info: dict[int, tuple[int | None, bool, tuple[str, ...]]] = {}
     sites: list[OpSite] = []
     counters: dict[int, tuple[dict[str, int], list[int]]] = {}
-    for cid, sid, k, parent, token in trace._q(
-            "SELECT id, site_id, k, parent_id, token FROM calls ORDER BY id"):
-        name, kind = names.get(sid, ("?", ""))
-        root_k, in_op, chain = info.get(parent, (None, False, ())) if parent else (None, False, ())
-        if kind == OP_KIND:
-            if root_k is not None and not in_op:
-                by_type, step = counters.setdefault(root_k, ({}, [0]))
-                step[0] += 1
-                kind_of = op_type(name)
-                by_type[kind_of] = by_type.get(kind_of, 0) + 1
-                sites.append(OpSite(trace, cid, name, k, token, chain, by_type[kind_of],
-                                    step[0], root_k))
-            info[cid] = (root_k, True, chain)
-        elif sid in root_ids:
-            info[cid] = (k, in_op, chain + (f"{name}:{k}",))
-        else:
-            info[cid] = (root_k, in_op, chain + (f"{name}:{k}",))
+    for cid, name, k, token, chain, root_k, tensors in _outermost_ops(trace):
+        by_type, step = counters.setdefault(root_k, ({}, [0]))
+        kind = op_type(name)
+        for index in range(tensors):  # TorchLens: one label per output tensor
+            step[0] += 1
+            by_type[kind] = by_type.get(kind, 0) + 1
+            sites.append(OpSite(trace, cid, name, k, token, chain, by_type[kind], step[0],
+                                root_k, index))
+    # A later pass inherits the first pass's step_index (so its layer_label): TorchLens's rule
+    # for the passes of one layer, the layer here being the type_index-th op of its type.
+    first: dict[tuple[str, int], int] = {}
     passes: dict[str, int] = {}
-    for site in sites:
+    for site in sorted(sites, key=lambda s: s.pass_index):  # stable: call order within a pass
+        site.inherit(first.setdefault((site.layer_type, site.type_index), site.step_index))
         passes[site.layer_label] = passes.get(site.layer_label, 0) + 1
     for site in sites:
         site.num_passes = passes[site.layer_label]
