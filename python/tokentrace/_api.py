@@ -153,8 +153,13 @@ def _resolve(names, sites, save, default_all, inputs_of=None):
         needed |= chosen.needs(names, "sites=")
     if needed:
         hooked = [n for n in names if n in needed or n in hooked]
-    inputs = (as_selector(inputs_of, "inputs_of=").resolve(names, "inputs_of=")
-              if inputs_of is not None else [])
+    inputs = []
+    if inputs_of is not None:
+        chosen = as_selector(inputs_of, "inputs_of=")
+        if chosen.names_ops:
+            fail(f"inputs_of={chosen!r} selects ops; inputs are recorded for module calls: "
+                 f"pass tt.module(...)")
+        inputs = chosen.resolve(names, "inputs_of=")
     return selection(names, hooked, saved, inputs)
 
 

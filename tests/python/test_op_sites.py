@@ -1,0 +1,299 @@
+"""Op-level sites: the selectors over ATen ops (tt.func, tt.in_module, tt.label, tt.contains,
+tt.where, & | ~ -), TorchLens's labels of a trace's ops as lookup keys, trace.find_sites, and
+op records turned on by a selector that names ops (python/tokentrace/_common/op_selectors.py,
+python/tokentrace/_read/op_sites.py)."""
+
+import pytest
+import torch
+from torch import nn
+
+import tokentrace as tt
+from tokentrace import TokentraceError
+from tokentrace._record import op_records
+
+
+class TinyCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())
+        self.fc = nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x):
+        x = torch.flatten(self.block(x), 1)
+        return torch.relu(self.fc(x)) / 2 + 1
+
+
+# TorchLens's rule (`{type}_{type_index}_{step_index}`, both counters from 1 in execution
+# order; the type is the function name lower-cased without underscores), by hand for
+# TinyCNN: conv2d, relu (nn.ReLU), flatten, linear, torch.relu, `/`, `+`. TorchLens's input_1
+# and output_1 are its model input and output, not ops (the input takes step 0, the output
+# comes last), so they shift nothing. `/` is aten::div: TorchLens calls it truediv.
+CNN_LABELS = ["conv2d_1_1", "relu_1_2", "flatten_1_3", "linear_1_4", "relu_2_5", "div_1_6",
+              "add_1_7"]
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    torch.manual_seed(0)
+    return TinyCNN().eval()
+
+
+@pytest.fixture(scope="module")
+def cnn_trace(cnn):
+    return tt.trace(cnn, torch.randn(1, 1, 6, 6), kernels="off", ops=True)
+
+
+def _labels(table):
+    return [s.layer_label for s in table]
+
+
+def test_cnn_ops_are_labelled_by_torchlens_rule(cnn_trace):
+    every = cnn_trace.find_sites(tt.where(lambda op: True))
+    assert _labels(every) == CNN_LABELS
+    relu = every[1]
+    assert (relu.label, relu.label_short, relu.layer_type, relu.func_name) == (
+        "relu_1_2:1", "relu_1:1", "relu", "aten::relu")
+    assert (relu.type_index, relu.step_index, relu.pass_index, relu.num_passes) == (1, 2, 1, 1)
+    assert relu.module == "block.1:1" and relu.modules == ("self:1", "block:1", "block.1:1")
+    # The op site is the op call of op records: trace[f"{name}:{k}"] is the same call.
+    assert cnn_trace[f"{relu.name}:{relu.k}"].id == relu.call_id
+
+
+def test_labels_are_lookup_keys_with_their_out(cnn_trace):
+    relu = cnn_trace["relu_1_2"]  # every pass of the label: one here
+    assert relu.num_passes == 1 and list(relu.out.shape) == [1, 2, 4, 4]
+    assert list(relu.out.shape) == list(cnn_trace["block.1:1"].out.shape)
+    assert cnn_trace["relu_1_2:1"].layer_label == "relu_1_2"
+    assert cnn_trace["linear_1:1"].layer_label == "linear_1_4"  # the short form
+    assert cnn_trace["linear_1:1"].shape == [1, 3]
+    assert cnn_trace["linear_1_4"][1].module == "fc:1"
+    with pytest.raises(TokentraceError, match=r"no op labelled 'relu_3_5'.*did you mean"):
+        cnn_trace["relu_3_5"]
+    with pytest.raises(TokentraceError, match=r"no op labelled 'relu_1:2'"):
+        cnn_trace["relu_1:2"]  # one pass only
+    # Module sites and their calls are looked up as before.
+    assert cnn_trace["fc:1"].site == "fc"
+
+
+def test_a_trace_without_op_records_says_how_to_get_labels(cnn):
+    trace = tt.trace(cnn, torch.randn(1, 1, 6, 6), kernels="off")
+    with pytest.raises(TokentraceError, match=r"no op labelled 'relu_1_2' in this trace: it "
+                                              r"has no op records"):
+        trace["relu_1_2"]
+    assert len(trace.find_sites(tt.func("relu"))) == 0
+
+
+@pytest.mark.parametrize("query,labels", [
+    (lambda: tt.func("relu"), ["relu_1_2", "relu_2_5"]),
+    (lambda: tt.func(torch.relu), ["relu_1_2", "relu_2_5"]),  # TorchLens takes strings only
+    (lambda: tt.func(torch.nn.functional.relu), ["relu_1_2", "relu_2_5"]),
+    (lambda: tt.func("aten::relu"), ["relu_1_2", "relu_2_5"]),
+    (lambda: tt.func("linear"), ["linear_1_4"]),
+    (lambda: tt.func("conv2d"), ["conv2d_1_1"]),
+    (lambda: tt.func("truediv"), ["div_1_6"]),  # TorchLens's type of `/`
+    (lambda: tt.func("__add__"), ["add_1_7"]),
+    (lambda: tt.in_module("block"), ["conv2d_1_1", "relu_1_2"]),  # and its submodules
+    (lambda: tt.in_module("block.1"), ["relu_1_2"]),
+    (lambda: tt.in_module("block:1"), ["conv2d_1_1", "relu_1_2"]),
+    (lambda: tt.in_module("block:2"), []),
+    (lambda: tt.in_module("fc"), ["linear_1_4"]),
+    (lambda: tt.label("relu_2_5"), ["relu_2_5"]),
+    (lambda: tt.label("relu_2:1"), ["relu_2_5"]),
+    (lambda: tt.contains("RELU"), ["relu_1_2", "relu_2_5"]),
+    (lambda: tt.contains("_1_"), ["conv2d_1_1", "relu_1_2", "flatten_1_3", "linear_1_4",
+                                  "div_1_6", "add_1_7"]),
+    (lambda: tt.where(lambda op: op.shape == [1, 3]), ["linear_1_4", "relu_2_5", "div_1_6",
+                                                       "add_1_7"]),
+    (lambda: tt.in_module("block") & tt.func("relu"), ["relu_1_2"]),
+    (lambda: tt.func("relu") & ~tt.in_module("block"), ["relu_2_5"]),
+    (lambda: tt.func("relu") - tt.in_module("block"), ["relu_2_5"]),
+    (lambda: tt.func("relu") | tt.func("linear"), ["relu_1_2", "linear_1_4", "relu_2_5"]),
+    (lambda: ~(tt.func("relu") | tt.func("linear")), ["conv2d_1_1", "flatten_1_3", "div_1_6",
+                                                     "add_1_7"]),
+    (lambda: tt.label("nothing_1_1"), []),
+])
+def test_selectors_choose_ops(cnn_trace, query, labels):
+    assert _labels(cnn_trace.find_sites(query())) == labels
+
+
+def test_module_selectors_join_op_selectors(cnn_trace):
+    table = cnn_trace.find_sites(tt.module("fc") | tt.func("relu"))
+    # In the order they ran: the module call, then the op it ran.
+    assert table.labels() == ("relu_1_2", "fc:1", "relu_2_5")
+    assert isinstance(table[1], tt.CallView) and isinstance(table[0], tt.OpSite)
+    # ~ of a module selector is the other modules, of an op selector the other ops.
+    assert cnn_trace.find_sites(~tt.module("fc") & tt.module("block*")).labels() == (
+        "block:1", "block.0:1", "block.1:1")
+    assert cnn_trace.find_sites(tt.module("fc") & tt.func("linear")).labels() == ()
+    # tt.module unions stay what they were: one Selector, with its own repr.
+    union = tt.module("fc") | tt.module("block") | "block.0"
+    assert isinstance(union, tt.Selector) and union.patterns == ("fc", "block", "block.0")
+    assert repr(tt.in_module("block") & tt.func("relu")) == (
+        "(tt.in_module('block') & tt.func('relu'))")
+    assert repr(~tt.label("x")) == "(~tt.label('x'))"
+    chain = tt.func("a") | tt.func("b") | tt.func("c")
+    assert len(chain.parts) == 3  # one n-ary selector, as TorchLens flattens chains
+
+
+def test_find_sites_returns_a_table(cnn_trace):
+    table = cnn_trace.find_sites(tt.func("relu"))
+    assert len(table) == 2 and [s.layer_label for s in table] == ["relu_1_2", "relu_2_5"]
+    assert table.first().layer_label == "relu_1_2" and table[-1].layer_label == "relu_2_5"
+    assert table.labels() == ("relu_1_2", "relu_2_5")
+    assert list(table.first().out.shape) == [1, 2, 4, 4]
+    assert table[1:].labels() == ("relu_2_5",)
+    assert table.where(lambda op: op.module == "self:1").labels() == ("relu_2_5",)
+    assert repr(table) == "SiteTable(2 sites: relu_1_2, relu_2_5)"
+    # The documented TorchLens use: the first label of a search, as an exact selector.
+    exact = tt.label(cnn_trace.find_sites(tt.in_module("block") & tt.func("relu")).labels()[0])
+    assert cnn_trace.find_sites(exact).labels() == ("relu_1_2",)
+    empty = cnn_trace.find_sites(tt.func("softmax"))
+    assert len(empty) == 0 and list(empty) == [] and empty.labels() == ()
+    with pytest.raises(TokentraceError, match=r"tt.func\('softmax'\) chose no site"):
+        empty.first()
+    with pytest.raises(TokentraceError, match=r"chose 2 sites, more than max_fanout=1"):
+        cnn_trace.find_sites(tt.func("relu"), max_fanout=1)
+    with pytest.raises(TokentraceError, match=r"no site named 'fcc'.*did you mean 'fc'"):
+        cnn_trace.find_sites(tt.module("fcc") | tt.func("relu"))
+
+
+def test_a_selector_naming_ops_turns_op_records_on(cnn, monkeypatch):
+    x = torch.randn(1, 1, 6, 6)
+    trace = tt.trace(cnn, x, kernels="off", sites=tt.in_module("block") & tt.func("relu"))
+    assert _labels(trace.find_sites(tt.func("relu"))) == ["relu_1_2", "relu_2_5"]
+    # The modules it needs are recorded (in_module's and those inside it), and the root.
+    assert [s for s in trace.sites if "::" not in s] == ["self", "block", "block.0", "block.1"]
+    assert op_records.stop() is False  # the observer went off with the trace
+    # Without an op selector nothing of op records is started (and costs nothing).
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("op records started for a trace with no op selector")
+    monkeypatch.setattr(op_records, "start", refuse)
+    plain = tt.trace(cnn, x, kernels="off", sites=tt.module("block") | "fc")
+    assert not any("::" in s for s in plain.sites)
+    with pytest.raises(AssertionError, match="op records started"):
+        tt.trace(cnn, x, kernels="off", sites=tt.func("relu"))
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: tt.func(3), r"^tokentrace: tt.func\(\) takes a function name such as 'relu' or "
+                         r"'aten::addmm', or a torch function such as torch.relu; got int$"),
+    (lambda: tt.func(" "), r"tt.func\(\) got an empty name"),
+    (lambda: tt.func("relu", output="values"), r"output=\) takes the index of one output"),
+    (lambda: tt.in_module(""), r"tt.in_module\(\) takes a module address"),
+    (lambda: tt.label(5), r"tt.label\(\) takes an op label such as 'relu_1_2'"),
+    (lambda: tt.contains(""), r"tt.contains\(\) takes a part of an op label"),
+    (lambda: tt.where(1), r"tt.where\(\) takes a function op -> bool"),
+    (lambda: tt.func("relu") & 3, r"the right side of & must be a selector \(tt.module"),
+    (lambda: 3 | tt.func("relu"), r"the left side of \| must be a selector"),
+    (lambda: tt.module(), r"tt.module\(\) needs at least one address"),  # as before
+])
+def test_bad_selectors_are_one_line_errors(make, message):
+    with pytest.raises(TokentraceError, match=message) as info:
+        make()
+    assert "\n" not in str(info.value)
+
+
+def test_what_op_selectors_cannot_do_yet_is_one_clear_error(cnn):
+    x = torch.randn(1, 1, 6, 6)
+    with pytest.raises(TokentraceError, match=r"^tokentrace: save=tt.func\('relu'\) selects "
+                                              r"ops, and op outputs cannot be saved yet; save= "
+                                              r"takes modules"):
+        tt.trace(cnn, x, kernels="off", save=tt.func("relu"))
+    with pytest.raises(TokentraceError, match=r"^tokentrace: op-level edits are not supported "
+                                              r"yet \(tt.func\('relu'\) selects ops\); edit a "
+                                              r"module's output with tt.module\(...\)$"):
+        tt.when(tt.func("relu"), tt.zero())
+    with pytest.raises(TokentraceError, match=r"tt.when takes tt.module\(...\) selectors"):
+        tt.when(tt.module("fc") & ~tt.module("block"), tt.zero())
+    with pytest.raises(TokentraceError, match=r"inputs_of=tt.func\('relu'\) selects ops"):
+        tt.trace(cnn, x, kernels="off", inputs_of=tt.func("relu"))
+    with pytest.raises(TokentraceError, match=r"no site named 'blok'.*did you mean 'block'"):
+        tt.trace(cnn, x, kernels="off", sites=tt.in_module("blok"))
+
+
+def test_an_op_with_several_output_tensors_takes_a_label_each():
+    class Pieces(nn.Module):
+        def forward(self, x):
+            a, b, c = x.split(2, dim=1)
+            values, _ = x.topk(2)
+            if x.sum() > 0:  # a host read: aten::is_nonzero returns no tensor, no label
+                a = a + 1
+            return a * b + c + values.sum()
+
+    trace = tt.trace(Pieces(), torch.ones(2, 6), kernels="off", ops=True)
+    # TorchLens labels each output tensor of a function: split's three, topk's two.
+    assert _labels(trace.find_sites(tt.where(lambda op: True))) == [
+        "split_1_1", "split_2_2", "split_3_3", "topk_1_4", "topk_2_5", "sum_1_6", "gt_1_7",
+        "add_1_8", "mul_1_9", "add_2_10", "sum_2_11", "add_3_12"]
+    assert _labels(trace.find_sites(tt.func("split", output=1))) == ["split_2_2"]
+    assert trace["topk_1_4"].out.shape == (2, 2) and trace["topk_2_5"].out is None
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64)).eval()
+
+
+@pytest.fixture(scope="module")
+def gpt2_trace(gpt2):
+    return tt.trace(gpt2.generate, torch.tensor([[1, 2, 3]]),
+                    {"max_new_tokens": 3, "min_new_tokens": 3, "do_sample": False},
+                    kernels="off", ops=True)
+
+
+def test_gpt2_each_root_call_is_a_pass_numbered_by_the_rule(gpt2_trace):
+    every = list(gpt2_trace.find_sites(tt.where(lambda op: True)))
+    assert sorted({s.pass_index for s in every}) == [1, 2, 3]  # one pass per token
+    first = [s for s in every if s.pass_index == 1]
+    # Pass 1 by the rule: step_index counts every op from 1, type_index each type's ops.
+    assert [s.step_index for s in first] == list(range(1, len(first) + 1))
+    seen = {}
+    for s in first:
+        seen[s.layer_type] = seen.get(s.layer_type, 0) + 1
+        assert s.type_index == seen[s.layer_type]
+        assert s.layer_label == f"{s.layer_type}_{s.type_index}_{s.step_index}"
+    # Later passes inherit the layer_label of the first pass's op of the same type and index.
+    by_key = {(s.layer_type, s.type_index): s.layer_label for s in first}
+    for s in every:
+        if s.pass_index > 1 and (s.layer_type, s.type_index) in by_key:
+            assert s.layer_label == by_key[(s.layer_type, s.type_index)]
+        assert s.label == f"{s.layer_label}:{s.pass_index}"
+        assert s.label_short == f"{s.layer_type}_{s.type_index}:{s.pass_index}"
+    # Each split of c_attn's output is three labels (query, key, value), one per layer.
+    splits = [s for s in first if s.layer_type == "split"]
+    assert [s.type_index for s in splits] == [1, 2, 3, 4, 5, 6]
+    assert splits[1].step_index == splits[0].step_index + 1
+
+
+def test_gpt2_pass_qualified_labels_and_selectors(gpt2_trace):
+    lm_head = gpt2_trace.find_sites(tt.func("linear"))  # lm_head, once per token
+    assert [(s.pass_index, s.module) for s in lm_head] == [
+        (1, "lm_head:1"), (2, "lm_head:2"), (3, "lm_head:3")]
+    label = lm_head[0].layer_label
+    assert {s.layer_label for s in lm_head} == {label}
+    assert lm_head.labels() == (f"{label}:1", f"{label}:2", f"{label}:3")
+    assert gpt2_trace["linear_1:2"].module == "lm_head:2"
+    assert gpt2_trace[f"{label}:3"].token == 3
+    assert gpt2_trace["linear_1:2"].shape == [1, 1, 64]
+    assert gpt2_trace[label].num_passes == 3
+    with pytest.raises(TokentraceError, match=r"ran in 3 root calls \(passes 1..3\)"):
+        gpt2_trace[label].out
+    assert [list(o.shape) for o in gpt2_trace[label].outs] == [[1, 1, 64]] * 3
+    mlp = gpt2_trace.find_sites(tt.in_module("transformer.h.1.mlp:2") & tt.func("addmm"))
+    assert [s.module for s in mlp] == ["transformer.h.1.mlp.c_fc:2",
+                                       "transformer.h.1.mlp.c_proj:2"]
+    decode = gpt2_trace.find_sites(tt.in_module("transformer.h.1.mlp") & tt.func("addmm"))
+    assert len(decode) == 6  # 2 a token
+
+
+def test_record_with_an_op_selector_in_sites(gpt2, tmp_path):
+    rec = tt.record(gpt2, torch.tensor([[1, 2, 3]]), save=tt.module("lm_head"),
+                    sites=tt.func("linear"),
+                    generate_kwargs={"max_new_tokens": 2, "min_new_tokens": 2,
+                                     "do_sample": False}, kernels="off")
+    sites = rec.find_sites(tt.func("linear"))
+    assert [s.pass_index for s in sites] == [1, 2]
+    assert isinstance(rec["lm_head:2"].out, torch.Tensor)  # the module saves, as before
