@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from ._backend import check_kernel_mode, get_backend
-from ._common import ROOT, as_selector, check_writable, names_ops
+from ._common import ROOT, as_selector, check_writable, names_ops, op_selection
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits
 from ._errors import TokentraceError, fail
@@ -176,26 +176,21 @@ def _root_given(model, how, kwargs):
 
 def _ops_for(ops, sites, save):
     """ops= as given, or True when sites= or save= selects ops (tt.func, tt.in_module, ...):
-    op records are on for that run. Saving the values of ops is not built: one clear error."""
-    ops = op_records.check(ops)
-    if names_ops(save, "save="):
-        fail(f"save={as_selector(save, 'save=')!r} selects ops, and op outputs cannot be saved "
-             f"yet; save= takes modules (tt.module(...)), and sites= takes op selectors (their "
-             f"shapes and dtypes are recorded, trace.find_sites(...) finds them)")
-    return ops or names_ops(sites, "sites=")
+    op records are on for that run."""
+    return op_records.check(ops) or names_ops(save, "save=") or names_ops(sites, "sites=")
 
 
 def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
-         ops=False):
+         ops=False, op_save=None):
     """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
-    select(names) -> (hooked, saved, inputs)."""
+    select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None."""
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
     with op_records.ring_for_ops(backend, ops):
         path = backend.start(path, kernels)
     attached = Attachment(backend, path, select, shard_bytes=shard_bytes, edit_spec=edits,
-                          ops=ops)
+                          ops=ops, op_save=op_save)
     finder = None
     # A compiled __call__ the job takes before the model is found (generate takes it before
     # its prefill) is recorded from outside when it runs (_compiled/call.py).
@@ -287,7 +282,8 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     else 'summary'.
     out: the SQLite file (default: a temporary file; see trace.path).
     ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops); an op
-    selector in sites= (tt.func("relu"), tt.in_module(...), ...) turns this on by itself.
+    selector in sites= or save= (tt.func("relu"), tt.in_module(...), ...) turns this on by
+    itself, and in save= keeps those ops' outputs (trace["relu_1_2"].out).
     edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
     """
     if not callable(fn):
@@ -303,7 +299,8 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
     return _run("trace", fn, root, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save))
+                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
+                op_selection(save, "save="))
 
 
 def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any = None,
@@ -354,4 +351,5 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
     return _run("record", fn, root, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save))
+                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
+                op_selection(save, "save="))

@@ -194,12 +194,48 @@ def test_bad_selectors_are_one_line_errors(make, message):
     assert "\n" not in str(info.value)
 
 
+def test_save_keeps_the_outputs_of_the_ops_it_selects(cnn):
+    x = torch.randn(1, 1, 6, 6)
+    trace = tt.trace(cnn, x, kernels="off", save=tt.func("relu") | tt.func("linear"))
+    with torch.no_grad():
+        hidden = cnn.block(x)
+        fc = cnn.fc(torch.flatten(hidden, 1))
+    assert torch.equal(trace["relu_1_2"].out, hidden)
+    assert torch.equal(trace["linear_1_4"].out, fc)
+    assert torch.equal(trace.find_sites(tt.func("relu"))[1].out, torch.relu(fc))
+    assert not isinstance(trace["flatten_1_3"].out, torch.Tensor)  # not selected: its meta
+    assert list(trace["flatten_1_3"].out.shape) == [1, 32]
+    # The copies' own ops (detach, clone) are not the model's: the labels are as without.
+    assert _labels(trace.find_sites(tt.where(lambda op: True))) == CNN_LABELS
+    assert not trace.losses
+    # Saved by type: a selector decided only when the trace is read keeps every op.
+    trace = tt.trace(cnn, x, kernels="off", save=tt.in_module("block") & tt.func("relu"))
+    assert torch.equal(trace["relu_1_2"].out, hidden)
+
+
+def test_op_saving_is_a_mode_only_while_an_op_selector_saves(cnn):
+    depth = []
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cnn = cnn
+
+        def forward(self, x):
+            depth.append(torch._C._len_torch_function_stack())
+            return self.cnn(x)
+
+    probe = Probe()
+    x = torch.randn(1, 1, 6, 6)
+    tt.trace(probe, x, kernels="off", save=tt.module("cnn.fc"))
+    tt.trace(probe, x, kernels="off", sites=tt.func("relu"))  # op records, nothing saved
+    tt.trace(probe, x, kernels="off", save=tt.func("relu"))
+    assert depth == [0, 0, 1]
+    assert torch._C._len_torch_function_stack() == 0
+
+
 def test_what_op_selectors_cannot_do_yet_is_one_clear_error(cnn):
     x = torch.randn(1, 1, 6, 6)
-    with pytest.raises(TokentraceError, match=r"^tokentrace: save=tt.func\('relu'\) selects "
-                                              r"ops, and op outputs cannot be saved yet; save= "
-                                              r"takes modules"):
-        tt.trace(cnn, x, kernels="off", save=tt.func("relu"))
     with pytest.raises(TokentraceError, match=r"^tokentrace: op-level edits are not supported "
                                               r"yet \(tt.func\('relu'\) selects ops\); edit a "
                                               r"module's output with tt.module\(...\)$"):
@@ -289,11 +325,15 @@ def test_gpt2_pass_qualified_labels_and_selectors(gpt2_trace):
     assert len(decode) == 6  # 2 a token
 
 
-def test_record_with_an_op_selector_in_sites(gpt2, tmp_path):
-    rec = tt.record(gpt2, torch.tensor([[1, 2, 3]]), save=tt.module("lm_head"),
-                    sites=tt.func("linear"),
+def test_record_saves_ops_of_every_step(gpt2):
+    rec = tt.record(gpt2, torch.tensor([[1, 2, 3]]), save=tt.func("linear") | tt.module("lm_head"),
                     generate_kwargs={"max_new_tokens": 2, "min_new_tokens": 2,
                                      "do_sample": False}, kernels="off")
     sites = rec.find_sites(tt.func("linear"))
     assert [s.pass_index for s in sites] == [1, 2]
-    assert isinstance(rec["lm_head:2"].out, torch.Tensor)  # the module saves, as before
+    for k in (1, 2):  # the op's value is the module's output, at every step
+        assert torch.equal(rec[f"linear_1:{k}"].out, rec[f"lm_head:{k}"].out)
+    only_sites = tt.record(gpt2, torch.tensor([[1, 2, 3]]), save=tt.module("lm_head"),
+                           sites=tt.func("linear"), kernels="off",
+                           generate_kwargs={"max_new_tokens": 2, "do_sample": False})
+    assert not isinstance(only_sites["linear_1:2"].out, torch.Tensor)  # recorded, not saved

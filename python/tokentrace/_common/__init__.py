@@ -15,8 +15,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from . import loader
     from .loader import PACKAGE_DIR
-    from .naming import OP_KIND, ROOT, is_glob, site_names
-    from .op_selectors import SiteQuery, contains, func, in_module, label, op_type, where
+    from .naming import OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
+    from .op_selectors import (
+        SiteQuery,
+        contains,
+        func,
+        in_module,
+        label,
+        op_type,
+        op_types_of,
+        where,
+    )
     from .outputs import dtype_name, first_tensor, parse_dtype
     from .paths import CACHE_NAMES, cache_alias, descend, ends, put_at, replace_in_output
     from .selectors import (
@@ -32,13 +41,14 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .values import KINDS, MAX_DEPTH, MAX_ITEMS, SCALARS, kind_of, parameter_names, walk_call
 
 _EXPORTS = {
-    "ROOT": "naming", "OP_KIND": "naming", "site_names": "naming", "is_glob": "naming",
+    "ROOT": "naming", "OP_KIND": "naming", "OP_SAVE_SITE": "naming", "site_names": "naming",
+    "is_glob": "naming",
     "Selector": "selectors", "SiteSelector": "selectors", "as_selector": "selectors",
     "module": "selectors", "parse_env_list": "selectors", "names_ops": "selectors",
     "op_selection": "selectors",
     "SiteQuery": "op_selectors", "func": "op_selectors", "in_module": "op_selectors",
     "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
-    "op_type": "op_selectors",
+    "op_type": "op_selectors", "op_types_of": "op_selectors",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",
     "CACHE_NAMES": "paths", "cache_alias": "paths", "ends": "paths", "descend": "paths",

@@ -19,3 +19,9 @@ def site_names(model):
 
 def is_glob(pattern):
     return any(ch in pattern for ch in "*?[")
+
+
+# The range site a saved op output's copy runs in (_record/op_saver.py): its ops (detach,
+# clone) are not the model's, and its call follows the op whose output it holds
+# (_read/op_sites.py finds the op so).
+OP_SAVE_SITE = "tokentrace::save"

@@ -50,6 +50,13 @@ def op_type(name: str) -> str:
     return base.lower().replace("_", "")
 
 
+def op_types_of(name: str) -> frozenset[str]:
+    """The op types a function named `name` may run as: its own, and for a Python operator
+    its ATen op's ("__truediv__" -> truediv, div)."""
+    kind = op_type(name)
+    return frozenset((kind,) + _OPERATOR_TYPES.get(kind, ()))
+
+
 class SiteQuery:
     """A selector that is not a plain union of tt.module patterns: op leaves and composites.
 
@@ -74,6 +81,11 @@ class SiteQuery:
 
     def module_leaves(self) -> list[Selector]:
         return []
+
+    def may_save(self, types: frozenset[str]) -> bool:
+        """Whether an op of one of these types may be chosen: what saving decides before the
+        op's label exists (True unless this selector rules the types out)."""
+        return True
 
     def resolve(self, sites: Any, what: str = "selector") -> list[str]:
         """The module sites this selector chooses, in `sites` order; a tt.module pattern in it
@@ -145,6 +157,10 @@ class AllQuery(SiteQuery):
     def needs(self, names: list[str], what: str = "selector") -> set[str]:
         return set().union(*(_needs(p, names, what) for p in self.parts))
 
+    def may_save(self, types: frozenset[str]) -> bool:
+        test = (p.may_save(types) for p in self.parts)
+        return all(test) if self.op == "and" else any(test)
+
     def module_leaves(self) -> list[Selector]:
         return [leaf for p in self.parts for leaf in _leaves(p)]
 
@@ -202,6 +218,9 @@ class FuncQuery(SiteQuery):
             return False
         return op.layer_type in self.types or op.func_name == self.given
 
+    def may_save(self, types: frozenset[str]) -> bool:
+        return not self.types.isdisjoint(types)
+
     def __repr__(self) -> str:
         return f"tt.func({self.text})"
 
@@ -245,6 +264,9 @@ class LabelQuery(SiteQuery):
 
     def matches_op(self, op: Any) -> bool:
         return self.text in (op.layer_label, op.label, op.label_short)
+
+    def may_save(self, types: frozenset[str]) -> bool:
+        return self.text.partition("_")[0] in types
 
     def __repr__(self) -> str:
         return f"tt.label({self.text!r})"

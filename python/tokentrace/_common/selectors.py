@@ -59,6 +59,9 @@ class Selector:
     def needs(self, names: list[str], what: str = "selector") -> set[str]:
         return set()
 
+    def may_save(self, types: frozenset[str]) -> bool:
+        return False  # an op is never a module site
+
     def __repr__(self) -> str:
         return " | ".join(f"tt.module({p!r})" for p in self.patterns)
 

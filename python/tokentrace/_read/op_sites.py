@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._common import OP_KIND, ROOT, as_selector, op_type
+from .._common import OP_KIND, OP_SAVE_SITE, ROOT, as_selector, op_type
 from .._errors import fail
 
 _LABEL = re.compile(r"^([a-z0-9]+)_(\d+)(?:_(\d+))?(?::(\d+))?$")
@@ -40,13 +40,14 @@ class OpSite:
     step_index, pass_index (the root call k); layer_label "relu_1_2", label "relu_1_2:k",
     label_short "relu_1:k"; name, k: the op call (trace[f"{name}:{k}"] is it); token;
     module: the innermost module call ("site:k"); modules: the module calls it ran in,
-    outermost (the root call) first; out, shape: its first output tensor (saved or its
-    OutputMeta)."""
+    outermost (the root call) first; output_index: which output tensor of the op it is; out,
+    shape: that tensor (saved) or its OutputMeta."""
 
     def __init__(self, trace: Any, call_id: int, name: str, k: int, token: int,
                  modules: tuple[str, ...], type_index: int, step_index: int,
-                 pass_index: int, output_index: int = 0) -> None:
+                 pass_index: int, output_index: int = 0, saved_id: int | None = None) -> None:
         self._trace = trace
+        self._saved_id = saved_id
         self.call_id, self.name, self.k, self.token = call_id, name, k, token
         self.func_name = name
         self.layer_type = op_type(name)
@@ -72,9 +73,18 @@ class OpSite:
 
     @property
     def out(self) -> Any:
-        """Its output tensor when saved, else OutputMeta; None for an output the op record
-        does not keep (a split's pieces, a topk's indices)."""
-        return self._trace._output(self.call_id) if self.output_index == 0 else None
+        """Its output tensor when saved (save= an op selector), else OutputMeta; None for an
+        output the op record does not keep (a split's other pieces, a topk's indices)."""
+        if self.output_index != 0:
+            return None
+        meta = self._trace._output(self.call_id)
+        if self._saved_id is not None:
+            # The tensor saved after this op: its own, unless the function that ran it
+            # returned another tensor (shapes disagree), which is then not this op's value.
+            tensor = self._trace._output(self._saved_id)
+            if meta is None or list(meta.shape) == list(tensor.shape):
+                return tensor
+        return meta
 
     @property
     def shape(self) -> list[int | None] | None:
@@ -149,9 +159,11 @@ def _pieces(cid: int, children: dict[int, list[tuple[int, str]]]) -> int:
     return count
 
 
-def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...], int, int]]:
-    """(call id, op name, k, token, module calls, root call k, output tensors) of each
-    outermost op inside a root call that returned tensors, in the order they started."""
+def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...], int, int,
+                                               int | None]]:
+    """(call id, op name, k, token, module calls, root call k, output tensors, the call id its
+    output is saved under or None) of each outermost op inside a root call that returned
+    tensors, in the order they started."""
     names = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
     # Per call: (the root call k it runs in or None, the outermost op it runs in or None, the
     # module calls it runs in). Children have larger ids than their parents (ids are handed
@@ -159,6 +171,8 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
     info: dict[int, tuple[int | None, int | None, tuple[str, ...]]] = {}
     found = []
     children: dict[int, list[tuple[int, str]]] = {}
+    last_child: dict[int, int] = {}  # parent -> its latest outermost op, while it is latest
+    saved_as: dict[int, int] = {}    # op call -> the OP_SAVE_SITE call after it (op_saver.py)
     for cid, sid, k, parent, token in trace._q(
             "SELECT id, site_id, k, parent_id, token FROM calls ORDER BY id"):
         name, kind = names.get(sid, ("?", ""))
@@ -169,9 +183,17 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
             elif root_k is not None:
                 found.append((cid, name, k, token, chain, root_k))
             info[cid] = (root_k, cid if top is None else top, chain)
-        else:
-            own_root = k if (name == ROOT and kind == "root") else root_k
-            info[cid] = (own_root, top, chain + (f"{name}:{k}",))
+            if top is None:
+                last_child[parent] = cid
+            continue
+        before = last_child.pop(parent, None)
+        if name == OP_SAVE_SITE and top is None:
+            if before is not None:
+                saved_as[before] = cid
+            info[cid] = (root_k, cid, chain)  # its ops are the copy's, not the model's
+            continue
+        own_root = k if (name == ROOT and kind == "root") else root_k
+        info[cid] = (own_root, top, chain + (f"{name}:{k}",))
     trace._load_outputs()
     out = []
     for cid, name, k, token, chain, root_k in found:
@@ -181,7 +203,7 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
             continue  # no tensor out (aten::is_nonzero, aten::item): TorchLens logs none
         else:
             tensors = _TUPLE_OPS.get(name, 1)
-        out.append((cid, name, k, token, chain, root_k, tensors))
+        out.append((cid, name, k, token, chain, root_k, tensors, saved_as.get(cid)))
     return out
 
 
@@ -192,14 +214,14 @@ def op_sites(trace: Any) -> list[OpSite]:
         return cached
     sites: list[OpSite] = []
     counters: dict[int, tuple[dict[str, int], list[int]]] = {}
-    for cid, name, k, token, chain, root_k, tensors in _outermost_ops(trace):
+    for cid, name, k, token, chain, root_k, tensors, saved in _outermost_ops(trace):
         by_type, step = counters.setdefault(root_k, ({}, [0]))
         kind = op_type(name)
         for index in range(tensors):  # TorchLens: one label per output tensor
             step[0] += 1
             by_type[kind] = by_type.get(kind, 0) + 1
             sites.append(OpSite(trace, cid, name, k, token, chain, by_type[kind], step[0],
-                                root_k, index))
+                                root_k, index, saved if index == 0 else None))
     # A later pass inherits the first pass's step_index (so its layer_label): TorchLens's rule
     # for the passes of one layer, the layer here being the type_index-th op of its type.
     first: dict[tuple[str, int], int] = {}

@@ -5,8 +5,8 @@ job), root.py (FirstRoot, RootChoice: which module is the root), hooks.py (HookS
 recording wrappers and hooks on the modules), inputs.py (InputRecorder: a call's inputs, by
 path), sink.py (saved tensors, to safetensors shards), escapes.py (host reads of device
 values), collectives.py (torch.distributed calls as calls), op_records.py (ATen ops as calls:
-on and off), prompt.py (text prompts, tokenized). Imports _compiled, _backend, _common and
-_errors; never _edit or _read.
+on and off), op_saver.py (the outputs of the ops that save= selects), prompt.py (text prompts,
+tokenized). Imports _compiled, _backend, _common and _errors; never _edit or _read.
 """
 
 from .._common import lazy_face

@@ -29,6 +29,7 @@ from . import collectives, op_records
 from .escapes import EscapeCounter
 from .hooks import HookSet
 from .inputs import InputRecorder
+from .op_saver import OpSaver
 from .root import RootChoice, sites_of
 from .sink import DEFAULT_SHARD_BYTES, TensorSink
 
@@ -48,15 +49,19 @@ class Attachment:
     select(names) -> (hooked, saved, inputs) for the list of site names (the root's, then an
     assistant's), see selection(). edit_spec: an edit spec whose
     hooks go on first, so the recorded calls see the edited outputs. ops: record ATen ops.
+    op_save: save= as an op selector: the outputs of the ops it may choose are saved too
+    (op_saver.py; op records must be on).
     say: None for tt.trace/tt.record, where a problem raises or warns in the caller; a
     function (one line to stderr) for the preloaded job, which never stops over a recording
     problem: it says so and records without that part.
     """
 
     def __init__(self, backend, path, select, *, shard_bytes=DEFAULT_SHARD_BYTES,
-                 edit_spec=None, ops=False, say=None):
+                 edit_spec=None, ops=False, say=None, op_save=None):
         self.backend, self.path, self.shard_bytes = backend, path, shard_bytes
         self.select, self.edit_spec, self.ops, self.say = select, edit_spec, ops, say
+        self.op_save = op_save  # the op selector of save= (its ops' outputs are saved), or None
+        self.op_saver = None
         self.escapes = EscapeCounter(backend.current_token)
         self.model = None
         self.root = None  # the RootChoice attached
@@ -78,7 +83,8 @@ class Attachment:
         hooked, saved, self.inputs = self.select(list(names))
         self.model, self.root = model, root
         self.edits = self.edit_spec.hooks_for(model) if self.edit_spec is not None else None
-        self.sink = TensorSink(self.path, self.shard_bytes) if saved else None
+        wants_sink = saved or self.op_save is not None
+        self.sink = TensorSink(self.path, self.shard_bytes) if wants_sink else None
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
         self.hooks = HookSet(self.backend, model, hooked, saved, self.sink, self.inputs,
@@ -90,6 +96,9 @@ class Attachment:
         self.compiled_calls = CompiledCalls(self.hooks, model, self._compiled_noted)
         if self.ops:
             self._start_ops()
+        if self.op_save is not None and self.ops_on:  # op outputs: OpSaver, on this thread
+            self.op_saver = OpSaver(self.backend, self.sink, self.op_save)
+            self.op_saver.install()
         # With op records on a CPU model the op observer reports each host read inside the op
         # that made it (aten::item, ...); the Python counter then only says where they came from.
         self.escapes.set_report(self.backend.escape if self.on_cpu and not self.ops_on else None)
@@ -127,6 +136,8 @@ class Attachment:
         if self.collectives is not None:
             self.collectives.remove()
             self.collectives = None
+        if self.op_saver is not None:
+            self.op_saver.remove()
         if self.ops_on:
             op_records.stop()
             self.ops_on = False
@@ -169,7 +180,8 @@ class Attachment:
 
     @property
     def save_errors(self):
-        return self.hooks.save_errors if self.hooks is not None else 0
+        ops = self.op_saver.errors if self.op_saver is not None else 0
+        return ops + (self.hooks.save_errors if self.hooks is not None else 0)
 
     @property
     def input_errors(self):
