@@ -131,6 +131,9 @@ def test_module_selectors_join_op_selectors(cnn_trace):
     assert repr(tt.in_module("block") & tt.func("relu")) == (
         "(tt.in_module('block') & tt.func('relu'))")
     assert repr(~tt.label("x")) == "(~tt.label('x'))"
+    listed = tt.module("fc") | ["block.0", tt.func("relu")]  # a list: the union of its items
+    assert cnn_trace.find_sites(listed).labels() == ("block.0:1", "relu_1_2", "fc:1",
+                                                     "relu_2_5")
     chain = tt.func("a") | tt.func("b") | tt.func("c")
     assert len(chain.parts) == 3  # one n-ary selector, as TorchLens flattens chains
 
@@ -333,6 +336,7 @@ def test_record_saves_ops_of_every_step(gpt2):
     assert [s.pass_index for s in sites] == [1, 2]
     for k in (1, 2):  # the op's value is the module's output, at every step
         assert torch.equal(rec[f"linear_1:{k}"].out, rec[f"lm_head:{k}"].out)
+    assert rec.saved_sites == ["lm_head"]  # the copies' range site is no saved site
     only_sites = tt.record(gpt2, torch.tensor([[1, 2, 3]]), save=tt.module("lm_head"),
                            sites=tt.func("linear"), kernels="off",
                            generate_kwargs={"max_new_tokens": 2, "do_sample": False})

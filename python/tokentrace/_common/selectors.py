@@ -30,9 +30,10 @@ class Selector:
     names_ops = False
 
     def __or__(self, other: Any) -> Any:
+        other = as_selector(other, "selector")
         if isinstance(other, SiteQuery):  # with an op selector: a composite
             return SiteQuery.__ror__(other, self)
-        return Selector(self.patterns + as_selector(other, "selector").patterns)
+        return Selector(self.patterns + other.patterns)
 
     def __ror__(self, other: Any) -> Any:
         return as_selector(other, "selector") | self

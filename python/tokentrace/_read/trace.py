@@ -19,7 +19,7 @@ import weakref
 from collections import namedtuple
 from typing import Any, NoReturn
 
-from .._common import schema
+from .._common import OP_SAVE_SITE, schema
 from .._errors import TokentraceError, fail
 
 TYPE_CHECKING = False
@@ -540,7 +540,8 @@ class Recording(Trace):
         names = {sid: n for n, (sid, _, _) in self._sites.items()}
         found = {r[0] for r in self._q(
             "SELECT DISTINCT site_id FROM calls WHERE id IN (%s)" % ",".join(map(str, ids)))}
-        return [names[s] for s in sorted(found)]
+        # The copies of saved op outputs are calls of OP_SAVE_SITE; the ops are the sites.
+        return [names[s] for s in sorted(found) if names[s] != OP_SAVE_SITE]
 
     def __repr__(self) -> str:
         return (f"<tokentrace.Recording {os.path.basename(self.path)}: {self.steps} steps, "
