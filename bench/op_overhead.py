@@ -3,11 +3,14 @@
 One root module runs N small ATen ops (an in-place add of two 4-element tensors: one
 aten::add_, about the cheapest dispatched op) R times inside one root call, so session
 start/stop and the file are amortised.
-Three setups, interleaved, each repeated: no trace; tt.trace with ops off (the default: no
+Setups, interleaved, each repeated: no trace; tt.trace with ops off (the default: no
 RecordFunction observer registered, torch's dispatcher skips RecordFunction); tt.trace with
 ops=True (each op: RecordFunction with outputs, our callback pushes a call of its op site,
-records the output's shape and dtype, pops). Prints a markdown table: median ns per op and the
-cost over no trace.
+records the output's shape and dtype, pops); op sites: sites=tt.func("add") (op records
+turned on by the selector: the same as ops=True), save=tt.func("mul") (the TorchFunctionMode
+that saves op outputs is on, and keeps none of these ops: what the mode costs a torch call)
+and save=tt.func("add") (each op's output is also copied, in a call of tokentrace::save).
+Prints a markdown table: median ns per op and the cost over no trace.
 
     python bench/op_overhead.py [--ops 200] [--iters 50] [--repeats 7]
 """
@@ -43,11 +46,13 @@ def run_plain(model, x):
     return model.forward_ns
 
 
-def run_trace(model, x, path, ops):
+def run_trace(model, x, path, ops, **selectors):
     with torch.no_grad():
-        trace = tt.trace(model, x, kernels="off", out=path, ops=ops)
-    if ops:  # every op was recorded, and nothing else inside the loop
+        trace = tt.trace(model, x, kernels="off", out=path, ops=ops, **selectors)
+    if ops or selectors:  # every op was recorded, and nothing else inside the loop
         assert trace["aten::add_"].num_calls == model.n * model.iters, trace.losses
+    if selectors.get("save") is not None and "add" in repr(selectors["save"]):
+        assert len(trace.find_sites(tt.func("add"))) == model.n * model.iters
     assert not trace.losses, trace.losses
     return model.forward_ns
 
@@ -67,6 +72,12 @@ def main():
         "no trace": lambda: run_plain(model, x),
         "tt.trace, ops off (default)": lambda: run_trace(model, x, args.out, False),
         "tt.trace, ops=True": lambda: run_trace(model, x, args.out, True),
+        "tt.trace, sites=tt.func('add')": lambda: run_trace(model, x, args.out, False,
+                                                            sites=tt.func("add")),
+        "tt.trace, save=tt.func('mul') (mode on, nothing kept)": lambda: run_trace(
+            model, x, args.out, False, save=tt.func("mul")),
+        "tt.trace, save=tt.func('add') (each op kept)": lambda: run_trace(
+            model, x, args.out, False, save=tt.func("add")),
     }
     for fn in setups.values():  # warm-up
         fn()
