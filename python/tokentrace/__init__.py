@@ -29,24 +29,35 @@ if TYPE_CHECKING:  # what type checkers see of the names below (the package ship
         every_call,
         fill,
         load_spec,
+        mean_ablate,
+        noise,
         prefill,
+        project_off,
+        project_onto,
         replace,
         scale,
+        splice_module,
+        steer,
+        swap_with,
         token,
         when,
         zero,
+        zero_ablate,
     )
     from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
-    from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
+    from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load, save
     from .edits import BoundModel, EditSpec
 
 # name -> the submodule that defines it
 _EXPORTS = {
-    "load": "._read", "record": "._api", "trace": "._api",
+    "load": "._read", "save": "._read", "record": "._api", "trace": "._api",
     "EditSkipWarning": "._errors", "ScalarEscapeWarning": "._errors",
     "TokentraceError": "._errors",
     "add": "._edit", "clamp": "._edit", "fill": "._edit",
     "replace": "._edit", "scale": "._edit", "zero": "._edit",
+    "mean_ablate": "._edit", "noise": "._edit", "project_off": "._edit",
+    "project_onto": "._edit", "splice_module": "._edit", "steer": "._edit",
+    "swap_with": "._edit", "zero_ablate": "._edit",
     "Selector": "._common", "module": "._common",
     "CallView": "._read", "OutputMeta": "._read", "Recording": "._read",
     "SiteView": "._read", "Trace": "._read", "TokenRow": "._read",
@@ -55,10 +66,12 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "trace", "record", "load", "module", "Selector", "when", "prefill", "call", "token",
+    "trace", "record", "load", "save", "module", "Selector", "when", "prefill", "call", "token",
     "every_call", "zero", "fill", "add", "scale", "clamp", "replace", "Trace", "Recording",
     "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
     "ScalarEscapeWarning", "EditSkipWarning", "TokentraceError", "native_available", "load_spec",
+    "steer", "zero_ablate", "mean_ablate", "noise", "project_onto", "project_off", "swap_with",
+    "splice_module",
 ]
 
 
@@ -69,7 +82,8 @@ def __getattr__(name):
         return value
     if name == "__version__":
         return _version()
-    raise AttributeError(f"module 'tokentrace' has no attribute '{name}'")
+    from ._common import MODULE_NAMES, missing
+    raise missing(name, "module 'tokentrace'", MODULE_NAMES)
 
 
 def __dir__():

@@ -285,9 +285,12 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
            out: str | os.PathLike[str] | None = None,
            tokenizer: Callable[..., Any] | None = None, edits: EditSpec | None = None,
            shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
-           intervene: EditSpec | None = None) -> Recording:
+           intervene: EditSpec | None = None,
+           input_kwargs: dict[str, Any] | None = None) -> Recording:
     """Runs fn.generate(inputs, **generate_kwargs) for a model fn (or fn(inputs, **generate_kwargs)
-    for any other callable), recording only the `save=` sites.
+    for any other callable), recording only the `save=` sites. A model without generate runs
+    one forward, fn(inputs, **generate_kwargs), as TorchLens's record does (input_kwargs= is
+    TorchLens's name for those keyword arguments: give one of the two).
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
     Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
@@ -303,10 +306,7 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
             fail(f"record() got two models: {type(fn).__name__} to run and model="
                  f"{type(model).__name__}; give one (model= is for a function that runs it)")
         model = fn
-        fn = getattr(model, "generate", None)
-        if fn is None:
-            fail(f"record() runs model.generate, and {type(model).__name__} has no generate; "
-                 f"use tt.trace(model, inputs, save=...) for a plain forward")
+        fn = getattr(model, "generate", None) or model  # no generate: one forward
     elif callable(fn):
         if model is not None:
             how = "model="
@@ -319,6 +319,11 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     _warn_if_compiled_function(fn, model)
     select = _selector(sites if sites is not None else save, save, False, inputs_of)
     edits = check_edits(edits, intervene)
+    if input_kwargs is not None:
+        if generate_kwargs is not None:
+            fail("record() got generate_kwargs= and input_kwargs=; give the keyword arguments "
+                 "once (input_kwargs= is TorchLens's name for them)")
+        generate_kwargs = input_kwargs
     if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)

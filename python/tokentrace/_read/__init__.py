@@ -1,7 +1,8 @@
 """Reading a trace file: tt.load, Trace and Recording and their views (trace.py), a call's
 inputs (inputs.py), its ATen ops (op_records.py), the report (report.py, through the
-`tokentrace` program). Imports _compiled, _common and _errors; never _record or _edit. Opening
-and reading a trace imports no torch (a call's tensors and shapes do, when asked for).
+`tokentrace` program), tt.save and trace.summary() (saving.py). Imports _compiled, _common and
+_errors; never _record or _edit. Opening and reading a trace imports no torch (a call's tensors
+and shapes do, when asked for).
 """
 
 from .._common import lazy_face
@@ -11,6 +12,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .inputs import CallInputs, InputEntry
     from .op_records import OpCall, OpTotal
     from .report import render_report
+    from .saving import save
     from .trace import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
 
 _EXPORTS = {
@@ -18,7 +20,7 @@ _EXPORTS = {
     "TokenRow": "trace", "Trace": "trace", "load": "trace",
     "CallInputs": "inputs", "InputEntry": "inputs",
     "OpCall": "op_records", "OpTotal": "op_records",
-    "render_report": "report",
+    "render_report": "report", "save": "saving",
 }
 
 __all__ = sorted(_EXPORTS)
