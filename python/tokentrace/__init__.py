@@ -65,6 +65,10 @@ _EXPORTS = {
     "load_spec": ".edits", "prefill": ".edits", "token": ".edits", "when": ".edits",
 }
 
+# Public submodules reached as attributes (TorchLens's tl.options, tl.intervention,
+# tl.fastlog).
+_SUBMODULES = ("options", "intervention", "fastlog")
+
 __all__ = [
     "trace", "record", "load", "save", "module", "Selector", "when", "prefill", "call", "token",
     "every_call", "zero", "fill", "add", "scale", "clamp", "replace", "Trace", "Recording",
@@ -80,6 +84,8 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
         globals()[name] = value  # once: later lookups are plain attribute reads
         return value
+    if name in _SUBMODULES:  # tt.options, tt.intervention: TorchLens's namespaces
+        return importlib.import_module(f".{name}", __name__)
     if name == "__version__":
         return _version()
     from ._common import MODULE_NAMES, missing
@@ -87,7 +93,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | {"__version__"})
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES) | {"__version__"})
 
 
 def _version():

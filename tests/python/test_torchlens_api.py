@@ -249,3 +249,107 @@ def test_the_docs_list_the_same_names_as_the_errors():
     assert methods == set(torchlens_names.TRACE_METHODS)
     for name in listed:  # none of them is something tokentrace has after all
         assert name not in tt.__all__, name
+
+
+# --- options, episodes, chunks, steer_generate, Recorder ---------------------------------
+def _mlp2():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+
+
+def test_capture_options_map_onto_trace_arguments(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    opts = tt.options.CaptureOptions(layers_to_save=["1"], random_seed=5, inference_only=True)
+    trace = tt.trace(m, x, capture=opts, out=str(tmp_path / "a.sqlite"))
+    assert torch.equal(trace["1"].out, torch.relu(m[0](x)))
+    grad_modes = []
+    m[0].register_forward_hook(lambda mod, a, o: grad_modes.append(torch.is_grad_enabled()))
+    tt.trace(m, x, capture=opts, out=str(tmp_path / "a2.sqlite"))
+    tt.trace(m, x, out=str(tmp_path / "a3.sqlite"))
+    assert grad_modes == [False, True]  # inference_only=True: the run under no_grad
+    every = tt.trace(m, x, capture=tt.options.CaptureOptions(layers_to_save="all"),
+                     out=str(tmp_path / "b.sqlite"))
+    assert isinstance(every["0"].out, torch.Tensor) and isinstance(every["1"].out, torch.Tensor)
+    with pytest.raises(tt.TokentraceError, match=r"CaptureOptions\(save_grads=\.\.\.\) is a "
+                                                 r"TorchLens option tokentrace does not have"):
+        tt.trace(m, x, capture=tt.options.CaptureOptions(save_grads=True))
+    with pytest.raises(tt.TokentraceError, match="TorchLens has no such option either"):
+        tt.options.CaptureOptions(layers_to_keep="all")
+    with pytest.raises(tt.TokentraceError, match="give the sites to save once"):
+        tt.trace(m, x, save="1", capture=tt.options.CaptureOptions(layers_to_save=["0"]))
+    # a field left at TorchLens's default is no error
+    tt.trace(m, x, capture=tt.options.CaptureOptions(save_grads=None, verbose=False),
+             out=str(tmp_path / "c.sqlite"))
+
+
+def test_random_seed_seeds_the_run(tmp_path):
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.randn_like(x)
+
+    x = torch.zeros(4)
+    seeded = tt.options.CaptureOptions(random_seed=3, layers_to_save="all")
+    a = tt.trace(Noisy(), x, capture=seeded, out=str(tmp_path / "a.sqlite"))
+    b = tt.trace(Noisy(), x, capture=seeded, out=str(tmp_path / "b.sqlite"))
+    assert torch.equal(a["self"].out, b["self"].out)
+
+
+def test_chunk_size_runs_one_token_per_chunk(tmp_path):
+    m = _mlp2()
+    x = torch.randn(10, 4)
+    trace = tt.trace(m, x, chunk_size=4, save="1", out=str(tmp_path / "c.sqlite"))
+    assert trace.num_tokens == 3
+    assert [trace[f"1:{k}"].out.shape[0] for k in (1, 2, 3)] == [4, 4, 2]
+    assert torch.equal(trace["1:3"].out, torch.relu(m[0](x[8:])))
+    with pytest.raises(tt.TokentraceError, match="chunk_size= takes an int >= 1"):
+        tt.trace(m, x, chunk_size=0)
+    with pytest.raises(tt.TokentraceError, match="chunk_paths= is not supported"):
+        tt.trace(m, x, chunk_size=2, chunk_paths=["0"])
+
+
+def test_episode_spec_names_the_root_and_the_steps(tmp_path):
+    m = _mlp2()
+
+    def loop(x):
+        for _ in range(3):
+            x = torch.cat([m(x)[:, :4]], 1)
+        return x
+
+    spec = tt.options.EpisodeSpec(stepped_module=m, n_steps=3)
+    trace = tt.trace(loop, torch.randn(2, 4), episode=spec, out=str(tmp_path / "e.sqlite"))
+    assert trace.num_tokens == 3 and trace.meta["root"].startswith("Sequential")
+    with pytest.warns(RuntimeWarning, match=r"n_steps=5\) but the run had 3 steps"):
+        tt.trace(loop, torch.randn(2, 4), episode=tt.options.EpisodeSpec(stepped_module=m,
+                                                                         n_steps=5),
+                 out=str(tmp_path / "f.sqlite"))
+    with pytest.raises(tt.TokentraceError, match=r"EpisodeSpec\(forced_tokens=\.\.\.\)"):
+        tt.trace(loop, torch.randn(2, 4),
+                 episode=tt.options.EpisodeSpec(stepped_module=m, forced_tokens=[1]))
+
+
+def test_steer_generate_returns_the_outputs_and_the_report(lm):
+    spec = tt.when(SITE, tt.intervention.steer(torch.randn(32), feature_axis=-1),
+                   calls=tt.prefill)
+    gen = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+    result = tt.intervention.steer_generate(lm, IDS, spec, **gen)
+    assert result.outputs.shape == (1, 7) and result.report.fire_count == 1
+    idle = tt.when(SITE, tt.zero(), calls=tt.call(9))
+    with pytest.raises(tt.TokentraceError, match="1 rule.s. never fired"):
+        tt.intervention.steer_generate(lm, IDS, idle, **gen)
+    quiet = tt.intervention.steer_generate(lm, IDS, idle, on_zero_fire="disclose", **gen)
+    assert quiet.report.fire_count == 0
+
+
+def test_fastlog_recorder_logs_forwards_into_one_recording(tmp_path):
+    m = _mlp2()
+    xs = [torch.randn(2, 4), torch.randn(5, 4)]
+    with tt.fastlog.Recorder(m, save=tt.module("1"), out=str(tmp_path / "r.sqlite")) as rec:
+        outs = [rec.log(x) for x in xs]
+    assert rec.recording.steps == 2
+    assert torch.equal(rec.recording["1:2"].out, outs[1])
+    with pytest.raises(tt.TokentraceError, match="entered once"):
+        with rec:
+            pass
+    with pytest.raises(tt.TokentraceError, match="inside `with Recorder"):
+        rec.log(xs[0])

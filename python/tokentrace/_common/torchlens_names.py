@@ -26,7 +26,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "load_extraction": ("reading an extraction", "tt.load(path)"),
     "to_disk": ("a streaming storage= target",
                 "out= (trace files always stream to disk; saved tensors to shards)"),
-    "fastlog": ("the fast recorder subpackage", "tt.record(...)"),
     "facets": ("semantic facets", ""),
     "clear_capture_cache": ("the cache=True capture cache", "tokentrace keeps no capture cache"),
     "release_model": ("model-lifecycle release", ""),
