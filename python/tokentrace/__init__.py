@@ -29,15 +29,23 @@ if TYPE_CHECKING:  # what type checkers see of the names below (the package ship
         every_call,
         fill,
         load_spec,
+        mean_ablate,
+        noise,
         prefill,
+        project_off,
+        project_onto,
         replace,
         scale,
+        splice_module,
+        steer,
+        swap_with,
         token,
         when,
         zero,
+        zero_ablate,
     )
     from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
-    from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
+    from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load, save
     from .edits import BoundModel, EditSpec
 if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_sites returns
     from ._common import contains, func, in_module, label, where
@@ -45,11 +53,14 @@ if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_si
 
 # name -> the submodule that defines it
 _EXPORTS = {
-    "load": "._read", "record": "._api", "trace": "._api",
+    "load": "._read", "save": "._read", "record": "._api", "trace": "._api",
     "EditSkipWarning": "._errors", "ScalarEscapeWarning": "._errors",
     "TokentraceError": "._errors",
     "add": "._edit", "clamp": "._edit", "fill": "._edit",
     "replace": "._edit", "scale": "._edit", "zero": "._edit",
+    "mean_ablate": "._edit", "noise": "._edit", "project_off": "._edit",
+    "project_onto": "._edit", "splice_module": "._edit", "steer": "._edit",
+    "swap_with": "._edit", "zero_ablate": "._edit",
     "Selector": "._common", "module": "._common",
     "CallView": "._read", "OutputMeta": "._read", "Recording": "._read",
     "SiteView": "._read", "Trace": "._read", "TokenRow": "._read",
@@ -62,11 +73,17 @@ _EXPORTS.update({
     "where": "._common", "SiteTable": "._read", "OpSite": "._read", "OpLabel": "._read",
 })
 
+# Public submodules reached as attributes (TorchLens's tl.options, tl.intervention,
+# tl.fastlog).
+_SUBMODULES = ("options", "intervention", "fastlog")
+
 __all__ = [
-    "trace", "record", "load", "module", "Selector", "when", "prefill", "call", "token",
+    "trace", "record", "load", "save", "module", "Selector", "when", "prefill", "call", "token",
     "every_call", "zero", "fill", "add", "scale", "clamp", "replace", "Trace", "Recording",
     "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
     "ScalarEscapeWarning", "EditSkipWarning", "TokentraceError", "native_available", "load_spec",
+    "steer", "zero_ablate", "mean_ablate", "noise", "project_onto", "project_off", "swap_with",
+    "splice_module",
 ]
 __all__ += ["func", "in_module", "label", "contains", "where", "SiteTable", "OpSite", "OpLabel"]
 
@@ -76,13 +93,16 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
         globals()[name] = value  # once: later lookups are plain attribute reads
         return value
+    if name in _SUBMODULES:  # tt.options, tt.intervention: TorchLens's namespaces
+        return importlib.import_module(f".{name}", __name__)
     if name == "__version__":
         return _version()
-    raise AttributeError(f"module 'tokentrace' has no attribute '{name}'")
+    from ._common import MODULE_NAMES, missing
+    raise missing(name, "module 'tokentrace'", MODULE_NAMES)
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | {"__version__"})
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES) | {"__version__"})
 
 
 def _version():

@@ -4,6 +4,7 @@ _read/trace.py's)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import shutil
@@ -15,6 +16,7 @@ import torch
 
 from ._backend import check_kernel_mode, get_backend
 from ._common import ROOT, as_selector, check_writable, names_ops, op_selection
+from ._compat import chunked, run_options
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits
 from ._errors import TokentraceError, fail
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
     from ._common import SiteSelector
     from ._edit import EditSpec
+    from .options import CaptureOptions, EpisodeSpec
 
 _counter = itertools.count(1)
 _tmpdir = None  # (pid, directory) of this process's temporary traces
@@ -184,6 +187,24 @@ def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
          ops=False, op_save=None):
     """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
     select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None."""
+    with _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops,
+                  op_save) as box:
+        fn(*args, **kwargs)
+    return box["result"]
+
+
+# Frames between the session's code after its yield and the user's: the generator,
+# contextlib's __exit__, the function that holds the `with` (_run, or Recorder._finish), and its
+# caller (tt.trace, tt.record, or Recorder.__exit__).
+_AFTER_YIELD = 4
+
+
+@contextlib.contextmanager
+def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False,
+             op_save=None):
+    """The recording on for the body of the `with`; box["result"] is the Trace (or Recording)
+    after it. fn: what runs in it, for the root's choice and the errors (None: the body only
+    calls the root itself)."""
     kernels = check_kernel_mode(kernels)
     path = _out_path(out, kind)
     backend = get_backend()
@@ -192,6 +213,7 @@ def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
     attached = Attachment(backend, path, select, shard_bytes=shard_bytes, edit_spec=edits,
                           ops=ops, op_save=op_save)
     finder = None
+    box = {}
     # A compiled __call__ the job takes before the model is found (generate takes it before
     # its prefill) is recorded from outside when it runs (_compiled/call.py).
     unwatch = watch_compile()
@@ -202,7 +224,7 @@ def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
             else:
                 finder = FirstRoot(attached.attach)
             attached.escapes.install()
-            fn(*args, **kwargs)
+            yield box
         finally:
             if finder is not None:
                 finder.remove()
@@ -225,14 +247,15 @@ def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
             attached.write_rows(path, {"kernels_status": status})
         except (TokentraceError, OSError, sqlite3.Error) as exc:
             ending_error = ending_error or exc
+    user = _AFTER_YIELD + 1  # the stacklevel of a warning about the user's call
     if attached.model is None:
         fail(f"{getattr(fn, '__qualname__', fn)!r} called no torch.nn.Module, so there was "
              f"no model to trace; pass a function that runs the model, or model=...")
     if root is None:
-        warn_if_doubtful(fn, attached.model, 4, attached.root.how)
+        warn_if_doubtful(fn, attached.model, user + 1, attached.root.how)
     not_hooked = attached.not_hooked_message()
     if not_hooked:
-        warnings.warn(not_hooked, RuntimeWarning, stacklevel=3)
+        warnings.warn(not_hooked, RuntimeWarning, stacklevel=user)
     try:
         result = (Recording if kind == "record" else Trace)(path)
     except TokentraceError:
@@ -245,12 +268,12 @@ def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
                    else "; what is missing is not counted in it")
         warnings.warn(f"tokentrace: the run finished but its trace could not be written whole "
                       f"({message}); {path} has what fitted{counted}", RuntimeWarning,
-                      stacklevel=3)
-    _warn_escapes(result, attached.escapes, attached.on_cpu)
-    return result
+                      stacklevel=user)
+    _warn_escapes(result, attached.escapes, attached.on_cpu, user + 2)
+    box["result"] = result
 
 
-def _warn_escapes(result, escapes, python_counts):
+def _warn_escapes(result, escapes, python_counts, stacklevel):
     tokens = len(result.tokens)
     if python_counts:
         total = sum(escapes.counts.values())
@@ -259,7 +282,8 @@ def _warn_escapes(result, escapes, python_counts):
     by_loc = {}
     for (_, loc), n in escapes.counts.items():
         by_loc[loc] = by_loc.get(loc, 0) + n
-    warn_once(total, tokens, sorted(by_loc.items(), key=lambda kv: -kv[1]), stacklevel=5)
+    warn_once(total, tokens, sorted(by_loc.items(), key=lambda kv: -kv[1]),
+              stacklevel=stacklevel)
 
 
 def trace(fn: Callable[..., Any], inputs: Any = None,
@@ -268,7 +292,9 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
           out: str | os.PathLike[str] | None = None, tokenizer: Callable[..., Any] | None = None,
           model: torch.nn.Module | None = None, edits: EditSpec | None = None,
           shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
-          intervene: EditSpec | None = None) -> Trace:
+          intervene: EditSpec | None = None, capture: CaptureOptions | None = None,
+          episode: EpisodeSpec | None = None, chunk_size: int | None = None,
+          chunk_paths: Any = None) -> Trace:
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
     fn: a model, a bound method of one (model.generate), or any function that calls a model
@@ -285,10 +311,15 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     selector in sites= or save= (tt.func("relu"), tt.in_module(...), ...) turns this on by
     itself, and in save= keeps those ops' outputs (trace["relu_1_2"].out).
     edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
+    TorchLens's capture=tt.options.CaptureOptions(...), episode=tt.options.EpisodeSpec(...) and
+    chunk_size= (a model's forward run once per chunk of its batch, one token each) are mapped
+    onto these (docs/from-torchlens.md).
     """
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
+    options = run_options(capture, episode, save, model, "trace")
+    save, model = options.save, options.model
     how = "model=" if model is not None else "the model traced"
     model = _model_of(fn, model)
     _warn_if_compiled_function(fn, model)
@@ -296,11 +327,17 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     edits = check_edits(edits, intervene)
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
     root = _root_given(model, how, kwargs)
+    if chunk_size is not None or chunk_paths is not None:
+        fn, _ = chunked(fn, model, args, kwargs, chunk_size, chunk_paths)
+        args, kwargs = (), {}
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
-    return _run("trace", fn, root, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
-                op_selection(save, "save="))
+    with options.around_run():
+        result = _run("trace", fn, root, args, kwargs, select, kernels, out,
+                      int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
+                      op_selection(save, "save="))
+    options.check_steps(result, 2)
+    return result
 
 
 def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any = None,
@@ -310,9 +347,13 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
            out: str | os.PathLike[str] | None = None,
            tokenizer: Callable[..., Any] | None = None, edits: EditSpec | None = None,
            shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
-           intervene: EditSpec | None = None) -> Recording:
+           intervene: EditSpec | None = None,
+           input_kwargs: dict[str, Any] | None = None,
+           capture: CaptureOptions | None = None) -> Recording:
     """Runs fn.generate(inputs, **generate_kwargs) for a model fn (or fn(inputs, **generate_kwargs)
-    for any other callable), recording only the `save=` sites.
+    for any other callable), recording only the `save=` sites. A model without generate runs
+    one forward, fn(inputs, **generate_kwargs), as TorchLens's record does (input_kwargs= is
+    TorchLens's name for those keyword arguments: give one of the two).
 
     Returns a Recording: rec[site] (all steps), rec["site:k"].out (the tensor), rec.steps.
     Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
@@ -320,6 +361,8 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     the model fn calls first, or the model whose generate it calls, is). inputs_of=, edits=: as
     for trace (the inputs of saved sites stream to the shards too).
     """
+    options = run_options(capture, None, save, model, "record")
+    save = options.save
     how = "the model traced"
     if fn is None:  # record(model=m, ...): the model's generate
         fn, model = model, None
@@ -328,10 +371,7 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
             fail(f"record() got two models: {type(fn).__name__} to run and model="
                  f"{type(model).__name__}; give one (model= is for a function that runs it)")
         model = fn
-        fn = getattr(model, "generate", None)
-        if fn is None:
-            fail(f"record() runs model.generate, and {type(model).__name__} has no generate; "
-                 f"use tt.trace(model, inputs, save=...) for a plain forward")
+        fn = getattr(model, "generate", None) or model  # no generate: one forward
     elif callable(fn):
         if model is not None:
             how = "model="
@@ -344,12 +384,72 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     _warn_if_compiled_function(fn, model)
     select = _selector(sites if sites is not None else save, save, False, inputs_of)
     edits = check_edits(edits, intervene)
+    if input_kwargs is not None:
+        if generate_kwargs is not None:
+            fail("record() got generate_kwargs= and input_kwargs=; give the keyword arguments "
+                 "once (input_kwargs= is TorchLens's name for them)")
+        generate_kwargs = input_kwargs
     if generate_kwargs is not None and not isinstance(generate_kwargs, dict):
         fail(f"generate_kwargs must be a dict, got {type(generate_kwargs).__name__}")
     args, kwargs = _call_args(model, inputs, generate_kwargs, tokenizer)
     root = _root_given(model, how, kwargs)
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
-    return _run("record", fn, root, args, kwargs, select, kernels, out,
-                int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
-                op_selection(save, "save="))
+    with options.around_run():
+        return _run("record", fn, root, args, kwargs, select, kernels, out,
+                    int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
+                    op_selection(save, "save="))
+
+
+class Recorder:
+    """TorchLens's fastlog.Recorder: `with Recorder(model, save=...) as rec: rec.log(x)` runs
+    forwards of `model` with the recording on (each log() is one call of the root, one step)
+    and leaves rec.recording, a Recording, after the block. Arguments as tt.record's."""
+
+    def __init__(self, model: torch.nn.Module, *, save: SiteSelector | None = None,
+                 edits: EditSpec | None = None, intervene: EditSpec | None = None,
+                 sites: SiteSelector | None = None, kernels: str | None = None,
+                 out: str | os.PathLike[str] | None = None, shard_mb: float = 64,
+                 inputs_of: SiteSelector | None = None, ops: bool = False) -> None:
+        if not isinstance(model, torch.nn.Module):
+            fail(f"Recorder(model) takes a torch.nn.Module, got {type(model).__name__}")
+        if save is None:
+            fail("Recorder() needs save=: the sites to keep, e.g. save=tt.module('layers.*')")
+        self.model = model
+        self._select = _selector(sites if sites is not None else save, save, False, inputs_of)
+        self._select(list(sites_of(model, None)))  # bad selectors fail here
+        self._args = (kernels, out, int(shard_mb * (1 << 20)), check_edits(edits, intervene),
+                      _ops_for(ops, sites, save), op_selection(save, "save="))
+        self._session: Any = None  # the recording's context manager while inside the block
+        self._box: dict[str, Any] = {}
+        self._used = False
+        self.recording: Recording | None = None
+
+    def __enter__(self) -> Recorder:
+        if self._used:
+            fail("a Recorder is entered once; make a new one for another recording")
+        self._used = True
+        kernels, out, shard_bytes, edits, ops, op_save = self._args
+        root = RootChoice(self.model, "Recorder(model)", self.model, None)
+        self._session = _session("record", self.model, root, self._select, kernels, out,
+                                 shard_bytes, edits, ops, op_save)
+        self._box = self._session.__enter__()
+        return self
+
+    def log(self, input_args: Any, input_kwargs: dict[str, Any] | None = None, *,
+            sample_id: Any = None) -> Any:
+        """One forward of the model, recorded; returns its output."""
+        if self._session is None or self.recording is not None:
+            fail("Recorder.log() runs inside `with Recorder(...) as rec:`")
+        args, kwargs = _call_args(self.model, input_args, input_kwargs, None)
+        return self.model(*args, **kwargs)
+
+    def __exit__(self, *exc: Any) -> bool:
+        return self._finish(*exc)
+
+    def _finish(self, *exc):
+        session, self._session = self._session, None
+        suppressed = session.__exit__(*exc)
+        if exc[0] is None:
+            self.recording = self._box["result"]
+        return bool(suppressed)

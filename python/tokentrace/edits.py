@@ -17,6 +17,8 @@ This module is the public face; the feature is the subpackage _edit/, split by c
     spec.py          EditSpec, when, load_spec
     json_spec.py     the JSON form of rules (read and write)
     operations.py    the declarative ops (tt.zero, fill, add, scale, clamp, replace)
+    helpers.py       TorchLens's helpers by its names (steer, zero_ablate, mean_ablate, noise,
+                     project_onto, project_off, swap_with, splice_module)
     views.py         where a box lands (Ellipsis views) and the checks made at bind
     table.py         the patch table's entries, built at bind (_backend's PatchTable)
     hooks.py         EditHooks: planning, counting (where k is counted and why), the hooks

@@ -92,6 +92,8 @@ def test_record_needs_save(gpt2, prompt):
         tt.record(gpt2, prompt, generate_kwargs={"max_new_tokens": 2})
 
 
-def test_record_needs_generate(prompt):
-    with pytest.raises(tt.TokentraceError, match="has no generate"):
-        tt.record(torch.nn.Linear(2, 2), prompt, save="self")
+def test_record_of_a_model_without_generate_runs_one_forward(tmp_path):
+    lin = torch.nn.Linear(2, 2)
+    x = torch.randn(3, 2)
+    rec = tt.record(lin, x, save="self", out=str(tmp_path / "lin.sqlite"))
+    assert rec.steps == 1 and torch.equal(rec["self:1"].out, lin(x))

@@ -6,7 +6,8 @@ Files: naming.py (site names, the root `self`), selectors.py (tt.module), op_sel
 of values inside a call's arguments and the walk over them), paths.py (the one parser of value
 paths such as "[0].logits"), outputs.py (the first tensor of an output, dtype names), store.py
 (the trace file: schema and the Python layer's rows), loader.py (finds and loads the extension
-tokentrace._native), lazy.py (the faces' lazy import). Imports only _errors.py.
+tokentrace._native), lazy.py (the faces' lazy import), torchlens_names.py (TorchLens names
+tokentrace lacks, for the errors that say so). Imports only _errors.py.
 """
 
 from .lazy import lazy_face
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
         parse_env_list,
     )
     from .store import check_writable, connect, schema, write_python_rows, write_schema
+    from .torchlens_names import MODULE_NAMES, TRACE_METHODS, missing
     from .values import KINDS, MAX_DEPTH, MAX_ITEMS, SCALARS, kind_of, parameter_names, walk_call
 
 _EXPORTS = {
@@ -57,6 +59,8 @@ _EXPORTS = {
     "schema": "store", "connect": "store", "write_schema": "store",
     "write_python_rows": "store", "check_writable": "store",
     "loader": "loader", "PACKAGE_DIR": "loader",
+    "MODULE_NAMES": "torchlens_names", "TRACE_METHODS": "torchlens_names",
+    "missing": "torchlens_names",
 }
 
 __all__ = sorted(set(_EXPORTS) | {"lazy_face"})

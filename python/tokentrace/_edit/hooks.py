@@ -94,9 +94,10 @@ class EditHooks:
         for target, rule_ids in self.targets.items():
             segments = []
             for i in rule_ids:
-                action = self.spec.rules[i].action
+                rule = self.spec.rules[i]
+                action = rule.action
                 if not isinstance(action, Op):
-                    segments.append(_Segment([i], fn=action))
+                    segments.append(_Segment([i], fn=rule.fn))
                     continue
                 key, box = view_key(action.index)
                 if segments and segments[-1].fn is None and segments[-1].key == key:
@@ -198,6 +199,7 @@ class EditHooks:
                                                                       prepend=True))
                     hook = self._post(site, segments)
                     self.handles.append(mod.register_forward_hook(hook, prepend=True,
+                                                                  with_kwargs=True,
                                                                   always_call=True))
                 else:
                     self.handles.append(mod.register_forward_hook(self._post_ops(segments),
@@ -259,10 +261,10 @@ class EditHooks:
             return replace_in_output(output, path, values) if copied else None
         return post
 
-    def _run_rules(self, values, segments, site, k):
+    def _run_rules(self, values, segments, site, k, args=(), kwargs=None):
         """Applies one target's segments to `values`; the (possibly new) tensor."""
         rules = self.spec.rules
-        ctx = EditContext(site, k, self.token)
+        ctx = EditContext(site, k, self.token, args, kwargs)
         for seg in segments:
             if seg.fn is None:
                 self._apply_ops(values, seg)
@@ -270,7 +272,7 @@ class EditHooks:
             i = seg.rules[0]
             if not rules[i].calls.matches(k, self.token):
                 continue
-            new = seg.fn(values, ctx=ctx)
+            new = seg.fn(values, ctx)
             if new is not None and not isinstance(new, torch.Tensor):
                 fail(f"the edit {rules[i].describe()} returned {type(new).__name__}; "
                      f"return a tensor (or None after editing in place)")
@@ -288,7 +290,7 @@ class EditHooks:
         return edit
 
     def _post(self, site, segments):
-        def post(module, args, output):
+        def post(module, args, kwargs, output):
             stack = self._stack(site)
             if not stack:
                 return None
@@ -301,6 +303,6 @@ class EditHooks:
             original = values
             if any(values is a for a in args):
                 values = values.clone()
-            values = self._run_rules(values, segments, site, k)
+            values = self._run_rules(values, segments, site, k, args, kwargs)
             return replace_in_output(output, path, values) if values is not original else None
         return post

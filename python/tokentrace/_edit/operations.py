@@ -153,9 +153,19 @@ class clamp(Op):  # noqa: N801
     name = "clamp"
 
     def __init__(self, lo: float | None = None, hi: float | None = None,
-                 index: int | slice | tuple[Any, ...] | None = None) -> None:
+                 index: int | slice | tuple[Any, ...] | None = None, *,
+                 min: float | None = None, max: float | None = None,
+                 force_shape_change: bool = False) -> None:
+        # min=/max= are TorchLens's names for lo/hi
+        if (min is not None and lo is not None) or (max is not None and hi is not None):
+            fail("tt.clamp: give each bound once (lo or min=, hi or max=)")
+        lo = min if min is not None else lo
+        hi = max if max is not None else hi
+        if force_shape_change:
+            fail("tt.clamp(force_shape_change=True): tokentrace's edits keep the output's "
+                 "shape; drop force_shape_change (accepted: False)")
         if lo is None and hi is None:
-            fail("tt.clamp(lo, hi) needs at least one bound")
+            fail("tt.clamp(lo, hi) needs at least one bound (or min=, max=)")
         for v in (lo, hi):
             if v is not None:
                 _number(v, "tt.clamp(lo, hi)")

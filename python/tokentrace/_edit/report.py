@@ -12,7 +12,8 @@ from .._errors import EditSkipWarning, TokentraceError
 
 
 class EditReport:
-    """What the edits of one run did. num_fires (total), per_rule [(rule, fires)], num_skips,
+    """What the edits of one run did. num_fires (total; fire_count is TorchLens's name),
+    per_rule [(rule, fires)] (rule_fire_counts: the same as a dict), num_skips,
     per_rule_skips, skip_reasons {rule: last reason}, last_skip_reason. The native table's
     counters are read the first time one of these is asked for (a device sync on CUDA), never
     while the model runs."""
@@ -34,6 +35,20 @@ class EditReport:
     @property
     def per_rule(self) -> list[tuple[str, int]]:
         return list(self._read()["fires"])
+
+    @property
+    def fire_count(self) -> int:
+        """TorchLens's name for num_fires."""
+        return self.num_fires
+
+    @property
+    def rule_fire_counts(self) -> dict[str, int]:
+        """TorchLens's per-rule fire counts: {rule text: fires} (per_rule as a dict; rules
+        with the same text add up)."""
+        counts: dict[str, int] = {}
+        for rule, n in self._read()["fires"]:
+            counts[rule] = counts.get(rule, 0) + n
+        return counts
 
     @property
     def num_skips(self) -> int:

@@ -4,6 +4,11 @@ make_rule checks what tt.when and the JSON reader (json_spec.py) are given; Edit
 (spec.py) holds the rules of a spec.
 """
 
+import inspect
+import types
+from collections.abc import Mapping
+from typing import Any
+
 from .._common import Selector, as_selector
 from .._errors import fail
 from .calls import as_calls
@@ -11,12 +16,38 @@ from .operations import Op
 
 
 class EditContext:
-    """What a callable action is told: the site, its call number k, and the token."""
+    """What a callable action is told: the site, its call number k, the token, and the call's
+    arguments (args, kwargs; empty for an edit of an input). TorchLens's hook context names
+    are read too: name (the site), pass_index (k), layer_log (a read-only mapping of those),
+    direction ("forward") and timing ("post")."""
 
-    __slots__ = ("site", "call", "token")
+    __slots__ = ("site", "call", "token", "args", "_kwargs")
+    direction = "forward"
+    timing = "post"
 
-    def __init__(self, site: str, call: int, token: int) -> None:
+    def __init__(self, site: str, call: int, token: int, args: tuple[Any, ...] = (),
+                 kwargs: Mapping[str, Any] | None = None) -> None:
         self.site, self.call, self.token = site, call, token
+        self.args = args
+        self._kwargs = kwargs
+
+    @property
+    def kwargs(self) -> Mapping[str, Any]:
+        return types.MappingProxyType(self._kwargs if self._kwargs is not None else {})
+
+    @property
+    def name(self) -> str:
+        return self.site
+
+    @property
+    def pass_index(self) -> int:
+        return self.call
+
+    @property
+    def layer_log(self) -> Mapping[str, Any]:
+        return types.MappingProxyType({"layer_label": f"{self.site}:{self.call}",
+                                       "module_address": self.site, "pass_num": self.call,
+                                       "pass_index": self.call, "token": self.token})
 
     def __repr__(self):
         return f"EditContext(site={self.site!r}, call={self.call}, token={self.token})"
@@ -28,6 +59,9 @@ class Rule:
         self.action = action
         self.calls = calls
         self.input = input  # a path into the call's inputs, or None: the output
+        # A callable action as the hooks call it, fn(values, ctx): the keyword it takes its
+        # context by (ctx, or TorchLens's hook) is read from its signature once, here.
+        self.fn = None if isinstance(action, Op) else _by_context(action)
 
     def describe(self):
         act = self.action.describe() if isinstance(self.action, Op) else getattr(
@@ -35,6 +69,31 @@ class Rule:
         where = f" input {self.input!r}" if self.input is not None else ""
         return f"{self.selector!r}{where} -> {act} on {self.calls!r}"
 
+
+def _context_keyword(action):
+    """'ctx' or 'hook': how `action` takes the edit context; None when it takes neither."""
+    try:
+        params = inspect.signature(action).parameters
+    except (TypeError, ValueError):  # a builtin with no signature: the old way, ctx=
+        return "ctx"
+    for name in ("ctx", "hook"):
+        p = params.get(name)
+        if p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            return name
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return "ctx"
+    return None
+
+
+def _by_context(action):
+    keyword = _context_keyword(action)
+    if keyword is None:
+        fail(f"tt.when action {getattr(action, '__name__', type(action).__name__)} takes "
+             f"neither ctx nor hook: an edit callable is fn(values, *, ctx) (or TorchLens's "
+             f"fn(values, *, hook)), given the values and returning the new values")
+    if keyword == "ctx":
+        return lambda values, ctx: action(values, ctx=ctx)
+    return lambda values, ctx: action(values, hook=ctx)
 
 
 def make_rule(selector, action, calls=None, input=None):

@@ -1,8 +1,8 @@
 """Reading a trace file: tt.load, Trace and Recording and their views (trace.py), a call's
 inputs (inputs.py), its ATen ops (op_records.py), the ops' TorchLens labels and find_sites
-(op_sites.py), the report (report.py, through the `tokentrace` program). Imports _compiled,
-_common and _errors; never _record or _edit. Opening and reading a trace imports no torch (a
-call's tensors and shapes do, when asked for).
+(op_sites.py), the report (report.py, through the `tokentrace` program), tt.save and
+trace.summary() (saving.py). Imports _compiled, _common and _errors; never _record or _edit.
+Opening and reading a trace imports no torch (a call's tensors and shapes do, when asked for).
 """
 
 from .._common import lazy_face
@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .op_records import OpCall, OpTotal
     from .op_sites import OpLabel, OpSite, SiteTable
     from .report import render_report
+    from .saving import save
     from .trace import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
 
 _EXPORTS = {
@@ -21,7 +22,7 @@ _EXPORTS = {
     "CallInputs": "inputs", "InputEntry": "inputs",
     "OpCall": "op_records", "OpTotal": "op_records",
     "OpSite": "op_sites", "OpLabel": "op_sites", "SiteTable": "op_sites",
-    "render_report": "report",
+    "render_report": "report", "save": "saving",
 }
 
 __all__ = sorted(_EXPORTS)

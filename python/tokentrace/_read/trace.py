@@ -171,6 +171,16 @@ class SiteView:
         return self.calls[k - 1]
 
     @property
+    def out(self) -> torch.Tensor | OutputMeta | None:
+        """The output of a site called once (TorchLens's site.out); a site called more often
+        is asked for one call: trace['site:k'].out, or .outs for all."""
+        n = self.num_calls
+        if n != 1:
+            fail(f"{self.name} has {n} calls, so it has no one .out: use "
+                 f"trace['{self.name}:k'].out (k 1..{n}) or trace['{self.name}'].outs")
+        return self.calls[0].out
+
+    @property
     def outs(self) -> list[torch.Tensor | OutputMeta | None]:
         """Every call's .out, in call order."""
         return [c.out for c in self.calls]
@@ -517,6 +527,17 @@ class Trace:
         host read device values."""
         from .report import render_report
         return render_report(self.path, self.escape_sites, top)
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names a Trace lacks: TorchLens's trace methods get a message that says so
+        from .._common import TRACE_METHODS, missing
+        raise missing(name, type(self).__name__, TRACE_METHODS)
+
+    def summary(self) -> str:
+        """One row per called site: kind, calls, CPU ms, GPU ms and the first output's shape
+        (tokentrace's form of TorchLens's trace.summary(); report() is the per-token view)."""
+        from .saving import summary
+        return summary(self)
 
     def __repr__(self) -> str:
         return (f"<tokentrace.Trace {os.path.basename(self.path)}: {len(self._sites)} sites, "

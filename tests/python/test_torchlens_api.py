@@ -1,0 +1,355 @@
+"""TorchLens's names in tokentrace: the intervention helpers with TorchLens's arguments, edit
+callables taking `hook` or `ctx`, the report's fire_count/rule_fire_counts, site.out,
+trace.summary(), tt.save/tt.load, record of a plain forward, and the one clear AttributeError
+for a TorchLens name tokentrace lacks."""
+
+import os
+import re
+
+import pytest
+import torch
+
+import tokentrace as tt
+from tokentrace import _common as torchlens_names
+from tt_testutil import ROOT
+
+SITE = "transformer.h.0.mlp"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+IDS = torch.tensor([[1, 2, 3, 4]])
+
+
+def _mlp_out(lm, spec):
+    """The edited output of SITE in one bound forward, and the bound model."""
+    got = []
+    handle = lm.transformer.h[0].mlp.register_forward_hook(
+        lambda m, a, out: got.append(out.detach().clone()))
+    try:
+        bound = spec.bind(lm)
+        bound(IDS)
+    finally:
+        handle.remove()
+    return got[0], bound
+
+
+def _plain_mlp(lm):
+    got = []
+    handle = lm.transformer.h[0].mlp.register_forward_hook(
+        lambda m, a, out: got.append(out.detach().clone()))
+    try:
+        lm(IDS)
+    finally:
+        handle.remove()
+    return got[0]
+
+
+# --- helpers -----------------------------------------------------------------------------
+def test_steer_adds_a_direction_along_the_feature_axis(lm):
+    base = _plain_mlp(lm)
+    d = torch.randn(32)
+    out, bound = _mlp_out(lm, tt.when(SITE, tt.steer(d, 3.0, feature_axis=-1)))
+    # the edit is registered before ours, so ours sees the steered output
+    torch.testing.assert_close(out, base + 3.0 * d)
+    assert bound.last_report.fire_count == 1
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.steer(d, coef=-1.0, feature_axis=2)))
+    torch.testing.assert_close(out, base - d)
+    full = torch.randn_like(base)
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.steer(full)))
+    torch.testing.assert_close(out, base + full)
+
+
+def test_steer_refuses_what_it_cannot_align(lm):
+    with pytest.raises(tt.TokentraceError, match="needs feature_axis="):
+        _mlp_out(lm, tt.when(SITE, tt.steer(torch.randn(32))))
+    with pytest.raises(tt.TokentraceError, match="the direction has 31 elements"):
+        _mlp_out(lm, tt.when(SITE, tt.steer(torch.randn(31), feature_axis=-1)))
+    with pytest.raises(tt.TokentraceError, match="takes a direction tensor"):
+        tt.steer([1.0, 2.0])
+    with pytest.raises(tt.TokentraceError, match="force_shape_change"):
+        tt.steer(torch.ones(32), force_shape_change=True)
+
+
+def test_zero_ablate_and_mean_ablate(lm):
+    base = _plain_mlp(lm)
+    op = tt.zero_ablate()
+    assert op.name == "zero"  # declarative: the patch table runs it
+    out, bound = _mlp_out(lm, tt.when(SITE, op))
+    assert torch.count_nonzero(out) == 0 and bound.patch_table is not None
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.mean_ablate()))
+    torch.testing.assert_close(out, torch.full_like(base, base.mean().item()))
+    source = torch.tensor([1.0, 2.0, 6.0])
+    out, bound = _mlp_out(lm, tt.when(SITE, tt.mean_ablate(source)))
+    torch.testing.assert_close(out, torch.full_like(base, 3.0))
+    assert bound.patch_table is not None
+    with pytest.raises(tt.TokentraceError, match="only accepted value is 'self'"):
+        tt.mean_ablate(over="batch")
+
+
+def test_noise_with_a_seed_is_the_same_every_run(lm):
+    a, _ = _mlp_out(lm, tt.when(SITE, tt.noise(0.5, seed=7)))
+    b, _ = _mlp_out(lm, tt.when(SITE, tt.noise(0.5, seed=7)))
+    c, _ = _mlp_out(lm, tt.when(SITE, tt.noise(0.5, seed=8)))
+    base = _plain_mlp(lm)
+    assert torch.equal(a, b) and not torch.equal(a, c) and not torch.equal(a, base)
+    with pytest.raises(tt.TokentraceError, match="number >= 0"):
+        tt.noise(-1.0)
+
+
+def test_project_onto_and_off_split_the_output(lm):
+    base = _plain_mlp(lm)
+    d = torch.randn(32)
+    onto, _ = _mlp_out(lm, tt.when(SITE, tt.project_onto(d, feature_axis=-1)))
+    off, _ = _mlp_out(lm, tt.when(SITE, tt.project_off(d, feature_axis=-1)))
+    expected = (base @ d / (d @ d)).unsqueeze(-1) * d
+    torch.testing.assert_close(onto, expected)
+    torch.testing.assert_close(onto + off, base)
+    with pytest.raises(tt.TokentraceError, match="all zeros"):
+        tt.project_onto(torch.zeros(32), feature_axis=-1)
+
+
+def test_swap_with_takes_a_tensor_or_a_call_and_refuses_a_label(lm, tmp_path):
+    donor = tt.trace(lm, IDS, save=SITE, out=str(tmp_path / "donor.sqlite"))
+    other = torch.randn(1, 4, 32)
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.swap_with(other)))
+    assert torch.equal(out, other)
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.swap_with(donor[f"{SITE}:1"])))
+    assert torch.equal(out, donor[f"{SITE}:1"].out)
+    with pytest.raises(tt.TokentraceError, match="not a label"):
+        tt.swap_with(f"{SITE}:1")
+
+
+def test_splice_module_runs_a_replacement(lm):
+    base = _plain_mlp(lm)
+    lin = torch.nn.Linear(32, 32)
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.splice_module(lin, input="out")))
+    torch.testing.assert_close(out, lin(base))
+    seen = []
+
+    class Echo(torch.nn.Module):
+        def forward(self, hidden):  # the site's own argument
+            seen.append(hidden.shape)
+            return hidden * 2
+
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.splice_module(Echo(), input="in")))
+    assert seen == [torch.Size([1, 4, 32])]
+    with pytest.raises(tt.TokentraceError, match="'in' .* and 'out'"):
+        tt.splice_module(lin, input="args")
+
+
+def test_clamp_takes_torchlens_min_and_max(lm):
+    base = _plain_mlp(lm)
+    out, _ = _mlp_out(lm, tt.when(SITE, tt.clamp(min=-0.01, max=0.02)))
+    torch.testing.assert_close(out, base.clamp(-0.01, 0.02))
+    with pytest.raises(tt.TokentraceError, match="each bound once"):
+        tt.clamp(-1.0, min=-2.0)
+
+
+# --- callables and the report ------------------------------------------------------------
+def test_a_callable_takes_hook_or_ctx_as_its_signature_says(lm):
+    told = []
+
+    def by_hook(out, *, hook):
+        told.append(("hook", hook.name, hook.pass_index, hook.layer_log["module_address"]))
+        return out
+
+    def by_ctx(out, *, ctx):
+        told.append(("ctx", ctx.site, ctx.call, ctx.token))
+        return out
+
+    bound = (tt.when(SITE, by_hook) + tt.when(SITE, by_ctx)).bind(lm)
+    bound(IDS)
+    assert told == [("hook", SITE, 1, SITE), ("ctx", SITE, 1, 1)]
+    assert bound.last_report.fire_count == 2
+    assert list(bound.last_report.rule_fire_counts.values()) == [1, 1]
+
+
+def test_a_callable_with_neither_keyword_is_refused_at_when():
+    with pytest.raises(tt.TokentraceError, match="takes neither ctx nor hook"):
+        tt.when(SITE, lambda out: out)
+
+
+# --- the trace object --------------------------------------------------------------------
+def test_site_out_summary_save_and_load(lm, tmp_path):
+    trace = tt.trace(lm.generate, IDS, {"max_new_tokens": 3, "do_sample": False,
+                                        "pad_token_id": 0},
+                     save=SITE, out=str(tmp_path / "gen.sqlite"))
+    with pytest.raises(tt.TokentraceError, match=r"has 3 calls, so it has no one \.out"):
+        trace[SITE].out
+    text = trace.summary()
+    row = next(line for line in text.splitlines() if line.startswith(SITE + " "))
+    assert row.split()[1:3] == ["module", "3"] and row.endswith("[1, 4, 32]")
+    dest = tmp_path / "elsewhere" / "copy.sqlite"
+    dest.parent.mkdir()
+    assert tt.save(trace, dest) == str(dest)
+    copy = tt.load(dest)
+    assert copy.num_tokens == 3
+    for k in (1, 2, 3):
+        assert torch.equal(copy[f"{SITE}:{k}"].out, trace[f"{SITE}:{k}"].out)
+    with pytest.raises(tt.TokentraceError, match="exists; pass overwrite=True"):
+        tt.save(trace, dest)
+    tt.save(trace, dest, overwrite=True)
+    with pytest.raises(tt.TokentraceError, match="takes a trace"):
+        tt.save(str(dest), tmp_path / "x.sqlite")
+
+
+def test_record_of_a_plain_forward_is_one_step(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    rec = tt.record(model, x, save=tt.module("1"), out=str(tmp_path / "r.sqlite"))
+    assert rec.steps == 1
+    assert torch.equal(rec["1"].out, torch.relu(model[0](x)))
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0):
+            return self.lin(x) * scale
+
+    m = Scaled()
+    rec = tt.record(m, x, save="lin", input_kwargs={"scale": 2.0},
+                    out=str(tmp_path / "s.sqlite"))
+    assert torch.equal(rec["lin"].out, m.lin(x))
+    with pytest.raises(tt.TokentraceError, match="give the keyword arguments once"):
+        tt.record(m, x, save="lin", input_kwargs={}, generate_kwargs={})
+
+
+# --- names tokentrace lacks --------------------------------------------------------------
+def test_a_torchlens_name_says_it_is_a_torchlens_feature(lm, tmp_path):
+    with pytest.raises(AttributeError, match=r"show_model_graph is TorchLens's graph drawing, "
+                                             r"a TorchLens feature tokentrace does not have; "
+                                             r"instead: .*tokentrace plot"):
+        tt.show_model_graph
+    with pytest.raises(AttributeError, match=r"^module 'tokentrace' has no attribute 'nope'$"):
+        tt.nope
+    trace = tt.trace(lm, IDS, out=str(tmp_path / "t.sqlite"))
+    with pytest.raises(AttributeError, match=r"Trace has no attribute 'fork': fork is "
+                                             r"TorchLens's"):
+        trace.fork
+    with pytest.raises(AttributeError, match=r"^Trace has no attribute 'nope'$"):
+        trace.nope
+
+
+def test_the_docs_list_the_same_names_as_the_errors():
+    with open(os.path.join(ROOT, "docs", "from-torchlens.md"), encoding="utf-8") as f:
+        text = f.read()
+    listed = set(re.findall(r"^\| `tl\.(\w+)` \|", text, re.M))
+    methods = set(re.findall(r"^\| `trace\.(\w+)` \|", text, re.M))
+    assert listed == set(torchlens_names.MODULE_NAMES)
+    assert methods == set(torchlens_names.TRACE_METHODS)
+    for name in listed:  # none of them is something tokentrace has after all
+        assert name not in tt.__all__, name
+
+
+# --- options, episodes, chunks, steer_generate, Recorder ---------------------------------
+def _mlp2():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+
+
+def test_capture_options_map_onto_trace_arguments(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    opts = tt.options.CaptureOptions(layers_to_save=["1"], random_seed=5, inference_only=True)
+    trace = tt.trace(m, x, capture=opts, out=str(tmp_path / "a.sqlite"))
+    assert torch.equal(trace["1"].out, torch.relu(m[0](x)))
+    grad_modes = []
+    m[0].register_forward_hook(lambda mod, a, o: grad_modes.append(torch.is_grad_enabled()))
+    tt.trace(m, x, capture=opts, out=str(tmp_path / "a2.sqlite"))
+    tt.trace(m, x, out=str(tmp_path / "a3.sqlite"))
+    assert grad_modes == [False, True]  # inference_only=True: the run under no_grad
+    every = tt.trace(m, x, capture=tt.options.CaptureOptions(layers_to_save="all"),
+                     out=str(tmp_path / "b.sqlite"))
+    assert isinstance(every["0"].out, torch.Tensor) and isinstance(every["1"].out, torch.Tensor)
+    with pytest.raises(tt.TokentraceError, match=r"CaptureOptions\(save_grads=\.\.\.\) is a "
+                                                 r"TorchLens option tokentrace does not have"):
+        tt.trace(m, x, capture=tt.options.CaptureOptions(save_grads=True))
+    with pytest.raises(tt.TokentraceError, match="TorchLens has no such option either"):
+        tt.options.CaptureOptions(layers_to_keep="all")
+    with pytest.raises(tt.TokentraceError, match="give the sites to save once"):
+        tt.trace(m, x, save="1", capture=tt.options.CaptureOptions(layers_to_save=["0"]))
+    # a field left at TorchLens's default is no error
+    tt.trace(m, x, capture=tt.options.CaptureOptions(save_grads=None, verbose=False),
+             out=str(tmp_path / "c.sqlite"))
+
+
+def test_random_seed_seeds_the_run(tmp_path):
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.randn_like(x)
+
+    x = torch.zeros(4)
+    seeded = tt.options.CaptureOptions(random_seed=3, layers_to_save="all")
+    a = tt.trace(Noisy(), x, capture=seeded, out=str(tmp_path / "a.sqlite"))
+    b = tt.trace(Noisy(), x, capture=seeded, out=str(tmp_path / "b.sqlite"))
+    assert torch.equal(a["self"].out, b["self"].out)
+
+
+def test_chunk_size_runs_one_token_per_chunk(tmp_path):
+    m = _mlp2()
+    x = torch.randn(10, 4)
+    trace = tt.trace(m, x, chunk_size=4, save="1", out=str(tmp_path / "c.sqlite"))
+    assert trace.num_tokens == 3
+    assert [trace[f"1:{k}"].out.shape[0] for k in (1, 2, 3)] == [4, 4, 2]
+    assert torch.equal(trace["1:3"].out, torch.relu(m[0](x[8:])))
+    with pytest.raises(tt.TokentraceError, match="chunk_size= takes an int >= 1"):
+        tt.trace(m, x, chunk_size=0)
+    with pytest.raises(tt.TokentraceError, match="chunk_paths= is not supported"):
+        tt.trace(m, x, chunk_size=2, chunk_paths=["0"])
+
+
+def test_episode_spec_names_the_root_and_the_steps(tmp_path):
+    m = _mlp2()
+
+    def loop(x):
+        for _ in range(3):
+            x = torch.cat([m(x)[:, :4]], 1)
+        return x
+
+    spec = tt.options.EpisodeSpec(stepped_module=m, n_steps=3)
+    trace = tt.trace(loop, torch.randn(2, 4), episode=spec, out=str(tmp_path / "e.sqlite"))
+    assert trace.num_tokens == 3 and trace.meta["root"].startswith("Sequential")
+    with pytest.warns(RuntimeWarning, match=r"n_steps=5\) but the run had 3 steps"):
+        tt.trace(loop, torch.randn(2, 4), episode=tt.options.EpisodeSpec(stepped_module=m,
+                                                                         n_steps=5),
+                 out=str(tmp_path / "f.sqlite"))
+    with pytest.raises(tt.TokentraceError, match=r"EpisodeSpec\(forced_tokens=\.\.\.\)"):
+        tt.trace(loop, torch.randn(2, 4),
+                 episode=tt.options.EpisodeSpec(stepped_module=m, forced_tokens=[1]))
+
+
+def test_steer_generate_returns_the_outputs_and_the_report(lm):
+    spec = tt.when(SITE, tt.intervention.steer(torch.randn(32), feature_axis=-1),
+                   calls=tt.prefill)
+    gen = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+    result = tt.intervention.steer_generate(lm, IDS, spec, **gen)
+    assert result.outputs.shape == (1, 7) and result.report.fire_count == 1
+    idle = tt.when(SITE, tt.zero(), calls=tt.call(9))
+    with pytest.raises(tt.TokentraceError, match="1 rule.s. never fired"):
+        tt.intervention.steer_generate(lm, IDS, idle, **gen)
+    quiet = tt.intervention.steer_generate(lm, IDS, idle, on_zero_fire="disclose", **gen)
+    assert quiet.report.fire_count == 0
+
+
+def test_fastlog_recorder_logs_forwards_into_one_recording(tmp_path):
+    m = _mlp2()
+    xs = [torch.randn(2, 4), torch.randn(5, 4)]
+    with tt.fastlog.Recorder(m, save=tt.module("1"), out=str(tmp_path / "r.sqlite")) as rec:
+        outs = [rec.log(x) for x in xs]
+    assert rec.recording.steps == 2
+    assert torch.equal(rec.recording["1:2"].out, outs[1])
+    with pytest.raises(tt.TokentraceError, match="entered once"):
+        with rec:
+            pass
+    with pytest.raises(tt.TokentraceError, match="inside `with Recorder"):
+        rec.log(xs[0])
