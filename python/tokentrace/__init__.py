@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # what type checkers see of the names below (the package ship
     from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load, save
     from .edits import BoundModel, EditSpec
 if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_sites returns
-    from ._common import contains, func, in_module, label, where
+    from ._common import contains, func, in_module, label, regex, where
     from ._read import OpLabel, OpSite, SiteTable
 
 # name -> the submodule that defines it
@@ -70,7 +70,8 @@ _EXPORTS = {
 # Op-level sites (TorchLens's selectors over ops, find_sites' table, the op label views).
 _EXPORTS.update({
     "func": "._common", "in_module": "._common", "label": "._common", "contains": "._common",
-    "where": "._common", "SiteTable": "._read", "OpSite": "._read", "OpLabel": "._read",
+    "where": "._common", "regex": "._common", "SiteTable": "._read", "OpSite": "._read",
+    "OpLabel": "._read",
 })
 
 # Public submodules reached as attributes (TorchLens's tl.options, tl.intervention,
@@ -85,7 +86,8 @@ __all__ = [
     "steer", "zero_ablate", "mean_ablate", "noise", "project_onto", "project_off", "swap_with",
     "splice_module",
 ]
-__all__ += ["func", "in_module", "label", "contains", "where", "SiteTable", "OpSite", "OpLabel"]
+__all__ += ["func", "in_module", "label", "contains", "where", "regex", "SiteTable", "OpSite",
+            "OpLabel"]
 
 
 def __getattr__(name):

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ._common import is_op_label, label
 from ._errors import fail
 from .options import CaptureOptions, EpisodeSpec, mapped_capture_fields
 
@@ -66,7 +67,10 @@ def run_options(capture, episode, save, model, call):
             elif layers in (None, "none"):
                 options.save = None
             elif isinstance(layers, (list, tuple, set)) or isinstance(layers, str):
-                options.save = layers
+                # TorchLens's layer labels (relu_1_2, linear_1:2) name ops: tt.label of each.
+                items = [layers] if isinstance(layers, str) else list(layers)
+                items = [label(x) if isinstance(x, str) and is_op_label(x) else x for x in items]
+                options.save = items[0] if isinstance(layers, str) else items
             else:
                 fail(f"CaptureOptions(layers_to_save=) takes 'all', 'none', or site names; got "
                      f"{type(layers).__name__}")

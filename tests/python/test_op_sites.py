@@ -111,6 +111,9 @@ def test_a_trace_without_op_records_says_how_to_get_labels(cnn):
     (lambda: ~(tt.func("relu") | tt.func("linear")), ["conv2d_1_1", "flatten_1_3", "div_1_6",
                                                      "add_1_7"]),
     (lambda: tt.label("nothing_1_1"), []),
+    (lambda: tt.regex("^relu_"), ["relu_1_2", "relu_2_5"]),
+    (lambda: tt.regex("_1:1$"), ["conv2d_1_1", "relu_1_2", "flatten_1_3", "linear_1_4",
+                                 "div_1_6", "add_1_7"]),  # label_short: the first of a type
 ])
 def test_selectors_choose_ops(cnn_trace, query, labels):
     assert _labels(cnn_trace.find_sites(query())) == labels
@@ -187,6 +190,7 @@ def test_a_selector_naming_ops_turns_op_records_on(cnn, monkeypatch):
     (lambda: tt.label(5), r"tt.label\(\) takes an op label such as 'relu_1_2'"),
     (lambda: tt.contains(""), r"tt.contains\(\) takes a part of an op label"),
     (lambda: tt.where(1), r"tt.where\(\) takes a function op -> bool"),
+    (lambda: tt.regex("("), r"tt.regex\('\('\) is not a regular expression"),
     (lambda: tt.func("relu") & 3, r"the right side of & must be a selector \(tt.module"),
     (lambda: 3 | tt.func("relu"), r"the left side of \| must be a selector"),
     (lambda: tt.module(), r"tt.module\(\) needs at least one address"),  # as before
@@ -214,6 +218,20 @@ def test_save_keeps_the_outputs_of_the_ops_it_selects(cnn):
     # Saved by type: a selector decided only when the trace is read keeps every op.
     trace = tt.trace(cnn, x, kernels="off", save=tt.in_module("block") & tt.func("relu"))
     assert torch.equal(trace["relu_1_2"].out, hidden)
+
+
+def test_torchlens_spellings_of_saving_ops(cnn, tmp_path):
+    x = torch.randn(1, 1, 6, 6)
+    with torch.no_grad():
+        hidden = cnn.block(x)
+    # CaptureOptions(layers_to_save=[...]) with TorchLens's labels: tt.label of each.
+    opts = tt.options.CaptureOptions(layers_to_save=["relu_1_2", "fc"])
+    trace = tt.trace(cnn, x, kernels="off", capture=opts)
+    assert torch.equal(trace["relu_1_2"].out, hidden)
+    assert isinstance(trace["fc:1"].out, torch.Tensor)  # a module name stays a module
+    with tt.fastlog.Recorder(cnn, save=tt.func("relu"), out=str(tmp_path / "r.sqlite")) as rec:
+        rec.log(x)
+    assert torch.equal(rec.recording["relu_1_2"].out, hidden)
 
 
 def test_op_saving_is_a_mode_only_while_an_op_selector_saves(cnn):

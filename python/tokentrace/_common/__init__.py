@@ -22,9 +22,11 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
         contains,
         func,
         in_module,
+        is_op_label,
         label,
         op_type,
         op_types_of,
+        regex,
         where,
     )
     from .outputs import dtype_name, first_tensor, parse_dtype
@@ -50,7 +52,8 @@ _EXPORTS = {
     "op_selection": "selectors",
     "SiteQuery": "op_selectors", "func": "op_selectors", "in_module": "op_selectors",
     "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
-    "op_type": "op_selectors", "op_types_of": "op_selectors",
+    "op_type": "op_selectors", "op_types_of": "op_selectors", "regex": "op_selectors",
+    "is_op_label": "op_selectors",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",
     "CACHE_NAMES": "paths", "cache_alias": "paths", "ends": "paths", "descend": "paths",

@@ -18,6 +18,7 @@ so tt.func("truediv") (TorchLens's type of `/`) also matches div; _OPERATOR_TYPE
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -272,6 +273,20 @@ class LabelQuery(SiteQuery):
         return f"tt.label({self.text!r})"
 
 
+class RegexQuery(SiteQuery):
+    """tt.regex(pattern): ops with a label re.search finds the pattern in (case-sensitive)."""
+
+    def __init__(self, pattern: str, compiled: re.Pattern[str]) -> None:
+        self.pattern, self._re = pattern, compiled
+
+    def matches_op(self, op: Any) -> bool:
+        search = self._re.search
+        return any(search(text) for text in (op.layer_label, op.label, op.label_short))
+
+    def __repr__(self) -> str:
+        return f"tt.regex({self.pattern!r})"
+
+
 class ContainsQuery(SiteQuery):
     """tt.contains(text): ops whose layer_label contains text, ignoring case."""
 
@@ -337,6 +352,28 @@ def label(text: str) -> LabelQuery:
     if not isinstance(text, str) or not text:
         fail(f"tt.label() takes an op label such as 'relu_1_2' or 'linear_1:2'; got {text!r}")
     return LabelQuery(text)
+
+
+def regex(pattern: str) -> RegexQuery:
+    """Selects the ops whose label the pattern matches (re.search, case-sensitive):
+    tt.regex("^relu_"); a bad pattern is an error here, not at the search."""
+    if not isinstance(pattern, str) or not pattern:
+        fail(f"tt.regex() takes a regular expression over op labels such as r'^relu_'; got "
+             f"{pattern!r}")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        fail(f"tt.regex({pattern!r}) is not a regular expression: {exc}")
+    return RegexQuery(pattern, compiled)
+
+
+# What an op label looks like: relu_1_2, relu_1_2:3, relu_1:3 (_read/op_sites.py numbers them).
+_OP_LABEL = re.compile(r"^[a-z0-9]+_\d+(?:_\d+(?::\d+)?|:\d+)$")
+
+
+def is_op_label(text: str) -> bool:
+    """Whether `text` has the form of an op label (a module may still be named so)."""
+    return _OP_LABEL.match(text) is not None
 
 
 def contains(text: str) -> ContainsQuery:

@@ -71,7 +71,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "in_backward_pass": ("a backward selector", _GRAD),
     "without_op": ("a backward selector", _GRAD),
     # selectors tokentrace lacks
-    "regex": ("a label regex selector", "tt.module('glob*') (fnmatch globs over site names)"),
     "followed_by": ("a temporal selector", ""),
     "preceded_by": ("a temporal selector", ""),
     "func_transform": ("a torch.func transform selector", ""),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._common import OP_KIND, OP_SAVE_SITE, ROOT, as_selector, op_type
+from .._common import OP_KIND, OP_SAVE_SITE, ROOT, as_selector, is_op_label, op_type
 from .._errors import fail
 
 _LABEL = re.compile(r"^([a-z0-9]+)_(\d+)(?:_(\d+))?(?::(\d+))?$")
@@ -240,8 +240,7 @@ _CACHE = "\0op_sites"  # its key in trace._views, where no site name can be
 
 def looks_like_label(key: str) -> bool:
     """'relu_1_2', 'relu_1_2:3', 'relu_1:3' (not 'relu_1', which may be a module's name)."""
-    m = _LABEL.match(key)
-    return m is not None and (m.group(3) is not None or m.group(4) is not None)
+    return is_op_label(key)
 
 
 def lookup(trace: Any, key: str) -> OpSite | OpLabel | None:
