@@ -13,9 +13,13 @@ from 1 and type_index counts the ops of each type from 1; layer_label is
 f"{type}_{type_index}_{step_index}". A pass is a root call: TorchLens numbers the passes of a
 layer that runs again in one forward; a generation runs the model again at every token, so
 pass k is root call k (token k for generate), label is f"{layer_label}:{k}" and label_short
-f"{type}_{type_index}:{k}". Each root call is numbered on its own, so an op at the same place
-in the model's sequence of ops has the same layer_label at every token, and a token that runs
-other ops (a mask built at the prefill only) numbers what it runs.
+f"{type}_{type_index}:{k}". Later passes inherit the first pass's step_index, as TorchLens's
+do: the n-th op of a type in pass k has the layer_label of the n-th op of that type in the
+first pass that ran one, so a token that runs fewer ops (no cache set-up after the prefill)
+keeps the labels of the ops it shares. An op with several output tensors takes a label each
+(a split's pieces, counted from the ops that cut them); an op with none (aten::is_nonzero) takes
+none. The calls of OP_SAVE_SITE (saved op outputs, _record/op_saver.py) and their ops are not
+the model's: they give their tensor to the op call before them and take no label.
 
     op_sites(trace)          every op site, in execution order (made once per Trace)
     lookup(trace, key)       the OpSite or OpLabel a label names, or None
