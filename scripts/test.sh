@@ -7,6 +7,10 @@
 # torch ops library. The C++ suites run once: nothing else in the build depends on torch.
 # Tests that need a GPU are labelled `gpu` (ctest) / marked `gpu` (pytest) and skip cleanly
 # without one. TOKENTRACE_SKIP_NEWEST=1 skips the second environment (a quick local run).
+# Last, the vLLM tests (tests/vllm, marked `vllm`: vLLM's CPU build serving a tiny model under
+# `tokentrace run`) in the vLLM environment of scripts/setup-vllm.sh: CI (CI=true) or
+# TOKENTRACE_VLLM=1 makes it (cached under ~/.cache/tokentrace); otherwise they run when it is
+# there, and one line says when it is not. TOKENTRACE_VLLM=0 skips them.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -28,10 +32,25 @@ echo "== C++ tests (ctest) =="
 echo "== Python tests (pytest), $("$TOKENTRACE_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)') =="
 cd "$ROOT"
 "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
-[ -z "${TOKENTRACE_SKIP_NEWEST:-}" ] || exit 0
 
-TOKENTRACE_NEWEST=1 "$ROOT/scripts/setup.sh"
-# shellcheck disable=SC1091
-source "$BUILD_DIR/env-newest.sh"
-echo "== Python tests (pytest), $("$TOKENTRACE_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)') =="
-"$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
+if [ -z "${TOKENTRACE_SKIP_NEWEST:-}" ]; then
+  TOKENTRACE_NEWEST=1 "$ROOT/scripts/setup.sh"
+  # shellcheck disable=SC1091
+  source "$BUILD_DIR/env-newest.sh"
+  echo "== Python tests (pytest), $("$TOKENTRACE_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)') =="
+  "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
+fi
+
+VLLM_VENV=${TOKENTRACE_VLLM_VENV:-$HOME/.cache/tokentrace/venv-vllm}
+case "${TOKENTRACE_VLLM:-}" in
+  0) echo "== vLLM tests: skipped (TOKENTRACE_VLLM=0) =="; exit 0 ;;
+  1) WANT_VLLM=1 ;;
+  *) WANT_VLLM=${CI:+1} ;;
+esac
+if [ -n "$WANT_VLLM" ] || [ -x "$VLLM_VENV/bin/python" ]; then
+  VLLM_PY=$("$ROOT/scripts/setup-vllm.sh" | tail -1)
+  echo "== vLLM tests (pytest -m vllm), $("$VLLM_PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>/dev/null) =="
+  "$VLLM_PY" -m pytest -q -p no:cacheprovider -m vllm tests/vllm
+else
+  echo "== vLLM tests: skipped: no vLLM environment (scripts/setup-vllm.sh makes it, or TOKENTRACE_VLLM=1) =="
+fi

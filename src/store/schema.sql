@@ -46,6 +46,12 @@ CREATE TABLE IF NOT EXISTS call_inputs(call_id INTEGER, path TEXT, kind TEXT, ty
 -- line. Files that predate this file's creating them lack these two tables (read as empty).
 CREATE TABLE IF NOT EXISTS saved_outputs(call_id INTEGER, file TEXT, key TEXT);
 CREATE TABLE IF NOT EXISTS escape_sites(token INTEGER, location TEXT, count INTEGER);
+-- Written by the Python layer's engine adapter (python/tokentrace/_record/vllm_steps.py) while a
+-- serving engine runs: one row per request scheduled in a step (the step is the token), with
+-- how many of its tokens the step computes as prefill (its prompt, possibly a chunk of it) and
+-- as decode, and the position of its first token in the step. Other files have none (empty).
+CREATE TABLE IF NOT EXISTS step_requests(token INTEGER, request TEXT, prefill_tokens INTEGER,
+                                         decode_tokens INTEGER, position INTEGER);
 -- One row per token. Readers do not trust this view in a file (a crafted file could define it
 -- to never end): they run the SELECT after `AS` themselves (kTokensSelectSql, cut from this
 -- text at build time; it must stay the last statement). Tokens with no token call of their

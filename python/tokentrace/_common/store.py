@@ -35,13 +35,16 @@ def write_schema(con):
     con.executescript(schema().SCHEMA_SQL)
 
 
-def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, inputs=()):
+def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, inputs=(),
+                      step_requests=()):
     """Adds the Python layer's rows to a trace file (the shim's or our own). Call outputs
     (shape, dtype, path) are not among them: the hooks stream those through the shim.
 
     saved: (call_id, file, key);
     escape_sites: (token, location, count); losses: {kind: count}, added to the shim's;
-    inputs: call_inputs rows (InputRecorder.table_rows).
+    inputs: call_inputs rows (InputRecorder.table_rows);
+    step_requests: (token, request, prefill tokens, decode tokens, position) of an engine's
+    steps (_record/vllm_steps.py).
     Safe while the shim still writes the file (SQLite locking; we wait up to the busy
     timeout).
     """
@@ -57,6 +60,9 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
             con.executemany("INSERT INTO saved_outputs(call_id, file, key) VALUES (?,?,?)", saved)
             con.executemany("INSERT INTO escape_sites(token, location, count) VALUES (?,?,?)",
                             escape_sites)
+            if step_requests:
+                con.executemany("INSERT INTO step_requests(token, request, prefill_tokens, "
+                                "decode_tokens, position) VALUES (?,?,?,?,?)", step_requests)
             if inputs:
                 con.executemany("INSERT INTO call_inputs(call_id, path, kind, type, shape, dtype, "
                                 "device, value, file, key) VALUES (?,?,?,?,?,?,?,?,?,?)", inputs)

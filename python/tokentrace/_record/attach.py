@@ -25,7 +25,7 @@ import torch
 from .._common import ROOT, write_python_rows
 from .._compiled import CompiledCalls, compiled_rows
 from .._errors import TokentraceError
-from . import collectives, op_records
+from . import collectives, op_records, vllm_steps
 from .escapes import EscapeCounter
 from .hooks import HookSet
 from .inputs import InputRecorder
@@ -68,6 +68,7 @@ class Attachment:
         self.inputs = set()
         self.sink = self.hooks = self.edits = self.collectives = self.compiled_calls = None
         self.compiled_note = None  # one line: the job compiled the model while traced
+        self.engine = None  # a serving engine's steps (_record/vllm_steps.py), when one runs
         self.recorder = InputRecorder(backend.current, None, backend.settled_path)
         self.on_cpu = True
         self.ops_on = False
@@ -79,6 +80,9 @@ class Attachment:
         if not isinstance(root, RootChoice):
             root = RootChoice(root, "the model traced", root)
         model = root.model
+        if root.token is None and vllm_steps.serves(model):  # a vLLM worker: its steps are tokens
+            root.token, root.token_how = vllm_steps.TOKEN_SITE, "vLLM engine steps"
+            self.engine = vllm_steps.VllmSteps(self.backend, self.path, self.say)
         names = sites_of(model, root.assistant)
         hooked, saved, self.inputs = self.select(list(names))
         self.model, self.root = model, root
@@ -88,7 +92,9 @@ class Attachment:
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
         self.hooks = HookSet(self.backend, model, hooked, saved, self.sink, self.inputs,
-                             self.recorder, names=names)
+                             self.recorder, names=names, root_is_token=root.token is None)
+        if self.engine is not None:
+            self.engine.install()
         if self.edits is not None:
             self.edits.install()
         self.hooks.install()
@@ -144,6 +150,8 @@ class Attachment:
         if self.compiled_calls is not None:
             self.compiled_calls.remove()
             self.compiled_calls = None
+        if self.engine is not None:
+            self.engine.remove()
         if self.hooks is not None:
             self.hooks.remove()
         if self.edits is not None:
@@ -165,12 +173,18 @@ class Attachment:
             meta["model"] = type(self.model).__name__
             meta.update(self.root.meta())
         losses = {"save_failed": self.save_errors, "inputs_failed": self.input_errors}
+        steps = ()
+        if self.engine is not None:
+            self.engine.close()
+            meta.update(self.engine.meta())
+            steps = self.engine.take_rows()
         if self.ops:  # compiled kernels' modules, and what they miss, in the same write
             compiled_meta, compiled_losses = compiled_rows(path)
             meta.update(compiled_meta)
             losses.update(compiled_losses)
         write_python_rows(path, rows, self.escapes.rows(), meta, losses,
-                          self.recorder.table_rows(sink.files if sink is not None else {}))
+                          self.recorder.table_rows(sink.files if sink is not None else {}),
+                          steps)
 
     def _report(self, message):
         if self.say is not None:

@@ -53,8 +53,10 @@ def _carrying(native, compiled):
 
 class HookSet:
     def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None,
-                 names=None):
+                 names=None, root_is_token=True):
         self.backend = backend
+        # False: the tokens are another site's calls (RootChoice.token), the model's are plain
+        self.root_is_token = root_is_token
         self.model = model
         self.names = names if names is not None else site_names(model)  # {site: module}
         self.hooked = list(hooked)
@@ -100,7 +102,8 @@ class HookSet:
                 if name in inside:
                     continue
                 mod = names[name]
-                kind = self.backend.site_kind("root" if name == ROOT else "module")
+                kind = self.backend.site_kind(
+                    "root" if name == ROOT and self.root_is_token else "module")
                 sid = self.backend.site(name, kind)
                 self.site_ids[name] = sid
                 saver = self._saver(name) if name in self.saved and self.sink is not None else None

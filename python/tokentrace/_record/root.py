@@ -45,10 +45,16 @@ class RootChoice:
     how: str
     first: torch.nn.Module | None = None
     assistant: torch.nn.Module | None = None
+    # The site whose calls are the tokens when they are not the model's calls: a serving
+    # engine's step (_record/vllm_steps.py), in which the model's calls are then plain calls.
+    token: str | None = None
+    token_how: str = ""
 
     @property
     def describe(self):
         """'T5ForConditionalGeneration (the model whose generate was called)'."""
+        if self.token is not None:
+            return f"{self.token} ({self.token_how}); model {type(self.model).__name__}"
         return f"{type(self.model).__name__} ({self.how})"
 
     @property

@@ -1,0 +1,215 @@
+"""vLLM's worker traced as it serves: each engine step is one token, and what it computed for
+which request is a row of step_requests.
+
+vLLM's engine core schedules a step and hands its SchedulerOutput to the worker's model runner:
+execute_model(scheduler_output) prepares the inputs and runs the forward, sample_tokens(...)
+samples (it returns the step's output; execute_model returns it itself when there is nothing to
+sample). A call with no token scheduled (vLLM makes one to free finished requests) is no step. Both run on the worker's one thread, in that order. The adapter wraps the two methods
+of the model runner's class: the step's range (the token site, kind root) opens in
+execute_model and closes when sample_tokens returns (or when execute_model returns an output,
+or raises). The model's own calls are then plain calls inside the step, and the model runs
+that vLLM makes outside any step (its profiling and warm-up dummy runs) come before token 1:
+the report's "before token 1" (token 0), never a step.
+
+A step's composition is read from the SchedulerOutput before the step runs: for each request
+scheduled, num_scheduled_tokens of its tokens from position num_computed_tokens; those below
+its prompt's length are prefill (a chunked prefill takes several steps), the rest decode. The
+prompt's length comes with the request's first scheduling (NewRequestData) and is kept until
+vLLM says the request finished. Rows are buffered and added to the trace file at most once a
+second (and at the end), like the recorded inputs, so a worker that vLLM kills at shutdown
+loses at most the last second of them.
+
+Nothing here imports vLLM: it is only reached when the job has imported vLLM's model runner.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+from .._common import write_python_rows
+
+TOKEN_SITE = "vllm.step"  # the token site's name (not a module path: it has no such module)
+_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # the CPU runner subclasses its class
+_FLUSH_S = 1.0
+
+
+def runner_class():
+    """vLLM's model runner class when the job imported it (the worker has, before any model
+    call), else None."""
+    module = sys.modules.get(_RUNNER_MODULE)
+    return getattr(module, "GPUModelRunner", None) if module is not None else None
+
+
+def serves(model):
+    """True when `model` is a vLLM model and vLLM's model runner is loaded: the job is a vLLM
+    worker, whose tokens are engine steps."""
+    return type(model).__module__.startswith("vllm.") and runner_class() is not None
+
+
+def composition(output, prompt_lengths):
+    """[(request id, prefill tokens, decode tokens, position)] of one SchedulerOutput, in
+    vLLM's order (new requests, then the cached ones); updates prompt_lengths."""
+    scheduled = output.num_scheduled_tokens
+    rows = []
+
+    def row(request, computed):
+        n = int(scheduled.get(request, 0))
+        length = prompt_lengths.get(request)
+        prefill = 0 if length is None else max(0, min(computed + n, length) - computed)
+        rows.append((str(request), prefill, n - prefill, int(computed)))
+
+    for new in output.scheduled_new_reqs:
+        ids = getattr(new, "prompt_token_ids", None)
+        embeds = getattr(new, "prompt_embeds", None)
+        if ids is not None:
+            prompt_lengths[new.req_id] = len(ids)
+        elif embeds is not None:
+            prompt_lengths[new.req_id] = int(embeds.shape[0])
+        row(new.req_id, new.num_computed_tokens)
+    cached = output.scheduled_cached_reqs
+    for i, request in enumerate(cached.req_ids):
+        row(request, cached.num_computed_tokens[i])
+    for request in output.finished_req_ids:
+        prompt_lengths.pop(request, None)
+    return rows
+
+
+def _running_step(execute):
+    """The SchedulerOutput of a call of `execute` (the model runner's execute_model) on this
+    thread's stack, or None."""
+    codes = set()
+    fn, seen = execute, 0
+    while fn is not None and seen < 8:  # through its decorators (torch.inference_mode, ...)
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            codes.add(code)
+        fn, seen = getattr(fn, "__wrapped__", None), seen + 1
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in codes and "scheduler_output" in frame.f_locals:
+            return frame.f_locals["scheduler_output"]
+        frame = frame.f_back
+    return None
+
+
+class VllmSteps:
+    """The step wrappers on vLLM's model runner class, for one recording."""
+
+    def __init__(self, backend, path, say=None):
+        self.backend = backend
+        self.path = path  # the trace file, or a callable giving it (preload)
+        self.say = say
+        self.site_id = backend.site(TOKEN_SITE, backend.site_kind("root"))
+        self.steps = 0  # steps opened: the token number of the last one
+        self.rows = []  # (token, request, prefill, decode, position) not yet in the file
+        self.written = 0
+        self.prompt_lengths = {}
+        self._open = False
+        self._lock = threading.Lock()  # the rows: the worker thread and the final write
+        self._last_flush = time.monotonic()
+        self._patched = None  # (class, execute_model, sample_tokens) as they were
+        self.failed = 0  # steps whose composition could not be read
+
+    def install(self):
+        cls = runner_class()
+        if cls is None or self._patched is not None:
+            return False
+        execute, sample = cls.execute_model, cls.sample_tokens
+        steps = self
+
+        def execute_model(runner, scheduler_output, *args, **kwargs):
+            if not getattr(scheduler_output, "total_num_scheduled_tokens", 1):
+                # nothing scheduled (vLLM still calls in, e.g. to free finished requests): no
+                # step, no token
+                return execute(runner, scheduler_output, *args, **kwargs)
+            steps._begin(scheduler_output)
+            try:
+                out = execute(runner, scheduler_output, *args, **kwargs)
+            except BaseException:
+                steps._end()
+                raise
+            if out is not None:  # nothing to sample: the step ends here
+                steps._end()
+            return out
+
+        def sample_tokens(runner, *args, **kwargs):
+            try:
+                return sample(runner, *args, **kwargs)
+            finally:
+                steps._end()
+
+        execute_model.__wrapped__ = execute  # type: ignore[attr-defined]
+        sample_tokens.__wrapped__ = sample  # type: ignore[attr-defined]
+        cls.execute_model, cls.sample_tokens = execute_model, sample_tokens
+        self._patched = (cls, execute, sample)
+        # The recording attaches at the first model call, which in a worker that runs no
+        # warm-up is inside the first step's execute_model: that step opens now, before the
+        # model's call, from the SchedulerOutput in its frame.
+        running = _running_step(execute)
+        if running is not None:
+            self._begin(running)
+        return True
+
+    def remove(self):
+        if self._patched is not None:
+            cls, execute, sample = self._patched
+            cls.execute_model, cls.sample_tokens = execute, sample
+            self._patched = None
+        self._end()
+
+    def _begin(self, scheduler_output):
+        self._end()  # a step whose sample_tokens never came: closed before the next opens
+        try:
+            rows = composition(scheduler_output, self.prompt_lengths)
+        except Exception:  # a SchedulerOutput of another shape: the step, without its rows
+            rows = []
+            self.failed += 1
+        self.steps += 1
+        token = self.steps
+        with self._lock:
+            self.rows.extend((token, *r) for r in rows)
+        self.backend.push(self.site_id)
+        self._open = True
+        if time.monotonic() - self._last_flush >= _FLUSH_S:
+            self.flush()
+
+    def _end(self):
+        if self._open:
+            self._open = False
+            self.backend.pop()
+
+    def close(self):
+        """Closes a step left open at the end of the recording (the process exits between a
+        step's execute_model and its sample_tokens)."""
+        self._end()
+
+    def take_rows(self):
+        """The buffered rows, now the caller's to write."""
+        with self._lock:
+            rows, self.rows = self.rows, []
+        return rows
+
+    def flush(self):
+        """Adds the buffered rows to the trace file; never raises into the job."""
+        self._last_flush = time.monotonic()
+        rows = self.take_rows()
+        if not rows:
+            return
+        path = self.path() if callable(self.path) else self.path
+        try:
+            write_python_rows(path, step_requests=rows)
+            self.written += len(rows)
+        except Exception as exc:  # a full disk, a file gone: said once, the rest kept
+            with self._lock:
+                self.rows[:0] = rows
+            if self.say is not None and not getattr(self, "_said", False):
+                self._said = True
+                self.say(f"tokentrace: the steps' requests could not be added to the trace "
+                         f"({exc}); retried at the end")
+
+    def meta(self) -> dict[str, Any]:
+        return {"engine": "vllm", "engine_steps": self.steps,
+                "engine_step_rows_unread": self.failed}
