@@ -4,10 +4,11 @@ which request is a row of step_requests.
 vLLM's engine core schedules a step and hands its SchedulerOutput to the worker's model runner:
 execute_model(scheduler_output) prepares the inputs and runs the forward, sample_tokens(...)
 samples (it returns the step's output; execute_model returns it itself when there is nothing to
-sample). A call with no token scheduled (vLLM makes one to free finished requests) is no step. Both run on the worker's one thread, in that order. The adapter wraps the two methods
+sample). Both run on the worker's one thread, in that order. The adapter wraps the two methods
 of the model runner's class: the step's range (the token site, kind root) opens in
 execute_model and closes when sample_tokens returns (or when execute_model returns an output,
-or raises). The model's own calls are then plain calls inside the step, and the model runs
+or raises). A call with no token scheduled (vLLM makes one to free finished requests) is no
+step. The model's own calls are then plain calls inside the step, and the model runs
 that vLLM makes outside any step (its profiling and warm-up dummy runs) come before token 1:
 the report's "before token 1" (token 0), never a step.
 
