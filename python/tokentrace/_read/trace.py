@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import 
     from .inputs import CallInputs
     from .op_records import OpCall, OpTotal
     from .op_sites import SiteTable
+    from .serving import Request, StepRequest
 
 # finished: False for a token whose root call never closed (the job was killed inside it);
 # its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
@@ -532,6 +533,20 @@ class Trace:
         # only for names a Trace lacks: TorchLens's trace methods get a message that says so
         from .._common import TRACE_METHODS, missing
         raise missing(name, type(self).__name__, TRACE_METHODS)
+
+    @property
+    def step_requests(self) -> list[StepRequest]:
+        """A serving engine's steps (vLLM): one row per request a step computed tokens for
+        (token = the step), in step order; [] for other traces."""
+        from .serving import step_requests
+        return step_requests(self)
+
+    @property
+    def requests(self) -> dict[str, Request]:
+        """A serving engine's requests: {request id: Request(steps, prefill_tokens,
+        decode_tokens, first_step, first_token_step, last_step)}; {} for other traces."""
+        from .serving import requests
+        return requests(self)
 
     def summary(self) -> str:
         """One row per called site: kind, calls, CPU ms, GPU ms and the first output's shape
