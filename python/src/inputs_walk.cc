@@ -61,9 +61,10 @@ struct Getters {
 
 class InputBuffer {
  public:
-  // kinds: the _inputs kind codes (tensor, leaf, seq, dict, cache, dataclass, object);
-  // python: (kind_of, describe, text, fields_of), the reference's functions; flush: a weak
-  // method (None, or the recorder's flush once it exists) called when flush_rows are pending.
+  // kinds: the _inputs kind codes (tensor, leaf, seq, dict, cache, dataclass, object,
+  // container); python: (kind_of, describe, text, fields_of, children_of), the reference's
+  // functions (children_of: a registered container's children, tt.register_container); flush: a
+  // weak method (None, or the recorder's flush once it exists) called when flush_rows are pending.
   InputBuffer(nb::object current, nb::tuple kinds, nb::tuple python, nb::tuple plain_tensors,
               int max_depth, size_t max_items, nb::object flush, size_t flush_rows,
               uintptr_t tensor_meta)
@@ -73,8 +74,9 @@ class InputBuffer {
         flush_rows_(flush_rows),
         max_depth_(max_depth),
         max_items_(max_items) {
-    for (size_t i = 0; i < 7; ++i) kind_codes_[i] = nb::cast<int>(kinds[i]);
+    for (size_t i = 0; i < kKinds; ++i) kind_codes_[i] = nb::cast<int>(kinds[i]);
     kind_of_ = python[0], describe_ = python[1], text_ = python[2], fields_of_ = python[3];
+    children_of_ = python[4];
     const char* names[3] = {"shape", "dtype", "device"};
     for (nb::handle t : plain_tensors) {
       Getters g{reinterpret_cast<PyTypeObject*>(t.ptr()), {}, {}};
@@ -209,7 +211,17 @@ class InputBuffer {
     return code;
   }
   bool Is(int kind, int which) const { return kind == kind_codes_[which]; }
-  enum { kTensorKind, kLeafKind, kSeqKind, kDictKind, kCacheKind, kDataclassKind, kObjectKind };
+  enum {
+    kTensorKind,
+    kLeafKind,
+    kSeqKind,
+    kDictKind,
+    kCacheKind,
+    kDataclassKind,
+    kObjectKind,
+    kContainerKind,
+    kKinds
+  };
 
   bool Walk(PyObject* value, uint32_t path, int depth) {
     const int kind = Kind(value);
@@ -221,8 +233,10 @@ class InputBuffer {
       leaf = static_cast<size_t>(n) > max_items_;
     }
     if (leaf) return AddLeaf(value, path);
-    if (Is(kind, kSeqKind)) {
-      nb::object seq = nb::steal(PySequence_Fast(value, "a sequence"));
+    if (Is(kind, kSeqKind) || Is(kind, kContainerKind)) {
+      // a registered container: its children as its flatten gives them, by index
+      nb::object items = Is(kind, kSeqKind) ? nb::borrow(value) : children_of_(nb::handle(value));
+      nb::object seq = nb::steal(PySequence_Fast(items.ptr(), "a sequence"));
       if (!seq.is_valid()) return false;
       const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
       for (Py_ssize_t i = 0; i < n; ++i) {
@@ -430,11 +444,11 @@ class InputBuffer {
   static constexpr int kMaxDims = 64;
   TensorMeta meta_;
   std::unordered_map<int32_t, uint16_t> dtype_codes_, device_codes_;
-  nb::object current_, flush_, kind_of_, describe_, text_, fields_of_;
+  nb::object current_, flush_, kind_of_, describe_, text_, fields_of_, children_of_;
   size_t flush_rows_;
   int max_depth_;
   size_t max_items_;
-  int kind_codes_[7] = {};
+  int kind_codes_[kKinds] = {};
   uint64_t call_id_ = 0;
   std::vector<Getters> getters_;
   std::vector<Leaf> leaves_;

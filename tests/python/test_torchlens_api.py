@@ -353,3 +353,38 @@ def test_fastlog_recorder_logs_forwards_into_one_recording(tmp_path):
             pass
     with pytest.raises(tt.TokentraceError, match="inside `with Recorder"):
         rec.log(xs[0])
+
+
+# --- containers --------------------------------------------------------------------------
+class _Pair:
+    def __init__(self, left, right):
+        self.left, self.right = left, right
+
+
+class _Joins(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, pair):
+        return self.lin(pair.left) + pair.right
+
+
+def test_register_container_makes_a_users_container_walkable_and_editable(tmp_path):
+    torch.manual_seed(0)
+    m = _Joins()
+    pair = _Pair(torch.randn(2, 3), torch.randn(2, 3))
+    before = tt.trace(m, (pair,), out=str(tmp_path / "a.sqlite"))
+    assert list(before["self:1"].inputs) == ["pair"]  # one object, not looked into
+    tt.register_container(_Pair, lambda v: ([v.left, v.right], None),
+                          lambda aux, children: _Pair(*children))
+    after = tt.trace(m, (pair,), out=str(tmp_path / "b.sqlite"))
+    inputs = after["self:1"].inputs
+    assert list(inputs) == ["pair[0]", "pair[1]"]
+    assert inputs["pair[1]"].shape == torch.Size([2, 3]) and inputs["pair[1]"].kind == "tensor"
+    bound = tt.when("self", tt.zero(), input="pair[1]").bind(m)
+    assert torch.equal(bound(pair), m.lin(pair.left))
+    assert bound.last_report.fire_count == 1
+    assert torch.count_nonzero(pair.right) > 0  # the caller's container is left as it was
+    with pytest.raises(tt.TokentraceError, match="takes a class first"):
+        tt.register_container("Pair", lambda v: ([], None))

@@ -42,7 +42,17 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     )
     from .store import check_writable, connect, schema, write_python_rows, write_schema
     from .torchlens_names import MODULE_NAMES, TRACE_METHODS, missing
-    from .values import KINDS, MAX_DEPTH, MAX_ITEMS, SCALARS, kind_of, parameter_names, walk_call
+    from .values import (
+        KINDS,
+        MAX_DEPTH,
+        MAX_ITEMS,
+        SCALARS,
+        children_of,
+        kind_of,
+        parameter_names,
+        register_container,
+        walk_call,
+    )
 
 _EXPORTS = {
     "ROOT": "naming", "OP_KIND": "naming", "OP_SAVE_SITE": "naming", "site_names": "naming",
@@ -56,6 +66,7 @@ _EXPORTS = {
     "is_op_label": "op_selectors",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",
+    "children_of": "values", "register_container": "values",
     "CACHE_NAMES": "paths", "cache_alias": "paths", "ends": "paths", "descend": "paths",
     "put_at": "paths", "replace_in_output": "paths",
     "first_tensor": "outputs", "dtype_name": "outputs", "parse_dtype": "outputs",

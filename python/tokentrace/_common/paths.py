@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from .._errors import fail
-from .values import CACHE, DATACLASS, DICT, SEQ, kind_of
+from .values import CACHE, CONTAINER, DATACLASS, DICT, SEQ, children_of, kind_of, rebuilt
 
 _INDEX = re.compile(r"\[(\d+)\]")
 
@@ -41,12 +41,14 @@ def descend(value, rest, steps):
     if not rest:
         return steps
     kind = kind_of(type(value))
-    if kind == SEQ:
+    if kind == SEQ or kind == CONTAINER:
+        items = value if kind == SEQ else children_of(value)
         m = _INDEX.match(rest)
-        if m is None or int(m.group(1)) >= len(value):
+        if m is None or int(m.group(1)) >= len(items):
             return None
         i = int(m.group(1))
-        return descend(value[i], rest[m.end():], steps + [("item", i)])
+        how = "item" if kind == SEQ else "child"
+        return descend(items[i], rest[m.end():], steps + [(how, i)])
     if kind == DICT:
         options = [(f".{k}" if isinstance(k, str) else f"[{k!r}]", "key", k) for k in value]
     elif kind == CACHE:
@@ -69,6 +71,8 @@ def put_at(obj, steps, new, in_cache):
     if not steps:
         return new
     (how, k), rest = steps[0], steps[1:]
+    if how == "child":  # a registered container: rebuilt around the new child
+        return rebuilt(obj, k, put_at(children_of(obj)[k], rest, new, in_cache))
     in_cache = in_cache or kind_of(type(obj)) == CACHE
     child = put_at(getattr(obj, k) if how == "attr" else obj[k], rest, new, in_cache)
     if how == "attr":

@@ -52,17 +52,62 @@ def walk_call(names, args, kwargs):
 
 
 # Kinds start at 1, so `_KINDS.get(cls) or kind_of(cls)` is the whole lookup on the hot path.
-TENSOR, LEAF, SEQ, DICT, CACHE, DATACLASS, OBJECT = range(1, 8)
-KINDS = (TENSOR, LEAF, SEQ, DICT, CACHE, DATACLASS, OBJECT)  # in the native walk's order
+# CONTAINER: a type given to tt.register_container, walked through its flatten.
+TENSOR, LEAF, SEQ, DICT, CACHE, DATACLASS, OBJECT, CONTAINER = range(1, 9)
+KINDS = (TENSOR, LEAF, SEQ, DICT, CACHE, DATACLASS, OBJECT, CONTAINER)  # the native walk's order
 # type -> how to walk it (types are few; the walk runs at every recorded call)
 _KINDS: dict[type, Any] = {}
+
+
+# type -> (flatten, unflatten): the containers of tt.register_container; flatten(value) ->
+# (children, aux_data), unflatten(aux_data, children) -> value (None: not rebuilt)
+_CONTAINERS: dict[type, Any] = {}
+
+
+def register_container(cls: type, flatten: Any, unflatten: Any = None) -> None:
+    """Teaches the walk of a call's arguments (recorded inputs, inputs_of=) a container type of
+    the user's: flatten(value) gives (children, aux_data), as TorchLens's register_container
+    takes it; its children get the paths "[0]", "[1]", ... under the container's own.
+    unflatten(aux, children) rebuilds one: what an input edit (tt.when(..., input=
+    "pair[0]")) inside it needs. Register before tracing: a recording already running keeps
+    what it saw."""
+    from .._errors import fail
+    if not isinstance(cls, type):
+        fail(f"register_container(type, flatten, unflatten) takes a class first, got "
+             f"{type(cls).__name__}")
+    if not callable(flatten) or (unflatten is not None and not callable(unflatten)):
+        fail("register_container(type, flatten, unflatten): flatten (value -> (children, "
+             "aux_data)) and unflatten ((aux_data, children) -> value) are functions")
+    _CONTAINERS[cls] = (flatten, unflatten)
+    _KINDS.pop(cls, None)  # decided again with the registration
+
+
+def children_of(value):
+    """A registered container's children, as a list (the native walk asks for them)."""
+    children, _ = _CONTAINERS[type(value)][0](value)
+    return list(children)
+
+
+def rebuilt(value, index, child):
+    """A registered container like `value` with its child `index` replaced (unflatten)."""
+    flatten, unflatten = _CONTAINERS[type(value)]
+    if unflatten is None:
+        from .._errors import fail
+        fail(f"an edit inside a {type(value).__name__} needs its unflatten: "
+             f"tt.register_container({type(value).__name__}, flatten, unflatten)")
+    children, aux = flatten(value)
+    children = list(children)
+    children[index] = child
+    return unflatten(aux, children)
 
 
 def kind_of(cls):
     """How a value of type `cls` is walked: one of KINDS."""
     kind = _KINDS.get(cls)
     if kind is None:
-        if issubclass(cls, torch.Tensor):
+        if cls in _CONTAINERS:
+            kind = CONTAINER
+        elif issubclass(cls, torch.Tensor):
             kind = TENSOR
         elif issubclass(cls, (str,) + SCALARS):
             kind = LEAF
@@ -118,8 +163,9 @@ def _walk(value, path, depth, out):
     if kind <= LEAF or kind == OBJECT or depth >= MAX_DEPTH or (
             kind in (SEQ, DICT) and len(value) > MAX_ITEMS):
         out.append((path, value))
-    elif kind == SEQ:
-        for i, item in enumerate(value):
+    elif kind == SEQ or kind == CONTAINER:
+        items = value if kind == SEQ else children_of(value)
+        for i, item in enumerate(items):
             _walk(item, _PATHS.get((path, i)) or _child(path, i), depth + 1, out)
     elif kind == DICT:
         for key, item in value.items():

@@ -11,14 +11,14 @@ read the edited entries too (as when the call that wrote them had written them e
 
 import difflib
 
-from .._common import cache_alias, descend, ends, parameter_names, put_at, walk_call
+from .._common import cache_alias, children_of, descend, ends, parameter_names, put_at, walk_call
 from .._errors import fail
 
 
 def locate(names, args, kwargs, path, alias=True):
     """The steps from the call's arguments to the value at `path`, or None when it names
     nothing. Steps: ("arg", i) or ("kw", name) first, then ("item", i), ("key", k) and
-    ("attr", name)."""
+    ("attr", name), and ("child", i) in a registered container."""
     tops = [(names[i] if i < len(names) else f"[{i}]", ("arg", i), a) for i, a in enumerate(args)]
     tops += [(k, ("kw", k), v) for k, v in kwargs.items()]
     for name, step, value in sorted(tops, key=lambda t: -len(t[0])):
@@ -34,7 +34,10 @@ def get(args, kwargs, steps):
     how, k = steps[0]
     value = args[k] if how == "arg" else kwargs[k]
     for how, k in steps[1:]:
-        value = getattr(value, k) if how == "attr" else value[k]
+        if how == "child":  # a registered container (tt.register_container)
+            value = children_of(value)[k]
+        else:
+            value = getattr(value, k) if how == "attr" else value[k]
     return value
 
 

@@ -22,6 +22,7 @@ from .._common import (
     MAX_DEPTH,
     MAX_ITEMS,
     SCALARS,
+    children_of,
     dtype_name,
     kind_of,
     loader,
@@ -168,7 +169,8 @@ class InputRecorder:
                 self._current, "__name__", None) == "current"
             self._buffer = native.InputBuffer(
                 None if in_c else self._current,
-                KINDS, (kind_of, describe, _text, _field_names), _PLAIN_TENSORS, MAX_DEPTH,
+                KINDS, (kind_of, describe, _text, _field_names, children_of), _PLAIN_TENSORS,
+                MAX_DEPTH,
                 MAX_ITEMS, weakref.WeakMethod(self.flush) if self._trace_path else None,
                 self.flush_rows, tensor_meta() if self._tensor_meta else 0)
         return self._buffer if self._buffer is not False else None
