@@ -419,6 +419,9 @@ NB_MODULE(_native, m) {
   // files from it and reads tokens with the same SELECT as the C++ readers.
   m.attr("SCHEMA_SQL") = tokentrace::kSchemaSql;
   m.attr("TOKENS_SELECT_SQL") = tokentrace::kTokensSelectSql;
+  // Files without the writer's summaries (meta key META_SUMMARIES) are read with this one.
+  m.attr("TOKENS_SCAN_SQL") = tokentrace::kTokensScanSql;
+  m.attr("META_SUMMARIES") = tokentrace::kMetaSummaries;
   m.attr("SCHEMA_VERSION") = std::atoi(tokentrace::kSchemaVersion);
   m.attr("OLDEST_READABLE_SCHEMA") = tokentrace::kOldestReadableSchema;
   // Site, escape and loss kinds (include/tokentrace/kinds.h) as {name: code}.

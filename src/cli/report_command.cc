@@ -1,8 +1,10 @@
-// `tokentrace report FILE [--top N]`: what each token cost on the CPU and the GPU.
+// `tokentrace report FILE [--top N] [--tokens A:B]`: what each token cost on the CPU and the GPU.
 //
-// Reads only the small tables (tokens view = root calls + token_stats, call_gpu, sites,
-// losses, meta); never the kernels table, so a 10,000-token full-mode trace reports in
-// seconds. Long traces (> kFullListMax tokens) are summarised instead of listed.
+// Reads the summaries the writer kept (one row per token in token_stats, a few per site in
+// site_stats: store/summaries.h), meta and losses; never the kernels table, and the calls
+// only for a window of tokens (--tokens, through calls_by_token) or, in a file without
+// summaries, in one scan. Long traces (> kFullListMax tokens) are summarised instead of
+// listed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -11,17 +13,19 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/export_options.h"
 #include "cli/format.h"
 #include "store/reader.h"
 
 namespace tokentrace::cli {
 
 const char kReportUsage[] =
-    "usage: tokentrace report FILE [--top N]\n"
+    "usage: tokentrace report FILE [--top N] [--tokens A:B]\n"
     "\n"
     "Per-token CPU and GPU time, prefill vs decode, the top N sites by GPU self time\n"
     "(default 10), with op records the top N ops per token, losses and how the trace was\n"
-    "recorded.\n";
+    "recorded. --tokens A:B: only tokens A..B (inclusive, 1 = prefill), their sites from\n"
+    "their calls.\n";
 
 namespace {
 
@@ -78,16 +82,21 @@ std::string OpsPerToken(const std::vector<OpPhases>& ops, size_t decode_tokens) 
          FormatTable(rows);
 }
 
-std::vector<std::string> PhaseRow(const std::string& name, const std::vector<TokenStat>& ts) {
+// The tokens of one phase: token 1 (prefill) or the others (decode).
+std::vector<std::string> PhaseRow(const std::string& name, const std::vector<TokenStat>& all,
+                                  bool prefill) {
   std::vector<double> cpu, gpu, kernels;
-  for (const TokenStat& t : ts) {
+  size_t n = 0;
+  for (const TokenStat& t : all) {
+    if ((t.token == 1) != prefill) continue;
+    ++n;
     if (Closed(t)) cpu.push_back(static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6);
     gpu.push_back(static_cast<double>(t.gpu_busy_ns) / 1e6);
     kernels.push_back(static_cast<double>(t.kernels));
   }
   std::sort(cpu.begin(), cpu.end());
   return {name,
-          std::to_string(ts.size()),
+          std::to_string(n),
           Fixed(Mean(cpu), 3),
           Fixed(Median(cpu), 3),
           Fixed(Mean(gpu), 3),
@@ -118,6 +127,8 @@ std::string WrittenBy(const std::string& version) {
 int ReportCommand(const std::vector<std::string>& args) {
   std::string file;
   uint32_t top = 10;
+  bool window = false;
+  uint32_t first = 0, last = UINT32_MAX;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -125,7 +136,19 @@ int ReportCommand(const std::vector<std::string>& args) {
       return 0;
     }
     std::string value;
-    if (a == "--top" || a.rfind("--top=", 0) == 0) {
+    if (a == "--tokens" || a.rfind("--tokens=", 0) == 0) {
+      if (a == "--tokens") {
+        if (i + 1 >= args.size()) {
+          std::fprintf(stderr, "tokentrace: --tokens needs a value (A:B, e.g. 2:10)\n");
+          return 2;
+        }
+        value = args[++i];
+      } else {
+        value = a.substr(9);
+      }
+      if (!ParseTokenRange(value, &first, &last)) return 2;
+      window = true;
+    } else if (a == "--top" || a.rfind("--top=", 0) == 0) {
       if (a == "--top") {
         if (i + 1 >= args.size()) {
           std::fprintf(stderr, "tokentrace: --top needs a value (a count >= 1)\n");
@@ -161,12 +184,22 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::vector<SiteGpu> sites;
   BeforeTokens before;
   std::vector<OpPhases> ops;
+  if (reader != nullptr) {
+    if (const std::string notice = reader->ScanNotice(); !notice.empty()) {
+      std::fprintf(stderr, "%s\n", notice.c_str());
+    }
+  }
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
       !reader->Tokens(&tokens, &error) ||
-      !reader->TopSites(static_cast<int>(top), &sites, &error) ||
-      !reader->Before(&before, &error) || !reader->TopOps(static_cast<int>(top), &ops, &error)) {
+      !(window ? reader->TopSitesOf(first, last, static_cast<int>(top), &sites, &error)
+               : reader->TopSites(static_cast<int>(top), &sites, &error)) ||
+      (first == 0 && !reader->Before(&before, &error)) ||
+      !reader->TopOps(static_cast<int>(top), &ops, &error, first, last)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
+  }
+  if (window) {
+    std::erase_if(tokens, [&](const TokenStat& t) { return t.token < first || t.token > last; });
   }
 
   // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
@@ -211,6 +244,11 @@ int ReportCommand(const std::vector<std::string>& args) {
   }
   out += "\n";
 
+  if (window) {
+    out += "window: tokens " + std::to_string(first) + " to " +
+           (last == UINT32_MAX ? std::string("the last") : std::to_string(last)) +
+           " (--tokens); the sites below are those tokens' calls\n";
+  }
   out += "tokens: " + std::to_string(tokens.size());
   const auto replays = std::count_if(tokens.begin(), tokens.end(),
                                      [](const TokenStat& t) { return t.graph_replay; });
@@ -224,15 +262,24 @@ int ReportCommand(const std::vector<std::string>& args) {
   } else {
     out += "first " + std::to_string(kHeadRows) + " tokens:\n";
     out += TokenTable({tokens.begin(), tokens.begin() + kHeadRows});
-    std::vector<TokenStat> slow = tokens;
-    std::partial_sort(slow.begin(), slow.begin() + kHeadRows, slow.end(),
-                      [](const TokenStat& a, const TokenStat& b) {
-                        int64_t da = Closed(a) ? a.cpu_end_ns - a.cpu_begin_ns : -1;
-                        int64_t db = Closed(b) ? b.cpu_end_ns - b.cpu_begin_ns : -1;
-                        return da != db ? da > db : a.token < b.token;
+    // The slowest by cpu ms, then token: sorted as indices (a million-token trace is not
+    // copied).
+    std::vector<uint32_t> order(tokens.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+    auto cpu_ns = [&](uint32_t i) {
+      const TokenStat& t = tokens[i];
+      return Closed(t) ? t.cpu_end_ns - t.cpu_begin_ns : -1;
+    };
+    std::partial_sort(order.begin(), order.begin() + kHeadRows, order.end(),
+                      [&](uint32_t a, uint32_t b) {
+                        const int64_t da = cpu_ns(a), db = cpu_ns(b);
+                        return da != db ? da > db : tokens[a].token < tokens[b].token;
                       });
+    std::vector<TokenStat> slow;
+    for (size_t i = 0; i < kHeadRows; ++i) slow.push_back(tokens[order[i]]);
+    std::vector<uint32_t>().swap(order);
     out += "slowest " + std::to_string(kHeadRows) + " tokens (by cpu ms):\n";
-    out += TokenTable({slow.begin(), slow.begin() + kHeadRows});
+    out += TokenTable(slow);
     out += "percentiles over " + std::to_string(tokens.size()) + " tokens:\n";
     out += PercentileTable(tokens);
   }
@@ -246,13 +293,13 @@ int ReportCommand(const std::vector<std::string>& args) {
            "encoder, a module called by hand)\n";
   }
 
-  std::vector<TokenStat> prefill, decode;
-  for (const TokenStat& t : tokens) (t.token == 1 ? prefill : decode).push_back(t);
+  const size_t decode_tokens = static_cast<size_t>(
+      std::count_if(tokens.begin(), tokens.end(), [](const TokenStat& t) { return t.token != 1; }));
   out += "\nprefill vs decode:\n";
   out += FormatTable(
       {{"phase", "tokens", "mean cpu ms", "median cpu ms", "mean gpu ms", "kernels/token"},
-       PhaseRow("prefill (token 1)", prefill),
-       PhaseRow("decode (tokens >= 2)", decode)});
+       PhaseRow("prefill (token 1)", tokens, true),
+       PhaseRow("decode (tokens >= 2)", tokens, false)});
 
   // Self times: kernels go to the innermost open call, and a call's CPU self time leaves out
   // the calls inside it, so the columns add up across sites.
@@ -268,7 +315,7 @@ int ReportCommand(const std::vector<std::string>& args) {
     }
     out += FormatTable(rows);
   }
-  if (!ops.empty()) out += OpsPerToken(ops, decode.size());
+  if (!ops.empty()) out += OpsPerToken(ops, decode_tokens);
 
   out += "\nlosses:";
   bool any = false;

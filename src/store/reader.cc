@@ -96,7 +96,7 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   if (views.Prepare(db,
                     "SELECT name FROM sqlite_master WHERE type = 'view' AND name IN ('meta', "
                     "'sites', 'calls', 'strings', 'kernels', 'call_gpu', 'escapes', 'losses', "
-                    "'token_stats', 'call_outputs')",
+                    "'token_stats', 'call_outputs', 'site_stats', 'site_blocks')",
                     &msg) &&
       views.Step() == SQLITE_ROW) {
     *error = "tokentrace: '" + path + "' is not a tokentrace trace (its '" + views.Text(0) +
@@ -139,6 +139,13 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     return nullptr;
   }
   reader->schema_version_ = number;
+  if (number >= kFirstSummarisedSchema) {
+    Statement summaries;
+    if (summaries.Prepare(db, "SELECT 1 FROM meta WHERE key = ?", &msg)) {
+      summaries.BindStatic(1, kMetaSummaries);
+      reader->has_summaries_ = summaries.Step() == SQLITE_ROW;
+    }
+  }
   if (wal_missing) {
     Statement exit_anchor;
     if (exit_anchor.Prepare(db, "SELECT 1 FROM meta WHERE key = ?", &msg)) {
@@ -173,16 +180,31 @@ bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::stri
   return rc == SQLITE_DONE;
 }
 
+std::string Reader::ScanNotice() const {
+  if (has_summaries_ || schema_version_ >= kFirstSummarisedSchema) return "";
+  return "tokentrace: '" + path_ + "' was written by an older tokentrace (schema " +
+         std::to_string(schema_version_) +
+         ", without summaries): it is summarised by scanning all its calls, which takes a while "
+         "for a long run";
+}
+
 bool Reader::Counts(TraceCounts* out, std::string* error) {
+  // With summaries: calls and tokens from token_stats, kernels and escapes from the tables'
+  // last rowid (append-only tables, never deleted from: the rowid is the row count).
+  const std::string sql =
+      has_summaries_
+          ? "SELECT (SELECT count(*) FROM sites), "
+            "(SELECT COALESCE(SUM(calls), 0) FROM token_stats), "
+            "(SELECT COALESCE(max(rowid), 0) FROM kernels), "
+            "(SELECT count(*) FROM token_stats WHERE listed = 1), "
+            "(SELECT COALESCE(max(rowid), 0) FROM escapes), (SELECT count(*) FROM strings)"
+          : "SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
+            "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
+                std::string(kTokensScanSql) +
+                ")), "
+                "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)";
   Statement q;
-  if (!q.Prepare(db_,
-                 ("SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
-                  "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
-                  std::string(kTokensSelectSql) +
-                  ")), "
-                  "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
-                     .c_str(),
-                 error)) {
+  if (!q.Prepare(db_, sql.c_str(), error)) {
     *error = Fail(*error);
     return false;
   }
@@ -196,11 +218,12 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
 
 bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
   Statement q;
-  if (!q.Prepare(db_,
-                 ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
-                  std::string(kTokensSelectSql) + ") ORDER BY token")
-                     .c_str(),
-                 error)) {
+  if (!q.Prepare(
+          db_,
+          ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
+           std::string(has_summaries_ ? kTokensSelectSql : kTokensScanSql) + ") ORDER BY token")
+              .c_str(),
+          error)) {
     *error = Fail(*error);
     return false;
   }
@@ -220,33 +243,70 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
   return rc == SQLITE_DONE;
 }
 
+namespace {
+// Sites by GPU then CPU self time from the calls `W` (the table, or the calls of a window of
+// tokens): CPU self time = a site's closed calls minus the closed calls they contain. All
+// calls are read straight from the table (one pass); a window through calls_by_token.
+std::string TopSitesScan(bool window) {
+  std::string sql =
+      "WITH d AS (SELECT id, site_id, parent_id, cpu_end_ns - cpu_begin_ns AS dur "
+      "           FROM W WHERE cpu_end_ns IS NOT NULL), "
+      "ch AS (SELECT p.site_id AS site_id, SUM(d.dur) AS child "
+      "       FROM d JOIN calls p ON p.id = d.parent_id GROUP BY p.site_id), "
+      "g AS (SELECT c.site_id AS site_id, count(*) AS calls, "
+      "             SUM(COALESCE(g.kernels, 0)) AS kernels, "
+      "             SUM(COALESCE(g.gpu_busy_ns, 0)) AS busy, "
+      "             SUM(COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0)) AS cpu "
+      "      FROM W c LEFT JOIN call_gpu g ON g.call_id = c.id "
+      "      GROUP BY c.site_id) "
+      "SELECT s.name, s.kind, g.calls, g.kernels, g.busy, "
+      "       g.cpu - COALESCE(ch.child, 0) "
+      "FROM g JOIN sites s ON s.id = g.site_id LEFT JOIN ch ON ch.site_id = g.site_id ";
+  const std::string from = window ? "(SELECT * FROM calls WHERE token BETWEEN ?2 AND ?3)" : "calls";
+  for (size_t at; (at = sql.find(" W ")) != std::string::npos;)
+    sql.replace(at, 3, " " + from + " ");
+  return sql;
+}
+// The same from the writer's per-site summaries: a few rows per site.
+constexpr char kTopSitesSummary[] =
+    "SELECT s.name, s.kind, SUM(t.calls), SUM(t.kernels), SUM(t.gpu_busy_ns), "
+    "       SUM(t.cpu_self_ns) "
+    "FROM site_stats t JOIN sites s ON s.id = t.site_id GROUP BY t.site_id ";
+constexpr char kOutsideAnyCall[] =
+    "UNION ALL "
+    "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns, 0 FROM call_gpu "
+    "WHERE call_id = 0 AND kernels > 0 ";
+constexpr char kTopSitesOrder[] = "ORDER BY 5 DESC, 6 DESC, 1 LIMIT ?1";
+}  // namespace
+
 bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) {
   Statement q;
-  if (!q.Prepare(db_,
-                 // One pass over calls (all calls count, with or without GPU work); CPU
-                 // self time = a site's closed calls minus the closed calls they contain.
-                 "WITH d AS (SELECT id, site_id, parent_id, cpu_end_ns - cpu_begin_ns AS dur "
-                 "           FROM calls WHERE cpu_end_ns IS NOT NULL), "
-                 "ch AS (SELECT p.site_id AS site_id, SUM(d.dur) AS child "
-                 "       FROM d JOIN calls p ON p.id = d.parent_id GROUP BY p.site_id), "
-                 "g AS (SELECT c.site_id AS site_id, count(*) AS calls, "
-                 "             SUM(COALESCE(g.kernels, 0)) AS kernels, "
-                 "             SUM(COALESCE(g.gpu_busy_ns, 0)) AS busy, "
-                 "             SUM(COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0)) AS cpu "
-                 "      FROM calls c LEFT JOIN call_gpu g ON g.call_id = c.id "
-                 "      GROUP BY c.site_id) "
-                 "SELECT s.name, s.kind, g.calls, g.kernels, g.busy, "
-                 "       g.cpu - COALESCE(ch.child, 0) "
-                 "FROM g JOIN sites s ON s.id = g.site_id LEFT JOIN ch ON ch.site_id = g.site_id "
-                 "UNION ALL "
-                 "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns, 0 FROM call_gpu "
-                 "WHERE call_id = 0 AND kernels > 0 "
-                 "ORDER BY 5 DESC, 6 DESC, 1 LIMIT ?1",
-                 error)) {
+  const std::string sql = (has_summaries_ ? std::string(kTopSitesSummary) : TopSitesScan(false)) +
+                          kOutsideAnyCall + kTopSitesOrder;
+  if (!q.Prepare(db_, sql.c_str(), error)) {
     *error = Fail(*error);
     return false;
   }
   q.Bind(1, limit);
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
+  }
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
+bool Reader::TopSitesOf(uint32_t first, uint32_t last, int limit, std::vector<SiteGpu>* out,
+                        std::string* error) {
+  Statement q;
+  const std::string sql = TopSitesScan(true) + kTopSitesOrder;
+  if (!q.Prepare(db_, sql.c_str(), error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  q.Bind(1, limit);
+  q.Bind(2, first);
+  q.Bind(3, last);
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
     out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
@@ -281,7 +341,20 @@ bool Reader::Before(BeforeTokens* out, std::string* error) {
   return true;
 }
 
-bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
+bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error, uint32_t first,
+                    uint32_t last) {
+  // Op records are rare: a file without op sites is not scanned for them.
+  Statement any;
+  if (!any.Prepare(db_, "SELECT 1 FROM sites WHERE kind = 'op' LIMIT 1", error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  const int found = any.Step();
+  if (found == SQLITE_DONE) return true;
+  if (found != SQLITE_ROW) {
+    *error = Fail(sqlite3_errmsg(db_));
+    return false;
+  }
   Statement q;
   if (!q.Prepare(db_,
                  "WITH o AS (SELECT c.id, c.site_id, c.token, "
@@ -289,7 +362,7 @@ bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
                  "           FROM calls c JOIN sites s ON s.id = c.site_id "
                  "           LEFT JOIN calls p ON p.id = c.parent_id "
                  "           LEFT JOIN sites ps ON ps.id = p.site_id "
-                 "           WHERE s.kind = 'op' AND c.token > 0 "
+                 "           WHERE s.kind = 'op' AND c.token BETWEEN max(1, ?2) AND ?3 "
                  "             AND (ps.kind IS NULL OR ps.kind != 'op')) "
                  "SELECT s.name, "
                  "  SUM(o.token = 1), SUM(IIF(o.token = 1, o.cpu, 0)), "
@@ -304,6 +377,8 @@ bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
     return false;
   }
   q.Bind(1, limit);
+  q.Bind(2, first);
+  q.Bind(3, last);
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
     out->push_back({q.Text(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5), q.Int(6)});

@@ -17,13 +17,14 @@
 #include "core/fd_guard.h"
 #include "store/schema.h"
 #include "store/statement.h"
+#include "store/summaries.h"
 
 namespace tokentrace {
 
 struct Store::Statements {
   Statement begin, commit, rollback;
   Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape, output,
-      output_block, loss, token_stats;
+      output_block, loss, token_stats, find_call, site_stats, site_block;
 };
 
 namespace {
@@ -122,16 +123,9 @@ void BindKernel(Statement& k, int first, const KernelRow& r) {
   k.Bind(first + 10, static_cast<int64_t>(r.graph_node_id));
 }
 
-// Per-batch per-token sums, folded into token_stats with one upsert per token.
-struct TokenDelta {
-  int64_t kernels = 0;
-  int64_t busy_ns = 0;
-  int64_t escapes = 0;
-};
-
 }  // namespace
 
-Store::Store(std::string path) : path_(std::move(path)) {}
+Store::Store(std::string path) : path_(std::move(path)), summaries_(new Summaries) {}
 
 Store::~Store() { Close(); }
 
@@ -205,7 +199,9 @@ bool Store::Connect(std::string* error) {
                                 "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; "
                                 "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-4096; BEGIN;") +
                             kSchemaSql + "INSERT OR REPLACE INTO meta VALUES('schema_version','" +
-                            kSchemaVersion + "'); COMMIT;";
+                            kSchemaVersion + "'); INSERT OR REPLACE INTO meta VALUES('" +
+                            kMetaSummaries + "','1'); INSERT OR REPLACE INTO meta VALUES('" +
+                            kMetaTokenBlock + "','" + std::to_string(kTokenBlock) + "'); COMMIT;";
   if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
     int sys = sqlite3_system_errno(db);
     *error = CannotWrite(path_, sys != 0 ? std::strerror(sys) : (msg ? msg : "schema failed"));
@@ -392,13 +388,39 @@ bool Store::Prepare(std::string* error) {
                         "INSERT INTO losses VALUES(?1,?2) "
                         "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
                         error) &&
+         // Per token (Summaries::TokenDelta): sums add up; begin, k and end keep the
+         // earliest, lowest and latest of the token calls (NULL: none yet).
          s.token_stats.Prepare(
              db_,
-             "INSERT INTO token_stats VALUES(?1,?2,?3,?4) ON CONFLICT(token) DO UPDATE SET "
+             "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes, cpu_begin_ns, "
+             "cpu_end_ns, k, calls, listed) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) "
+             "ON CONFLICT(token) DO UPDATE SET "
              "kernels = kernels + excluded.kernels, "
              "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
-             "escapes = escapes + excluded.escapes",
-             error);
+             "escapes = escapes + excluded.escapes, "
+             "cpu_begin_ns = coalesce(min(cpu_begin_ns, excluded.cpu_begin_ns), cpu_begin_ns, "
+             "  excluded.cpu_begin_ns), "
+             "cpu_end_ns = coalesce(max(cpu_end_ns, excluded.cpu_end_ns), cpu_end_ns, "
+             "  excluded.cpu_end_ns), "
+             "k = coalesce(min(k, excluded.k), k, excluded.k), "
+             "calls = calls + excluded.calls, listed = max(listed, excluded.listed)",
+             error) &&
+         s.find_call.Prepare(db_, "SELECT site_id, token FROM calls WHERE id = ?1", error) &&
+         s.site_stats.Prepare(
+             db_,
+             "INSERT INTO site_stats VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) "
+             "ON CONFLICT(site_id, phase) DO UPDATE SET calls = calls + excluded.calls, "
+             "cpu_ns = cpu_ns + excluded.cpu_ns, cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns, "
+             "kernels = kernels + excluded.kernels, "
+             "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+             "top_calls = top_calls + excluded.top_calls, "
+             "top_cpu_ns = top_cpu_ns + excluded.top_cpu_ns",
+             error) &&
+         s.site_block.Prepare(db_,
+                              "INSERT INTO site_blocks VALUES(?1,?2,?3) "
+                              "ON CONFLICT(site_id, block) DO UPDATE SET "
+                              "cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns",
+                              error);
 }
 
 bool Store::Write(const Batch& batch, std::string* error) {
@@ -412,10 +434,71 @@ bool Store::Write(const Batch& batch, std::string* error) {
     *error = CannotWrite(path_, sqlite3_errmsg(db_));
     return false;
   }
-  if (!WriteRows(batch, error) || !st_->commit.Run()) {
+  Statement& find = st_->find_call;
+  summaries_->Fold(batch, [&find](uint64_t id, uint32_t* site_id, uint32_t* token) {
+    find.Bind(1, static_cast<int64_t>(id));
+    const bool found = find.Step() == SQLITE_ROW;
+    if (found) {
+      *site_id = static_cast<uint32_t>(find.Int(0));
+      *token = static_cast<uint32_t>(find.Int(1));
+    }
+    find.Reset();
+    return found;
+  });
+  if (!WriteRows(batch, error) || !WriteSummaries(error) || !st_->commit.Run()) {
     if (error->empty()) *error = CannotWrite(path_, sqlite3_errmsg(db_));
     st_->rollback.Run();
+    summaries_->Rollback();
     return false;
+  }
+  summaries_->Commit();
+  return true;
+}
+
+bool Store::WriteSummaries(std::string* error) {
+  Statements& s = *st_;
+  auto fail = [&]() {
+    *error = CannotWrite(path_, sqlite3_errmsg(db_));
+    return false;
+  };
+  for (const auto& [token, t] : summaries_->tokens()) {
+    s.token_stats.Bind(1, token);
+    s.token_stats.Bind(2, t.kernels);
+    s.token_stats.Bind(3, t.gpu_busy_ns);
+    s.token_stats.Bind(4, t.escapes);
+    if (t.has_token_call) {
+      s.token_stats.Bind(5, t.cpu_begin_ns);
+      s.token_stats.Bind(7, t.k);
+    } else {
+      s.token_stats.BindNull(5);
+      s.token_stats.BindNull(7);
+    }
+    if (t.cpu_end_ns >= 0) {
+      s.token_stats.Bind(6, t.cpu_end_ns);
+    } else {
+      s.token_stats.BindNull(6);
+    }
+    s.token_stats.Bind(8, t.calls);
+    s.token_stats.Bind(9, t.listed ? 1 : 0);
+    if (!s.token_stats.Run()) return fail();
+  }
+  for (const auto& [key, d] : summaries_->sites()) {
+    s.site_stats.Bind(1, key.first);
+    s.site_stats.Bind(2, key.second);
+    s.site_stats.Bind(3, d.calls);
+    s.site_stats.Bind(4, d.cpu_ns);
+    s.site_stats.Bind(5, d.cpu_self_ns);
+    s.site_stats.Bind(6, d.kernels);
+    s.site_stats.Bind(7, d.gpu_busy_ns);
+    s.site_stats.Bind(8, d.top_calls);
+    s.site_stats.Bind(9, d.top_cpu_ns);
+    if (!s.site_stats.Run()) return fail();
+  }
+  for (const auto& [key, ns] : summaries_->blocks()) {
+    s.site_block.Bind(1, key.first);
+    s.site_block.Bind(2, key.second);
+    s.site_block.Bind(3, ns);
+    if (!s.site_block.Run()) return fail();
   }
   return true;
 }
@@ -448,7 +531,6 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
   if (!WriteInBlocks(batch.kernels, kKernelColumns, s.kernel_block, s.kernel, BindKernel)) {
     return fail();
   }
-  std::map<uint32_t, TokenDelta> tokens;
   for (const CallGpuDelta& d : batch.call_gpu) {
     s.call_gpu.Bind(1, static_cast<int64_t>(d.call_id));
     s.call_gpu.Bind(2, d.kernels);
@@ -457,9 +539,6 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.call_gpu.Bind(5, d.last_end_ns);
     s.call_gpu.Bind(6, d.comm_ns);
     if (!s.call_gpu.Run()) return fail();
-    TokenDelta& t = tokens[d.token];
-    t.kernels += d.kernels;
-    t.busy_ns += d.busy_ns;
   }
   for (const EscapeRow& r : batch.escapes) {
     s.escape.Bind(1, static_cast<int64_t>(r.call_id));
@@ -468,17 +547,9 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.escape.Bind(4, r.ts_ns);
     s.escape.BindStatic(5, EscapeKindName(r.kind));
     if (!s.escape.Run()) return fail();
-    tokens[r.token].escapes += 1;
   }
   if (!WriteInBlocks(batch.outputs, kOutputColumns, s.output_block, s.output, BindOutput)) {
     return fail();
-  }
-  for (const auto& [token, t] : tokens) {
-    s.token_stats.Bind(1, token);
-    s.token_stats.Bind(2, t.kernels);
-    s.token_stats.Bind(3, t.busy_ns);
-    s.token_stats.Bind(4, t.escapes);
-    if (!s.token_stats.Run()) return fail();
   }
   for (const auto& [kind, count] : batch.losses) {
     s.loss.Bind(1, kind);

@@ -116,7 +116,8 @@ def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
     # kernels counted in token_stats) has no begin either: it used to raise TypeError, and a
     # hand copy of the tokens view once dropped it
     path = _crafted_trace(str(tmp_path / "rootless.sqlite"),
-                          "INSERT INTO token_stats VALUES (3, 5, 2000000, 1)")
+                          "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes) "
+                          "VALUES (3, 5, 2000000, 1)")
     tokens = tt.load(path).tokens
     assert [(t.token, t.finished, t.cpu_ms, t.kernels, t.escapes) for t in tokens][2:] == [
         (3, True, 0.0, 5, 1)]
