@@ -11,11 +11,90 @@ void Summaries::Wait(Map* map, uint64_t id, const Value& add) {
   if (inserted && map->size() > kMaxWaiting) map->erase(map->begin());  // the oldest id
 }
 
-bool Summaries::Locate(uint64_t id, const FindCall& in_file, CallKey* key) const {
-  if (auto it = batch_calls_.find(id); it != batch_calls_.end()) {
-    *key = it->second;
+void Summaries::IndexBatch(const std::vector<CallRow>& calls) {
+  batch_dense_.clear();
+  batch_calls_.clear();
+  if (calls.empty()) return;
+  uint64_t lo = calls.front().id, hi = lo;
+  for (const CallRow& r : calls) {
+    lo = std::min(lo, r.id);
+    hi = std::max(hi, r.id);
+  }
+  if (hi - lo < 4 * calls.size() + 64) {
+    batch_first_ = lo;
+    batch_dense_.assign(hi - lo + 1, CallKey{kNoSite, 0});
+    for (const CallRow& r : calls) batch_dense_[r.id - lo] = {r.site_id, r.token};
+  } else {
+    batch_calls_.reserve(calls.size());
+    for (const CallRow& r : calls) batch_calls_[r.id] = {r.site_id, r.token};
+  }
+}
+
+bool Summaries::InBatch(uint64_t id, CallKey* key) const {
+  if (!batch_dense_.empty()) {
+    if (id < batch_first_ || id - batch_first_ >= batch_dense_.size()) return false;
+    const CallKey& k = batch_dense_[id - batch_first_];
+    if (k.site_id == kNoSite) return false;
+    *key = k;
     return true;
   }
+  auto it = batch_calls_.find(id);
+  if (it == batch_calls_.end()) return false;
+  *key = it->second;
+  return true;
+}
+
+Summaries::SiteDelta& Summaries::Site(const CallKey& key) {
+  const size_t i = static_cast<size_t>(key.site_id) * 3 + static_cast<size_t>(PhaseOf(key.token));
+  if (i >= sites_.size()) {
+    sites_.resize(i + 3);
+    site_touched_.resize(i + 3, 0);
+  }
+  if (!site_touched_[i]) {
+    site_touched_[i] = 1;
+    touched_sites_.push_back(static_cast<uint32_t>(i));
+  }
+  return sites_[i];
+}
+
+Summaries::TokenDelta& Summaries::Token(uint32_t token) {
+  if (last_token_ == nullptr || token != last_token_key_) {
+    last_token_ = &tokens_[token];
+    last_token_key_ = token;
+  }
+  return *last_token_;
+}
+
+int64_t& Summaries::BlockNs(uint32_t site_id, uint32_t token) {
+  const uint64_t k = (static_cast<uint64_t>(site_id) << 32) | static_cast<uint64_t>(BlockOf(token));
+  if (last_block_ == nullptr || k != last_block_key_) {
+    last_block_ = &blocks_[k];  // unordered_map: references stay valid across inserts
+    last_block_key_ = k;
+  }
+  return *last_block_;
+}
+
+void Summaries::MakeRows() {
+  site_rows_.clear();
+  std::sort(touched_sites_.begin(), touched_sites_.end());
+  for (uint32_t i : touched_sites_) {
+    site_rows_.push_back({{i / 3, static_cast<int>(i % 3)}, sites_[i]});
+    sites_[i] = SiteDelta();
+    site_touched_[i] = 0;
+  }
+  touched_sites_.clear();
+  block_rows_.clear();
+  for (const auto& [k, ns] : blocks_) {
+    block_rows_.push_back(
+        {{static_cast<uint32_t>(k >> 32), static_cast<int64_t>(k & 0xffffffff)}, ns});
+  }
+  std::sort(block_rows_.begin(), block_rows_.end());
+  blocks_.clear();
+  last_block_ = nullptr;
+}
+
+bool Summaries::Locate(uint64_t id, const FindCall& in_file, CallKey* key) const {
+  if (InBatch(id, key)) return true;
   if (auto it = state_.open_rows.find(id); it != state_.open_rows.end()) {
     *key = it->second;
     return true;
@@ -26,15 +105,12 @@ bool Summaries::Locate(uint64_t id, const FindCall& in_file, CallKey* key) const
 void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
   saved_ = state_;  // small: open calls and what waits for them
   tokens_.clear();
-  sites_.clear();
-  blocks_.clear();
-  batch_calls_.clear();
+  last_token_ = nullptr;
   for (const SiteRow& s : batch.sites) {
     if (s.id >= state_.is_token.size()) state_.is_token.resize(s.id + 1, 0);
     state_.is_token[s.id] = s.is_token ? 1 : 0;
   }
-  batch_calls_.reserve(batch.calls.size());
-  for (const CallRow& r : batch.calls) batch_calls_[r.id] = {r.site_id, r.token};
+  IndexBatch(batch.calls);
 
   for (const CallRow& r : batch.calls) {
     const CallKey key{r.site_id, r.token};
@@ -42,9 +118,9 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
     const bool first = open == state_.open_rows.end();
     const bool closed = r.cpu_end_ns != -1;
     const bool token_call = r.site_id < state_.is_token.size() && state_.is_token[r.site_id];
-    SiteDelta& site = Site(key);
-    TokenDelta& token = tokens_[r.token];
     if (first) {
+      SiteDelta& site = Site(key);
+      TokenDelta& token = Token(r.token);
       site.calls += 1;
       token.calls += 1;
       if (r.parent_id == 0) site.top_calls += 1;
@@ -55,7 +131,7 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
       }
       if (auto c = state_.child_ns.find(r.id); c != state_.child_ns.end()) {
         site.cpu_self_ns -= c->second;
-        blocks_[{r.site_id, BlockOf(r.token)}] -= c->second;
+        BlockNs(r.site_id, r.token) -= c->second;
         state_.child_ns.erase(c);
       }
       if (token_call) {
@@ -67,7 +143,10 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
         token.listed = true;
       }
     }
-    if (token_call && closed) token.cpu_end_ns = std::max(token.cpu_end_ns, r.cpu_end_ns);
+    if (token_call && closed) {
+      TokenDelta& token = Token(r.token);
+      token.cpu_end_ns = std::max(token.cpu_end_ns, r.cpu_end_ns);
+    }
     if (!closed) {
       if (first) state_.open_rows[r.id] = key;
       continue;
@@ -75,9 +154,10 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
     if (!first) state_.open_rows.erase(open);
     // The call's time counts now, once: it is closed and the file has not counted it yet.
     const int64_t ns = r.cpu_end_ns - r.cpu_begin_ns;
+    SiteDelta& site = Site(key);
     site.cpu_ns += ns;
     site.cpu_self_ns += ns;
-    blocks_[{r.site_id, BlockOf(r.token)}] += ns;
+    BlockNs(r.site_id, r.token) += ns;
     if (r.parent_id == 0) {
       site.top_cpu_ns += ns;
       continue;
@@ -85,14 +165,14 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
     CallKey parent;
     if (state_.child_ns.count(r.parent_id) == 0 && Locate(r.parent_id, in_file, &parent)) {
       Site(parent).cpu_self_ns -= ns;
-      blocks_[{parent.site_id, BlockOf(parent.token)}] -= ns;
+      BlockNs(parent.site_id, parent.token) -= ns;
     } else {
       Wait(&state_.child_ns, r.parent_id, ns);
     }
   }
 
   for (const CallGpuDelta& d : batch.call_gpu) {
-    TokenDelta& token = tokens_[d.token];
+    TokenDelta& token = Token(d.token);
     token.kernels += d.kernels;
     token.gpu_busy_ns += d.busy_ns;
     if (d.token > 0 && (d.kernels != 0 || d.busy_ns != 0)) token.listed = true;
@@ -107,11 +187,13 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
     }
   }
   for (const EscapeRow& e : batch.escapes) {
-    TokenDelta& token = tokens_[e.token];
+    TokenDelta& token = Token(e.token);
     token.escapes += 1;
     if (e.token > 0) token.listed = true;
   }
+  batch_dense_.clear();
   batch_calls_.clear();
+  MakeRows();
 }
 
 }  // namespace tokentrace

@@ -66,8 +66,13 @@ class Summaries {
   void Commit() { saved_ = State(); }              // the batch is in the file
   void Rollback() { state_ = std::move(saved_); }  // it was rolled back
   const std::map<uint32_t, TokenDelta>& tokens() const { return tokens_; }
-  const std::map<std::pair<uint32_t, int>, SiteDelta>& sites() const { return sites_; }
-  const std::map<std::pair<uint32_t, int64_t>, int64_t>& blocks() const { return blocks_; }
+  // ((site, phase), delta) and ((site, block), self ns) rows, in key order.
+  const std::vector<std::pair<std::pair<uint32_t, int>, SiteDelta>>& sites() const {
+    return site_rows_;
+  }
+  const std::vector<std::pair<std::pair<uint32_t, int64_t>, int64_t>>& blocks() const {
+    return block_rows_;
+  }
 
   // For tests: the calls waiting for their parent, the GPU work waiting for its call.
   size_t waiting_children() const { return state_.child_ns.size(); }
@@ -94,15 +99,37 @@ class Summaries {
   };
   // Where the call `id` is: in this batch, open in the file, or in the file; false: not yet.
   bool Locate(uint64_t id, const FindCall& in_file, CallKey* key) const;
-  SiteDelta& Site(const CallKey& key) { return sites_[{key.site_id, PhaseOf(key.token)}]; }
+  // The folded batch's calls by id: a vector over the batch's id range when ids are dense
+  // (they are handed out in order, so a batch's calls are nearly consecutive), else a map.
+  void IndexBatch(const std::vector<CallRow>& calls);
+  bool InBatch(uint64_t id, CallKey* key) const;
+  // The delta rows of a key; consecutive calls mostly share one, so the last is kept at hand.
+  SiteDelta& Site(const CallKey& key);
+  TokenDelta& Token(uint32_t token);
+  int64_t& BlockNs(uint32_t site_id, uint32_t token);
   template <typename Map, typename Value>
   static void Wait(Map* map, uint64_t id, const Value& add);
 
   State state_, saved_;
-  std::unordered_map<uint64_t, CallKey> batch_calls_;  // the folded batch's calls
+  static constexpr uint32_t kNoSite = UINT32_MAX;
+  uint64_t batch_first_ = 0;
+  std::vector<CallKey> batch_dense_;                   // by id - batch_first_
+  std::unordered_map<uint64_t, CallKey> batch_calls_;  // when the ids are not dense
+  uint32_t last_token_key_ = 0;
+  TokenDelta* last_token_ = nullptr;
+  uint64_t last_block_key_ = 0;
+  int64_t* last_block_ = nullptr;
+  // Ends the fold: the touched site and block deltas as sorted rows, the scratch cleared.
+  void MakeRows();
+
   std::map<uint32_t, TokenDelta> tokens_;
-  std::map<std::pair<uint32_t, int>, SiteDelta> sites_;
-  std::map<std::pair<uint32_t, int64_t>, int64_t> blocks_;  // (site, block) -> self ns
+  // Site deltas by site id * 3 + phase (site ids are small and dense), and which were touched.
+  std::vector<SiteDelta> sites_;
+  std::vector<uint32_t> touched_sites_;
+  std::vector<char> site_touched_;
+  std::unordered_map<uint64_t, int64_t> blocks_;  // (site << 32 | block) -> self ns
+  std::vector<std::pair<std::pair<uint32_t, int>, SiteDelta>> site_rows_;
+  std::vector<std::pair<std::pair<uint32_t, int64_t>, int64_t>> block_rows_;
 };
 
 }  // namespace tokentrace
