@@ -23,6 +23,7 @@ import itertools
 import os
 import re
 import sys
+import warnings
 from collections import defaultdict
 
 from ._errors import TokentraceError, fail
@@ -302,6 +303,8 @@ def main(argv=None):
     parser.add_argument("-o", "--out", default=None, help="output image (default FILE.png)")
     parser.add_argument("--top", type=int, default=6, help="sites stacked in the first panel")
     args = parser.parse_args(argv)
+    # Our warnings (a file of an older schema, read by scanning) as the one line they are.
+    warnings.formatwarning = lambda message, *rest, **kw: f"{message}\n"
     try:
         out = plot(args.file, args.out or args.file + ".png", args.top)
     except TokentraceError as exc:
