@@ -7,7 +7,8 @@
 #   BUILD=build-old PYPATH=old/python LABEL=before bash bench/long_runs.sh 1000000
 #
 # Environment: BUILD (the build dir: tokentrace, libtokentrace.so, long_run_job; default
-# build), PYPATH (the python/ dir whose tokentrace package the Python readers import; default
+# build), RECORD_BUILD (the build whose tokentrace records the job; default BUILD: another
+# one times today's readers on files an older writer wrote), PYPATH (the python/ dir whose tokentrace package the Python readers import; default
 # python), PYTHON (default $TOKENTRACE_PY, else the cached venv's), WORK (where the traces go;
 # default /tmp/tt-long-runs; each N's file is removed after its readers unless KEEP=1),
 # LABEL (a word for the table's title).
@@ -15,6 +16,7 @@ set -u
 cd "$(dirname "$0")/.."
 build="${BUILD:-build}"
 native="$(cd "$build" && pwd)"  # where _native*.so is
+record="${RECORD_BUILD:-$build}"
 pypath="$(cd "${PYPATH:-python}" && pwd)"
 python="${PYTHON:-${TOKENTRACE_PY:-$HOME/.cache/tokentrace/venv/bin/python}}"
 work="${WORK:-/tmp/tt-long-runs}"
@@ -40,7 +42,8 @@ measure() {
 echo "## Long runs ($label, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at the start)"
 echo
 echo "Job: \`tokentrace run --on-full wait --token-range '^decode_step\$' -- long_run_job N\`"
-echo "(12 calls a token, no kernels). Readers run one at a time, each a fresh process."
+echo "(12 calls a token, no kernels), recorded by $record, read by $build."
+echo "Readers run one at a time, each a fresh process."
 for n in "$@"; do
   trace="$work/long-$n.sqlite"
   rm -f "$trace" "$trace-wal" "$trace-shm"
@@ -49,8 +52,8 @@ for n in "$@"; do
   echo
   echo "| step | wall (s) | peak RSS (MiB) | |"
   echo "|---|---|---|---|"
-  measure "run" "$build/tokentrace" run --on-full wait --token-range '^decode_step$' \
-    --out "$trace" -- "$build/long_run_job" "$n"
+  measure "run" "$record/tokentrace" run --on-full wait --token-range '^decode_step$' \
+    --out "$trace" -- "$record/long_run_job" "$n"
   measure "report" "$build/tokentrace" report "$trace"
   measure "info" "$build/tokentrace" info "$trace"
   measure "plot" env TOKENTRACE_PYTHON="$python" PYTHONPATH="$pypath" TOKENTRACE_NATIVE_DIR="$native" \
