@@ -49,16 +49,71 @@ std::string TokenTable(const std::vector<TokenStat>& tokens) {
   return FormatTable(rows);
 }
 
-std::string PercentileTable(const std::vector<TokenStat>& tokens) {
-  std::vector<double> cpu, gpu;
-  for (const TokenStat& t : tokens) {
-    if (Closed(t)) cpu.push_back(static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6);
-    gpu.push_back(static_cast<double>(t.gpu_busy_ns) / 1e6);
+bool Slower(const TokenStat& a, const TokenStat& b) {
+  const int64_t da = Closed(a) ? a.cpu_end_ns - a.cpu_begin_ns : -1;
+  const int64_t db = Closed(b) ? b.cpu_end_ns - b.cpu_begin_ns : -1;
+  return da != db ? da > db : a.token < b.token;
+}
+
+// What the report shows of the tokens, taken one at a time (Reader::ForEachToken): the
+// tokens themselves up to kFullListMax + 1 (then the first kHeadRows) and the slowest
+// kHeadRows, and of every token only its cpu and gpu ms (16 bytes a token) for the
+// percentiles and the phase rows.
+struct TokenDigest {
+  struct Phase {
+    size_t tokens = 0;
+    std::vector<double> cpu;  // closed tokens' cpu ms
+    double cpu_sum = 0, gpu_sum = 0, kernels_sum = 0;
+  };
+  size_t count = 0, replays = 0;
+  std::vector<TokenStat> head, slow;  // slow: a heap, the least slow in front
+  std::vector<double> gpu;            // every token's gpu busy ms
+  Phase prefill, decode;              // token 1; the others
+
+  void Add(const TokenStat& t) {
+    ++count;
+    if (t.graph_replay) ++replays;
+    if (head.size() <= kFullListMax) head.push_back(t);
+    if (slow.size() < kHeadRows) {
+      slow.push_back(t);
+      std::push_heap(slow.begin(), slow.end(), Slower);
+    } else if (Slower(t, slow.front())) {
+      std::pop_heap(slow.begin(), slow.end(), Slower);
+      slow.back() = t;
+      std::push_heap(slow.begin(), slow.end(), Slower);
+    }
+    const double gpu_ms = static_cast<double>(t.gpu_busy_ns) / 1e6;
+    gpu.push_back(gpu_ms);
+    Phase& p = t.token == 1 ? prefill : decode;
+    ++p.tokens;
+    p.gpu_sum += gpu_ms;
+    p.kernels_sum += static_cast<double>(t.kernels);
+    if (Closed(t)) {
+      const double ms = static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6;
+      p.cpu.push_back(ms);
+      p.cpu_sum += ms;
+    }
   }
-  std::sort(cpu.begin(), cpu.end());
-  std::sort(gpu.begin(), gpu.end());
+};
+
+std::vector<std::string> PhaseRow(const std::string& name, TokenDigest::Phase& p) {
+  std::sort(p.cpu.begin(), p.cpu.end());
+  const double n = p.tokens == 0 ? 1.0 : static_cast<double>(p.tokens);
+  return {name,
+          std::to_string(p.tokens),
+          Fixed(p.cpu.empty() ? 0.0 : p.cpu_sum / static_cast<double>(p.cpu.size()), 3),
+          Fixed(Median(p.cpu), 3),
+          Fixed(p.gpu_sum / n, 3),
+          Fixed(p.kernels_sum / n, 1)};
+}
+
+// p50/p90/p99/max over all tokens; after PhaseRow (which sorts the phases' cpu ms).
+std::string PercentileTable(TokenDigest& d) {
+  std::vector<double>& cpu = d.decode.cpu;  // joined with the prefill's, in order
+  for (double ms : d.prefill.cpu) cpu.insert(std::upper_bound(cpu.begin(), cpu.end(), ms), ms);
+  std::sort(d.gpu.begin(), d.gpu.end());
   std::vector<std::vector<std::string>> rows = {{"", "p50", "p90", "p99", "max"}};
-  for (auto [name, v] : {std::pair{"cpu ms", &cpu}, std::pair{"gpu busy ms", &gpu}}) {
+  for (auto [name, v] : {std::pair{"cpu ms", &cpu}, std::pair{"gpu busy ms", &d.gpu}}) {
     rows.push_back({name, Fixed(Percentile(*v, 50), 3), Fixed(Percentile(*v, 90), 3),
                     Fixed(Percentile(*v, 99), 3), Fixed(v->empty() ? 0 : v->back(), 3)});
   }
@@ -80,27 +135,6 @@ std::string OpsPerToken(const std::vector<OpPhases>& ops, size_t decode_tokens) 
   }
   return "\ntop ops per token (op records; outermost ops, by decode GPU then CPU time):\n" +
          FormatTable(rows);
-}
-
-// The tokens of one phase: token 1 (prefill) or the others (decode).
-std::vector<std::string> PhaseRow(const std::string& name, const std::vector<TokenStat>& all,
-                                  bool prefill) {
-  std::vector<double> cpu, gpu, kernels;
-  size_t n = 0;
-  for (const TokenStat& t : all) {
-    if ((t.token == 1) != prefill) continue;
-    ++n;
-    if (Closed(t)) cpu.push_back(static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6);
-    gpu.push_back(static_cast<double>(t.gpu_busy_ns) / 1e6);
-    kernels.push_back(static_cast<double>(t.kernels));
-  }
-  std::sort(cpu.begin(), cpu.end());
-  return {name,
-          std::to_string(n),
-          Fixed(Mean(cpu), 3),
-          Fixed(Median(cpu), 3),
-          Fixed(Mean(gpu), 3),
-          Fixed(Mean(kernels), 1)};
 }
 
 std::string MetaValue(const std::vector<std::pair<std::string, std::string>>& meta,
@@ -180,7 +214,7 @@ int ReportCommand(const std::vector<std::string>& args) {
   auto reader = Reader::Open(file, &error);
   std::vector<std::pair<std::string, std::string>> meta;
   std::vector<std::pair<std::string, int64_t>> losses;
-  std::vector<TokenStat> tokens;
+  TokenDigest tokens;
   std::vector<SiteGpu> sites;
   BeforeTokens before;
   std::vector<OpPhases> ops;
@@ -190,7 +224,8 @@ int ReportCommand(const std::vector<std::string>& args) {
     }
   }
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
-      !reader->Tokens(&tokens, &error) ||
+      !reader->ForEachToken(
+          first, last, [&](const TokenStat& t) { tokens.Add(t); }, &error) ||
       !(window ? reader->TopSitesOf(first, last, static_cast<int>(top), &sites, &error)
                : reader->TopSites(static_cast<int>(top), &sites, &error)) ||
       (first == 0 && !reader->Before(&before, &error)) ||
@@ -198,10 +233,6 @@ int ReportCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
-  if (window) {
-    std::erase_if(tokens, [&](const TokenStat& t) { return t.token < first || t.token > last; });
-  }
-
   // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
   for (auto& [key, value] : meta) value = ForTerminal(value, 200);
   std::string out = "trace " + ForTerminal(file, 400) + "\n";
@@ -249,38 +280,23 @@ int ReportCommand(const std::vector<std::string>& args) {
            (last == UINT32_MAX ? std::string("the last") : std::to_string(last)) +
            " (--tokens); the sites below are those tokens' calls\n";
   }
-  out += "tokens: " + std::to_string(tokens.size());
-  const auto replays = std::count_if(tokens.begin(), tokens.end(),
-                                     [](const TokenStat& t) { return t.graph_replay; });
-  if (replays > 0) {
-    out += " (" + std::to_string(replays) +
+  out += "tokens: " + std::to_string(tokens.count);
+  if (tokens.replays > 0) {
+    out += " (" + std::to_string(tokens.replays) +
            " ran as CUDA-graph replays: no host-side token call, cpu ms shows \"graph\")";
   }
   out += "\n";
-  if (tokens.size() <= kFullListMax) {
-    out += TokenTable(tokens);
+  std::vector<std::string> prefill_row = PhaseRow("prefill (token 1)", tokens.prefill);
+  std::vector<std::string> decode_row = PhaseRow("decode (tokens >= 2)", tokens.decode);
+  if (tokens.count <= kFullListMax) {
+    out += TokenTable(tokens.head);
   } else {
     out += "first " + std::to_string(kHeadRows) + " tokens:\n";
-    out += TokenTable({tokens.begin(), tokens.begin() + kHeadRows});
-    // The slowest by cpu ms, then token: sorted as indices (a million-token trace is not
-    // copied).
-    std::vector<uint32_t> order(tokens.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
-    auto cpu_ns = [&](uint32_t i) {
-      const TokenStat& t = tokens[i];
-      return Closed(t) ? t.cpu_end_ns - t.cpu_begin_ns : -1;
-    };
-    std::partial_sort(order.begin(), order.begin() + kHeadRows, order.end(),
-                      [&](uint32_t a, uint32_t b) {
-                        const int64_t da = cpu_ns(a), db = cpu_ns(b);
-                        return da != db ? da > db : tokens[a].token < tokens[b].token;
-                      });
-    std::vector<TokenStat> slow;
-    for (size_t i = 0; i < kHeadRows; ++i) slow.push_back(tokens[order[i]]);
-    std::vector<uint32_t>().swap(order);
+    out += TokenTable({tokens.head.begin(), tokens.head.begin() + kHeadRows});
+    std::sort_heap(tokens.slow.begin(), tokens.slow.end(), Slower);
     out += "slowest " + std::to_string(kHeadRows) + " tokens (by cpu ms):\n";
-    out += TokenTable(slow);
-    out += "percentiles over " + std::to_string(tokens.size()) + " tokens:\n";
+    out += TokenTable(tokens.slow);
+    out += "percentiles over " + std::to_string(tokens.count) + " tokens:\n";
     out += PercentileTable(tokens);
   }
 
@@ -293,13 +309,12 @@ int ReportCommand(const std::vector<std::string>& args) {
            "encoder, a module called by hand)\n";
   }
 
-  const size_t decode_tokens = static_cast<size_t>(
-      std::count_if(tokens.begin(), tokens.end(), [](const TokenStat& t) { return t.token != 1; }));
+  const size_t decode_tokens = tokens.decode.tokens;
   out += "\nprefill vs decode:\n";
   out += FormatTable(
       {{"phase", "tokens", "mean cpu ms", "median cpu ms", "mean gpu ms", "kernels/token"},
-       PhaseRow("prefill (token 1)", tokens, true),
-       PhaseRow("decode (tokens >= 2)", tokens, false)});
+       prefill_row,
+       decode_row});
 
   // Self times: kernels go to the innermost open call, and a call's CPU self time leaves out
   // the calls inside it, so the columns add up across sites.

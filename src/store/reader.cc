@@ -189,12 +189,12 @@ std::string Reader::ScanNotice() const {
 }
 
 bool Reader::Counts(TraceCounts* out, std::string* error) {
-  // With summaries: calls and tokens from token_stats, kernels and escapes from the tables'
-  // last rowid (append-only tables, never deleted from: the rowid is the row count).
+  // With summaries: calls from site_stats, tokens from token_stats, kernels and escapes from
+  // the tables' last rowid (append-only tables, never deleted from: the rowid is the count).
   const std::string sql =
       has_summaries_
           ? "SELECT (SELECT count(*) FROM sites), "
-            "(SELECT COALESCE(SUM(calls), 0) FROM token_stats), "
+            "(SELECT COALESCE(SUM(calls), 0) FROM site_stats), "
             "(SELECT COALESCE(max(rowid), 0) FROM kernels), "
             "(SELECT count(*) FROM token_stats WHERE listed = 1), "
             "(SELECT COALESCE(max(rowid), 0) FROM escapes), (SELECT count(*) FROM strings)"
@@ -217,16 +217,24 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
 }
 
 bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
+  return ForEachToken(
+      0, UINT32_MAX, [out](const TokenStat& t) { out->push_back(t); }, error);
+}
+
+bool Reader::ForEachToken(uint32_t first, uint32_t last,
+                          const std::function<void(const TokenStat&)>& fn, std::string* error) {
   Statement q;
-  if (!q.Prepare(
-          db_,
-          ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
-           std::string(has_summaries_ ? kTokensSelectSql : kTokensScanSql) + ") ORDER BY token")
-              .c_str(),
-          error)) {
+  if (!q.Prepare(db_,
+                 ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
+                  std::string(has_summaries_ ? kTokensSelectSql : kTokensScanSql) +
+                  ") WHERE token BETWEEN ?1 AND ?2 ORDER BY token")
+                     .c_str(),
+                 error)) {
     *error = Fail(*error);
     return false;
   }
+  q.Bind(1, first);
+  q.Bind(2, last);
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
     TokenStat t;
@@ -237,7 +245,7 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
     t.kernels = q.Int(3);
     t.gpu_busy_ns = q.Int(4);
     t.escapes = q.Int(5);
-    out->push_back(t);
+    fn(t);
   }
   if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
   return rc == SQLITE_DONE;

@@ -95,6 +95,10 @@ class Reader {
   bool Counts(TraceCounts* out, std::string* error);
   // One row per call of a token site, ordered by token.
   bool Tokens(std::vector<TokenStat>* out, std::string* error);
+  // The same rows of tokens [first, last], one at a time (a long run's tokens are never all
+  // held; with summaries a window reads only its rows).
+  bool ForEachToken(uint32_t first, uint32_t last, const std::function<void(const TokenStat&)>& fn,
+                    std::string* error);
   // Sites by GPU self time, descending (then CPU self time); the call-0 bucket is included
   // when it has kernels. Sites without GPU work are listed too, after those with. Read from
   // the summaries where the file has them, else one scan of the calls.
