@@ -24,7 +24,8 @@ namespace tokentrace {
 struct Store::Statements {
   Statement begin, commit, rollback;
   Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape, output,
-      output_block, loss, token_stats, find_call, site_stats, site_block;
+      output_block, loss, token_stats, token_stats_block, find_call, site_stats, site_block,
+      site_block_block, site_stats_block;
 };
 
 namespace {
@@ -96,6 +97,88 @@ void BindCall(Statement& c, int first, const CallRow& r) {
     c.BindNull(first + 7);
   else
     c.Bind(first + 7, r.cpu_end_ns);
+}
+
+// The token_stats upsert of `rows` rows (Summaries::TokenDelta, kTokenColumns each).
+constexpr int kTokenColumns = 9;
+std::string TokenStatsSql(int rows) {
+  return InsertSql(
+             "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes, cpu_begin_ns, "
+             "cpu_end_ns, k, calls, listed) VALUES",
+             rows, kTokenColumns) +
+         " ON CONFLICT(token) DO UPDATE SET "
+         "kernels = kernels + excluded.kernels, "
+         "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+         "escapes = escapes + excluded.escapes, "
+         "cpu_begin_ns = coalesce(min(cpu_begin_ns, excluded.cpu_begin_ns), cpu_begin_ns, "
+         "  excluded.cpu_begin_ns), "
+         "cpu_end_ns = coalesce(max(cpu_end_ns, excluded.cpu_end_ns), cpu_end_ns, "
+         "  excluded.cpu_end_ns), "
+         "k = coalesce(min(k, excluded.k), k, excluded.k), "
+         "calls = calls + excluded.calls, listed = max(listed, excluded.listed)";
+}
+
+void BindTokenStats(Statement& q, int first, const std::pair<uint32_t, Summaries::TokenDelta>& r) {
+  const Summaries::TokenDelta& t = r.second;
+  q.Bind(first, r.first);
+  q.Bind(first + 1, t.kernels);
+  q.Bind(first + 2, t.gpu_busy_ns);
+  q.Bind(first + 3, t.escapes);
+  if (t.has_token_call) {
+    q.Bind(first + 4, t.cpu_begin_ns);
+    q.Bind(first + 6, t.k);
+  } else {
+    q.BindNull(first + 4);
+    q.BindNull(first + 6);
+  }
+  if (t.cpu_end_ns >= 0) {
+    q.Bind(first + 5, t.cpu_end_ns);
+  } else {
+    q.BindNull(first + 5);
+  }
+  q.Bind(first + 7, t.calls);
+  q.Bind(first + 8, t.listed ? 1 : 0);
+}
+
+// The site_stats upsert of `rows` rows ((site, phase), Summaries::SiteDelta).
+constexpr int kSiteStatsColumns = 9;
+std::string SiteStatsSql(int rows) {
+  return InsertSql("INSERT INTO site_stats VALUES", rows, kSiteStatsColumns) +
+         " ON CONFLICT(site_id, phase) DO UPDATE SET calls = calls + excluded.calls, "
+         "cpu_ns = cpu_ns + excluded.cpu_ns, cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns, "
+         "kernels = kernels + excluded.kernels, "
+         "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+         "top_calls = top_calls + excluded.top_calls, "
+         "top_cpu_ns = top_cpu_ns + excluded.top_cpu_ns";
+}
+
+void BindSiteStats(Statement& q, int first,
+                   const std::pair<std::pair<uint32_t, int>, Summaries::SiteDelta>& r) {
+  const Summaries::SiteDelta& d = r.second;
+  q.Bind(first, r.first.first);
+  q.Bind(first + 1, r.first.second);
+  q.Bind(first + 2, d.calls);
+  q.Bind(first + 3, d.cpu_ns);
+  q.Bind(first + 4, d.cpu_self_ns);
+  q.Bind(first + 5, d.kernels);
+  q.Bind(first + 6, d.gpu_busy_ns);
+  q.Bind(first + 7, d.top_calls);
+  q.Bind(first + 8, d.top_cpu_ns);
+}
+
+// The site_blocks upsert of `rows` rows ((site, block), self ns).
+constexpr int kSiteBlockColumns = 3;
+std::string SiteBlocksSql(int rows) {
+  return InsertSql("INSERT INTO site_blocks VALUES", rows, kSiteBlockColumns) +
+         " ON CONFLICT(site_id, block) DO UPDATE SET "
+         "cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns";
+}
+
+void BindSiteBlock(Statement& q, int first,
+                   const std::pair<std::pair<uint32_t, int64_t>, int64_t>& r) {
+  q.Bind(first, r.first.first);
+  q.Bind(first + 1, r.first.second);
+  q.Bind(first + 2, r.second);
 }
 
 void BindOutput(Statement& o, int first, const OutputRow& r) {
@@ -389,38 +472,15 @@ bool Store::Prepare(std::string* error) {
                         "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
                         error) &&
          // Per token (Summaries::TokenDelta): sums add up; begin, k and end keep the
-         // earliest, lowest and latest of the token calls (NULL: none yet).
-         s.token_stats.Prepare(
-             db_,
-             "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes, cpu_begin_ns, "
-             "cpu_end_ns, k, calls, listed) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) "
-             "ON CONFLICT(token) DO UPDATE SET "
-             "kernels = kernels + excluded.kernels, "
-             "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
-             "escapes = escapes + excluded.escapes, "
-             "cpu_begin_ns = coalesce(min(cpu_begin_ns, excluded.cpu_begin_ns), cpu_begin_ns, "
-             "  excluded.cpu_begin_ns), "
-             "cpu_end_ns = coalesce(max(cpu_end_ns, excluded.cpu_end_ns), cpu_end_ns, "
-             "  excluded.cpu_end_ns), "
-             "k = coalesce(min(k, excluded.k), k, excluded.k), "
-             "calls = calls + excluded.calls, listed = max(listed, excluded.listed)",
-             error) &&
+         // earliest, lowest and latest of the token calls (NULL: none yet). In blocks, as
+         // calls: a short token (a dozen calls) makes its row a large part of the writing.
+         s.token_stats.Prepare(db_, TokenStatsSql(1).c_str(), error) &&
+         s.token_stats_block.Prepare(db_, TokenStatsSql(kBlockRows).c_str(), error) &&
          s.find_call.Prepare(db_, "SELECT site_id, token FROM calls WHERE id = ?1", error) &&
-         s.site_stats.Prepare(
-             db_,
-             "INSERT INTO site_stats VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) "
-             "ON CONFLICT(site_id, phase) DO UPDATE SET calls = calls + excluded.calls, "
-             "cpu_ns = cpu_ns + excluded.cpu_ns, cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns, "
-             "kernels = kernels + excluded.kernels, "
-             "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
-             "top_calls = top_calls + excluded.top_calls, "
-             "top_cpu_ns = top_cpu_ns + excluded.top_cpu_ns",
-             error) &&
-         s.site_block.Prepare(db_,
-                              "INSERT INTO site_blocks VALUES(?1,?2,?3) "
-                              "ON CONFLICT(site_id, block) DO UPDATE SET "
-                              "cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns",
-                              error);
+         s.site_stats.Prepare(db_, SiteStatsSql(1).c_str(), error) &&
+         s.site_stats_block.Prepare(db_, SiteStatsSql(kBlockRows).c_str(), error) &&
+         s.site_block.Prepare(db_, SiteBlocksSql(1).c_str(), error) &&
+         s.site_block_block.Prepare(db_, SiteBlocksSql(kBlockRows).c_str(), error);
 }
 
 bool Store::Write(const Batch& batch, std::string* error) {
@@ -461,44 +521,17 @@ bool Store::WriteSummaries(std::string* error) {
     *error = CannotWrite(path_, sqlite3_errmsg(db_));
     return false;
   };
-  for (const auto& [token, t] : summaries_->tokens()) {
-    s.token_stats.Bind(1, token);
-    s.token_stats.Bind(2, t.kernels);
-    s.token_stats.Bind(3, t.gpu_busy_ns);
-    s.token_stats.Bind(4, t.escapes);
-    if (t.has_token_call) {
-      s.token_stats.Bind(5, t.cpu_begin_ns);
-      s.token_stats.Bind(7, t.k);
-    } else {
-      s.token_stats.BindNull(5);
-      s.token_stats.BindNull(7);
-    }
-    if (t.cpu_end_ns >= 0) {
-      s.token_stats.Bind(6, t.cpu_end_ns);
-    } else {
-      s.token_stats.BindNull(6);
-    }
-    s.token_stats.Bind(8, t.calls);
-    s.token_stats.Bind(9, t.listed ? 1 : 0);
-    if (!s.token_stats.Run()) return fail();
+  if (!WriteInBlocks(summaries_->tokens(), kTokenColumns, s.token_stats_block, s.token_stats,
+                     BindTokenStats)) {
+    return fail();
   }
-  for (const auto& [key, d] : summaries_->sites()) {
-    s.site_stats.Bind(1, key.first);
-    s.site_stats.Bind(2, key.second);
-    s.site_stats.Bind(3, d.calls);
-    s.site_stats.Bind(4, d.cpu_ns);
-    s.site_stats.Bind(5, d.cpu_self_ns);
-    s.site_stats.Bind(6, d.kernels);
-    s.site_stats.Bind(7, d.gpu_busy_ns);
-    s.site_stats.Bind(8, d.top_calls);
-    s.site_stats.Bind(9, d.top_cpu_ns);
-    if (!s.site_stats.Run()) return fail();
+  if (!WriteInBlocks(summaries_->sites(), kSiteStatsColumns, s.site_stats_block, s.site_stats,
+                     BindSiteStats)) {
+    return fail();
   }
-  for (const auto& [key, ns] : summaries_->blocks()) {
-    s.site_block.Bind(1, key.first);
-    s.site_block.Bind(2, key.second);
-    s.site_block.Bind(3, ns);
-    if (!s.site_block.Run()) return fail();
+  if (!WriteInBlocks(summaries_->blocks(), kSiteBlockColumns, s.site_block_block, s.site_block,
+                     BindSiteBlock)) {
+    return fail();
   }
   return true;
 }

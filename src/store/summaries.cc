@@ -66,15 +66,23 @@ Summaries::TokenDelta& Summaries::Token(uint32_t token) {
 }
 
 int64_t& Summaries::BlockNs(uint32_t site_id, uint32_t token) {
-  const uint64_t k = (static_cast<uint64_t>(site_id) << 32) | static_cast<uint64_t>(BlockOf(token));
-  if (last_block_ == nullptr || k != last_block_key_) {
-    last_block_ = &blocks_[k];  // unordered_map: references stay valid across inserts
-    last_block_key_ = k;
+  const int64_t block = BlockOf(token);
+  if (site_id >= open_blocks_.size()) open_blocks_.resize(site_id + 1);
+  OpenBlock& open = open_blocks_[site_id];
+  if (open.block == block) return open.ns;
+  if (open.block < 0) {
+    open_block_sites_.push_back(site_id);
+  } else {
+    blocks_[(static_cast<uint64_t>(site_id) << 32) | static_cast<uint64_t>(open.block)] += open.ns;
   }
-  return *last_block_;
+  open = {block, 0};
+  return open.ns;
 }
 
 void Summaries::MakeRows() {
+  token_rows_.assign(tokens_.begin(), tokens_.end());
+  tokens_.clear();
+  last_token_ = nullptr;
   site_rows_.clear();
   std::sort(touched_sites_.begin(), touched_sites_.end());
   for (uint32_t i : touched_sites_) {
@@ -84,13 +92,18 @@ void Summaries::MakeRows() {
   }
   touched_sites_.clear();
   block_rows_.clear();
+  for (uint32_t site : open_block_sites_) {
+    OpenBlock& open = open_blocks_[site];
+    blocks_[(static_cast<uint64_t>(site) << 32) | static_cast<uint64_t>(open.block)] += open.ns;
+    open = OpenBlock();
+  }
+  open_block_sites_.clear();
   for (const auto& [k, ns] : blocks_) {
     block_rows_.push_back(
         {{static_cast<uint32_t>(k >> 32), static_cast<int64_t>(k & 0xffffffff)}, ns});
   }
   std::sort(block_rows_.begin(), block_rows_.end());
   blocks_.clear();
-  last_block_ = nullptr;
 }
 
 bool Summaries::Locate(uint64_t id, const FindCall& in_file, CallKey* key) const {
@@ -114,25 +127,32 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
 
   for (const CallRow& r : batch.calls) {
     const CallKey key{r.site_id, r.token};
-    const auto open = state_.open_rows.find(r.id);
+    // Most calls were never in the file open (only token calls at a drain, and at exit).
+    const auto open =
+        state_.open_rows.empty() ? state_.open_rows.end() : state_.open_rows.find(r.id);
     const bool first = open == state_.open_rows.end();
     const bool closed = r.cpu_end_ns != -1;
     const bool token_call = r.site_id < state_.is_token.size() && state_.is_token[r.site_id];
+    SiteDelta& site = Site(key);
+    int64_t& block_ns = BlockNs(r.site_id, r.token);
     if (first) {
-      SiteDelta& site = Site(key);
       TokenDelta& token = Token(r.token);
       site.calls += 1;
       token.calls += 1;
       if (r.parent_id == 0) site.top_calls += 1;
-      if (auto g = state_.gpu.find(r.id); g != state_.gpu.end()) {
-        site.kernels += g->second.kernels;
-        site.gpu_busy_ns += g->second.busy_ns;
-        state_.gpu.erase(g);
+      if (!state_.gpu.empty()) {
+        if (auto g = state_.gpu.find(r.id); g != state_.gpu.end()) {
+          site.kernels += g->second.kernels;
+          site.gpu_busy_ns += g->second.busy_ns;
+          state_.gpu.erase(g);
+        }
       }
-      if (auto c = state_.child_ns.find(r.id); c != state_.child_ns.end()) {
-        site.cpu_self_ns -= c->second;
-        BlockNs(r.site_id, r.token) -= c->second;
-        state_.child_ns.erase(c);
+      if (!state_.child_ns.empty()) {
+        if (auto c = state_.child_ns.find(r.id); c != state_.child_ns.end()) {
+          site.cpu_self_ns -= c->second;
+          block_ns -= c->second;
+          state_.child_ns.erase(c);
+        }
       }
       if (token_call) {
         if (!token.has_token_call || r.cpu_begin_ns < token.cpu_begin_ns) {
@@ -141,9 +161,9 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
         if (!token.has_token_call || r.k < token.k) token.k = r.k;
         token.has_token_call = true;
         token.listed = true;
+        if (closed) token.cpu_end_ns = std::max(token.cpu_end_ns, r.cpu_end_ns);
       }
-    }
-    if (token_call && closed) {
+    } else if (token_call && closed) {
       TokenDelta& token = Token(r.token);
       token.cpu_end_ns = std::max(token.cpu_end_ns, r.cpu_end_ns);
     }
@@ -154,16 +174,16 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
     if (!first) state_.open_rows.erase(open);
     // The call's time counts now, once: it is closed and the file has not counted it yet.
     const int64_t ns = r.cpu_end_ns - r.cpu_begin_ns;
-    SiteDelta& site = Site(key);
     site.cpu_ns += ns;
     site.cpu_self_ns += ns;
-    BlockNs(r.site_id, r.token) += ns;
+    block_ns += ns;
     if (r.parent_id == 0) {
       site.top_cpu_ns += ns;
       continue;
     }
     CallKey parent;
-    if (state_.child_ns.count(r.parent_id) == 0 && Locate(r.parent_id, in_file, &parent)) {
+    if ((state_.child_ns.empty() || state_.child_ns.count(r.parent_id) == 0) &&
+        Locate(r.parent_id, in_file, &parent)) {
       Site(parent).cpu_self_ns -= ns;
       BlockNs(parent.site_id, parent.token) -= ns;
     } else {

@@ -65,7 +65,8 @@ class Summaries {
   void Fold(const Batch& batch, const FindCall& in_file);
   void Commit() { saved_ = State(); }              // the batch is in the file
   void Rollback() { state_ = std::move(saved_); }  // it was rolled back
-  const std::map<uint32_t, TokenDelta>& tokens() const { return tokens_; }
+  // (token, delta) rows, in token order.
+  const std::vector<std::pair<uint32_t, TokenDelta>>& tokens() const { return token_rows_; }
   // ((site, phase), delta) and ((site, block), self ns) rows, in key order.
   const std::vector<std::pair<std::pair<uint32_t, int>, SiteDelta>>& sites() const {
     return site_rows_;
@@ -117,12 +118,19 @@ class Summaries {
   std::unordered_map<uint64_t, CallKey> batch_calls_;  // when the ids are not dense
   uint32_t last_token_key_ = 0;
   TokenDelta* last_token_ = nullptr;
-  uint64_t last_block_key_ = 0;
-  int64_t* last_block_ = nullptr;
+  // Per site, the block its calls fall in now and their sum there (calls of one batch mostly
+  // share one block per site); a site's other blocks go to blocks_.
+  struct OpenBlock {
+    int64_t block = -1;  // -1: none
+    int64_t ns = 0;
+  };
+  std::vector<OpenBlock> open_blocks_;      // by site id
+  std::vector<uint32_t> open_block_sites_;  // sites with an open block
   // Ends the fold: the touched site and block deltas as sorted rows, the scratch cleared.
   void MakeRows();
 
   std::map<uint32_t, TokenDelta> tokens_;
+  std::vector<std::pair<uint32_t, TokenDelta>> token_rows_;
   // Site deltas by site id * 3 + phase (site ids are small and dense), and which were touched.
   std::vector<SiteDelta> sites_;
   std::vector<uint32_t> touched_sites_;
