@@ -144,11 +144,12 @@ def _site_sums(trace, column):
 def _top_level(trace):
     """{top-level site: [sites under it, itself first]} in call order: the calls directly
     inside a token call and their subtrees, as one decode token (or the prefill) shows them;
-    read through calls_by_token, that token's calls only. Each site is in one group."""
+    read as a window of calls (trace._calls_of_tokens), that token's calls only. Each site
+    is in one group."""
     for token in (2, 1):
         calls = trace._q("SELECT c.id, c.parent_id, s.name, " + _is_token_sql(trace) +
-                         " FROM calls c JOIN sites s ON s.id = c.site_id "
-                         "WHERE c.token = ? ORDER BY c.id", (token,))
+                         f" FROM {trace._calls_of_tokens(str(token), str(token))} c "
+                         "JOIN sites s ON s.id = c.site_id ORDER BY c.id")
         roots = {cid for cid, _, _, tok in calls if tok}
         top_of, groups, placed = {}, {}, set()
         for cid, parent, name, tok in calls:  # ids grow from parent to child

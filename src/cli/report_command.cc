@@ -2,8 +2,8 @@
 //
 // Reads the summaries the writer kept (one row per token in token_stats, a few per site in
 // site_stats: store/summaries.h), meta and losses; never the kernels table, and the calls
-// only for a window of tokens (--tokens, through calls_by_token) or, in a file without
-// summaries, in one scan. Long traces (> kFullListMax tokens) are summarised instead of
+// only for a window of tokens (--tokens: a range of call ids, Reader::CallsOfTokens) or, in a file
+// without summaries, in one scan. Long traces (> kFullListMax tokens) are summarised instead of
 // listed.
 #include <algorithm>
 #include <cstdio>

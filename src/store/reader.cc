@@ -180,6 +180,14 @@ bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::stri
   return rc == SQLITE_DONE;
 }
 
+std::string Reader::CallsOfTokens(const std::string& a, const std::string& b) const {
+  const std::string tokens = "token BETWEEN " + a + " AND " + b;
+  if (!has_summaries_) return "(SELECT * FROM calls WHERE " + tokens + ")";
+  return "(SELECT * FROM calls WHERE id BETWEEN (SELECT min(first_call) FROM token_stats WHERE " +
+         tokens + ") AND (SELECT max(last_call) FROM token_stats WHERE " + tokens + ") AND " +
+         tokens + ")";
+}
+
 std::string Reader::ScanNotice() const {
   if (has_summaries_ || schema_version_ >= kFirstSummarisedSchema) return "";
   return "tokentrace: '" + path_ + "' was written by an older tokentrace (schema " +
@@ -254,8 +262,8 @@ bool Reader::ForEachToken(uint32_t first, uint32_t last,
 namespace {
 // Sites by GPU then CPU self time from the calls `W` (the table, or the calls of a window of
 // tokens): CPU self time = a site's closed calls minus the closed calls they contain. All
-// calls are read straight from the table (one pass); a window through calls_by_token.
-std::string TopSitesScan(bool window) {
+// calls are read straight from the table (one pass); a window as CallsOfTokens.
+std::string TopSitesScan(const std::string& from) {
   std::string sql =
       "WITH d AS (SELECT id, site_id, parent_id, cpu_end_ns - cpu_begin_ns AS dur "
       "           FROM W WHERE cpu_end_ns IS NOT NULL), "
@@ -270,7 +278,6 @@ std::string TopSitesScan(bool window) {
       "SELECT s.name, s.kind, g.calls, g.kernels, g.busy, "
       "       g.cpu - COALESCE(ch.child, 0) "
       "FROM g JOIN sites s ON s.id = g.site_id LEFT JOIN ch ON ch.site_id = g.site_id ";
-  const std::string from = window ? "(SELECT * FROM calls WHERE token BETWEEN ?2 AND ?3)" : "calls";
   for (size_t at; (at = sql.find(" W ")) != std::string::npos;)
     sql.replace(at, 3, " " + from + " ");
   return sql;
@@ -289,7 +296,7 @@ constexpr char kTopSitesOrder[] = "ORDER BY 5 DESC, 6 DESC, 1 LIMIT ?1";
 
 bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) {
   Statement q;
-  const std::string sql = (has_summaries_ ? std::string(kTopSitesSummary) : TopSitesScan(false)) +
+  const std::string sql = (has_summaries_ ? std::string(kTopSitesSummary) : TopSitesScan("calls")) +
                           kOutsideAnyCall + kTopSitesOrder;
   if (!q.Prepare(db_, sql.c_str(), error)) {
     *error = Fail(*error);
@@ -307,7 +314,7 @@ bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) 
 bool Reader::TopSitesOf(uint32_t first, uint32_t last, int limit, std::vector<SiteGpu>* out,
                         std::string* error) {
   Statement q;
-  const std::string sql = TopSitesScan(true) + kTopSitesOrder;
+  const std::string sql = TopSitesScan(CallsOfTokens("?2", "?3")) + kTopSitesOrder;
   if (!q.Prepare(db_, sql.c_str(), error)) {
     *error = Fail(*error);
     return false;
@@ -326,16 +333,19 @@ bool Reader::TopSitesOf(uint32_t first, uint32_t last, int limit, std::vector<Si
 bool Reader::Before(BeforeTokens* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "WITH o AS (SELECT c.id, c.cpu_begin_ns AS b, c.cpu_end_ns AS e, s.name "
-                 "           FROM calls c JOIN sites s ON s.id = c.site_id "
-                 "           WHERE c.token = 0 AND COALESCE(c.parent_id, 0) = 0 "
-                 "             AND s.kind IN ('module', 'root')) "
-                 "SELECT (SELECT count(*) FROM o), "
-                 "       (SELECT COALESCE(SUM(e - b), 0) FROM o WHERE e IS NOT NULL), "
-                 "       (SELECT COALESCE(SUM(kernels), 0) FROM token_stats WHERE token = 0), "
-                 "       (SELECT COALESCE(SUM(gpu_busy_ns), 0) FROM token_stats WHERE token = 0), "
-                 "       (SELECT group_concat(name, ', ') FROM "
-                 "          (SELECT DISTINCT name FROM o ORDER BY id LIMIT 3))",
+                 ("WITH o AS (SELECT c.id, c.cpu_begin_ns AS b, c.cpu_end_ns AS e, s.name "
+                  "           FROM " +
+                  CallsOfTokens("0", "0") +
+                  " c JOIN sites s ON s.id = c.site_id "
+                  "           WHERE COALESCE(c.parent_id, 0) = 0 "
+                  "             AND s.kind IN ('module', 'root')) "
+                  "SELECT (SELECT count(*) FROM o), "
+                  "       (SELECT COALESCE(SUM(e - b), 0) FROM o WHERE e IS NOT NULL), "
+                  "       (SELECT COALESCE(SUM(kernels), 0) FROM token_stats WHERE token = 0), "
+                  "       (SELECT COALESCE(SUM(gpu_busy_ns), 0) FROM token_stats WHERE token = 0), "
+                  "       (SELECT group_concat(name, ', ') FROM "
+                  "          (SELECT DISTINCT name FROM o ORDER BY id LIMIT 3))")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;
@@ -398,12 +408,13 @@ bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error, u
 bool Reader::FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
                             std::string* error) {
   Statement q;
-  if (!q.Prepare(db_,
-                 "SELECT min(t) FROM ("
-                 " SELECT min(cpu_begin_ns) AS t FROM calls WHERE token BETWEEN ?1 AND ?2"
-                 " UNION ALL"
-                 " SELECT min(gpu_begin_ns) FROM kernels WHERE token BETWEEN ?1 AND ?2)",
-                 error)) {
+  if (!q.Prepare(
+          db_,
+          ("SELECT min(t) FROM (SELECT min(cpu_begin_ns) AS t FROM " + CallsOfTokens("?1", "?2") +
+           " UNION ALL"
+           " SELECT min(gpu_begin_ns) FROM kernels WHERE token BETWEEN ?1 AND ?2)")
+              .c_str(),
+          error)) {
     *error = Fail(*error);
     return false;
   }
@@ -422,9 +433,10 @@ bool Reader::ForEachCall(uint32_t first, uint32_t last,
                          const std::function<void(const CallEvent&)>& fn, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns "
-                 "FROM calls c LEFT JOIN sites s ON s.id = c.site_id "
-                 "WHERE c.token BETWEEN ?1 AND ?2",
+                 ("SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns "
+                  "FROM " +
+                  CallsOfTokens("?1", "?2") + " c LEFT JOIN sites s ON s.id = c.site_id")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;

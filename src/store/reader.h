@@ -127,6 +127,11 @@ class Reader {
   // True when the writer kept summaries in the file (meta.summaries: store/summaries.h), so
   // tokens, sites and counts are read from them instead of scanning the calls.
   bool has_summaries() const { return has_summaries_; }
+  // The calls of tokens between the SQL expressions `a` and `b` (parameters or literals), as a
+  // subquery "(SELECT * FROM calls WHERE ...)": with summaries a range of the calls' rowids
+  // (token_stats' first and last call ids: schema 4 files have no index on calls), else
+  // through calls_by_token.
+  std::string CallsOfTokens(const std::string& a, const std::string& b) const;
   // For a file written before summaries (schema < 4): one line saying it is read by scanning
   // its calls, which takes time with its size; "" otherwise (a file built by hand without
   // summaries is scanned too, silently).

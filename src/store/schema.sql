@@ -6,16 +6,18 @@
 -- Index choice: every table is written in append order (ids and tokens grow), so each commit
 -- touches only the last pages of each b-tree. kernels carries no index: a row costs ~45 bytes
 -- on disk and the writer appends at > 1 M rows/s; only `export` reads kernels, streaming them.
--- calls is indexed by token (grows with the id, so appending) for export --tokens. There is
--- deliberately no index on calls(site_id): with ~100 sites per token it dirtied ~100 random
--- index pages per commit (8x slower writes); the report scans calls once instead.
+-- calls carries no index since version 4: the calls of a token lie between its first and
+-- last call id (token_stats.first_call, last_call), so a window of tokens is a range of the
+-- calls' rowids; files before version 4 have calls_by_token (an index on calls(token), ~11
+-- bytes and a share of each call's insert), which their readers use. There is deliberately
+-- no index on calls(site_id): with ~100 sites per token it dirtied ~100 random index pages
+-- per commit (8x slower writes); readers use the summaries (site_stats) instead.
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sites(id INTEGER PRIMARY KEY, name TEXT, kind TEXT,
                                  is_token INTEGER);
 CREATE TABLE IF NOT EXISTS calls(id INTEGER PRIMARY KEY, site_id INTEGER, k INTEGER,
                                  token INTEGER, parent_id INTEGER, thread INTEGER,
                                  cpu_begin_ns INTEGER, cpu_end_ns INTEGER);
-CREATE INDEX IF NOT EXISTS calls_by_token ON calls(token);
 CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, text TEXT);
 CREATE TABLE IF NOT EXISTS kernels(call_id INTEGER, token INTEGER, name_id INTEGER,
                                    kind INTEGER, device INTEGER, stream INTEGER,
@@ -37,12 +39,16 @@ CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);
 -- call never closed); calls: the calls of the token (each counted once); listed: 1 when the
 -- tokens view lists the token (it has a token call, or, token > 0, kernels or an escape), 0
 -- for a row that only counts calls (a killed run's token whose token call never reached the
--- file): with no GPU work and no escape, the scan below does not list it either. Files before version 4 lack the new columns; rows inserted naming only the first four
+-- file): with no GPU work and no escape, the scan below does not list it either.
+-- first_call / last_call: the lowest and highest id among the token's calls (NULL: none);
+-- ids are handed out at push, so across threads a token's ids may interleave with the next
+-- token's: readers take `id BETWEEN first_call AND last_call AND token = T`. Files before version 4 lack the new columns; rows inserted naming only the first four
 -- columns read as listed.
 CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGER,
                                        gpu_busy_ns INTEGER, escapes INTEGER,
                                        cpu_begin_ns INTEGER, cpu_end_ns INTEGER, k INTEGER,
-                                       calls INTEGER DEFAULT 0, listed INTEGER DEFAULT 1);
+                                       calls INTEGER DEFAULT 0, listed INTEGER DEFAULT 1,
+                                       first_call INTEGER, last_call INTEGER);
 -- Since version 4, kept by the writer as it writes: per site and phase (0 = token 0, before
 -- the first token; 1 = token 1, the prefill; 2 = tokens >= 2, decode), by the calls' own
 -- tokens: calls, CPU time of the closed calls (inclusive), CPU self time (that less the

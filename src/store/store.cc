@@ -100,11 +100,11 @@ void BindCall(Statement& c, int first, const CallRow& r) {
 }
 
 // The token_stats upsert of `rows` rows (Summaries::TokenDelta, kTokenColumns each).
-constexpr int kTokenColumns = 9;
+constexpr int kTokenColumns = 11;
 std::string TokenStatsSql(int rows) {
   return InsertSql(
              "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes, cpu_begin_ns, "
-             "cpu_end_ns, k, calls, listed) VALUES",
+             "cpu_end_ns, k, calls, listed, first_call, last_call) VALUES",
              rows, kTokenColumns) +
          " ON CONFLICT(token) DO UPDATE SET "
          "kernels = kernels + excluded.kernels, "
@@ -115,7 +115,11 @@ std::string TokenStatsSql(int rows) {
          "cpu_end_ns = coalesce(max(cpu_end_ns, excluded.cpu_end_ns), cpu_end_ns, "
          "  excluded.cpu_end_ns), "
          "k = coalesce(min(k, excluded.k), k, excluded.k), "
-         "calls = calls + excluded.calls, listed = max(listed, excluded.listed)";
+         "calls = calls + excluded.calls, listed = max(listed, excluded.listed), "
+         "first_call = coalesce(min(first_call, excluded.first_call), first_call, "
+         "  excluded.first_call), "
+         "last_call = coalesce(max(last_call, excluded.last_call), last_call, "
+         "  excluded.last_call)";
 }
 
 void BindTokenStats(Statement& q, int first, const std::pair<uint32_t, Summaries::TokenDelta>& r) {
@@ -138,6 +142,13 @@ void BindTokenStats(Statement& q, int first, const std::pair<uint32_t, Summaries
   }
   q.Bind(first + 7, t.calls);
   q.Bind(first + 8, t.listed ? 1 : 0);
+  if (t.calls > 0) {
+    q.Bind(first + 9, static_cast<int64_t>(t.first_call));
+    q.Bind(first + 10, static_cast<int64_t>(t.last_call));
+  } else {
+    q.BindNull(first + 9);
+    q.BindNull(first + 10);
+  }
 }
 
 // The site_stats upsert of `rows` rows ((site, phase), Summaries::SiteDelta).
@@ -272,12 +283,11 @@ bool Store::Connect(std::string* error) {
   // WAL: readers in other processes never block the writer and a killed writer leaves a
   // consistent file. synchronous=NORMAL: no fsync per commit (a power loss may drop the
   // last commits, a process crash drops nothing committed).
-  // cache_size=4 MiB: the writer only appends (rowid order, and calls_by_token grows in
-  // token order), so it needs the right edges of the trees and one drain's dirty pages; the
-  // cache is what the writer adds to the job's resident memory as the file grows (a 16 MiB
-  // cache wrote no faster: store_bench, 2026-11-30).
-  // On a file that exists (written again after a deletion) page_size is ignored and the
-  // schema's CREATE ... IF NOT EXISTS change nothing.
+  // cache_size=4 MiB: the writer only appends (rowid order), so it needs the right edges of the
+  // trees and one drain's dirty pages; the cache is what the writer adds to the job's resident
+  // memory as the file grows (a 16 MiB cache wrote no faster: store_bench, 2026-11-30). On a file
+  // that exists (written again after a deletion) page_size is ignored and the schema's CREATE ...
+  // IF NOT EXISTS change nothing.
   const std::string setup = std::string(
                                 "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; "
                                 "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-4096; BEGIN;") +

@@ -139,6 +139,8 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
       TokenDelta& token = Token(r.token);
       site.calls += 1;
       token.calls += 1;
+      token.first_call = std::min<uint64_t>(token.first_call, r.id);
+      token.last_call = std::max<uint64_t>(token.last_call, r.id);
       if (r.parent_id == 0) site.top_calls += 1;
       if (!state_.gpu.empty()) {
         if (auto g = state_.gpu.find(r.id); g != state_.gpu.end()) {

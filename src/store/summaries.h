@@ -52,6 +52,7 @@ class Summaries {
     int64_t cpu_begin_ns = 0, k = 0;
     int64_t cpu_end_ns = -1;  // the latest end of a closed token call, -1: none
     bool listed = false;
+    uint64_t first_call = UINT64_MAX, last_call = 0;  // ids of the calls (calls > 0)
   };
   // Per (site, phase): what this batch adds to its site_stats row.
   struct SiteDelta {

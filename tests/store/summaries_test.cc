@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -103,8 +104,11 @@ void ExpectSummariesMatchScan(const std::string& path) {
   const std::string tokens = Rows(path, std::string(kTokensSelectSql) + " ORDER BY token");
   EXPECT_EQ(tokens, Rows(path, std::string(kTokensScanSql) + " ORDER BY 1"));
   EXPECT_FALSE(tokens.empty());
-  EXPECT_EQ(Rows(path, "SELECT token, calls FROM token_stats WHERE calls > 0 ORDER BY 1"),
-            Rows(path, "SELECT token, count(*) FROM calls GROUP BY token ORDER BY 1"));
+  EXPECT_EQ(
+      Rows(path,
+           "SELECT token, calls, first_call, last_call FROM token_stats WHERE calls > 0 "
+           "ORDER BY 1"),
+      Rows(path, "SELECT token, count(*), min(id), max(id) FROM calls GROUP BY token ORDER BY 1"));
   EXPECT_EQ(Rows(path, "SELECT token, k FROM token_stats WHERE k IS NOT NULL ORDER BY 1"),
             Rows(path,
                  "SELECT c.token, min(c.k) FROM calls c JOIN sites s ON s.id = c.site_id "
@@ -299,6 +303,57 @@ TEST(SummariesTest, WritesRefusedByAFullDiskLeaveSummariesOfWhatTheFileHolds) {
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM calls WHERE site_id = 3"), 0);
 }
 
+// Schema 4 has no index on calls: a window of tokens is the rowid range of its first and last
+// calls. Ids interleave across tokens when threads run calls of two tokens at once.
+TEST(SummariesTest, AWindowOfTokensReadsTheCallsOfThoseTokensOnly) {
+  const std::string path = TempPath("window.sqlite");
+  std::string error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch b;
+  b.sites = Sites();
+  // Thread 0 runs the tokens; thread 1's sampler call of token t starts after token t + 1's
+  // root (a higher id than some of t + 1's calls) and closes later.
+  uint64_t id = 1;
+  int64_t now = 1000;
+  std::vector<CallRow> late;
+  for (uint32_t t = 1; t <= 30; ++t) {
+    const uint64_t root = id++;
+    b.calls.push_back({id++, 2, t, t, root, 0, now + 10, now + 20});
+    b.calls.push_back({root, 1, t, t, 0, 0, now, now + 30});
+    if (!late.empty()) b.calls.push_back(late.back());
+    late.push_back({id++, 4, t, t - 1 == 0 ? 1 : t - 1, 0, 1, now + 5, now + 50});
+    now += 100;
+  }
+  ASSERT_TRUE(store->Write(b, &error)) << error;
+  store->Close();
+  ExpectSummariesMatchScan(path);
+  EXPECT_EQ(QueryInt(path,
+                     "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND "
+                     "tbl_name = 'calls'"),
+            0);
+  auto reader = Reader::Open(path, &error);
+  ASSERT_NE(reader, nullptr) << error;
+  for (uint32_t t : {1u, 7u, 29u}) {
+    std::vector<uint64_t> ids;
+    ASSERT_TRUE(reader->ForEachCall(
+        t, t + 1, [&](const CallEvent& e) { ids.push_back(e.id); }, &error))
+        << error;
+    std::sort(ids.begin(), ids.end());
+    std::string want = Rows(path, "SELECT id FROM calls WHERE token BETWEEN " + std::to_string(t) +
+                                      " AND " + std::to_string(t + 1) + " ORDER BY id");
+    std::string got;
+    for (uint64_t i : ids) got += std::to_string(i) + "\n";
+    EXPECT_EQ(got, want) << "tokens " << t << ".." << t + 1;
+    std::vector<SiteGpu> sites;
+    ASSERT_TRUE(reader->TopSitesOf(t, t, 10, &sites, &error)) << error;
+    int64_t calls = 0;
+    for (const SiteGpu& s : sites) calls += s.calls;
+    EXPECT_EQ(calls,
+              QueryInt(path, "SELECT count(*) FROM calls WHERE token = " + std::to_string(t)));
+  }
+}
+
 // A file of the version before summaries: the store's file, taken back to schema 3.
 void TakeBackToSchema3(const std::string& path) {
   Exec(path,
@@ -307,6 +362,9 @@ void TakeBackToSchema3(const std::string& path) {
        "ALTER TABLE token_stats DROP COLUMN cpu_begin_ns; "
        "ALTER TABLE token_stats DROP COLUMN cpu_end_ns; ALTER TABLE token_stats DROP COLUMN k; "
        "ALTER TABLE token_stats DROP COLUMN calls; ALTER TABLE token_stats DROP COLUMN listed; "
+       "ALTER TABLE token_stats DROP COLUMN first_call; "
+       "ALTER TABLE token_stats DROP COLUMN last_call; "
+       "CREATE INDEX calls_by_token ON calls(token); "
        "DELETE FROM meta WHERE key IN ('summaries', 'token_block'); "
        "UPDATE meta SET value = '3' WHERE key = 'schema_version'; "
        "CREATE VIEW tokens AS " +

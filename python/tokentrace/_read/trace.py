@@ -316,6 +316,17 @@ class Trace:
         self._shards = {}
 
     # --- plumbing -----------------------------------------------------------------------
+    def _calls_of_tokens(self, first: str, last: str) -> str:
+        """The calls of tokens between the SQL expressions `first` and `last` as a subquery:
+        with summaries a range of rowids (token_stats' first and last call: schema 4 files have
+        no index on calls), else through calls_by_token (Reader::CallsOfTokens in C++)."""
+        tokens = f"token BETWEEN {first} AND {last}"
+        if not self.has_summaries:
+            return f"(SELECT * FROM calls WHERE {tokens})"
+        return (f"(SELECT * FROM calls WHERE id BETWEEN (SELECT min(first_call) FROM "
+                f"token_stats WHERE {tokens}) AND (SELECT max(last_call) FROM token_stats "
+                f"WHERE {tokens}) AND {tokens})")
+
     def _q(self, sql, args=()):
         try:
             return self._con.execute(sql, args).fetchall()
