@@ -18,6 +18,9 @@
 //    token_stats' per-token columns, site_stats and site_blocks kept in the same transaction
 //    as the rows they sum: they equal what a scan of its calls computes. A file without it
 //    (older, or built by hand) is read by scanning (kTokensScanSql and the readers' scans).
+//  * Schema 4 files have no index on calls: token T's calls are those with ids between T's
+//    token_stats.first_call and last_call (and token = T); Reader::CallsOfTokens builds the
+//    window, through calls_by_token for older files.
 #pragma once
 
 #include "store/schema_sql.h"
