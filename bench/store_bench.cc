@@ -110,6 +110,61 @@ void BM_WriteCallRows(benchmark::State& state) {
 }
 BENCHMARK(BM_WriteCallRows)->Arg(10000)->Unit(benchmark::kMillisecond);
 
+// A foreign-NVTX job's shape (bench/long_run_job.cc): tokens of 12 calls, a token range and
+// 11 ranges inside it, no outputs, in batches of `rows` calls: what the per-token rows of the
+// file cost where tokens are short.
+void BM_WriteShortTokens(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0));
+  TempStore temp(state);
+  if (temp.store == nullptr) return;
+  uint64_t id = 1;
+  uint32_t token = 0, k = 0;
+  int64_t now = 86400LL * 3 * 1000000000;
+  int64_t written = 0;
+  bool first = true;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Batch b;
+    if (first) {
+      b.sites.push_back({1, "decode_step", SiteKind::kRange, true});
+      for (uint32_t s = 2; s <= 12; ++s)
+        b.sites.push_back({s, "r" + std::to_string(s), SiteKind::kRange, false});
+      first = false;
+    }
+    b.calls.reserve(rows);
+    while (static_cast<int>(b.calls.size()) + 12 <= rows) {
+      const uint64_t root = id++;
+      ++token;
+      ++k;
+      const int64_t begin = now;
+      for (uint32_t s = 2; s <= 12; ++s, ++id) {
+        b.calls.push_back({id, s, k, token, root, 0, now + 100, now + 200});
+        now += 250;
+      }
+      b.calls.push_back({root, 1, k, token, 0, 0, begin, now});
+      now += 100;
+    }
+    state.ResumeTiming();
+    if (!temp.store->Write(b, &temp.error)) state.SkipWithError(temp.error.c_str());
+    written += static_cast<int64_t>(b.calls.size());
+  }
+  temp.store->Close();
+  temp.store.reset();
+  sqlite3* db = nullptr;
+  sqlite3_open(temp.path.c_str(), &db);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db,
+                     "SELECT (SELECT page_count FROM pragma_page_count()) * "
+                     "(SELECT page_size FROM pragma_page_size())",
+                     -1, &st, nullptr);
+  int64_t bytes = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  state.SetItemsProcessed(written);
+  state.counters["bytes_per_call"] = written ? static_cast<double>(bytes) / written : 0;
+}
+BENCHMARK(BM_WriteShortTokens)->Arg(32768)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace tokentrace
 

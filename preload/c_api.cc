@@ -163,6 +163,10 @@ const char* tokentrace_schema_sql(void) { return kSchemaSql; }
 
 const char* tokentrace_tokens_select_sql(void) { return kTokensSelectSql; }
 
+const char* tokentrace_tokens_scan_sql(void) { return kTokensScanSql; }
+
+const char* tokentrace_meta_summaries(void) { return kMetaSummaries; }
+
 int tokentrace_schema_version(void) { return std::atoi(kSchemaVersion); }
 
 int tokentrace_oldest_readable_schema(void) { return kOldestReadableSchema; }

@@ -116,6 +116,10 @@ TOKENTRACE_EXPORT int tokentrace_parse_kernel_mode(const char* text, const char*
 /* The trace file's schema (src/store/schema.sql, embedded at build time). Static strings. */
 TOKENTRACE_EXPORT const char* tokentrace_schema_sql(void);        /* the DDL of a fresh file */
 TOKENTRACE_EXPORT const char* tokentrace_tokens_select_sql(void); /* the tokens view's SELECT */
+/* the tokens_from_calls view's SELECT: tokens computed from the calls, for files without the
+ * writer's summaries (no meta key tokentrace_meta_summaries()) */
+TOKENTRACE_EXPORT const char* tokentrace_tokens_scan_sql(void);
+TOKENTRACE_EXPORT const char* tokentrace_meta_summaries(void); /* the meta key of summaries */
 TOKENTRACE_EXPORT int tokentrace_schema_version(void);            /* what the writer writes */
 TOKENTRACE_EXPORT int tokentrace_oldest_readable_schema(void);    /* what readers still open */
 /* 1 while a writer has the trace file at `path` open (it holds a shared flock on it for its

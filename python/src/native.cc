@@ -419,6 +419,9 @@ NB_MODULE(_native, m) {
   // files from it and reads tokens with the same SELECT as the C++ readers.
   m.attr("SCHEMA_SQL") = tokentrace_schema_sql();
   m.attr("TOKENS_SELECT_SQL") = tokentrace_tokens_select_sql();
+  // Files without the writer's summaries (meta key META_SUMMARIES) are read with this one.
+  m.attr("TOKENS_SCAN_SQL") = tokentrace_tokens_scan_sql();
+  m.attr("META_SUMMARIES") = tokentrace_meta_summaries();
   m.attr("SCHEMA_VERSION") = tokentrace_schema_version();
   m.attr("OLDEST_READABLE_SCHEMA") = tokentrace_oldest_readable_schema();
   // Whether a writer holds the trace file open (its shared flock): the C++ store's own test.

@@ -7,9 +7,15 @@ Two panels:
   * GPU time per layer (sum of the GPU busy time of the sites under `<...>.<N>.`), or CPU self
     time per layer when kernels were not recorded (the panel title says which).
 
-Long runs cost about what `tokentrace report` costs: the sums are made in SQL, and past
-MAX_BARS tokens each bar is the mean of a bin of consecutive tokens (the prefill keeps its
-own bar), so neither Python nor matplotlib ever holds one object per call or per token.
+  * when no site name has a layer index, the top-level sites instead (the calls directly
+    inside a token call, as one token shows them), each with the sites below it.
+
+Long runs cost about what `tokentrace report` costs: past MAX_BARS tokens each bar is the
+mean of a bin of consecutive tokens (the prefill keeps its own bar), so neither Python nor
+matplotlib ever holds one object per call or per token. A file with the writer's summaries
+(trace.has_summaries) is drawn from them: per-token rows, per-site totals and per-site self
+time per block of `token_block` tokens, so no call is read when the run is long;
+a file without them is summed from its calls in SQL.
 """
 
 import argparse
@@ -17,6 +23,7 @@ import itertools
 import os
 import re
 import sys
+import warnings
 from collections import defaultdict
 
 from ._errors import TokentraceError, fail
@@ -28,58 +35,138 @@ MAX_BARS = 200  # bars in the first panel: beyond this, tokens are binned
 _BIN = "(CASE WHEN {t} <= 1 THEN 0 ELSE 1 + ({t} - 2) / :width END)"
 
 
+# Summaries (site_blocks): past this many calls the first panel's bins are made of blocks of
+# tokens (each bin a whole number of blocks) instead of summed from the calls.
+MAX_SCANNED_CALLS = 2_000_000
+
+
 def _token_bins(trace, width):
     """{bin: (first token, tokens, root ns)}: the tokens of each bin and their summed CPU wall
     time (0 for a token without a finished root call, as in trace.tokens)."""
-    if "tokens" in trace._tables:
-        src = "SELECT token, cpu_end_ns - cpu_begin_ns AS ns FROM tokens WHERE token > 0"
-    else:  # schema 1 files written without the view
-        src = ("SELECT c.token AS token, MAX(c.cpu_end_ns) - MIN(c.cpu_begin_ns) AS ns "
-               "FROM calls c JOIN sites s ON s.id = c.site_id "
-               "WHERE s.kind = 'root' AND c.token > 0 GROUP BY c.token")
+    src = (f"SELECT token, cpu_end_ns - cpu_begin_ns AS ns FROM ({trace._tokens_sql}) "
+           "WHERE token > 0")
+    if trace.has_summaries:
+        # One range of token_stats per bin (read in token order): a GROUP BY over every
+        # token would sort them all first.
+        last = _num_tokens(trace)
+        bins = {}
+        for b, lo, hi in [(0, 1, 1)] + [(1 + i, 2 + i * width, 1 + (i + 1) * width)
+                                        for i in range(-(-max(last - 1, 0) // width))]:
+            first, n, ns = trace._q(f"SELECT MIN(token), COUNT(*), SUM(COALESCE(ns, 0)) FROM "
+                                    f"({src}) WHERE token BETWEEN ? AND ?", (lo, hi))[0]
+            if n:
+                bins[b] = (first, n, ns)
+        return bins
     rows = trace._q(f"SELECT {_BIN.format(t='token')} AS bin, MIN(token), COUNT(*), "
                     f"SUM(COALESCE(ns, 0)) FROM ({src}) GROUP BY bin ORDER BY bin",
                     {"width": width})
     return {b: (first, n, ns) for b, first, n, ns in rows}
 
 
+def _is_token_sql(trace):
+    cols = [r[1] for r in trace._q("PRAGMA table_info(sites)")]
+    return "s.is_token" if "is_token" in cols else "s.kind = 'root'"
+
+
 def _self_time_sql(trace, select, where="", group="s.name"):
     """SQL over the self time (own time less its child calls') `d.ns` of each call of a
     non-token site, joined to its site `s`."""
-    cols = [r[1] for r in trace._q("PRAGMA table_info(sites)")]
-    is_token = "s.is_token" if "is_token" in cols else "s.kind = 'root'"
     return ("WITH d AS (SELECT id, parent_id, site_id, token, "
             "           COALESCE(cpu_end_ns, cpu_begin_ns) - cpu_begin_ns AS ns FROM calls), "
             "kids AS (SELECT parent_id AS id, SUM(ns) AS ns FROM d "
             "         WHERE parent_id IS NOT NULL GROUP BY parent_id) "
             f"SELECT {select} FROM d JOIN sites s ON s.id = d.site_id "
             "LEFT JOIN kids ON kids.id = d.id "
-            f"WHERE d.token > 0 AND NOT ({is_token}) {where} GROUP BY {group}")
+            f"WHERE d.token > 0 AND NOT ({_is_token_sql(trace)}) {where} GROUP BY {group}")
 
 
 def _site_totals(trace):
     """{site name: self ns over all tokens}, costliest first. One row per site: a file of a
     million sites costs one pass, never a row per site and bin."""
+    if trace.has_summaries:
+        return dict(trace._q("SELECT s.name, SUM(t.cpu_self_ns) AS ns FROM site_stats t "
+                             "JOIN sites s ON s.id = t.site_id "
+                             "WHERE t.phase > 0 AND NOT s.is_token GROUP BY s.name "
+                             "ORDER BY ns DESC"))
     rows = trace._q(_self_time_sql(trace, "s.name, SUM(d.ns - COALESCE(kids.ns, 0)) AS ns") +
                     " ORDER BY ns DESC")
     return dict(rows)
 
 
-def _site_self_times(trace, width, names):
-    """{bin: {site: self ns}} for the sites `names` only, summed per bin of tokens in SQL."""
+def _token_block(trace):
+    """Tokens per site_blocks block, when the first panel is drawn from blocks (else None)."""
+    if not trace.has_summaries:
+        return None
+    calls = trace._q("SELECT COALESCE(SUM(calls), 0) FROM token_stats")[0][0]
+    block = trace.meta.get("token_block", "")
+    return int(block) if calls > MAX_SCANNED_CALLS and block.isdigit() and int(block) > 0 else None
+
+
+def _site_self_times(trace, width, names, block=None):
+    """{bin: {site: self ns}} for the sites `names` only, summed per bin of tokens in SQL:
+    from the calls, or with `block` (width a multiple of it) from site_blocks."""
     if not names:
         return defaultdict(dict)
     marks = ",".join("?" * len(names))
-    rows = trace._q(
-        _self_time_sql(trace, f"{_BIN.format(t='d.token')} AS bin, s.name, "
-                              "SUM(d.ns - COALESCE(kids.ns, 0))",
-                       where=f"AND s.name IN ({marks})",
-                       group="bin, s.name").replace(":width", str(int(width))),
-        names)
+    if block:
+        rows = trace._q(
+            f"SELECT CASE WHEN b.block <= 1 THEN 0 ELSE 1 + (b.block - 2) / {width // block} END "
+            f"AS bin, s.name, SUM(b.cpu_self_ns) FROM site_blocks b "
+            f"JOIN sites s ON s.id = b.site_id WHERE b.block > 0 AND s.name IN ({marks}) "
+            f"GROUP BY bin, s.name", names)
+    else:
+        rows = trace._q(
+            _self_time_sql(trace, f"{_BIN.format(t='d.token')} AS bin, s.name, "
+                                  "SUM(d.ns - COALESCE(kids.ns, 0))",
+                           where=f"AND s.name IN ({marks})",
+                           group="bin, s.name").replace(":width", str(int(width))),
+            names)
     per_bin = defaultdict(dict)
     for b, name, ns in rows:
         per_bin[b][name] = ns
     return per_bin
+
+
+def _site_sums(trace, column):
+    """{site name: the sum of `column` over all its calls}: CPU self ns (`self`) or GPU busy
+    ns (`gpu`), from site_stats where the file has it, else one pass over the calls."""
+    if trace.has_summaries:
+        col = {"self": "t.cpu_self_ns", "gpu": "t.gpu_busy_ns"}[column]
+        return dict(trace._q(f"SELECT s.name, SUM({col}) FROM site_stats t "
+                             "JOIN sites s ON s.id = t.site_id GROUP BY s.name"))
+    if column == "gpu":
+        return dict(trace._q("SELECT s.name, SUM(g.gpu_busy_ns) FROM call_gpu g "
+                             "JOIN calls c ON c.id = g.call_id "
+                             "JOIN sites s ON s.id = c.site_id GROUP BY s.name"))
+    return _site_totals(trace)
+
+
+def _top_level(trace):
+    """{top-level site: [sites under it, itself first]} in call order: the calls directly
+    inside a token call and their subtrees, as one decode token (or the prefill) shows them;
+    read as a window of calls (trace._calls_of_tokens), that token's calls only. Each site
+    is in one group."""
+    for token in (2, 1):
+        calls = trace._q("SELECT c.id, c.parent_id, s.name, " + _is_token_sql(trace) +
+                         f" FROM {trace._calls_of_tokens(str(token), str(token))} c "
+                         "JOIN sites s ON s.id = c.site_id ORDER BY c.id")
+        roots = {cid for cid, _, _, tok in calls if tok}
+        top_of, groups, placed = {}, {}, set()
+        for cid, parent, name, tok in calls:  # ids grow from parent to child
+            if tok:
+                continue
+            if parent in roots:
+                top_of[cid] = name
+            elif parent in top_of:
+                top_of[cid] = top_of[parent]
+            else:
+                continue
+            if name not in placed:
+                placed.add(name)
+                groups.setdefault(top_of[cid], []).append(name)
+        if groups:
+            return groups
+    return {}
 
 
 MAX_LABEL_CHARS = 60  # a legend entry: longer names are cut (a 1 MiB range name took minutes)
@@ -139,10 +226,44 @@ def plot(path: "str | os.PathLike[str]", out: str, top: int = 6) -> str:
 
 
 def _num_tokens(trace):
+    if trace.has_summaries:  # every call's token counts in token_stats
+        return trace._q("SELECT COALESCE(MAX(token), 0) FROM token_stats")[0][0]
     src = ["SELECT MAX(token) FROM calls"]
     if "token_stats" in trace._tables:
         src.append("SELECT MAX(token) FROM token_stats")
     return max((r[0] or 0) for r in trace._q(" UNION ALL ".join(src)))
+
+
+def _second_panel(trace, totals, ax2):
+    """GPU (or, without kernels, CPU self) time per layer; when no site has a layer index,
+    per top-level site with the sites under it."""
+    gpu = trace.kernels_recorded
+    sums = _site_sums(trace, "gpu") if gpu else totals
+    what = "GPU busy" if gpu else "CPU self"
+    layers = defaultdict(float)
+    for name, ns in sums.items():
+        layer = _layer_of(name)
+        if layer is not None:
+            layers[layer] += (ns or 0) / 1e6
+    if layers:
+        keys = sorted(layers)
+        labels, values, unit = [str(k) for k in keys], [layers[k] for k in keys], "layer"
+    else:
+        groups = _top_level(trace)
+        labels = [_label(name) for name in groups]
+        values = [sum((sums.get(n) or 0) for n in under) / 1e6 for under in groups.values()]
+        unit = "top-level site, with the sites under it (no site name has a layer index)"
+    ax2.bar(labels, values)
+    if len(labels) > 12:
+        ax2.tick_params(axis="x", labelrotation=60, labelsize="small")
+    per = "layer" if layers else "top-level site"
+    if gpu:
+        ax2.set_title(f"GPU time per {per}")
+    else:
+        ax2.set_title(f"CPU self time per {per} (GPU time not recorded: "
+                      f"{_why_no_gpu_time(trace)})")
+    ax2.set_ylabel(f"{what} (ms, all tokens)")
+    ax2.set_xlabel(unit)
 
 
 def figure(trace, top, plt):
@@ -150,12 +271,15 @@ def figure(trace, top, plt):
     (matplotlib.pyplot, its backend chosen by the caller); plot() saves it."""
     decode = max(_num_tokens(trace) - 1, 0)
     width = max(1, -(-decode // (MAX_BARS - 1)))  # decode tokens per bar, ceil
+    block = _token_block(trace) if width > 1 else None
+    if block:
+        width = -(-width // block) * block  # whole blocks per bar
     bins = _token_bins(trace, width)
     if not bins:
         fail(f"{trace.path} has no tokens (no root call was recorded); nothing to plot")
     totals = _site_totals(trace)
     leaders = list(itertools.islice(totals, top))
-    per_bin = _site_self_times(trace, width, leaders)
+    per_bin = _site_self_times(trace, width, leaders, block)
     keys = sorted(bins)
     firsts = [bins[b][0] for b in keys]
     counts = [bins[b][1] for b in keys]
@@ -180,27 +304,7 @@ def figure(trace, top, plt):
     ax1.set_title("per-token latency, stacked by site self time")
     ax1.legend(fontsize="small", loc="upper right")
 
-    layers = defaultdict(float)
-    if trace.kernels_recorded:
-        for name, busy in trace._q("SELECT s.name, SUM(g.gpu_busy_ns) FROM call_gpu g "
-                                   "JOIN calls c ON c.id = g.call_id "
-                                   "JOIN sites s ON s.id = c.site_id GROUP BY s.name"):
-            layer = _layer_of(name)
-            if layer is not None:
-                layers[layer] += (busy or 0) / 1e6
-        ax2.set_title("GPU time per layer")
-        ax2.set_ylabel("GPU busy (ms, all tokens)")
-    else:
-        for name, ns in totals.items():
-            layer = _layer_of(name)
-            if layer is not None:
-                layers[layer] += ns / 1e6
-        ax2.set_title(f"CPU self time per layer (GPU time not recorded: "
-                      f"{_why_no_gpu_time(trace)})")
-        ax2.set_ylabel("CPU self (ms, all tokens)")
-    layer_keys = sorted(layers)
-    ax2.bar([str(k) for k in layer_keys], [layers[k] for k in layer_keys])
-    ax2.set_xlabel("layer")
+    _second_panel(trace, totals, ax2)
     fig.tight_layout()
     return fig
 
@@ -212,6 +316,8 @@ def main(argv=None):
     parser.add_argument("-o", "--out", default=None, help="output image (default FILE.png)")
     parser.add_argument("--top", type=int, default=6, help="sites stacked in the first panel")
     args = parser.parse_args(argv)
+    # Our warnings (a file of an older schema, read by scanning) as the one line they are.
+    warnings.formatwarning = lambda message, *rest, **kw: f"{message}\n"
     try:
         out = plot(args.file, args.out or args.file + ".png", args.top)
     except TokentraceError as exc:

@@ -39,6 +39,11 @@ int InfoCommand(const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, std::string>> meta;
   std::vector<std::pair<std::string, int64_t>> losses;
   TraceCounts counts;
+  if (reader != nullptr) {
+    if (const std::string notice = reader->ScanNotice(); !notice.empty()) {
+      std::fprintf(stderr, "%s\n", notice.c_str());
+    }
+  }
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
       !reader->Counts(&counts, &error)) {
     std::fprintf(stderr, "%s\n", error.c_str());

@@ -1,8 +1,10 @@
-// `tokentrace report FILE [--top N]`: what each token cost on the CPU and the GPU.
+// `tokentrace report FILE [--top N] [--tokens A:B]`: what each token cost on the CPU and the GPU.
 //
-// Reads only the small tables (tokens view = root calls + token_stats, call_gpu, sites,
-// losses, meta); never the kernels table, so a 10,000-token full-mode trace reports in
-// seconds. Long traces (> kFullListMax tokens) are summarised instead of listed.
+// Reads the summaries the writer kept (one row per token in token_stats, a few per site in
+// site_stats: store/summaries.h), meta and losses; never the kernels table, and the calls
+// only for a window of tokens (--tokens: a range of call ids, Reader::CallsOfTokens) or, in a file
+// without summaries, in one scan. Long traces (> kFullListMax tokens) are summarised instead of
+// listed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -11,17 +13,22 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/export_options.h"
 #include "cli/format.h"
+#include "cli/serving_report.h"
+#include "core/launch_meta.h"
 #include "store/reader.h"
+#include "store/store.h"
 
 namespace tokentrace::cli {
 
 const char kReportUsage[] =
-    "usage: tokentrace report FILE [--top N]\n"
+    "usage: tokentrace report FILE [--top N] [--tokens A:B]\n"
     "\n"
     "Per-token CPU and GPU time, prefill vs decode, the top N sites by GPU self time\n"
     "(default 10), with op records the top N ops per token, losses and how the trace was\n"
-    "recorded.\n";
+    "recorded. --tokens A:B: only tokens A..B (inclusive, 1 = prefill), their sites from\n"
+    "their calls.\n";
 
 namespace {
 
@@ -45,16 +52,71 @@ std::string TokenTable(const std::vector<TokenStat>& tokens) {
   return FormatTable(rows);
 }
 
-std::string PercentileTable(const std::vector<TokenStat>& tokens) {
-  std::vector<double> cpu, gpu;
-  for (const TokenStat& t : tokens) {
-    if (Closed(t)) cpu.push_back(static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6);
-    gpu.push_back(static_cast<double>(t.gpu_busy_ns) / 1e6);
+bool Slower(const TokenStat& a, const TokenStat& b) {
+  const int64_t da = Closed(a) ? a.cpu_end_ns - a.cpu_begin_ns : -1;
+  const int64_t db = Closed(b) ? b.cpu_end_ns - b.cpu_begin_ns : -1;
+  return da != db ? da > db : a.token < b.token;
+}
+
+// What the report shows of the tokens, taken one at a time (Reader::ForEachToken): the
+// tokens themselves up to kFullListMax + 1 (then the first kHeadRows) and the slowest
+// kHeadRows, and of every token only its cpu and gpu ms (16 bytes a token) for the
+// percentiles and the phase rows.
+struct TokenDigest {
+  struct Phase {
+    size_t tokens = 0;
+    std::vector<double> cpu;  // closed tokens' cpu ms
+    double cpu_sum = 0, gpu_sum = 0, kernels_sum = 0;
+  };
+  size_t count = 0, replays = 0;
+  std::vector<TokenStat> head, slow;  // slow: a heap, the least slow in front
+  std::vector<double> gpu;            // every token's gpu busy ms
+  Phase prefill, decode;              // token 1; the others
+
+  void Add(const TokenStat& t) {
+    ++count;
+    if (t.graph_replay) ++replays;
+    if (head.size() <= kFullListMax) head.push_back(t);
+    if (slow.size() < kHeadRows) {
+      slow.push_back(t);
+      std::push_heap(slow.begin(), slow.end(), Slower);
+    } else if (Slower(t, slow.front())) {
+      std::pop_heap(slow.begin(), slow.end(), Slower);
+      slow.back() = t;
+      std::push_heap(slow.begin(), slow.end(), Slower);
+    }
+    const double gpu_ms = static_cast<double>(t.gpu_busy_ns) / 1e6;
+    gpu.push_back(gpu_ms);
+    Phase& p = t.token == 1 ? prefill : decode;
+    ++p.tokens;
+    p.gpu_sum += gpu_ms;
+    p.kernels_sum += static_cast<double>(t.kernels);
+    if (Closed(t)) {
+      const double ms = static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6;
+      p.cpu.push_back(ms);
+      p.cpu_sum += ms;
+    }
   }
-  std::sort(cpu.begin(), cpu.end());
-  std::sort(gpu.begin(), gpu.end());
+};
+
+std::vector<std::string> PhaseRow(const std::string& name, TokenDigest::Phase& p) {
+  std::sort(p.cpu.begin(), p.cpu.end());
+  const double n = p.tokens == 0 ? 1.0 : static_cast<double>(p.tokens);
+  return {name,
+          std::to_string(p.tokens),
+          Fixed(p.cpu.empty() ? 0.0 : p.cpu_sum / static_cast<double>(p.cpu.size()), 3),
+          Fixed(Median(p.cpu), 3),
+          Fixed(p.gpu_sum / n, 3),
+          Fixed(p.kernels_sum / n, 1)};
+}
+
+// p50/p90/p99/max over all tokens; after PhaseRow (which sorts the phases' cpu ms).
+std::string PercentileTable(TokenDigest& d) {
+  std::vector<double>& cpu = d.decode.cpu;  // joined with the prefill's, in order
+  for (double ms : d.prefill.cpu) cpu.insert(std::upper_bound(cpu.begin(), cpu.end(), ms), ms);
+  std::sort(d.gpu.begin(), d.gpu.end());
   std::vector<std::vector<std::string>> rows = {{"", "p50", "p90", "p99", "max"}};
-  for (auto [name, v] : {std::pair{"cpu ms", &cpu}, std::pair{"gpu busy ms", &gpu}}) {
+  for (auto [name, v] : {std::pair{"cpu ms", &cpu}, std::pair{"gpu busy ms", &d.gpu}}) {
     rows.push_back({name, Fixed(Percentile(*v, 50), 3), Fixed(Percentile(*v, 90), 3),
                     Fixed(Percentile(*v, 99), 3), Fixed(v->empty() ? 0 : v->back(), 3)});
   }
@@ -76,22 +138,6 @@ std::string OpsPerToken(const std::vector<OpPhases>& ops, size_t decode_tokens) 
   }
   return "\ntop ops per token (op records; outermost ops, by decode GPU then CPU time):\n" +
          FormatTable(rows);
-}
-
-std::vector<std::string> PhaseRow(const std::string& name, const std::vector<TokenStat>& ts) {
-  std::vector<double> cpu, gpu, kernels;
-  for (const TokenStat& t : ts) {
-    if (Closed(t)) cpu.push_back(static_cast<double>(t.cpu_end_ns - t.cpu_begin_ns) / 1e6);
-    gpu.push_back(static_cast<double>(t.gpu_busy_ns) / 1e6);
-    kernels.push_back(static_cast<double>(t.kernels));
-  }
-  std::sort(cpu.begin(), cpu.end());
-  return {name,
-          std::to_string(ts.size()),
-          Fixed(Mean(cpu), 3),
-          Fixed(Median(cpu), 3),
-          Fixed(Mean(gpu), 3),
-          Fixed(Mean(kernels), 1)};
 }
 
 std::string MetaValue(const std::vector<std::pair<std::string, std::string>>& meta,
@@ -118,6 +164,8 @@ std::string WrittenBy(const std::string& version) {
 int ReportCommand(const std::vector<std::string>& args) {
   std::string file;
   uint32_t top = 10;
+  bool window = false;
+  uint32_t first = 0, last = UINT32_MAX;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -125,7 +173,19 @@ int ReportCommand(const std::vector<std::string>& args) {
       return 0;
     }
     std::string value;
-    if (a == "--top" || a.rfind("--top=", 0) == 0) {
+    if (a == "--tokens" || a.rfind("--tokens=", 0) == 0) {
+      if (a == "--tokens") {
+        if (i + 1 >= args.size()) {
+          std::fprintf(stderr, "tokentrace: --tokens needs a value (A:B, e.g. 2:10)\n");
+          return 2;
+        }
+        value = args[++i];
+      } else {
+        value = a.substr(9);
+      }
+      if (!ParseTokenRange(value, &first, &last)) return 2;
+      window = true;
+    } else if (a == "--top" || a.rfind("--top=", 0) == 0) {
       if (a == "--top") {
         if (i + 1 >= args.size()) {
           std::fprintf(stderr, "tokentrace: --top needs a value (a count >= 1)\n");
@@ -157,18 +217,49 @@ int ReportCommand(const std::vector<std::string>& args) {
   auto reader = Reader::Open(file, &error);
   std::vector<std::pair<std::string, std::string>> meta;
   std::vector<std::pair<std::string, int64_t>> losses;
-  std::vector<TokenStat> tokens;
+  TokenDigest tokens;
   std::vector<SiteGpu> sites;
   BeforeTokens before;
   std::vector<OpPhases> ops;
+  if (reader != nullptr) {
+    if (const std::string notice = reader->ScanNotice(); !notice.empty()) {
+      std::fprintf(stderr, "%s\n", notice.c_str());
+    }
+  }
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
-      !reader->Tokens(&tokens, &error) ||
-      !reader->TopSites(static_cast<int>(top), &sites, &error) ||
-      !reader->Before(&before, &error) || !reader->TopOps(static_cast<int>(top), &ops, &error)) {
+      !reader->ForEachToken(
+          first, last, [&](const TokenStat& t) { tokens.Add(t); }, &error) ||
+      !(window ? reader->TopSitesOf(first, last, static_cast<int>(top), &sites, &error)
+               : reader->TopSites(static_cast<int>(top), &sites, &error)) ||
+      (first == 0 && !reader->Before(&before, &error)) ||
+      !reader->TopOps(static_cast<int>(top), &ops, &error, first, last)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
-
+  // A serving engine's steps (step_requests), with the times of the steps they name.
+  std::string serving;
+  {
+    std::vector<StepRequestRow> rows;
+    std::map<uint32_t, StepTime> step_times;
+    if (!ReadStepRequests(reader->db(), &rows, &error) ||
+        (!rows.empty() &&
+         !reader->ForEachToken(
+             std::max(first, rows.front().token), std::min(last, rows.back().token),
+             [&](const TokenStat& t) {
+               step_times[t.token] = {t.cpu_begin_ns, t.cpu_end_ns, t.gpu_busy_ns};
+             },
+             &error))) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    if (window) {  // only the steps of the window
+      rows.erase(std::remove_if(
+                     rows.begin(), rows.end(),
+                     [&](const StepRequestRow& r) { return r.token < first || r.token > last; }),
+                 rows.end());
+    }
+    serving = ServingSection(rows, step_times, MetaValue(meta, "kernels_status").empty());
+  }
   // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
   for (auto& [key, value] : meta) value = ForTerminal(value, 200);
   std::string out = "trace " + ForTerminal(file, 400) + "\n";
@@ -211,29 +302,28 @@ int ReportCommand(const std::vector<std::string>& args) {
   }
   out += "\n";
 
-  out += "tokens: " + std::to_string(tokens.size());
-  const auto replays = std::count_if(tokens.begin(), tokens.end(),
-                                     [](const TokenStat& t) { return t.graph_replay; });
-  if (replays > 0) {
-    out += " (" + std::to_string(replays) +
+  if (window) {
+    out += "window: tokens " + std::to_string(first) + " to " +
+           (last == UINT32_MAX ? std::string("the last") : std::to_string(last)) +
+           " (--tokens); the sites below are those tokens' calls\n";
+  }
+  out += "tokens: " + std::to_string(tokens.count);
+  if (tokens.replays > 0) {
+    out += " (" + std::to_string(tokens.replays) +
            " ran as CUDA-graph replays: no host-side token call, cpu ms shows \"graph\")";
   }
   out += "\n";
-  if (tokens.size() <= kFullListMax) {
-    out += TokenTable(tokens);
+  std::vector<std::string> prefill_row = PhaseRow("prefill (token 1)", tokens.prefill);
+  std::vector<std::string> decode_row = PhaseRow("decode (tokens >= 2)", tokens.decode);
+  if (tokens.count <= kFullListMax) {
+    out += TokenTable(tokens.head);
   } else {
     out += "first " + std::to_string(kHeadRows) + " tokens:\n";
-    out += TokenTable({tokens.begin(), tokens.begin() + kHeadRows});
-    std::vector<TokenStat> slow = tokens;
-    std::partial_sort(slow.begin(), slow.begin() + kHeadRows, slow.end(),
-                      [](const TokenStat& a, const TokenStat& b) {
-                        int64_t da = Closed(a) ? a.cpu_end_ns - a.cpu_begin_ns : -1;
-                        int64_t db = Closed(b) ? b.cpu_end_ns - b.cpu_begin_ns : -1;
-                        return da != db ? da > db : a.token < b.token;
-                      });
+    out += TokenTable({tokens.head.begin(), tokens.head.begin() + kHeadRows});
+    std::sort_heap(tokens.slow.begin(), tokens.slow.end(), Slower);
     out += "slowest " + std::to_string(kHeadRows) + " tokens (by cpu ms):\n";
-    out += TokenTable({slow.begin(), slow.begin() + kHeadRows});
-    out += "percentiles over " + std::to_string(tokens.size()) + " tokens:\n";
+    out += TokenTable(tokens.slow);
+    out += "percentiles over " + std::to_string(tokens.count) + " tokens:\n";
     out += PercentileTable(tokens);
   }
 
@@ -246,13 +336,12 @@ int ReportCommand(const std::vector<std::string>& args) {
            "encoder, a module called by hand)\n";
   }
 
-  std::vector<TokenStat> prefill, decode;
-  for (const TokenStat& t : tokens) (t.token == 1 ? prefill : decode).push_back(t);
+  const size_t decode_tokens = tokens.decode.tokens;
   out += "\nprefill vs decode:\n";
   out += FormatTable(
       {{"phase", "tokens", "mean cpu ms", "median cpu ms", "mean gpu ms", "kernels/token"},
-       PhaseRow("prefill (token 1)", prefill),
-       PhaseRow("decode (tokens >= 2)", decode)});
+       prefill_row,
+       decode_row});
 
   // Self times: kernels go to the innermost open call, and a call's CPU self time leaves out
   // the calls inside it, so the columns add up across sites.
@@ -268,19 +357,31 @@ int ReportCommand(const std::vector<std::string>& args) {
     }
     out += FormatTable(rows);
   }
-  if (!ops.empty()) out += OpsPerToken(ops, decode.size());
+  if (!ops.empty()) out += OpsPerToken(ops, decode_tokens);
+  if (!serving.empty()) out += serving;
 
   out += "\nlosses:";
   bool any = false;
   for (const auto& [kind, count] : losses) any = any || count != 0;
+  // Never closed, -wal beside it, no writer now: its process ended without its exit (killed;
+  // a serving engine SIGKILLs its workers at shutdown), so what it held unwritten is gone.
+  const bool closed = std::any_of(meta.begin(), meta.end(),
+                                  [](const auto& kv) { return kv.first == kMetaAnchorExit; });
+  const bool unclosed =
+      !reader->misses_its_wal() && !closed && !Store::BeingWritten(reader->path());
   if (reader->misses_its_wal()) {
     out +=
         "\n  not counted: the writer never closed this file and its -wal is not beside it, "
         "so what it wrote after its last checkpoint (about the last second) is missing; "
         "copy '" +
         ForTerminal(reader->path()) + "-wal' with it";
+  } else if (unclosed) {
+    out +=
+        "\n  not counted: the writer never closed this file (its process ended without exiting: "
+        "killed, e.g. by a serving engine's shutdown), so what it recorded after its last "
+        "write (about the last second) is missing";
   }
-  if (!any && !reader->misses_its_wal()) {
+  if (!any && !reader->misses_its_wal() && !unclosed) {
     out += " none\n";
   } else {
     out += "\n";

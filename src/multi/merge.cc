@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -90,6 +91,11 @@ constexpr char kMergedSql[] = R"sql(
 CREATE UNIQUE INDEX IF NOT EXISTS calls_key ON calls(rank, id);
 CREATE INDEX IF NOT EXISTS calls_by_rank_token ON calls(rank, token);
 CREATE UNIQUE INDEX IF NOT EXISTS sites_key ON sites(rank, id);
+)sql";
+
+// rank_tokens: each rank's token times, from the calls, or (every input with the writer's
+// summaries) from token_stats, one row per token already.
+constexpr char kRankTokensFromCalls[] = R"sql(
 CREATE VIEW rank_tokens AS
   SELECT c.rank AS rank, c.token AS token, MIN(c.cpu_begin_ns) AS cpu_begin_ns,
          MAX(c.cpu_end_ns) AS cpu_end_ns, MIN(c.cpu_begin_ns) + r.shift_ns AS axis_begin_ns,
@@ -98,6 +104,15 @@ CREATE VIEW rank_tokens AS
        JOIN ranks r ON r.rank = c.rank
   WHERE s.is_token = 1 AND c.token > 0
   GROUP BY c.rank, c.token;
+)sql";
+constexpr char kRankTokensFromSummaries[] = R"sql(
+CREATE INDEX IF NOT EXISTS token_stats_key ON token_stats(rank, token);
+CREATE VIEW rank_tokens AS
+  SELECT t.rank AS rank, t.token AS token, t.cpu_begin_ns AS cpu_begin_ns,
+         t.cpu_end_ns AS cpu_end_ns, t.cpu_begin_ns + r.shift_ns AS axis_begin_ns,
+         t.cpu_end_ns + r.shift_ns AS axis_end_ns
+  FROM token_stats t JOIN ranks r ON r.rank = t.rank
+  WHERE t.listed = 1 AND t.cpu_begin_ns IS NOT NULL AND t.token > 0;
 )sql";
 
 }  // namespace
@@ -160,7 +175,11 @@ bool MergeFiles(const std::vector<RankFile>& files, const std::string& out, std:
   }
   if (ok) {
     where = out;
-    ok = Exec(db, kMergedSql, &why);
+    const bool summarised = std::all_of(files.begin(), files.end(), [](const RankFile& f) {
+      return f.reader != nullptr && f.reader->has_summaries();
+    });
+    ok = Exec(db, kMergedSql, &why) &&
+         Exec(db, summarised ? kRankTokensFromSummaries : kRankTokensFromCalls, &why);
   }
   sqlite3_close(db);
   if (!ok) *error = "tokentrace: cannot merge '" + where + "' into '" + out + "': " + why;

@@ -37,7 +37,8 @@ class TokenCursor {
       if (!IsCollectiveSite(sites.Text(1))) continue;
       ids += (ids.empty() ? "" : ",") + std::to_string(sites.Int(0));
     }
-    // GROUP BY token walks calls_by_token in order: no sort, one token's calls at a time.
+    // GROUP BY token walks calls_by_token in order in a file before schema 4: no sort, one
+    // token's calls at a time; schema 4 files have no index on calls, and SQLite sorts them.
     // A collective inside a collective (a module "all_reduce" around c10d::all_reduce) is
     // counted once: only calls whose parent is not a collective add to the wait.
     // GPU: call_gpu holds each call's own (self) kernel time, so the GPU time of a
@@ -108,9 +109,10 @@ bool SelfTimes(const RankFile& f, uint32_t token, std::map<std::string, int64_t>
                std::string* error) {
   Statement q;
   if (!q.Prepare(f.reader->db(),
-                 "SELECT c.id, c.parent_id, s.name, c.cpu_end_ns - c.cpu_begin_ns "
-                 "FROM calls c JOIN sites s ON s.id = c.site_id "
-                 "WHERE c.token = ?1 AND c.cpu_end_ns IS NOT NULL",
+                 ("SELECT c.id, c.parent_id, s.name, c.cpu_end_ns - c.cpu_begin_ns FROM " +
+                  f.reader->CallsOfTokens("?1", "?1") +
+                  " c JOIN sites s ON s.id = c.site_id WHERE c.cpu_end_ns IS NOT NULL")
+                     .c_str(),
                  error)) {
     *error = "tokentrace: cannot read '" + f.path + "': " + *error;
     return false;

@@ -27,7 +27,7 @@ bool ProfileRun(Reader& reader, RunProfile* out, std::string* error) {
   out->path = reader.path();
   // The tokens as our SQL computes them: a file's own views are not trusted (store/schema.h).
   const std::string sql = "SELECT token = 1, COUNT(*), SUM(cpu_end_ns - cpu_begin_ns) FROM (" +
-                          std::string(kTokensSelectSql) +
+                          std::string(reader.has_summaries() ? kTokensSelectSql : kTokensScanSql) +
                           ") WHERE token > 0 AND cpu_end_ns IS NOT NULL GROUP BY token = 1";
   Statement tokens;
   bool ok = tokens.Prepare(reader.db(), sql.c_str(), error);
@@ -45,7 +45,18 @@ bool ProfileRun(Reader& reader, RunProfile* out, std::string* error) {
     *error = sqlite3_errmsg(reader.db());
     ok = false;
   }
-  // Inclusive time of every closed call, then minus each closed call's closed children.
+  // With summaries: each site's self time per phase as the writer kept it (closed calls less
+  // their closed children). Else inclusive time of every closed call, then minus each closed
+  // call's closed children (of closed parents only: a killed run's open calls differ).
+  if (reader.has_summaries()) {
+    ok = ok && AddSites(reader,
+                        "SELECT s.name, t.phase = 1, SUM(t.cpu_self_ns) FROM site_stats t "
+                        "JOIN sites s ON s.id = t.site_id WHERE t.phase > 0 "
+                        "GROUP BY s.name, t.phase = 1",
+                        1, out, error);
+    if (!ok) *error = "tokentrace: cannot read '" + reader.path() + "': " + *error;
+    return ok;
+  }
   ok = ok &&
        AddSites(reader,
                 "SELECT s.name, c.token = 1, SUM(c.cpu_end_ns - c.cpu_begin_ns) FROM calls c "

@@ -96,7 +96,7 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   if (views.Prepare(db,
                     "SELECT name FROM sqlite_master WHERE type = 'view' AND name IN ('meta', "
                     "'sites', 'calls', 'strings', 'kernels', 'call_gpu', 'escapes', 'losses', "
-                    "'token_stats', 'call_outputs')",
+                    "'token_stats', 'call_outputs', 'site_stats', 'site_blocks')",
                     &msg) &&
       views.Step() == SQLITE_ROW) {
     *error = "tokentrace: '" + path + "' is not a tokentrace trace (its '" + views.Text(0) +
@@ -139,6 +139,13 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
     return nullptr;
   }
   reader->schema_version_ = number;
+  if (number >= kFirstSummarisedSchema) {
+    Statement summaries;
+    if (summaries.Prepare(db, "SELECT 1 FROM meta WHERE key = ?", &msg)) {
+      summaries.BindStatic(1, kMetaSummaries);
+      reader->has_summaries_ = summaries.Step() == SQLITE_ROW;
+    }
+  }
   if (wal_missing) {
     Statement exit_anchor;
     if (exit_anchor.Prepare(db, "SELECT 1 FROM meta WHERE key = ?", &msg)) {
@@ -173,16 +180,39 @@ bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::stri
   return rc == SQLITE_DONE;
 }
 
+std::string Reader::CallsOfTokens(const std::string& a, const std::string& b) const {
+  const std::string tokens = "token BETWEEN " + a + " AND " + b;
+  if (!has_summaries_) return "(SELECT * FROM calls WHERE " + tokens + ")";
+  return "(SELECT * FROM calls WHERE id BETWEEN (SELECT min(first_call) FROM token_stats WHERE " +
+         tokens + ") AND (SELECT max(last_call) FROM token_stats WHERE " + tokens + ") AND " +
+         tokens + ")";
+}
+
+std::string Reader::ScanNotice() const {
+  if (has_summaries_ || schema_version_ >= kFirstSummarisedSchema) return "";
+  return "tokentrace: '" + path_ + "' was written by an older tokentrace (schema " +
+         std::to_string(schema_version_) +
+         ", without summaries): it is summarised by scanning all its calls, which takes a while "
+         "for a long run";
+}
+
 bool Reader::Counts(TraceCounts* out, std::string* error) {
+  // With summaries: calls from site_stats, tokens from token_stats, kernels and escapes from
+  // the tables' last rowid (append-only tables, never deleted from: the rowid is the count).
+  const std::string sql =
+      has_summaries_
+          ? "SELECT (SELECT count(*) FROM sites), "
+            "(SELECT COALESCE(SUM(calls), 0) FROM site_stats), "
+            "(SELECT COALESCE(max(rowid), 0) FROM kernels), "
+            "(SELECT count(*) FROM token_stats WHERE listed = 1), "
+            "(SELECT COALESCE(max(rowid), 0) FROM escapes), (SELECT count(*) FROM strings)"
+          : "SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
+            "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
+                std::string(kTokensScanSql) +
+                ")), "
+                "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)";
   Statement q;
-  if (!q.Prepare(db_,
-                 ("SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
-                  "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
-                  std::string(kTokensSelectSql) +
-                  ")), "
-                  "(SELECT count(*) FROM escapes), (SELECT count(*) FROM strings)")
-                     .c_str(),
-                 error)) {
+  if (!q.Prepare(db_, sql.c_str(), error)) {
     *error = Fail(*error);
     return false;
   }
@@ -195,15 +225,24 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
 }
 
 bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
+  return ForEachToken(
+      0, UINT32_MAX, [out](const TokenStat& t) { out->push_back(t); }, error);
+}
+
+bool Reader::ForEachToken(uint32_t first, uint32_t last,
+                          const std::function<void(const TokenStat&)>& fn, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
                  ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
-                  std::string(kTokensSelectSql) + ") ORDER BY token")
+                  std::string(has_summaries_ ? kTokensSelectSql : kTokensScanSql) +
+                  ") WHERE token BETWEEN ?1 AND ?2 ORDER BY token")
                      .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;
   }
+  q.Bind(1, first);
+  q.Bind(2, last);
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
     TokenStat t;
@@ -214,35 +253,52 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
     t.kernels = q.Int(3);
     t.gpu_busy_ns = q.Int(4);
     t.escapes = q.Int(5);
-    out->push_back(t);
+    fn(t);
   }
   if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
   return rc == SQLITE_DONE;
 }
 
+namespace {
+// Sites by GPU then CPU self time from the calls `W` (the table, or the calls of a window of
+// tokens): CPU self time = a site's closed calls minus the closed calls they contain. All
+// calls are read straight from the table (one pass); a window as CallsOfTokens.
+std::string TopSitesScan(const std::string& from) {
+  std::string sql =
+      "WITH d AS (SELECT id, site_id, parent_id, cpu_end_ns - cpu_begin_ns AS dur "
+      "           FROM W WHERE cpu_end_ns IS NOT NULL), "
+      "ch AS (SELECT p.site_id AS site_id, SUM(d.dur) AS child "
+      "       FROM d JOIN calls p ON p.id = d.parent_id GROUP BY p.site_id), "
+      "g AS (SELECT c.site_id AS site_id, count(*) AS calls, "
+      "             SUM(COALESCE(g.kernels, 0)) AS kernels, "
+      "             SUM(COALESCE(g.gpu_busy_ns, 0)) AS busy, "
+      "             SUM(COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0)) AS cpu "
+      "      FROM W c LEFT JOIN call_gpu g ON g.call_id = c.id "
+      "      GROUP BY c.site_id) "
+      "SELECT s.name, s.kind, g.calls, g.kernels, g.busy, "
+      "       g.cpu - COALESCE(ch.child, 0) "
+      "FROM g JOIN sites s ON s.id = g.site_id LEFT JOIN ch ON ch.site_id = g.site_id ";
+  for (size_t at; (at = sql.find(" W ")) != std::string::npos;)
+    sql.replace(at, 3, " " + from + " ");
+  return sql;
+}
+// The same from the writer's per-site summaries: a few rows per site.
+constexpr char kTopSitesSummary[] =
+    "SELECT s.name, s.kind, SUM(t.calls), SUM(t.kernels), SUM(t.gpu_busy_ns), "
+    "       SUM(t.cpu_self_ns) "
+    "FROM site_stats t JOIN sites s ON s.id = t.site_id GROUP BY t.site_id ";
+constexpr char kOutsideAnyCall[] =
+    "UNION ALL "
+    "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns, 0 FROM call_gpu "
+    "WHERE call_id = 0 AND kernels > 0 ";
+constexpr char kTopSitesOrder[] = "ORDER BY 5 DESC, 6 DESC, 1 LIMIT ?1";
+}  // namespace
+
 bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) {
   Statement q;
-  if (!q.Prepare(db_,
-                 // One pass over calls (all calls count, with or without GPU work); CPU
-                 // self time = a site's closed calls minus the closed calls they contain.
-                 "WITH d AS (SELECT id, site_id, parent_id, cpu_end_ns - cpu_begin_ns AS dur "
-                 "           FROM calls WHERE cpu_end_ns IS NOT NULL), "
-                 "ch AS (SELECT p.site_id AS site_id, SUM(d.dur) AS child "
-                 "       FROM d JOIN calls p ON p.id = d.parent_id GROUP BY p.site_id), "
-                 "g AS (SELECT c.site_id AS site_id, count(*) AS calls, "
-                 "             SUM(COALESCE(g.kernels, 0)) AS kernels, "
-                 "             SUM(COALESCE(g.gpu_busy_ns, 0)) AS busy, "
-                 "             SUM(COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0)) AS cpu "
-                 "      FROM calls c LEFT JOIN call_gpu g ON g.call_id = c.id "
-                 "      GROUP BY c.site_id) "
-                 "SELECT s.name, s.kind, g.calls, g.kernels, g.busy, "
-                 "       g.cpu - COALESCE(ch.child, 0) "
-                 "FROM g JOIN sites s ON s.id = g.site_id LEFT JOIN ch ON ch.site_id = g.site_id "
-                 "UNION ALL "
-                 "SELECT '(outside any call)', '', 0, kernels, gpu_busy_ns, 0 FROM call_gpu "
-                 "WHERE call_id = 0 AND kernels > 0 "
-                 "ORDER BY 5 DESC, 6 DESC, 1 LIMIT ?1",
-                 error)) {
+  const std::string sql = (has_summaries_ ? std::string(kTopSitesSummary) : TopSitesScan("calls")) +
+                          kOutsideAnyCall + kTopSitesOrder;
+  if (!q.Prepare(db_, sql.c_str(), error)) {
     *error = Fail(*error);
     return false;
   }
@@ -255,19 +311,41 @@ bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) 
   return rc == SQLITE_DONE;
 }
 
+bool Reader::TopSitesOf(uint32_t first, uint32_t last, int limit, std::vector<SiteGpu>* out,
+                        std::string* error) {
+  Statement q;
+  const std::string sql = TopSitesScan(CallsOfTokens("?2", "?3")) + kTopSitesOrder;
+  if (!q.Prepare(db_, sql.c_str(), error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  q.Bind(1, limit);
+  q.Bind(2, first);
+  q.Bind(3, last);
+  int rc;
+  while ((rc = q.Step()) == SQLITE_ROW) {
+    out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
+  }
+  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
+  return rc == SQLITE_DONE;
+}
+
 bool Reader::Before(BeforeTokens* out, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "WITH o AS (SELECT c.id, c.cpu_begin_ns AS b, c.cpu_end_ns AS e, s.name "
-                 "           FROM calls c JOIN sites s ON s.id = c.site_id "
-                 "           WHERE c.token = 0 AND COALESCE(c.parent_id, 0) = 0 "
-                 "             AND s.kind IN ('module', 'root')) "
-                 "SELECT (SELECT count(*) FROM o), "
-                 "       (SELECT COALESCE(SUM(e - b), 0) FROM o WHERE e IS NOT NULL), "
-                 "       (SELECT COALESCE(SUM(kernels), 0) FROM token_stats WHERE token = 0), "
-                 "       (SELECT COALESCE(SUM(gpu_busy_ns), 0) FROM token_stats WHERE token = 0), "
-                 "       (SELECT group_concat(name, ', ') FROM "
-                 "          (SELECT DISTINCT name FROM o ORDER BY id LIMIT 3))",
+                 ("WITH o AS (SELECT c.id, c.cpu_begin_ns AS b, c.cpu_end_ns AS e, s.name "
+                  "           FROM " +
+                  CallsOfTokens("0", "0") +
+                  " c JOIN sites s ON s.id = c.site_id "
+                  "           WHERE COALESCE(c.parent_id, 0) = 0 "
+                  "             AND s.kind IN ('module', 'root')) "
+                  "SELECT (SELECT count(*) FROM o), "
+                  "       (SELECT COALESCE(SUM(e - b), 0) FROM o WHERE e IS NOT NULL), "
+                  "       (SELECT COALESCE(SUM(kernels), 0) FROM token_stats WHERE token = 0), "
+                  "       (SELECT COALESCE(SUM(gpu_busy_ns), 0) FROM token_stats WHERE token = 0), "
+                  "       (SELECT group_concat(name, ', ') FROM "
+                  "          (SELECT DISTINCT name FROM o ORDER BY id LIMIT 3))")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;
@@ -281,7 +359,20 @@ bool Reader::Before(BeforeTokens* out, std::string* error) {
   return true;
 }
 
-bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
+bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error, uint32_t first,
+                    uint32_t last) {
+  // Op records are rare: a file without op sites is not scanned for them.
+  Statement any;
+  if (!any.Prepare(db_, "SELECT 1 FROM sites WHERE kind = 'op' LIMIT 1", error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  const int found = any.Step();
+  if (found == SQLITE_DONE) return true;
+  if (found != SQLITE_ROW) {
+    *error = Fail(sqlite3_errmsg(db_));
+    return false;
+  }
   Statement q;
   if (!q.Prepare(db_,
                  "WITH o AS (SELECT c.id, c.site_id, c.token, "
@@ -289,7 +380,7 @@ bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
                  "           FROM calls c JOIN sites s ON s.id = c.site_id "
                  "           LEFT JOIN calls p ON p.id = c.parent_id "
                  "           LEFT JOIN sites ps ON ps.id = p.site_id "
-                 "           WHERE s.kind = 'op' AND c.token > 0 "
+                 "           WHERE s.kind = 'op' AND c.token BETWEEN max(1, ?2) AND ?3 "
                  "             AND (ps.kind IS NULL OR ps.kind != 'op')) "
                  "SELECT s.name, "
                  "  SUM(o.token = 1), SUM(IIF(o.token = 1, o.cpu, 0)), "
@@ -304,6 +395,8 @@ bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
     return false;
   }
   q.Bind(1, limit);
+  q.Bind(2, first);
+  q.Bind(3, last);
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
     out->push_back({q.Text(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5), q.Int(6)});
@@ -315,12 +408,13 @@ bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error) {
 bool Reader::FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
                             std::string* error) {
   Statement q;
-  if (!q.Prepare(db_,
-                 "SELECT min(t) FROM ("
-                 " SELECT min(cpu_begin_ns) AS t FROM calls WHERE token BETWEEN ?1 AND ?2"
-                 " UNION ALL"
-                 " SELECT min(gpu_begin_ns) FROM kernels WHERE token BETWEEN ?1 AND ?2)",
-                 error)) {
+  if (!q.Prepare(
+          db_,
+          ("SELECT min(t) FROM (SELECT min(cpu_begin_ns) AS t FROM " + CallsOfTokens("?1", "?2") +
+           " UNION ALL"
+           " SELECT min(gpu_begin_ns) FROM kernels WHERE token BETWEEN ?1 AND ?2)")
+              .c_str(),
+          error)) {
     *error = Fail(*error);
     return false;
   }
@@ -339,9 +433,10 @@ bool Reader::ForEachCall(uint32_t first, uint32_t last,
                          const std::function<void(const CallEvent&)>& fn, std::string* error) {
   Statement q;
   if (!q.Prepare(db_,
-                 "SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns "
-                 "FROM calls c LEFT JOIN sites s ON s.id = c.site_id "
-                 "WHERE c.token BETWEEN ?1 AND ?2",
+                 ("SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns "
+                  "FROM " +
+                  CallsOfTokens("?1", "?2") + " c LEFT JOIN sites s ON s.id = c.site_id")
+                     .c_str(),
                  error)) {
     *error = Fail(*error);
     return false;

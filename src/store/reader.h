@@ -95,13 +95,24 @@ class Reader {
   bool Counts(TraceCounts* out, std::string* error);
   // One row per call of a token site, ordered by token.
   bool Tokens(std::vector<TokenStat>* out, std::string* error);
+  // The same rows of tokens [first, last], one at a time (a long run's tokens are never all
+  // held; with summaries a window reads only its rows).
+  bool ForEachToken(uint32_t first, uint32_t last, const std::function<void(const TokenStat&)>& fn,
+                    std::string* error);
   // Sites by GPU self time, descending (then CPU self time); the call-0 bucket is included
-  // when it has kernels. Sites without GPU work are listed too, after those with.
+  // when it has kernels. Sites without GPU work are listed too, after those with. Read from
+  // the summaries where the file has them, else one scan of the calls.
   bool TopSites(int limit, std::vector<SiteGpu>* out, std::string* error);
+  // The same over the calls of tokens [first, last] only (a scan of those tokens' calls; the
+  // call-0 bucket, kept for the whole run, is left out).
+  bool TopSitesOf(uint32_t first, uint32_t last, int limit, std::vector<SiteGpu>* out,
+                  std::string* error);
   bool Before(BeforeTokens* out, std::string* error);
   // Op sites (kind "op") by decode GPU then decode CPU time, then prefill CPU time; outermost
-  // op calls only (an op's inner ops count towards it). Empty without op records.
-  bool TopOps(int limit, std::vector<OpPhases>* out, std::string* error);
+  // op calls only (an op's inner ops count towards it), of tokens [first, last] (token 0
+  // never counts). Empty without op records (then nothing is scanned).
+  bool TopOps(int limit, std::vector<OpPhases>* out, std::string* error, uint32_t first = 1,
+              uint32_t last = UINT32_MAX);
   // Earliest call begin or GPU begin among tokens [first, last]; false in *found when none.
   bool FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found, std::string* error);
   // Streams calls / GPU rows whose token is in [first, last], in storage order.
@@ -113,6 +124,18 @@ class Reader {
   const std::string& path() const { return path_; }
   // The schema version that wrote the file (meta.schema_version): 1 has no call_inputs.
   int schema_version() const { return schema_version_; }
+  // True when the writer kept summaries in the file (meta.summaries: store/summaries.h), so
+  // tokens, sites and counts are read from them instead of scanning the calls.
+  bool has_summaries() const { return has_summaries_; }
+  // The calls of tokens between the SQL expressions `a` and `b` (parameters or literals), as a
+  // subquery "(SELECT * FROM calls WHERE ...)": with summaries a range of the calls' rowids
+  // (token_stats' first and last call ids: schema 4 files have no index on calls), else
+  // through calls_by_token.
+  std::string CallsOfTokens(const std::string& a, const std::string& b) const;
+  // For a file written before summaries (schema < 4): one line saying it is read by scanning
+  // its calls, which takes time with its size; "" otherwise (a file built by hand without
+  // summaries is scanned too, silently).
+  std::string ScanNotice() const;
   // True when the writer never closed the file (no clock_anchor_exit in its meta) and no -wal
   // is beside it: a copy made without its write-ahead log, whose rows written after the last
   // checkpoint (about the last second of the run) are not in it, uncounted.
@@ -130,6 +153,7 @@ class Reader {
   // no writer has the file, so the reader leaves the files as it found them.
   bool made_shm_ = false;
   int schema_version_ = 0;
+  bool has_summaries_ = false;
   bool misses_its_wal_ = false;
 };
 

@@ -1,24 +1,39 @@
-// Schema of a tokentrace file, version 3. The DDL is schema.sql, embedded at build time as
-// kSchemaSql / kTokensSelectSql (generated store/schema_sql.h); Python reads both and the
-// version from the extension. Version 2 adds call_inputs, version 3 call_gpu.gpu_comm_ns (GPU
-// time in NCCL kernels); readers open version 1 and 2 files too (no inputs; no GPU
-// communication time, read as 0).
+// Schema of a tokentrace file, version 4. The DDL is schema.sql, embedded at build time as
+// kSchemaSql / kTokensSelectSql / kTokensScanSql (generated store/schema_sql.h); Python reads
+// them and the version from the extension. Version 2 adds call_inputs, version 3
+// call_gpu.gpu_comm_ns (GPU time in NCCL kernels), version 4 the summaries the writer keeps
+// (token_stats' per-token columns, site_stats, site_blocks: store/summaries.h) and
+// step_requests (a serving engine's steps, written by the Python layer); readers open
+// versions 1 to 3 too (no inputs; no GPU communication time, read as 0; no summaries: read by
+// scanning the calls, said once on stderr).
 //
 // Invariants the writer keeps and readers rely on:
-//  * meta.schema_version is the version that wrote the file ("1", "2" or "3"); a SQLite file
+//  * meta.schema_version is the version that wrote the file ("1" to "4"); a SQLite file
 //    without it is not a tokentrace file.
 //  * call_gpu holds per-call sums of CallGpuDelta. Call id 0 ("kernels launched outside any
 //    call") keeps ONE row summed over all tokens, so the report can show how much GPU time
 //    escaped attribution; per-token numbers for it live only in token_stats.
 //  * token_stats is maintained by Store::Write from call_gpu deltas (by their token, call 0
 //    included) and from escape rows, so per-token totals never need a scan of kernels.
+//  * A file with meta.summaries (kMetaSummaries, written with the schema by Store::Open) has
+//    token_stats' per-token columns, site_stats and site_blocks kept in the same transaction
+//    as the rows they sum: they equal what a scan of its calls computes. A file without it
+//    (older, or built by hand) is read by scanning (kTokensScanSql and the readers' scans).
+//  * Schema 4 files have no index on calls: token T's calls are those with ids between T's
+//    token_stats.first_call and last_call (and token = T); Reader::CallsOfTokens builds the
+//    window, through calls_by_token for older files.
 #pragma once
 
 #include "store/schema_sql.h"
 
 namespace tokentrace {
 
-inline constexpr const char* kSchemaVersion = "3";
+inline constexpr const char* kSchemaVersion = "4";
+// The first version whose writer keeps summaries, and the meta key that says a file has them.
+inline constexpr int kFirstSummarisedSchema = 4;
+inline constexpr const char* kMetaSummaries = "summaries";
+// Tokens per site_blocks block (kTokenBlock, store/summaries.h), for readers of the file.
+inline constexpr const char* kMetaTokenBlock = "token_block";
 // The oldest version readers still open (a file's version is meta.schema_version).
 inline constexpr int kOldestReadableSchema = 1;
 

@@ -6,16 +6,18 @@
 -- Index choice: every table is written in append order (ids and tokens grow), so each commit
 -- touches only the last pages of each b-tree. kernels carries no index: a row costs ~45 bytes
 -- on disk and the writer appends at > 1 M rows/s; only `export` reads kernels, streaming them.
--- calls is indexed by token (grows with the id, so appending) for export --tokens. There is
--- deliberately no index on calls(site_id): with ~100 sites per token it dirtied ~100 random
--- index pages per commit (8x slower writes); the report scans calls once instead.
+-- calls carries no index since version 4: the calls of a token lie between its first and
+-- last call id (token_stats.first_call, last_call), so a window of tokens is a range of the
+-- calls' rowids; files before version 4 have calls_by_token (an index on calls(token), ~11
+-- bytes and a share of each call's insert), which their readers use. There is deliberately
+-- no index on calls(site_id): with ~100 sites per token it dirtied ~100 random index pages
+-- per commit (8x slower writes); readers use the summaries (site_stats) instead.
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sites(id INTEGER PRIMARY KEY, name TEXT, kind TEXT,
                                  is_token INTEGER);
 CREATE TABLE IF NOT EXISTS calls(id INTEGER PRIMARY KEY, site_id INTEGER, k INTEGER,
                                  token INTEGER, parent_id INTEGER, thread INTEGER,
                                  cpu_begin_ns INTEGER, cpu_end_ns INTEGER);
-CREATE INDEX IF NOT EXISTS calls_by_token ON calls(token);
 CREATE TABLE IF NOT EXISTS strings(id INTEGER PRIMARY KEY, text TEXT);
 CREATE TABLE IF NOT EXISTS kernels(call_id INTEGER, token INTEGER, name_id INTEGER,
                                    kind INTEGER, device INTEGER, stream INTEGER,
@@ -30,8 +32,40 @@ CREATE TABLE IF NOT EXISTS call_gpu(call_id INTEGER PRIMARY KEY, kernels INTEGER
 CREATE TABLE IF NOT EXISTS escapes(call_id INTEGER, token INTEGER, thread INTEGER,
                                    ts_ns INTEGER, kind TEXT);
 CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);
+-- One row per token, kept by the writer as it writes (Store::Write, one upsert per token a
+-- commit): the GPU sums and escapes; since version 4 also what the tokens view used to scan
+-- calls for. cpu_begin_ns / cpu_end_ns / k: the earliest begin, the latest end and the lowest
+-- k among the token's token-site calls (NULL: none, a CUDA-graph replay; cpu_end_ns NULL: the
+-- call never closed); calls: the calls of the token (each counted once); listed: 1 when the
+-- tokens view lists the token (it has a token call, or, token > 0, kernels or an escape), 0
+-- for a row that only counts calls (a killed run's token whose token call never reached the
+-- file): with no GPU work and no escape, the scan below does not list it either.
+-- first_call / last_call: the lowest and highest id among the token's calls (NULL: none);
+-- ids are handed out at push, so across threads a token's ids may interleave with the next
+-- token's: readers take `id BETWEEN first_call AND last_call AND token = T`. Files before version 4 lack the new columns; rows inserted naming only the first four
+-- columns read as listed.
 CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGER,
-                                       gpu_busy_ns INTEGER, escapes INTEGER);
+                                       gpu_busy_ns INTEGER, escapes INTEGER,
+                                       cpu_begin_ns INTEGER, cpu_end_ns INTEGER, k INTEGER,
+                                       calls INTEGER DEFAULT 0, listed INTEGER DEFAULT 1,
+                                       first_call INTEGER, last_call INTEGER);
+-- Since version 4, kept by the writer as it writes: per site and phase (0 = token 0, before
+-- the first token; 1 = token 1, the prefill; 2 = tokens >= 2, decode), by the calls' own
+-- tokens: calls, CPU time of the closed calls (inclusive), CPU self time (that less the
+-- closed calls directly inside them: it may be negative for a call that never closed),
+-- kernels and GPU busy time attributed to the calls (self: kernels go to the innermost
+-- call), top_calls / top_cpu_ns: the calls with no parent and their closed calls' time.
+-- A few rows per site, upserted in place at each commit.
+CREATE TABLE IF NOT EXISTS site_stats(site_id INTEGER, phase INTEGER, calls INTEGER,
+                                      cpu_ns INTEGER, cpu_self_ns INTEGER, kernels INTEGER,
+                                      gpu_busy_ns INTEGER, top_calls INTEGER,
+                                      top_cpu_ns INTEGER,
+                                      PRIMARY KEY(site_id, phase)) WITHOUT ROWID;
+-- Since version 4, for the plot of a long run: each site's CPU self time per block of
+-- tokens. Block 0 = token 0, block 1 = token 1, block b >= 2 = tokens 2 + 64 (b - 2) ..
+-- 2 + 64 (b - 2) + 63 (kTokenBlock in src/store/summaries.h). Sites x tokens / 64 rows.
+CREATE TABLE IF NOT EXISTS site_blocks(site_id INTEGER, block INTEGER, cpu_self_ns INTEGER,
+                                       PRIMARY KEY(site_id, block)) WITHOUT ROWID;
 -- Each call's first output tensor (shape as JSON), streamed by the Python hooks.
 CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
 -- Since version 2. One row per leaf of a call's arguments, written by the Python layer: kind
@@ -52,17 +86,27 @@ CREATE TABLE IF NOT EXISTS escape_sites(token INTEGER, location TEXT, count INTE
 -- as decode, and the position of its first token in the step. Other files have none (empty).
 CREATE TABLE IF NOT EXISTS step_requests(token INTEGER, request TEXT, prefill_tokens INTEGER,
                                          decode_tokens INTEGER, position INTEGER);
--- One row per token. Readers do not trust this view in a file (a crafted file could define it
--- to never end): they run the SELECT after `AS` themselves (kTokensSelectSql, cut from this
--- text at build time; it must stay the last statement). Tokens with no token call of their
--- own are CUDA-graph replays (one launch = one token): token_stats has them.
-CREATE VIEW IF NOT EXISTS tokens AS
+-- The SQL texts below are cut from this file at build time (src/store/CMakeLists.txt) and
+-- must stay its last statements, in this order. Readers do not trust these views in a file
+-- (a crafted file could define one to never end): they run the SELECT after `AS` themselves
+-- (kTokensScanSql, kTokensSelectSql). Tokens with no token call of their own are CUDA-graph
+-- replays (one launch = one token): token_stats has them.
+--
+-- tokens_from_calls: one row per token computed from the calls (what a file without
+-- summaries is read with, and what the summaries are checked against).
+CREATE VIEW IF NOT EXISTS tokens_from_calls AS
   SELECT r.token AS token, MIN(r.b) AS cpu_begin_ns, MAX(r.e) AS cpu_end_ns,
          COALESCE(t.kernels, 0) AS kernels, COALESCE(t.gpu_busy_ns, 0) AS gpu_busy_ns,
          COALESCE(t.escapes, 0) AS escapes
   FROM (SELECT c.token AS token, c.cpu_begin_ns AS b, c.cpu_end_ns AS e
           FROM sites s JOIN calls c ON c.site_id = s.id WHERE s.is_token = 1
         UNION ALL
-        SELECT token, NULL, NULL FROM token_stats WHERE token > 0) r
+        SELECT token, NULL, NULL FROM token_stats
+        WHERE token > 0 AND (kernels != 0 OR gpu_busy_ns != 0 OR escapes != 0)) r
   LEFT JOIN token_stats t ON t.token = r.token
   GROUP BY r.token;
+-- tokens: one row per token, read from the writer's summary (files with meta.summaries).
+CREATE VIEW IF NOT EXISTS tokens AS
+  SELECT token, cpu_begin_ns, cpu_end_ns, COALESCE(kernels, 0) AS kernels,
+         COALESCE(gpu_busy_ns, 0) AS gpu_busy_ns, COALESCE(escapes, 0) AS escapes
+  FROM token_stats WHERE listed = 1;

@@ -17,13 +17,15 @@
 #include "core/fd_guard.h"
 #include "store/schema.h"
 #include "store/statement.h"
+#include "store/summaries.h"
 
 namespace tokentrace {
 
 struct Store::Statements {
   Statement begin, commit, rollback;
   Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape, output,
-      output_block, loss, token_stats;
+      output_block, loss, token_stats, token_stats_block, find_call, site_stats, site_block,
+      site_block_block, site_stats_block;
 };
 
 namespace {
@@ -97,6 +99,99 @@ void BindCall(Statement& c, int first, const CallRow& r) {
     c.Bind(first + 7, r.cpu_end_ns);
 }
 
+// The token_stats upsert of `rows` rows (Summaries::TokenDelta, kTokenColumns each).
+constexpr int kTokenColumns = 11;
+std::string TokenStatsSql(int rows) {
+  return InsertSql(
+             "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes, cpu_begin_ns, "
+             "cpu_end_ns, k, calls, listed, first_call, last_call) VALUES",
+             rows, kTokenColumns) +
+         " ON CONFLICT(token) DO UPDATE SET "
+         "kernels = kernels + excluded.kernels, "
+         "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+         "escapes = escapes + excluded.escapes, "
+         "cpu_begin_ns = coalesce(min(cpu_begin_ns, excluded.cpu_begin_ns), cpu_begin_ns, "
+         "  excluded.cpu_begin_ns), "
+         "cpu_end_ns = coalesce(max(cpu_end_ns, excluded.cpu_end_ns), cpu_end_ns, "
+         "  excluded.cpu_end_ns), "
+         "k = coalesce(min(k, excluded.k), k, excluded.k), "
+         "calls = calls + excluded.calls, listed = max(listed, excluded.listed), "
+         "first_call = coalesce(min(first_call, excluded.first_call), first_call, "
+         "  excluded.first_call), "
+         "last_call = coalesce(max(last_call, excluded.last_call), last_call, "
+         "  excluded.last_call)";
+}
+
+void BindTokenStats(Statement& q, int first, const std::pair<uint32_t, Summaries::TokenDelta>& r) {
+  const Summaries::TokenDelta& t = r.second;
+  q.Bind(first, r.first);
+  q.Bind(first + 1, t.kernels);
+  q.Bind(first + 2, t.gpu_busy_ns);
+  q.Bind(first + 3, t.escapes);
+  if (t.has_token_call) {
+    q.Bind(first + 4, t.cpu_begin_ns);
+    q.Bind(first + 6, t.k);
+  } else {
+    q.BindNull(first + 4);
+    q.BindNull(first + 6);
+  }
+  if (t.cpu_end_ns >= 0) {
+    q.Bind(first + 5, t.cpu_end_ns);
+  } else {
+    q.BindNull(first + 5);
+  }
+  q.Bind(first + 7, t.calls);
+  q.Bind(first + 8, t.listed ? 1 : 0);
+  if (t.calls > 0) {
+    q.Bind(first + 9, static_cast<int64_t>(t.first_call));
+    q.Bind(first + 10, static_cast<int64_t>(t.last_call));
+  } else {
+    q.BindNull(first + 9);
+    q.BindNull(first + 10);
+  }
+}
+
+// The site_stats upsert of `rows` rows ((site, phase), Summaries::SiteDelta).
+constexpr int kSiteStatsColumns = 9;
+std::string SiteStatsSql(int rows) {
+  return InsertSql("INSERT INTO site_stats VALUES", rows, kSiteStatsColumns) +
+         " ON CONFLICT(site_id, phase) DO UPDATE SET calls = calls + excluded.calls, "
+         "cpu_ns = cpu_ns + excluded.cpu_ns, cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns, "
+         "kernels = kernels + excluded.kernels, "
+         "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+         "top_calls = top_calls + excluded.top_calls, "
+         "top_cpu_ns = top_cpu_ns + excluded.top_cpu_ns";
+}
+
+void BindSiteStats(Statement& q, int first,
+                   const std::pair<std::pair<uint32_t, int>, Summaries::SiteDelta>& r) {
+  const Summaries::SiteDelta& d = r.second;
+  q.Bind(first, r.first.first);
+  q.Bind(first + 1, r.first.second);
+  q.Bind(first + 2, d.calls);
+  q.Bind(first + 3, d.cpu_ns);
+  q.Bind(first + 4, d.cpu_self_ns);
+  q.Bind(first + 5, d.kernels);
+  q.Bind(first + 6, d.gpu_busy_ns);
+  q.Bind(first + 7, d.top_calls);
+  q.Bind(first + 8, d.top_cpu_ns);
+}
+
+// The site_blocks upsert of `rows` rows ((site, block), self ns).
+constexpr int kSiteBlockColumns = 3;
+std::string SiteBlocksSql(int rows) {
+  return InsertSql("INSERT INTO site_blocks VALUES", rows, kSiteBlockColumns) +
+         " ON CONFLICT(site_id, block) DO UPDATE SET "
+         "cpu_self_ns = cpu_self_ns + excluded.cpu_self_ns";
+}
+
+void BindSiteBlock(Statement& q, int first,
+                   const std::pair<std::pair<uint32_t, int64_t>, int64_t>& r) {
+  q.Bind(first, r.first.first);
+  q.Bind(first + 1, r.first.second);
+  q.Bind(first + 2, r.second);
+}
+
 void BindOutput(Statement& o, int first, const OutputRow& r) {
   o.Bind(first, static_cast<int64_t>(r.call_id));
   o.Bind(first + 1, r.path);
@@ -122,16 +217,9 @@ void BindKernel(Statement& k, int first, const KernelRow& r) {
   k.Bind(first + 10, static_cast<int64_t>(r.graph_node_id));
 }
 
-// Per-batch per-token sums, folded into token_stats with one upsert per token.
-struct TokenDelta {
-  int64_t kernels = 0;
-  int64_t busy_ns = 0;
-  int64_t escapes = 0;
-};
-
 }  // namespace
 
-Store::Store(std::string path) : path_(std::move(path)) {}
+Store::Store(std::string path) : path_(std::move(path)), summaries_(new Summaries) {}
 
 Store::~Store() { Close(); }
 
@@ -195,17 +283,18 @@ bool Store::Connect(std::string* error) {
   // WAL: readers in other processes never block the writer and a killed writer leaves a
   // consistent file. synchronous=NORMAL: no fsync per commit (a power loss may drop the
   // last commits, a process crash drops nothing committed).
-  // cache_size=4 MiB: the writer only appends (rowid order, and calls_by_token grows in
-  // token order), so it needs the right edges of the trees and one drain's dirty pages; the
-  // cache is what the writer adds to the job's resident memory as the file grows (a 16 MiB
-  // cache wrote no faster: store_bench, 2026-11-30).
-  // On a file that exists (written again after a deletion) page_size is ignored and the
-  // schema's CREATE ... IF NOT EXISTS change nothing.
+  // cache_size=4 MiB: the writer only appends (rowid order), so it needs the right edges of the
+  // trees and one drain's dirty pages; the cache is what the writer adds to the job's resident
+  // memory as the file grows (a 16 MiB cache wrote no faster: store_bench, 2026-11-30). On a file
+  // that exists (written again after a deletion) page_size is ignored and the schema's CREATE ...
+  // IF NOT EXISTS change nothing.
   const std::string setup = std::string(
                                 "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; "
                                 "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-4096; BEGIN;") +
                             kSchemaSql + "INSERT OR REPLACE INTO meta VALUES('schema_version','" +
-                            kSchemaVersion + "'); COMMIT;";
+                            kSchemaVersion + "'); INSERT OR REPLACE INTO meta VALUES('" +
+                            kMetaSummaries + "','1'); INSERT OR REPLACE INTO meta VALUES('" +
+                            kMetaTokenBlock + "','" + std::to_string(kTokenBlock) + "'); COMMIT;";
   if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
     int sys = sqlite3_system_errno(db);
     *error = CannotWrite(path_, sys != 0 ? std::strerror(sys) : (msg ? msg : "schema failed"));
@@ -392,13 +481,16 @@ bool Store::Prepare(std::string* error) {
                         "INSERT INTO losses VALUES(?1,?2) "
                         "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
                         error) &&
-         s.token_stats.Prepare(
-             db_,
-             "INSERT INTO token_stats VALUES(?1,?2,?3,?4) ON CONFLICT(token) DO UPDATE SET "
-             "kernels = kernels + excluded.kernels, "
-             "gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
-             "escapes = escapes + excluded.escapes",
-             error);
+         // Per token (Summaries::TokenDelta): sums add up; begin, k and end keep the
+         // earliest, lowest and latest of the token calls (NULL: none yet). In blocks, as
+         // calls: a short token (a dozen calls) makes its row a large part of the writing.
+         s.token_stats.Prepare(db_, TokenStatsSql(1).c_str(), error) &&
+         s.token_stats_block.Prepare(db_, TokenStatsSql(kBlockRows).c_str(), error) &&
+         s.find_call.Prepare(db_, "SELECT site_id, token FROM calls WHERE id = ?1", error) &&
+         s.site_stats.Prepare(db_, SiteStatsSql(1).c_str(), error) &&
+         s.site_stats_block.Prepare(db_, SiteStatsSql(kBlockRows).c_str(), error) &&
+         s.site_block.Prepare(db_, SiteBlocksSql(1).c_str(), error) &&
+         s.site_block_block.Prepare(db_, SiteBlocksSql(kBlockRows).c_str(), error);
 }
 
 bool Store::Write(const Batch& batch, std::string* error) {
@@ -412,10 +504,44 @@ bool Store::Write(const Batch& batch, std::string* error) {
     *error = CannotWrite(path_, sqlite3_errmsg(db_));
     return false;
   }
-  if (!WriteRows(batch, error) || !st_->commit.Run()) {
+  Statement& find = st_->find_call;
+  summaries_->Fold(batch, [&find](uint64_t id, uint32_t* site_id, uint32_t* token) {
+    find.Bind(1, static_cast<int64_t>(id));
+    const bool found = find.Step() == SQLITE_ROW;
+    if (found) {
+      *site_id = static_cast<uint32_t>(find.Int(0));
+      *token = static_cast<uint32_t>(find.Int(1));
+    }
+    find.Reset();
+    return found;
+  });
+  if (!WriteRows(batch, error) || !WriteSummaries(error) || !st_->commit.Run()) {
     if (error->empty()) *error = CannotWrite(path_, sqlite3_errmsg(db_));
     st_->rollback.Run();
+    summaries_->Rollback();
     return false;
+  }
+  summaries_->Commit();
+  return true;
+}
+
+bool Store::WriteSummaries(std::string* error) {
+  Statements& s = *st_;
+  auto fail = [&]() {
+    *error = CannotWrite(path_, sqlite3_errmsg(db_));
+    return false;
+  };
+  if (!WriteInBlocks(summaries_->tokens(), kTokenColumns, s.token_stats_block, s.token_stats,
+                     BindTokenStats)) {
+    return fail();
+  }
+  if (!WriteInBlocks(summaries_->sites(), kSiteStatsColumns, s.site_stats_block, s.site_stats,
+                     BindSiteStats)) {
+    return fail();
+  }
+  if (!WriteInBlocks(summaries_->blocks(), kSiteBlockColumns, s.site_block_block, s.site_block,
+                     BindSiteBlock)) {
+    return fail();
   }
   return true;
 }
@@ -448,7 +574,6 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
   if (!WriteInBlocks(batch.kernels, kKernelColumns, s.kernel_block, s.kernel, BindKernel)) {
     return fail();
   }
-  std::map<uint32_t, TokenDelta> tokens;
   for (const CallGpuDelta& d : batch.call_gpu) {
     s.call_gpu.Bind(1, static_cast<int64_t>(d.call_id));
     s.call_gpu.Bind(2, d.kernels);
@@ -457,9 +582,6 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.call_gpu.Bind(5, d.last_end_ns);
     s.call_gpu.Bind(6, d.comm_ns);
     if (!s.call_gpu.Run()) return fail();
-    TokenDelta& t = tokens[d.token];
-    t.kernels += d.kernels;
-    t.busy_ns += d.busy_ns;
   }
   for (const EscapeRow& r : batch.escapes) {
     s.escape.Bind(1, static_cast<int64_t>(r.call_id));
@@ -468,17 +590,9 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.escape.Bind(4, r.ts_ns);
     s.escape.BindStatic(5, EscapeKindName(r.kind));
     if (!s.escape.Run()) return fail();
-    tokens[r.token].escapes += 1;
   }
   if (!WriteInBlocks(batch.outputs, kOutputColumns, s.output_block, s.output, BindOutput)) {
     return fail();
-  }
-  for (const auto& [token, t] : tokens) {
-    s.token_stats.Bind(1, token);
-    s.token_stats.Bind(2, t.kernels);
-    s.token_stats.Bind(3, t.busy_ns);
-    s.token_stats.Bind(4, t.escapes);
-    if (!s.token_stats.Run()) return fail();
   }
   for (const auto& [kind, count] : batch.losses) {
     s.loss.Bind(1, kind);

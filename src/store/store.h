@@ -20,6 +20,7 @@ struct sqlite3;
 namespace tokentrace {
 
 class Statement;
+class Summaries;
 
 // The directory a file path names ("." for a bare name, "/" for a file in the root).
 std::string DirOf(const std::string& path);
@@ -35,8 +36,9 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Writes the batch in one transaction (prepared statements are reused across calls).
-  // On failure rolls the batch back and returns false with a one-line message.
+  // Writes the batch in one transaction (prepared statements are reused across calls), with
+  // the summaries it adds to (store/summaries.h). On failure rolls the batch back and
+  // returns false with a one-line message.
   bool Write(const Batch& batch, std::string* error);
 
   // True while a Store of some process has `path` open: a writer holds a shared flock on its
@@ -79,6 +81,8 @@ class Store {
   bool Connect(std::string* error);
   bool Prepare(std::string* error);
   bool WriteRows(const Batch& batch, std::string* error);
+  // The summaries of the batch just folded (store/summaries.h), in its transaction.
+  bool WriteSummaries(std::string* error);
   // Before each use of the connection: its descriptors still name its files (else the
   // connection is abandoned, never touched again, and false), and a file deleted from its
   // directory is written again at its path (false when that fails).
@@ -97,6 +101,7 @@ class Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> st_;
+  std::unique_ptr<Summaries> summaries_;  // what the file's summaries need between batches
   int reserve_fd_ = -1;
   int lock_fd_ = -1;  // the shared flock that says "being written" (BeingWritten)
   std::vector<Held> held_;

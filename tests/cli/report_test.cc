@@ -226,8 +226,8 @@ TEST(ReportTest, GraphReplayTokensAreListedAndMarked) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(db,
-                           "INSERT INTO token_stats VALUES(4, 7, 2000000, 0);"
-                           "INSERT INTO token_stats VALUES(5, 7, 2500000, 0);",
+                           "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes) "
+                           "VALUES(4, 7, 2000000, 0), (5, 7, 2500000, 0);",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);

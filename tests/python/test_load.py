@@ -1,5 +1,7 @@
 """Trace over a hand-written schema-v1 file (what the shim writes), and tt.load."""
 
+import sqlite3
+
 import torch
 
 import tokentrace as tt
@@ -116,7 +118,8 @@ def test_unfinished_and_rootless_tokens_read_without_errors(tmp_path):
     # kernels counted in token_stats) has no begin either: it used to raise TypeError, and a
     # hand copy of the tokens view once dropped it
     path = _crafted_trace(str(tmp_path / "rootless.sqlite"),
-                          "INSERT INTO token_stats VALUES (3, 5, 2000000, 1)")
+                          "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes) "
+                          "VALUES (3, 5, 2000000, 1)")
     tokens = tt.load(path).tokens
     assert [(t.token, t.finished, t.cpu_ms, t.kernels, t.escapes) for t in tokens][2:] == [
         (3, True, 0.0, 5, 1)]
@@ -149,11 +152,14 @@ def test_damaged_file_is_a_one_line_error(tmp_path):
     import pytest
     path = str(tmp_path / "damaged.sqlite")
     make_trace_file(path)
-    with open(path, "r+b") as f:  # keep the header and schema page, damage the rest
-        f.seek(4096)
-        size = f.seek(0, 2) - 4096
-        f.seek(4096)
-        f.write(b"\xA5" * size)
+    # Keep the header and the schema (more than one page since schema 4), damage the calls.
+    con = sqlite3.connect(path)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'calls'").fetchone()[0]
+    con.close()
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xA5" * page_size)
     with pytest.raises(tt.TokentraceError, match="cannot be read: .*damaged"):
         tt.load(path).tokens
 

@@ -137,3 +137,25 @@ def test_ctrl_c_in_a_preloaded_python_job_is_a_keyboard_interrupt_and_the_run_is
     assert trace.meta.get("clock_anchor_exit"), trace.meta  # the file was closed
     assert trace.num_tokens == 3
     assert not os.path.exists(str(out) + "-wal")
+
+
+def test_the_report_of_a_writer_killed_by_sigkill_says_what_is_missing(tmp_path):
+    """A process killed before it exits (a serving engine SIGKILLs its workers at shutdown)
+    never closes its file: the report says the end of its recording is missing, uncounted."""
+    job = tmp_path / "job.py"
+    job.write_text("import os, signal, time, torch\n"
+                   "m = torch.nn.Linear(2, 2)\n"
+                   "for _ in range(3):\n"
+                   "    m(torch.randn(1, 2))\n"
+                   "time.sleep(1.5)  # past the drain's first write\n"
+                   "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = tmp_path / "k.sqlite"
+    res = subprocess.run(["tokentrace", "run", "--out", str(out), "--", sys.executable,
+                          str(job)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    report = subprocess.run(["tokentrace", "report", str(out)], capture_output=True, text=True,
+                            timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert ("not counted: the writer never closed this file (its process ended without "
+            "exiting: killed") in report.stdout, report.stdout
+    assert "tokens: 3" in report.stdout

@@ -46,8 +46,8 @@ def make_trace_file(path, *, kernels=True, saved=None):
         con.executemany("INSERT INTO call_gpu VALUES (?,?,?,?,?,0)", gpu)
         con.executemany("INSERT INTO kernels VALUES (?,?,1,0,0,7,?,?,0,0,0)",
                         [(c[0], c[3], c[6], c[6] + 500_000) for c in calls if c[1] == 3])
-        con.executemany("INSERT INTO token_stats VALUES (?,?,?,?)",
-                        [(1, 6, 1_250_000, 2), (2, 4, 1_250_000, 1)])
+        con.executemany("INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes) "
+                        "VALUES (?,?,?,?)", [(1, 6, 1_250_000, 2), (2, 4, 1_250_000, 1)])
         con.executemany("INSERT INTO escapes VALUES (?,?,7,?,'sync')",
                         [(1, 1, 1), (2, 1, 2), (5, 2, 3)])
     con.execute("INSERT INTO losses VALUES ('ring_full', 3)")

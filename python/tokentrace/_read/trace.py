@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from .._common import OP_SAVE_SITE, schema
 from .._errors import TokentraceError, fail
+from .token_rows import TokenRows
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import no torch
@@ -283,12 +284,24 @@ class Trace:
                           f"-wal is not beside it, so what it wrote after its last checkpoint "
                           f"(about the last second) is missing; copy {self.path}-wal with it",
                           RuntimeWarning, stacklevel=3)
-        self._tokens_sql = native.TOKENS_SELECT_SQL
+        # The writer's summaries (token_stats' per-token columns, site_stats) where the file
+        # has them; else the calls are scanned, said once for a file written before them.
+        self.has_summaries = (self.schema_version >= 4 and native.META_SUMMARIES in self.meta
+                              and "site_stats" in self._tables)
+        if not self.has_summaries and self.schema_version < 4:
+            warnings.warn(f"tokentrace: {self.path} was written by an older tokentrace (schema "
+                          f"{self.schema_version}, without summaries): it is summarised by "
+                          f"scanning all its calls, which takes a while for a long run",
+                          RuntimeWarning, stacklevel=3)
+        self._tokens_sql = (native.TOKENS_SELECT_SQL if self.has_summaries
+                            else native.TOKENS_SCAN_SQL)
         self._sites = {}
         self._site_order = []
         # The shim's site registry is process-wide, so a file can list sites interned for an
         # earlier session; trace.sites shows the ones called in this file.
-        called = {r[0] for r in self._q("SELECT DISTINCT site_id FROM calls")}
+        called = {r[0] for r in self._q("SELECT DISTINCT site_id FROM site_stats"
+                                        if self.has_summaries else
+                                        "SELECT DISTINCT site_id FROM calls")}
         for sid, name, kind, tok in self._q(
                 "SELECT id, name, kind, is_token FROM sites ORDER BY id"):
             self._sites[name] = (sid, kind, bool(tok))
@@ -302,6 +315,17 @@ class Trace:
         self._shards: dict[str, Any] = {}
 
     # --- plumbing -----------------------------------------------------------------------
+    def _calls_of_tokens(self, first: str, last: str) -> str:
+        """The calls of tokens between the SQL expressions `first` and `last` as a subquery:
+        with summaries a range of rowids (token_stats' first and last call: schema 4 files have
+        no index on calls), else through calls_by_token (Reader::CallsOfTokens in C++)."""
+        tokens = f"token BETWEEN {first} AND {last}"
+        if not self.has_summaries:
+            return f"(SELECT * FROM calls WHERE {tokens})"
+        return (f"(SELECT * FROM calls WHERE id BETWEEN (SELECT min(first_call) FROM "
+                f"token_stats WHERE {tokens}) AND (SELECT max(last_call) FROM token_stats "
+                f"WHERE {tokens}) AND {tokens})")
+
     def _q(self, sql, args=()):
         try:
             return self._con.execute(sql, args).fetchall()
@@ -368,18 +392,23 @@ class Trace:
 
     # --- tokens -------------------------------------------------------------------------
     @property
-    def tokens(self) -> list[TokenRow]:
-        """One TokenRow per token (root call); token 1 is the prefill."""
+    def tokens(self) -> TokenRows:
+        """One TokenRow per token (root call); token 1 is the prefill. A read-only sequence
+        (index, slice, iterate, len, == with a list) holding ~40 bytes a token."""
         gpu_on = self.kernels_recorded
         # The C++ readers' SELECT, not the file's view (a crafted file could define that view
         # to never end); it counts CUDA-graph replays, which have no token call of their own.
-        rows = self._q(f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, "
-                       f"escapes FROM ({self._tokens_sql}) WHERE token > 0 ORDER BY token")
-        with _numbers_in(self, "calls or token_stats"):
-            return [TokenRow(t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
-                             (g / 1e6) if gpu_on else None, kn if gpu_on else None, esc or 0,
-                             t == 1, not (b is not None and e is None))
-                    for t, b, e, kn, g, esc in rows]
+        try:
+            cursor = self._con.execute(
+                f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
+                f"FROM ({self._tokens_sql}) WHERE token > 0 ORDER BY token")
+            with _numbers_in(self, "calls or token_stats"):
+                return TokenRows(TokenRow, (
+                    (t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
+                     (g or 0) / 1e6, kn or 0, esc or 0, not (b is not None and e is None))
+                    for t, b, e, kn, g, esc in cursor), gpu_on)
+        except sqlite3.DatabaseError as exc:
+            fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
 
     @property
     def num_tokens(self) -> int:
