@@ -37,8 +37,10 @@ class TokenCursor {
       if (!IsCollectiveSite(sites.Text(1))) continue;
       ids += (ids.empty() ? "" : ",") + std::to_string(sites.Int(0));
     }
-    // GROUP BY token walks calls_by_token in order in a file before schema 4: no sort, one
-    // token's calls at a time; schema 4 files have no index on calls, and SQLite sorts them.
+    // One token's calls at a time, in token order, no sort: before schema 4 GROUP BY token
+    // walks calls_by_token; schema 4 files have no index on calls, and their tokens are walked
+    // in token_stats (CROSS JOIN keeps it the outer loop), each token's calls a range of ids
+    // (`+c.token`: no automatic index on calls(token), which would sort them all first).
     // A collective inside a collective (a module "all_reduce" around c10d::all_reduce) is
     // counted once: only calls whose parent is not a collective add to the wait.
     // GPU: call_gpu holds each call's own (self) kernel time, so the GPU time of a
@@ -51,18 +53,25 @@ class TokenCursor {
                                   ") AND (c.parent_id IS NULL OR (SELECT site_id FROM calls "
                                   "WHERE id = c.parent_id) NOT IN (" +
                                   ids + "))";
+    const bool walk = f.reader->has_summaries();
+    const std::string token = walk ? "t.token" : "c.token";
+    const std::string from =
+        walk ? "FROM token_stats t CROSS JOIN calls c ON c.id BETWEEN t.first_call AND "
+               "t.last_call AND +c.token = t.token "
+             : "FROM calls c ";
     const std::string sql =
-        "SELECT c.token, SUM(CASE WHEN s.is_token = 1 THEN c.cpu_end_ns - c.cpu_begin_ns END), "
+        "SELECT " + token +
+        ", SUM(CASE WHEN s.is_token = 1 THEN c.cpu_end_ns - c.cpu_begin_ns END), "
         "SUM(CASE WHEN " +
         outermost +
         " THEN c.cpu_end_ns - c.cpu_begin_ns ELSE 0 END), "
         "SUM(COALESCE(g.gpu_busy_ns, 0)), "
         "SUM(CASE WHEN c.site_id IN (" +
-        ids + ") THEN COALESCE(g.gpu_busy_ns, 0) ELSE " + comm +
-        " END) "
-        "FROM calls c JOIN sites s ON s.id = c.site_id "
+        ids + ") THEN COALESCE(g.gpu_busy_ns, 0) ELSE " + comm + " END) " + from +
+        "JOIN sites s ON s.id = c.site_id "
         "LEFT JOIN call_gpu g ON g.call_id = c.id "
-        "WHERE c.token > 0 GROUP BY c.token ORDER BY c.token";
+        "WHERE " +
+        token + " > 0 GROUP BY " + token + " ORDER BY " + token;
     if (!q_.Prepare(db, sql.c_str(), error)) return Fail(f, error);
     return Next(f, error);
   }
