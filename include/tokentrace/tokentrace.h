@@ -120,8 +120,8 @@ TOKENTRACE_EXPORT const char* tokentrace_tokens_select_sql(void); /* the tokens 
  * writer's summaries (no meta key tokentrace_meta_summaries()) */
 TOKENTRACE_EXPORT const char* tokentrace_tokens_scan_sql(void);
 TOKENTRACE_EXPORT const char* tokentrace_meta_summaries(void); /* the meta key of summaries */
-TOKENTRACE_EXPORT int tokentrace_schema_version(void);            /* what the writer writes */
-TOKENTRACE_EXPORT int tokentrace_oldest_readable_schema(void);    /* what readers still open */
+TOKENTRACE_EXPORT int tokentrace_schema_version(void);         /* what the writer writes */
+TOKENTRACE_EXPORT int tokentrace_oldest_readable_schema(void); /* what readers still open */
 /* 1 while a writer has the trace file at `path` open (it holds a shared flock on it for its
  * whole life), else 0 (no such file, or no writer). Readers use it to decide whether the
  * -shm file they made may be removed. */

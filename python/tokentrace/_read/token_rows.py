@@ -67,7 +67,7 @@ class TokenRows(Sequence):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 
-    __hash__ = None  # mutable-looking and compared by value, like a list
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list: unhashable
 
     def __repr__(self) -> str:
         if len(self) <= 20:
