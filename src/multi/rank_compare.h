@@ -2,8 +2,8 @@
 //
 // Memory stays bounded in ranks x tokens: each file is read through one SQL cursor that
 // yields one row per token (its token time and its time in collectives, summed by SQLite in
-// token order: over the calls_by_token index before schema 4, through a sort of the calls
-// since), and the cursors advance together, one token at
+// token order: over the calls_by_token index before schema 4, over token_stats and each
+// token's range of call ids since), and the cursors advance together, one token at
 // a time. What is kept: per rank a few totals, and the `top` tokens with the largest lead.
 // The per-site breakdown is queried afterwards only for those tokens.
 //
