@@ -5,6 +5,8 @@
 // only for a window of tokens (--tokens: a range of call ids, Reader::CallsOfTokens) or, in a file
 // without summaries, in one scan. Long traces (> kFullListMax tokens) are summarised instead of
 // listed.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -363,12 +365,13 @@ int ReportCommand(const std::vector<std::string>& args) {
   out += "\nlosses:";
   bool any = false;
   for (const auto& [kind, count] : losses) any = any || count != 0;
-  // Never closed, -wal beside it, no writer now: its process ended without its exit (killed;
-  // a serving engine SIGKILLs its workers at shutdown), so what it held unwritten is gone.
+  // Never closed, its -wal beside it (a file the shim wrote, not one made by hand), no writer
+  // now: its process ended without its exit (killed; a serving engine SIGKILLs its workers at
+  // shutdown), so what it held unwritten is gone.
   const bool closed = std::any_of(meta.begin(), meta.end(),
                                   [](const auto& kv) { return kv.first == kMetaAnchorExit; });
-  const bool unclosed =
-      !reader->misses_its_wal() && !closed && !Store::BeingWritten(reader->path());
+  const bool unclosed = !closed && access((reader->path() + "-wal").c_str(), F_OK) == 0 &&
+                        !Store::BeingWritten(reader->path());
   if (reader->misses_its_wal()) {
     out +=
         "\n  not counted: the writer never closed this file and its -wal is not beside it, "
