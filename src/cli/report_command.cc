@@ -382,7 +382,7 @@ int ReportCommand(const std::vector<std::string>& args) {
     out +=
         "\n  not counted: the writer never closed this file (its process ended without exiting: "
         "killed, e.g. by a serving engine's shutdown), so what it recorded after its last "
-        "write (about the last second) is missing";
+        "commit (at most ~200 ms of calls) is missing";
   }
   if (!any && !reader->misses_its_wal() && !unclosed) {
     out += " none\n";
