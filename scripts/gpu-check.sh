@@ -13,7 +13,9 @@
 #      "reduce-overhead"), each kernel replayed from its decode's CUDA graph (COMPILED_FILE, a
 #      step of its own: three Inductor compiles with Triton, estimated at ~1.5 minutes on the
 #      16-core H200 machine; optional: not run when out of time);
-#   7. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
+#   7. is vLLM traced as it serves on CUDA (tests/vllm, eager), where vLLM is installed (else
+#      one line: not checked; optional);
+#   8. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
 #      torch.profiler, on GPT-2-small and the Llama-1B shape.
 # Answers 2-4 are tests of the `gpu` pytest run (named in ANSWERS below), which runs their
 # files first, so they are in even when the run is cut off. Answer 5 is a step of its own
@@ -219,6 +221,19 @@ compiled_check() {
     answer_from "$WORK/compiled-gpu.log" "$c" optional
   done
 }
+# vLLM traced as it serves (tests/vllm, eager only: its compiled mode compiles for minutes),
+# only where vLLM is installed: the machine has no registry to install it from. Optional.
+VLLM_Q="vLLM's engine steps are the tokens and step_requests holds their requests (tests/vllm, eager, on CUDA)"
+vllm_check() {
+  if ! "$TOKENTRACE_PY" -c 'import vllm' >/dev/null 2>&1; then
+    answer "$VLLM_Q" "not checked: vLLM is not installed on this machine (no registry to install it from)"
+    return
+  fi
+  step -o -g vllm 170 90 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider -m vllm \
+    -k eager "$ROOT/tests/vllm"
+  answer_from "$WORK/vllm.log" \
+    "$VLLM_Q|test_vllm.py::test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps" optional
+}
 write_summary
 step build 300 60 env TOKENTRACE_SETUP_PYTHON="$TOKENTRACE_PYTHON" "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }
 # shellcheck disable=SC1091
@@ -230,6 +245,7 @@ if [ "$PHASE" = all ] || [ "$PHASE" = tests ]; then
   gpu_tests
   nccl_check
   compiled_check
+  vllm_check
 fi
 if [ "$PHASE" = all ] || [ "$PHASE" = bench ]; then
   # gpu_bench.sh keeps to the step's deadline itself (STEP_DEADLINE), part by part.

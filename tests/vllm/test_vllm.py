@@ -5,6 +5,7 @@ for each request. Run with the vLLM environment's interpreter (scripts/setup-vll
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -39,8 +40,12 @@ def _result(proc):
 
 
 def _tokentrace():
+    """The program beside this interpreter (pip-installed), else the one on PATH (a build's
+    env.sh, as on the GPU machine)."""
     exe = os.path.join(os.path.dirname(sys.executable), "tokentrace")
-    assert os.path.exists(exe), f"no tokentrace program beside {sys.executable}"
+    if not os.path.exists(exe):
+        exe = shutil.which("tokentrace")
+    assert exe, f"no tokentrace program beside {sys.executable} or on PATH"
     return exe
 
 
