@@ -17,8 +17,9 @@ scheduled, num_scheduled_tokens of its tokens from position num_computed_tokens;
 its prompt's length are prefill (a chunked prefill takes several steps), the rest decode. The
 prompt's length comes with the request's first scheduling (NewRequestData) and is kept until
 vLLM says the request finished. Rows are buffered and added to the trace file at most once a
-second (and at the end), like the recorded inputs, so a worker that vLLM kills at shutdown
-loses at most the last second of them.
+second, when the engine has no request left in flight (vLLM's call with nothing scheduled that
+frees the last finished ones), and at the end, like the recorded inputs: a worker that vLLM
+kills at shutdown has written the rows of every step it finished serving.
 
 Nothing here imports vLLM: it is only reached when the job has imported vLLM's model runner.
 """
@@ -125,6 +126,7 @@ class VllmSteps:
             if not getattr(scheduler_output, "total_num_scheduled_tokens", 1):
                 # nothing scheduled (vLLM still calls in, e.g. to free finished requests): no
                 # step, no token
+                steps._idle(scheduler_output)
                 return execute(runner, scheduler_output, *args, **kwargs)
             steps._begin(scheduler_output)
             try:
@@ -175,6 +177,15 @@ class VllmSteps:
         self.backend.push(self.site_id)
         self._open = True
         if time.monotonic() - self._last_flush >= _FLUSH_S:
+            self.flush()
+
+    def _idle(self, scheduler_output):
+        """A call with nothing scheduled: the requests it says finished are forgotten, and
+        when none is left in flight the rows go to the file now. The engine is idle (or shutting
+        down: vLLM may SIGKILL its workers then, before any exit-time write)."""
+        for request in getattr(scheduler_output, "finished_req_ids", ()):
+            self.prompt_lengths.pop(request, None)
+        if not self.prompt_lengths:
             self.flush()
 
     def _end(self):
