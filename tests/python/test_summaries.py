@@ -55,14 +55,16 @@ def test_tokens_from_summaries_equal_the_scan(tmp_path):
     assert len(fast) == 6 and [t.token for t in fast] == list(range(1, 7))
     assert fast[0].prefill and not fast[1].prefill and all(t.finished for t in fast)
     assert fast[-1] == fast[5] and fast[1:3] == [fast[1], fast[2]]
-    assert trace.sites == ["self", "embed", "body", "body.inner", "head"]
+    # in the order of their ids in the shim's registry, which is the process's: a name an
+    # earlier test of this process interned keeps its older id, so only the set is this file's
+    assert sorted(trace.sites) == sorted(["self", "embed", "body", "body.inner", "head"])
     trace.close()
     _without_summaries(path)
     with pytest.warns(RuntimeWarning, match="older tokentrace .schema 3, without summaries"):
         old = tt.load(path)
     assert not old.has_summaries
     assert old.tokens == fast and list(old.tokens) == list(fast)
-    assert old.sites == ["self", "embed", "body", "body.inner", "head"]
+    assert old.sites == trace.sites  # the same order, read the slow way
 
 
 def test_token_rows_behave_as_a_read_only_list(tmp_path):
