@@ -114,6 +114,7 @@ class VllmSteps:
         self._last_flush = time.monotonic()
         self._patched = None  # (class, execute_model, sample_tokens) as they were
         self.failed = 0  # steps whose composition could not be read
+        self._said = False  # a failed write said once
 
     def install(self):
         cls = runner_class()
@@ -217,7 +218,7 @@ class VllmSteps:
         except Exception as exc:  # a full disk, a file gone: said once, the rest kept
             with self._lock:
                 self.rows[:0] = rows
-            if self.say is not None and not getattr(self, "_said", False):
+            if self.say is not None and not self._said:
                 self._said = True
                 self.say(f"tokentrace: the steps' requests could not be added to the trace "
                          f"({exc}); retried at the end")
