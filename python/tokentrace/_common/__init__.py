@@ -16,7 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from . import loader
     from .loader import PACKAGE_DIR
-    from .naming import OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
+    from .naming import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
+    from .op_mode import OpMode
     from .op_selectors import (
         SiteQuery,
         contains,
@@ -55,7 +56,8 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     )
 
 _EXPORTS = {
-    "ROOT": "naming", "OP_KIND": "naming", "OP_SAVE_SITE": "naming", "site_names": "naming",
+    "ROOT": "naming", "OP_KIND": "naming", "OP_SAVE_SITE": "naming", "OP_EDIT_SITE": "naming",
+    "site_names": "naming",
     "is_glob": "naming",
     "Selector": "selectors", "SiteSelector": "selectors", "as_selector": "selectors",
     "module": "selectors", "parse_env_list": "selectors", "names_ops": "selectors",
@@ -63,7 +65,7 @@ _EXPORTS = {
     "SiteQuery": "op_selectors", "func": "op_selectors", "in_module": "op_selectors",
     "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
     "op_type": "op_selectors", "op_types_of": "op_selectors", "regex": "op_selectors",
-    "is_op_label": "op_selectors",
+    "is_op_label": "op_selectors", "OpMode": "op_mode",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",
     "children_of": "values", "register_container": "values",

@@ -25,3 +25,5 @@ def is_glob(pattern):
 # clone) are not the model's, and its call follows the op whose output it holds
 # (_read/op_sites.py finds the op so).
 OP_SAVE_SITE = "tokentrace::save"
+# The range site of an op-level edit's own ops (_edit/op_edits.py): not the model's ops.
+OP_EDIT_SITE = "tokentrace::edit"

@@ -88,6 +88,17 @@ class SiteQuery:
         op's label exists (True unless this selector rules the types out)."""
         return True
 
+    def live_problem(self) -> str | None:
+        """Why this selector cannot choose an op while it runs (an op-level edit), or None
+        when it can: labels are numbered only when the trace is read."""
+        return (f"{self!r} selects by op label, and labels are numbered only when the trace "
+                f"is read")
+
+    def matches_live(self, op: Any) -> bool:
+        """Whether it chooses the op running now (op: _edit/op_edits.py's LiveOp); only for
+        a selector whose live_problem() is None."""
+        return False
+
     def resolve(self, sites: Any, what: str = "selector") -> list[str]:
         """The module sites this selector chooses, in `sites` order; a tt.module pattern in it
         that names no site is the error tt.module gives."""
@@ -162,6 +173,13 @@ class AllQuery(SiteQuery):
         test = (p.may_save(types) for p in self.parts)
         return all(test) if self.op == "and" else any(test)
 
+    def live_problem(self) -> str | None:
+        return next((why for why in map(_live_problem, self.parts) if why), None)
+
+    def matches_live(self, op: Any) -> bool:
+        test = (p.matches_live(op) for p in self.parts)
+        return all(test) if self.op == "and" else any(test)
+
     def module_leaves(self) -> list[Selector]:
         return [leaf for p in self.parts for leaf in _leaves(p)]
 
@@ -185,6 +203,12 @@ class NotQuery(SiteQuery):
     def needs(self, names: list[str], what: str = "selector") -> set[str]:
         return _needs(self.inner, names, what)
 
+    def live_problem(self) -> str | None:
+        return _live_problem(self.inner)
+
+    def matches_live(self, op: Any) -> bool:
+        return not self.inner.matches_live(op)
+
     def module_leaves(self) -> list[Selector]:
         return _leaves(self.inner)
 
@@ -201,6 +225,13 @@ def _kinds(sel: Any) -> frozenset[str]:
 
 def _needs(sel: Any, names: list[str], what: str) -> set[str]:
     return sel.needs(names, what) if isinstance(sel, SiteQuery) else set()
+
+
+def _live_problem(sel: Any) -> str | None:
+    if not isinstance(sel, SiteQuery):
+        return (f"{sel!r} selects modules; an op-level edit's selector selects ops only (edit "
+                f"a module's output with a rule of its own)")
+    return sel.live_problem()
 
 
 def _leaves(sel: Any) -> list[Selector]:
@@ -221,6 +252,17 @@ class FuncQuery(SiteQuery):
 
     def may_save(self, types: frozenset[str]) -> bool:
         return not self.types.isdisjoint(types)
+
+    def live_problem(self) -> str | None:
+        if self.output:
+            return (f"{self!r} selects an op's output {self.output}; an op-level edit edits "
+                    f"an op's first output tensor (output=0, or no output=)")
+        return None
+
+    def matches_live(self, op: Any) -> bool:
+        # The function running now may reach ATen under other names (x / y is aten::div):
+        # any type it may run as counts, as may_save decides.
+        return not self.types.isdisjoint(op.types) or op.func_name == self.given
 
     def __repr__(self) -> str:
         return f"tt.func({self.text})"
@@ -246,6 +288,12 @@ class InModuleQuery(SiteQuery):
             elif site == self.site or site.startswith(prefix):
                 return True
         return False
+
+    def live_problem(self) -> str | None:
+        return None
+
+    def matches_live(self, op: Any) -> bool:
+        return self.matches_op(op)
 
     def needs(self, names: list[str], what: str = "selector") -> set[str]:
         from .selectors import Selector
@@ -307,6 +355,12 @@ class WhereQuery(SiteQuery):
         self.predicate, self.name_hint = predicate, name_hint
 
     def matches_op(self, op: Any) -> bool:
+        return bool(self.predicate(op))
+
+    def live_problem(self) -> str | None:
+        return None
+
+    def matches_live(self, op: Any) -> bool:
         return bool(self.predicate(op))
 
     def __repr__(self) -> str:

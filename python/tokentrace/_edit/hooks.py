@@ -24,6 +24,7 @@ Where the call number k is counted, and why each place must:
   would also put a call into the hot path that op rules keep free of Python.
 """
 
+import contextlib
 import threading
 
 import torch
@@ -32,6 +33,7 @@ from .._backend import torch_library
 from .._common import ROOT, first_tensor, replace_in_output, site_names
 from .._errors import fail
 from .inputs import input_hook
+from .op_edits import OpEdits
 from .operations import Op
 from .report import EditReport, counters, warn_skips
 from .rules import EditContext
@@ -61,7 +63,11 @@ class EditHooks:
         self.modules = site_names(model)
         names = list(self.modules)
         targets = {}  # (site, input path or None for the output) -> [rule index], rule order
+        # Rules that select ops (op_edits.py): run by the op mode, not by module hooks.
+        self.op_rules = [i for i, r in enumerate(spec.rules) if r.selector.names_ops]
         for i, rule in enumerate(spec.rules):
+            if rule.selector.names_ops:
+                continue
             for site in rule.selector.resolve(names, "tt.when selector"):
                 targets.setdefault((site, rule.input), []).append(i)
         by_site = {}
@@ -75,6 +81,9 @@ class EditHooks:
         self._entries = TableEntries()
         self.entry_rule = self._entries.entry_rule  # table entry -> rule index
         self.plans = {}       # (site, input path or None) -> [_Segment]
+        self.op_plans = {}    # op rule index -> _Segment
+        self.op_mode = None   # the OpEdits of a run, while installed
+        self._scope = None    # (backend, site id): where the edits' own ops are recorded
         self._plan()
         if self.entry_rule:
             self.table = self._entries.build(self.num_sites, self.device, self._rule_error)
@@ -106,6 +115,14 @@ class EditHooks:
                 segments.append(_Segment([(i, box)], site_id=site_id, key=key))
                 site_id += 1
             self.plans[target] = segments
+        for i in self.op_rules:  # each op rule its own table site: its k counts its ops
+            rule = self.spec.rules[i]
+            if not isinstance(rule.action, Op):
+                self.op_plans[i] = _Segment([i], fn=rule.fn)
+                continue
+            key, box = view_key(rule.action.index)
+            self.op_plans[i] = _Segment([(i, box)], site_id=site_id, key=key)
+            site_id += 1
         self.num_sites = site_id
         if not site_id:
             return
@@ -123,6 +140,16 @@ class EditHooks:
                     validate(lambda message, i=i: self._rule_error(i, message), rule.action,
                              site, module, dtype, seg.key, box, path is None, self.device)
                     self._entries.add(self._rule_error, i, rule, seg.site_id, box)
+        for i, seg in self.op_plans.items():
+            if seg.fn is not None:
+                continue
+            rule = self.spec.rules[i]
+            (_, box), = seg.rules
+            # An op's output shape is known only at the call: checked as an input edit's is.
+            validate(lambda message, i=i: self._rule_error(i, message), rule.action,
+                     repr(rule.selector), self.model, model_dtype, seg.key, box, False,
+                     self.device)
+            self._entries.add(self._rule_error, i, rule, seg.site_id, box)
 
     def _device_of(self, site):
         for source in (self.modules[site], self.model):
@@ -136,12 +163,13 @@ class EditHooks:
     def _reset_python(self):
         self.fires = [0] * len(self.spec.rules)  # callable rules only; ops count in the table
         self.counts = {}
+        self.module_calls = {}  # site -> its calls so far (op rules' tt.in_module)
         self.token = 0
         self._local = threading.local()
 
     def current_device(self):
-        return self._device_of(next(s for (s, _), segs in self.plans.items()
-                                    if any(g.fn is None for g in segs)))
+        return self._device_of(next((s for (s, _), segs in self.plans.items()
+                                     if any(g.fn is None for g in segs)), ROOT))
 
     def begin_run(self):
         """A new run: the table follows the model's device (re-uploaded when the model moved)
@@ -185,7 +213,7 @@ class EditHooks:
         try:
             root = self.modules[ROOT]
             self.handles.append(root.register_forward_pre_hook(self._root_pre, prepend=True))
-            if self.has_callables:
+            if self.has_callables or self.op_rules:
                 self.handles.append(root.register_forward_hook(self._root_post,
                                                                always_call=True))
             for (site, path), segments in self.plans.items():
@@ -204,14 +232,95 @@ class EditHooks:
                 else:
                     self.handles.append(mod.register_forward_hook(self._post_ops(segments),
                                                                   prepend=True))
+            if self.op_rules:
+                self._install_ops()
         except BaseException:
             self.remove()
             raise
 
     def remove(self):
+        if self.op_mode is not None:
+            self.op_mode.remove()
+            self.op_mode = None
         for h in self.handles:
             h.remove()
         self.handles = []
+
+    # -- op rules (op_edits.py) ----------------------------------------------------------
+    def _install_ops(self):
+        """The module calls open around each op (hooks on every module, for tt.in_module),
+        then the op mode, entered on this thread (the model's)."""
+        for site, mod in self.modules.items():
+            self.handles.append(mod.register_forward_pre_hook(self._open(site), prepend=True))
+            self.handles.append(mod.register_forward_hook(self._close, always_call=True))
+        rules = [(i, self.spec.rules[i].selector, self._op_apply(i, self.op_plans[i]))
+                 for i in self.op_rules]
+        self.op_mode = OpEdits(self, rules)
+        self.op_mode.install()
+
+    def _open(self, site):
+        def pre(module, args):
+            k = self.module_calls.get(site, 0) + 1
+            self.module_calls[site] = k
+            self._open_stack().append(f"{site}:{k}")
+        return pre
+
+    def _close(self, module, args, output):
+        stack = self._open_stack()
+        if stack:
+            stack.pop()
+
+    def _open_stack(self):
+        stack = getattr(self._local, "open_calls", None)
+        if stack is None:
+            stack = self._local.open_calls = []
+        return stack
+
+    def open_calls(self):
+        """The module calls open now, outermost (the root call) first: ("self:1", ...)."""
+        return tuple(self._open_stack())
+
+    def set_op_scope(self, backend, site_id):
+        """Records the op edits' own ops (the copy, the patch call) inside calls of this
+        range site, apart from the model's ops (a trace with op records: _read/op_sites.py)."""
+        self._scope = (backend, site_id)
+
+    @contextlib.contextmanager
+    def op_scope(self):
+        if self._scope is None:
+            yield
+            return
+        backend, site_id = self._scope
+        backend.push(site_id)
+        try:
+            yield
+        finally:
+            backend.pop()
+
+    def _op_apply(self, i, seg):
+        """apply(values, op) of op rule i: the values edited (a copy, op_edits.py's)."""
+        rule = self.spec.rules[i]
+        if seg.fn is None:
+            editable = torch_library.editable_dtypes()
+
+            def apply_op(values, op):
+                if values.dtype in editable:  # an int or bool output: not an op's to edit
+                    self._apply_ops(values, seg)
+                return values
+            return apply_op
+
+        def apply_fn(values, op):
+            k = self.counts.get(("op", i), 0) + 1
+            self.counts[("op", i)] = k
+            if not rule.calls.matches(k, self.token):
+                return values
+            new = seg.fn(values, EditContext(op.func_name, k, self.token, op.args, op.kwargs))
+            if new is not None and not isinstance(new, torch.Tensor):
+                fail(f"the edit {rule.describe()} returned {type(new).__name__}; "
+                     f"return a tensor (or None after editing in place)")
+            self.fires[i] += 1
+            return values if new is None else new
+        return apply_fn
 
     def _depth(self):
         return getattr(self._local, "root_depth", 0)
@@ -219,7 +328,7 @@ class EditHooks:
     def _root_pre(self, module, args):
         if self.table is not None:
             torch.ops.tokentrace.advance_token(self.handle)
-        if self.has_callables:
+        if self.has_callables or self.op_rules:
             if self._depth() == 0:
                 self.token += 1
             self._local.root_depth = self._depth() + 1

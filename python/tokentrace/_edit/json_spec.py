@@ -292,6 +292,9 @@ def _rule_json(i, rule, operand_dir):
     if not isinstance(action, Op):
         fail(f"rule {i} ({rule.describe()}) runs a Python callable; only the declarative ops "
              f"({', '.join(OPS)}) have a JSON form")
+    if rule.selector.names_ops:
+        fail(f"rule {i} ({rule.describe()}) selects ops; op-level edits have no JSON form "
+             f"(only tt.module(...) rules do)")
     patterns = list(rule.selector.patterns)
     out = {"site": patterns[0] if len(patterns) == 1 else patterns, "op": action.name}
     if action.name == "fill":

@@ -96,13 +96,29 @@ def _by_context(action):
     return lambda values, ctx: action(values, hook=ctx)
 
 
+_LIVE = ("tt.func(...), tt.in_module(...), tt.where(pred) (pred sees the op's function, "
+         "modules, shape and token) and &, |, ~ of those")
+
+
+def _check_live(selector, input):
+    """An op selector an op-level edit can decide while the op runs (op_edits.py)."""
+    why = selector.live_problem()
+    if why is not None:
+        fail(f"tt.when cannot edit {selector!r}: {why}. An op-level edit takes {_LIVE}; "
+             f"label selectors (tt.label, tt.contains, tt.regex) are for reading a trace: "
+             f"choose the op with tt.func(...) & tt.in_module(...) instead")
+    if input is not None:
+        fail(f"tt.when(..., input=) edits a module call's input; {selector!r} selects ops, "
+             f"whose output is what an op-level edit changes (drop input=, or select the "
+             f"module with tt.module(...))")
+
+
 def make_rule(selector, action, calls=None, input=None):
     """A checked Rule (the arguments of tt.when; see there)."""
     selector = as_selector(selector, "tt.when selector")
     if selector.names_ops:
-        fail(f"op-level edits are not supported yet ({selector!r} selects ops); edit a "
-             f"module's output with tt.module(...)")
-    if not isinstance(selector, Selector):  # tt.module(...) & / ~ ...: no JSON form, no plan
+        _check_live(selector, input)
+    elif not isinstance(selector, Selector):  # tt.module(...) & / ~ ...: no JSON form, no plan
         fail(f"tt.when takes tt.module(...) selectors, joined with | ({selector!r} uses & or ~, "
              f"which select for reading: trace.find_sites(...), sites=, save=)")
     if not (isinstance(action, Op) or callable(action)):

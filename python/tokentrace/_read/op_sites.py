@@ -19,7 +19,8 @@ first pass that ran one, so a token that runs fewer ops (no cache set-up after t
 keeps the labels of the ops it shares. An op with several output tensors takes a label each
 (a split's pieces, counted from the ops that cut them); an op with none (aten::is_nonzero) takes
 none. The calls of OP_SAVE_SITE (saved op outputs, _record/op_saver.py) and their ops are not
-the model's: they give their tensor to the op call before them and take no label.
+the model's: they give their tensor to the op call before them and take no label; the calls
+of OP_EDIT_SITE (an op-level edit's own ops, _edit/op_edits.py) and their ops take none either.
 
     op_sites(trace)          every op site, in execution order (made once per Trace)
     lookup(trace, key)       the OpSite or OpLabel a label names, or None
@@ -31,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._common import OP_KIND, OP_SAVE_SITE, ROOT, as_selector, is_op_label, op_type
+from .._common import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, as_selector, is_op_label, op_type
 from .._errors import fail
 
 _LABEL = re.compile(r"^([a-z0-9]+)_(\d+)(?:_(\d+))?(?::(\d+))?$")
@@ -189,6 +190,9 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
             info[cid] = (root_k, cid if top is None else top, chain)
             if top is None:
                 last_child[parent] = cid
+            continue
+        if name == OP_EDIT_SITE and top is None:  # an op edit's own ops (_edit/op_edits.py)
+            info[cid] = (root_k, cid, chain)  # the op before it keeps its saved copy
             continue
         before = last_child.pop(parent, None)
         if name == OP_SAVE_SITE and top is None:

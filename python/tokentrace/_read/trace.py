@@ -19,7 +19,7 @@ import weakref
 from collections import namedtuple
 from typing import Any, NoReturn
 
-from .._common import OP_SAVE_SITE, schema
+from .._common import OP_EDIT_SITE, OP_SAVE_SITE, schema
 from .._errors import TokentraceError, fail
 from .token_rows import TokenRows
 
@@ -606,7 +606,7 @@ class Recording(Trace):
         found = {r[0] for r in self._q(
             "SELECT DISTINCT site_id FROM calls WHERE id IN (%s)" % ",".join(map(str, ids)))}
         # The copies of saved op outputs are calls of OP_SAVE_SITE; the ops are the sites.
-        return [names[s] for s in sorted(found) if names[s] != OP_SAVE_SITE]
+        return [names[s] for s in sorted(found) if names[s] not in (OP_SAVE_SITE, OP_EDIT_SITE)]
 
     def __repr__(self) -> str:
         return (f"<tokentrace.Recording {os.path.basename(self.path)}: {self.steps} steps, "

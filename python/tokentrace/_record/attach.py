@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from .._common import ROOT, write_python_rows
+from .._common import OP_EDIT_SITE, ROOT, write_python_rows
 from .._compiled import CompiledCalls, compiled_rows
 from .._errors import TokentraceError
 from . import collectives, op_records, vllm_steps
@@ -102,6 +102,10 @@ class Attachment:
         self.compiled_calls = CompiledCalls(self.hooks, model, self._compiled_noted)
         if self.ops:
             self._start_ops()
+        if self.edits is not None and self.edits.op_rules and self.ops_on:
+            # An op edit's own ops (its copy, the patch call) go in calls of OP_EDIT_SITE.
+            self.edits.set_op_scope(self.backend, self.backend.site(
+                OP_EDIT_SITE, self.backend.site_kind("range")))
         if self.op_save is not None and self.ops_on:  # op outputs: OpSaver, on this thread
             self.op_saver = OpSaver(self.backend, self.sink, self.op_save)
             self.op_saver.install()

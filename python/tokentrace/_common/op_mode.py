@@ -1,0 +1,50 @@
+"""OpMode: the TorchFunctionMode that sees the ops a model calls, shared by saving op outputs
+(_record/op_saver.py) and editing them (_edit/op_edits.py).
+
+The mode sees each outermost torch function call (torch.relu, F.linear, x + 1, x[i]); nested
+calls (the ones the function itself makes, and the mode's own work) run with it off. After a
+call, when the function may be one the selector chooses (by its type, may_save: tt.func("relu")
+keeps relu calls only; a selector decided otherwise keeps every call), chosen(func, args,
+kwargs, out) runs and returns what the caller gets. It is entered on the model's thread only
+while a run that needs it is on: a run with no such selector installs none and pays nothing.
+"""
+
+from torch.overrides import TorchFunctionMode
+
+from .op_selectors import op_types_of
+
+
+class OpMode(TorchFunctionMode):
+    def __init__(self, selector):
+        super().__init__()
+        self.selector = selector  # may_save(types) says which functions chosen() sees
+        self._wanted = {}  # function -> whether chosen() sees its calls
+        self.entered = False
+
+    def install(self):
+        self.__enter__()
+        self.entered = True
+
+    def remove(self):
+        if self.entered:
+            self.entered = False
+            self.__exit__(None, None, None)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            wanted = self._wanted.get(func)
+        except TypeError:  # an unhashable callable: decided each time
+            wanted = self._decide(func)
+        if wanted is None:
+            wanted = self._wanted[func] = self._decide(func)
+        return self.chosen(func, args, kwargs, out) if wanted else out
+
+    def _decide(self, func):
+        name = getattr(func, "__name__", None)
+        return isinstance(name, str) and self.selector.may_save(op_types_of(name))
+
+    def chosen(self, func, args, kwargs, out):
+        """What the call of `func` returns, given its output `out` (a subclass's work)."""
+        return out
