@@ -70,6 +70,12 @@ def test_bind_edits_the_op_inside_the_module_only(net, x):
     with torch.no_grad():
         assert torch.equal(bound(x), by_hand(net, x, outside=torch.zeros_like))
     assert bound.last_report.fire_count == 2
+    # an op outside the root's calls is no op site: left alone
+    bound = tt.when(tt.func("relu"), tt.fill(7.0)).bind(net)
+    with torch.no_grad(), bound.installed():
+        after = torch.relu(net(x) - 100)
+    assert torch.equal(after, torch.zeros_like(after))
+    assert bound.last_report.fire_count == 3
 
 
 def test_trace_and_record_see_the_edited_op(net, x):

@@ -8,6 +8,8 @@ and pays nothing. After an outermost torch function returns (torch.relu, F.linea
 each op rule whose selector chooses it (matches_live, asked of a LiveOp: the function, the
 module calls open around it, the token) edits a copy of its first output tensor, and the copy
 is what the model gets (the output may be a view of the op's input, or kept for backward).
+Ops outside the root's calls (generate's own, between tokens) are no op sites and are left
+alone, as _read/op_sites.py gives them no label.
 
 What can be decided while the op runs: tt.func(...) (by the function's type, as saving
 decides: x / y is tt.func("div") and tt.func("truediv")), tt.in_module(...) (the module calls
@@ -83,7 +85,10 @@ class OpEdits(OpMode):
         if values is None:
             return out
         hooks = self.hooks
-        op = LiveOp(func.__name__, hooks.open_calls(), hooks.token, values, args, kwargs)
+        modules = hooks.open_calls()
+        if not modules:  # outside the root's calls (generate's own ops): not an op site
+            return out
+        op = LiveOp(func.__name__, modules, hooks.token, values, args, kwargs)
         new = values
         for _, selector, apply in self.rules:
             if not selector.matches_live(op):
