@@ -65,6 +65,12 @@ def test_bind_edits_the_op_inside_the_module_only(net, x):
     assert not torch.equal(got, plain)
     assert bound.last_report.fire_count == 1
     assert bound.last_report.rule_fire_counts == {bound.last_report.per_rule[0][0]: 1}
+    # with a module rule in the same spec: both apply, each counted on its own rule
+    spec = tt.when(tt.module("head"), tt.scale(2.0)) + tt.when(RELU_IN_BLOCK, tt.scale(0.5))
+    bound = spec.bind(net)
+    with torch.no_grad():
+        assert torch.equal(bound(x), by_hand(net, x, inside=lambda t: t * 0.5) * 2.0)
+    assert [n for _, n in bound.last_report.per_rule] == [1, 1]
     # ~: every relu but the block's
     bound = tt.when(tt.func("relu") & ~tt.in_module("block"), tt.zero()).bind(net)
     with torch.no_grad():
@@ -118,6 +124,12 @@ def test_calls_tokens_callables_and_where(net, x):
     assert torch.equal(first, by_hand(net, x))
     assert torch.equal(second, by_hand(net, x, inside=torch.zeros_like))
     assert bound.last_report.fire_count == 1
+    # tt.in_module("block:2"): the block's second call, counted per run as module rules count
+    bound = tt.when(tt.func("relu") & tt.in_module("block:2"), tt.zero()).bind(net)
+    with torch.no_grad(), bound.installed():
+        first, second = net(x), net(x)
+    assert torch.equal(first, by_hand(net, x))
+    assert torch.equal(second, by_hand(net, x, inside=torch.zeros_like))
     # tt.where: decided by what is known while the op runs
     where = tt.where(lambda op: op.layer_type == "relu" and "block:1" in
                      [m.rpartition(".")[2] for m in op.modules])
