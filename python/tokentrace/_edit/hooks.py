@@ -10,6 +10,10 @@ no Python state: torch.compile traces them without a graph break and a CUDA grap
 captures a step replays the edit at the right calls and tokens. Python callables run in the
 hook with Python-side counters (eager only).
 
+Rules that select ops (tt.func, tt.in_module, ...) are run by an op mode (op_edits.py), which
+install() enters only when there are some: a declarative one has a table site of its own, a
+callable a Python counter, each advanced only at the ops its selector chose (its k).
+
 Where the call number k is counted, and why each place must:
 - the patch table (cuda/patch_table.h, site_calls; advanced by apply_patches_): op rules. It
   lives where the op runs (device memory for a CUDA table), so a CUDA graph that captured a
