@@ -4,7 +4,11 @@
 // site_stats: store/summaries.h), meta and losses; never the kernels table, and the calls
 // only for a window of tokens (--tokens: a range of call ids, Reader::CallsOfTokens) or, in a file
 // without summaries, in one scan. Long traces (> kFullListMax tokens) are summarised instead of
-// listed.
+// listed. Longer than kExactTokens tokens (schema 5 files), the summary comes from the writer's
+// token digest (store/token_digest.h: totals, histograms, the slowest tokens) instead of one
+// row per token, so reading a 10,000,000-token file costs what a 1,000,000-token one does;
+// its medians and percentiles are then within 0.4 % (said in the report; --percentiles=exact
+// reads every token).
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,17 +29,20 @@
 namespace tokentrace::cli {
 
 const char kReportUsage[] =
-    "usage: tokentrace report FILE [--top N] [--tokens A:B]\n"
+    "usage: tokentrace report FILE [--top N] [--tokens A:B] [--percentiles auto|exact|digest]\n"
     "\n"
     "Per-token CPU and GPU time, prefill vs decode, the top N sites by GPU self time\n"
     "(default 10), with op records the top N ops per token, losses and how the trace was\n"
     "recorded. --tokens A:B: only tokens A..B (inclusive, 1 = prefill), their sites from\n"
-    "their calls.\n";
+    "their calls. --percentiles: medians and percentiles from every token (exact) or from\n"
+    "the file's histogram of token times (digest: within 0.4 %, read in constant time);\n"
+    "auto (default) uses the digest above 1,000,000 tokens.\n";
 
 namespace {
 
 constexpr size_t kFullListMax = 40;  // longer traces: first 10, slowest 10, percentiles
 constexpr size_t kHeadRows = 10;
+constexpr int64_t kExactTokens = 1000000;  // --percentiles=auto: the digest above this
 
 bool Closed(const TokenStat& t) { return t.cpu_end_ns >= 0; }
 
@@ -101,28 +108,73 @@ struct TokenDigest {
   }
 };
 
-std::vector<std::string> PhaseRow(const std::string& name, TokenDigest::Phase& p) {
-  std::sort(p.cpu.begin(), p.cpu.end());
-  const double n = p.tokens == 0 ? 1.0 : static_cast<double>(p.tokens);
+// What a phase row and the percentile table show, from every token or from the digest.
+struct PhaseFigures {
+  size_t tokens = 0;
+  double mean_cpu = 0, median_cpu = 0, mean_gpu = 0, kernels = 0;
+};
+struct Quantiles {
+  double p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+
+std::vector<std::string> PhaseRow(const std::string& name, const PhaseFigures& f) {
   return {name,
-          std::to_string(p.tokens),
-          Fixed(p.cpu.empty() ? 0.0 : p.cpu_sum / static_cast<double>(p.cpu.size()), 3),
-          Fixed(Median(p.cpu), 3),
-          Fixed(p.gpu_sum / n, 3),
-          Fixed(p.kernels_sum / n, 1)};
+          std::to_string(f.tokens),
+          Fixed(f.mean_cpu, 3),
+          Fixed(f.median_cpu, 3),
+          Fixed(f.mean_gpu, 3),
+          Fixed(f.kernels, 1)};
 }
 
-// p50/p90/p99/max over all tokens; after PhaseRow (which sorts the phases' cpu ms).
-std::string PercentileTable(TokenDigest& d) {
-  std::vector<double>& cpu = d.decode.cpu;  // joined with the prefill's, in order
-  for (double ms : d.prefill.cpu) cpu.insert(std::upper_bound(cpu.begin(), cpu.end(), ms), ms);
-  std::sort(d.gpu.begin(), d.gpu.end());
+std::string PercentileTable(const Quantiles& cpu, const Quantiles& gpu) {
   std::vector<std::vector<std::string>> rows = {{"", "p50", "p90", "p99", "max"}};
-  for (auto [name, v] : {std::pair{"cpu ms", &cpu}, std::pair{"gpu busy ms", &d.gpu}}) {
-    rows.push_back({name, Fixed(Percentile(*v, 50), 3), Fixed(Percentile(*v, 90), 3),
-                    Fixed(Percentile(*v, 99), 3), Fixed(v->empty() ? 0 : v->back(), 3)});
+  for (auto [name, q] : {std::pair{"cpu ms", &cpu}, std::pair{"gpu busy ms", &gpu}}) {
+    rows.push_back({name, Fixed(q->p50, 3), Fixed(q->p90, 3), Fixed(q->p99, 3), Fixed(q->max, 3)});
   }
   return FormatTable(rows);
+}
+
+// From every token.
+PhaseFigures FiguresOf(TokenDigest::Phase& p) {
+  std::sort(p.cpu.begin(), p.cpu.end());
+  const double n = p.tokens == 0 ? 1.0 : static_cast<double>(p.tokens);
+  return {p.tokens, p.cpu.empty() ? 0.0 : p.cpu_sum / static_cast<double>(p.cpu.size()),
+          Median(p.cpu), p.gpu_sum / n, p.kernels_sum / n};
+}
+Quantiles QuantilesOf(const std::vector<double>& sorted) {
+  return {Percentile(sorted, 50), Percentile(sorted, 90), Percentile(sorted, 99),
+          sorted.empty() ? 0 : sorted.back()};
+}
+
+// From the digest: phases 1 (prefill) and 0 + 2 (decode, as TokenDigest::Add splits them).
+using Buckets = std::vector<std::pair<int64_t, int64_t>>;
+Buckets Merged(std::initializer_list<const Buckets*> parts) {
+  std::map<int64_t, int64_t> sum;
+  for (const Buckets* part : parts) {
+    for (const auto& [bucket, count] : *part) sum[bucket] += count;
+  }
+  return {sum.begin(), sum.end()};
+}
+PhaseFigures FiguresOf(const TokenDigestRead& d, std::initializer_list<int> phases) {
+  TokenTotals t;
+  std::map<int64_t, int64_t> cpu;
+  for (int p : phases) {
+    t.tokens += d.totals[p].tokens;
+    t.closed += d.totals[p].closed;
+    t.cpu_ns += d.totals[p].cpu_ns;
+    t.gpu_busy_ns += d.totals[p].gpu_busy_ns;
+    t.kernels += d.totals[p].kernels;
+    for (const auto& [bucket, count] : d.cpu[p]) cpu[bucket] += count;
+  }
+  const double n = t.tokens == 0 ? 1.0 : static_cast<double>(t.tokens);
+  return {static_cast<size_t>(t.tokens),
+          t.closed == 0 ? 0.0 : static_cast<double>(t.cpu_ns) / 1e6 / static_cast<double>(t.closed),
+          static_cast<double>(DigestPercentile({cpu.begin(), cpu.end()}, 50)) / 1e6,
+          static_cast<double>(t.gpu_busy_ns) / 1e6 / n, static_cast<double>(t.kernels) / n};
+}
+Quantiles QuantilesOf(const Buckets& buckets, double max_ms) {
+  auto ms = [&](double p) { return static_cast<double>(DigestPercentile(buckets, p)) / 1e6; };
+  return {ms(50), ms(90), ms(99), max_ms};
 }
 
 // Op records: each op's outermost calls per token, token 1 (prefill) beside the mean decode
@@ -168,6 +220,7 @@ int ReportCommand(const std::vector<std::string>& args) {
   uint32_t top = 10;
   bool window = false;
   uint32_t first = 0, last = UINT32_MAX;
+  std::string percentiles = "auto";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
@@ -187,6 +240,21 @@ int ReportCommand(const std::vector<std::string>& args) {
       }
       if (!ParseTokenRange(value, &first, &last)) return 2;
       window = true;
+    } else if (a == "--percentiles" || a.rfind("--percentiles=", 0) == 0) {
+      if (a == "--percentiles") {
+        if (i + 1 >= args.size()) {
+          std::fprintf(stderr, "tokentrace: --percentiles needs a value (auto, exact or digest)\n");
+          return 2;
+        }
+        percentiles = args[++i];
+      } else {
+        percentiles = a.substr(14);
+      }
+      if (percentiles != "auto" && percentiles != "exact" && percentiles != "digest") {
+        std::fprintf(stderr, "tokentrace: --percentiles '%s' is not one of auto, exact, digest\n",
+                     ForTerminal(percentiles, 80).c_str());
+        return 2;
+      }
     } else if (a == "--top" || a.rfind("--top=", 0) == 0) {
       if (a == "--top") {
         if (i + 1 >= args.size()) {
@@ -228,9 +296,34 @@ int ReportCommand(const std::vector<std::string>& args) {
       std::fprintf(stderr, "%s\n", notice.c_str());
     }
   }
+  // The tokens: every one (exact), or the digest's figures and the rows it names.
+  TokenDigestRead digest;
+  bool use_digest = false;
+  auto read_tokens = [&]() {
+    if (!window && percentiles != "exact" && reader->has_digest()) {
+      if (!reader->Digest(&digest, &error)) return false;
+      use_digest = percentiles == "digest" || digest.tokens() > kExactTokens;
+    }
+    if (!use_digest) {
+      return reader->ForEachToken(
+          first, last, [&](const TokenStat& t) { tokens.Add(t); }, &error);
+    }
+    tokens.count = static_cast<size_t>(digest.tokens());
+    for (const TokenTotals& t : digest.totals) tokens.replays += static_cast<size_t>(t.replays);
+    auto keep = [&](std::vector<TokenStat>* v) {
+      return [v](const TokenStat& t) { v->push_back(t); };
+    };
+    if (!reader->ForEachToken(0, UINT32_MAX, keep(&tokens.head), &error, kFullListMax + 1)) {
+      return false;
+    }
+    for (uint32_t t : digest.slowest) {
+      if (!reader->ForEachToken(t, t, keep(&tokens.slow), &error)) return false;
+    }
+    std::make_heap(tokens.slow.begin(), tokens.slow.end(), Slower);
+    return true;
+  };
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
-      !reader->ForEachToken(
-          first, last, [&](const TokenStat& t) { tokens.Add(t); }, &error) ||
+      !read_tokens() ||
       !(window ? reader->TopSitesOf(first, last, static_cast<int>(top), &sites, &error)
                : reader->TopSites(static_cast<int>(top), &sites, &error)) ||
       (first == 0 && !reader->Before(&before, &error)) ||
@@ -315,8 +408,11 @@ int ReportCommand(const std::vector<std::string>& args) {
            " ran as CUDA-graph replays: no host-side token call, cpu ms shows \"graph\")";
   }
   out += "\n";
-  std::vector<std::string> prefill_row = PhaseRow("prefill (token 1)", tokens.prefill);
-  std::vector<std::string> decode_row = PhaseRow("decode (tokens >= 2)", tokens.decode);
+  // Before the percentiles: FiguresOf sorts the phases' cpu ms.
+  const PhaseFigures prefill = use_digest ? FiguresOf(digest, {1}) : FiguresOf(tokens.prefill);
+  const PhaseFigures decode = use_digest ? FiguresOf(digest, {0, 2}) : FiguresOf(tokens.decode);
+  std::vector<std::string> prefill_row = PhaseRow("prefill (token 1)", prefill);
+  std::vector<std::string> decode_row = PhaseRow("decode (tokens >= 2)", decode);
   if (tokens.count <= kFullListMax) {
     out += TokenTable(tokens.head);
   } else {
@@ -325,8 +421,32 @@ int ReportCommand(const std::vector<std::string>& args) {
     std::sort_heap(tokens.slow.begin(), tokens.slow.end(), Slower);
     out += "slowest " + std::to_string(kHeadRows) + " tokens (by cpu ms):\n";
     out += TokenTable(tokens.slow);
-    out += "percentiles over " + std::to_string(tokens.count) + " tokens:\n";
-    out += PercentileTable(tokens);
+    out += "percentiles over " + std::to_string(tokens.count) + " tokens" +
+           (use_digest ? " (from the file's histogram of token times: within 0.4 %; "
+                         "--percentiles=exact reads every token)"
+                       : "") +
+           ":\n";
+    if (use_digest) {
+      double max_gpu = 0;
+      for (const TokenTotals& t : digest.totals) {
+        max_gpu = std::max(max_gpu, static_cast<double>(t.max_gpu_busy_ns) / 1e6);
+      }
+      const double max_cpu = tokens.slow.empty()
+                                 ? 0.0
+                                 : static_cast<double>(tokens.slow.front().cpu_end_ns -
+                                                       tokens.slow.front().cpu_begin_ns) /
+                                       1e6;
+      out += PercentileTable(
+          QuantilesOf(Merged({&digest.cpu[0], &digest.cpu[1], &digest.cpu[2]}), max_cpu),
+          QuantilesOf(Merged({&digest.gpu[0], &digest.gpu[1], &digest.gpu[2]}), max_gpu));
+    } else {
+      std::vector<double>& cpu = tokens.decode.cpu;  // joined with the prefill's, in order
+      for (double ms : tokens.prefill.cpu) {
+        cpu.insert(std::upper_bound(cpu.begin(), cpu.end(), ms), ms);
+      }
+      std::sort(tokens.gpu.begin(), tokens.gpu.end());
+      out += PercentileTable(QuantilesOf(cpu), QuantilesOf(tokens.gpu));
+    }
   }
 
   if (before.calls > 0) {

@@ -35,7 +35,7 @@ namespace {
 // Options of report/export that take a value: their value is not an input. Each export format
 // is an option of its own (--chrome OUT), named by the registry (export/formats.cc).
 bool TakesValue(const std::string& a) {
-  if (a == "--top" || a == "--tokens") return true;
+  if (a == "--top" || a == "--tokens" || a == "--percentiles") return true;
   for (const exporters::Format& f : exporters::Formats()) {
     if (a == std::string("--") + f.name) return true;
   }

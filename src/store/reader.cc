@@ -204,8 +204,11 @@ bool Reader::Counts(TraceCounts* out, std::string* error) {
           ? "SELECT (SELECT count(*) FROM sites), "
             "(SELECT COALESCE(SUM(calls), 0) FROM site_stats), "
             "(SELECT COALESCE(max(rowid), 0) FROM kernels), "
-            "(SELECT count(*) FROM token_stats WHERE listed = 1), "
-            "(SELECT COALESCE(max(rowid), 0) FROM escapes), (SELECT count(*) FROM strings)"
+            "(" +
+                std::string(has_digest() ? "SELECT COALESCE(SUM(tokens), 0) FROM token_totals"
+                                         : "SELECT count(*) FROM token_stats WHERE listed = 1") +
+                "), "
+                "(SELECT COALESCE(max(rowid), 0) FROM escapes), (SELECT count(*) FROM strings)"
           : "SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM calls), "
             "(SELECT count(*) FROM kernels), (SELECT count(*) FROM (" +
                 std::string(kTokensScanSql) +
@@ -230,12 +233,13 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
 }
 
 bool Reader::ForEachToken(uint32_t first, uint32_t last,
-                          const std::function<void(const TokenStat&)>& fn, std::string* error) {
+                          const std::function<void(const TokenStat&)>& fn, std::string* error,
+                          int64_t limit) {
   Statement q;
   if (!q.Prepare(db_,
                  ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
                   std::string(has_summaries_ ? kTokensSelectSql : kTokensScanSql) +
-                  ") WHERE token BETWEEN ?1 AND ?2 ORDER BY token")
+                  ") WHERE token BETWEEN ?1 AND ?2 ORDER BY token LIMIT ?3")
                      .c_str(),
                  error)) {
     *error = Fail(*error);
@@ -243,6 +247,7 @@ bool Reader::ForEachToken(uint32_t first, uint32_t last,
   }
   q.Bind(1, first);
   q.Bind(2, last);
+  q.Bind(3, limit);  // SQLite: a negative LIMIT is none
   int rc;
   while ((rc = q.Step()) == SQLITE_ROW) {
     TokenStat t;
@@ -257,6 +262,48 @@ bool Reader::ForEachToken(uint32_t first, uint32_t last,
   }
   if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
   return rc == SQLITE_DONE;
+}
+
+bool Reader::has_digest() const { return has_summaries_ && schema_version_ >= kFirstDigestSchema; }
+
+bool Reader::Digest(TokenDigestRead* out, std::string* error) {
+  *out = TokenDigestRead();
+  auto fail = [&]() {
+    *error = Fail(sqlite3_errmsg(db_));
+    return false;
+  };
+  Statement totals, hist, slowest;
+  if (!totals.Prepare(db_,
+                      "SELECT phase, tokens, replays, closed, cpu_ns, gpu_busy_ns, kernels, "
+                      "escapes, max_gpu_busy_ns FROM token_totals WHERE phase BETWEEN 0 AND 2",
+                      error) ||
+      !hist.Prepare(db_,
+                    "SELECT phase, what, bucket, count FROM token_hist WHERE phase BETWEEN 0 "
+                    "AND 2 AND what IN (0, 1) AND count > 0 ORDER BY phase, what, bucket",
+                    error) ||
+      !slowest.Prepare(db_, "SELECT token FROM token_slowest ORDER BY cpu_ns DESC, token ASC",
+                       error)) {
+    *error = Fail(*error);
+    return false;
+  }
+  int rc;
+  while ((rc = totals.Step()) == SQLITE_ROW) {
+    TokenTotals& t = out->totals[totals.Int(0)];
+    t = {totals.Int(1), totals.Int(2), totals.Int(3), totals.Int(4),
+         totals.Int(5), totals.Int(6), totals.Int(7), totals.Int(8)};
+  }
+  if (rc != SQLITE_DONE) return fail();
+  while ((rc = hist.Step()) == SQLITE_ROW) {
+    const int64_t phase = hist.Int(0);
+    auto& v = hist.Int(1) == kHistCpu ? out->cpu[phase] : out->gpu[phase];
+    v.emplace_back(hist.Int(2), hist.Int(3));
+  }
+  if (rc != SQLITE_DONE) return fail();
+  while ((rc = slowest.Step()) == SQLITE_ROW && out->slowest.size() < kSlowestTokens) {
+    out->slowest.push_back(static_cast<uint32_t>(slowest.Int(0)));
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail();
+  return true;
 }
 
 namespace {

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "store/token_digest.h"
+
 struct sqlite3;
 
 namespace tokentrace {
@@ -51,6 +53,16 @@ struct BeforeTokens {
   int64_t kernels = 0;
   int64_t gpu_busy_ns = 0;
   std::string sites;  // the first few of their site names, comma-separated
+};
+
+// The writer's token digest (store/token_digest.h), as read: per phase (0 = token 0, 1 =
+// token 1, 2 = tokens >= 2) the totals and the CPU (closed tokens) and GPU busy histograms
+// ((bucket, count), in bucket order), and the slowest tokens, slowest first.
+struct TokenDigestRead {
+  TokenTotals totals[3];
+  std::vector<std::pair<int64_t, int64_t>> cpu[3], gpu[3];
+  std::vector<uint32_t> slowest;
+  int64_t tokens() const { return totals[0].tokens + totals[1].tokens + totals[2].tokens; }
 };
 
 struct TraceCounts {
@@ -97,8 +109,11 @@ class Reader {
   bool Tokens(std::vector<TokenStat>* out, std::string* error);
   // The same rows of tokens [first, last], one at a time (a long run's tokens are never all
   // held; with summaries a window reads only its rows).
+  // limit >= 0: the first `limit` of them only.
   bool ForEachToken(uint32_t first, uint32_t last, const std::function<void(const TokenStat&)>& fn,
-                    std::string* error);
+                    std::string* error, int64_t limit = -1);
+  // The token digest; only for a file that has one (has_digest()).
+  bool Digest(TokenDigestRead* out, std::string* error);
   // Sites by GPU self time, descending (then CPU self time); the call-0 bucket is included
   // when it has kernels. Sites without GPU work are listed too, after those with. Read from
   // the summaries where the file has them, else one scan of the calls.
@@ -127,6 +142,9 @@ class Reader {
   // True when the writer kept summaries in the file (meta.summaries: store/summaries.h), so
   // tokens, sites and counts are read from them instead of scanning the calls.
   bool has_summaries() const { return has_summaries_; }
+  // True when the writer also kept the token digest (schema 5 and later, with summaries), so
+  // the report of a long run reads it instead of one row per token.
+  bool has_digest() const;
   // The calls of tokens between the SQL expressions `a` and `b` (parameters or literals), as a
   // subquery "(SELECT * FROM calls WHERE ...)": with summaries a range of the calls' rowids
   // (token_stats' first and last call ids: schema 4 files have no index on calls), else

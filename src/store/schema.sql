@@ -66,6 +66,25 @@ CREATE TABLE IF NOT EXISTS site_stats(site_id INTEGER, phase INTEGER, calls INTE
 -- 2 + 64 (b - 2) + 63 (kTokenBlock in src/store/summaries.h). Sites x tokens / 64 rows.
 CREATE TABLE IF NOT EXISTS site_blocks(site_id INTEGER, block INTEGER, cpu_self_ns INTEGER,
                                        PRIMARY KEY(site_id, block)) WITHOUT ROWID;
+-- Since version 5, kept by the writer from each token_stats row it changes (read before and
+-- after its upsert: src/store/token_digest.h), so that the report of a long run reads a few
+-- hundred rows, not one per token. Over the tokens the tokens view lists, by phase (as
+-- site_stats: 0 = token 0, 1 = token 1, 2 = tokens >= 2):
+-- token_totals: tokens, CUDA-graph replays (no token call), closed tokens and their CPU time
+-- (end - begin), GPU busy time, kernels, escapes, the largest GPU busy time of a token;
+-- token_hist: how many tokens' CPU time (what 0: closed tokens) and GPU busy time (what 1) fall
+-- in each bucket (DigestBucket: exact below 128 ns, then 128 buckets an octave, each within
+-- 0.4 % of its middle value);
+-- token_slowest: the closed tokens with the longest CPU time (kSlowestTokens of them; ties: the
+-- lower token).
+CREATE TABLE IF NOT EXISTS token_totals(phase INTEGER PRIMARY KEY, tokens INTEGER,
+                                        replays INTEGER, closed INTEGER, cpu_ns INTEGER,
+                                        gpu_busy_ns INTEGER, kernels INTEGER, escapes INTEGER,
+                                        max_gpu_busy_ns INTEGER);
+CREATE TABLE IF NOT EXISTS token_hist(phase INTEGER, what INTEGER, bucket INTEGER,
+                                      count INTEGER,
+                                      PRIMARY KEY(phase, what, bucket)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS token_slowest(token INTEGER PRIMARY KEY, cpu_ns INTEGER);
 -- Each call's first output tensor (shape as JSON), streamed by the Python hooks.
 CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
 -- Since version 2. One row per leaf of a call's arguments, written by the Python layer: kind

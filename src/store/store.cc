@@ -18,6 +18,7 @@
 #include "store/schema.h"
 #include "store/statement.h"
 #include "store/summaries.h"
+#include "store/token_digest.h"
 
 namespace tokentrace {
 
@@ -25,7 +26,8 @@ struct Store::Statements {
   Statement begin, commit, rollback;
   Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape, output,
       output_block, loss, token_stats, token_stats_block, find_call, site_stats, site_block,
-      site_block_block, site_stats_block;
+      site_block_block, site_stats_block, token_row, token_totals, token_hist, token_slowest,
+      token_slowest_floor, token_slowest_trim;
 };
 
 namespace {
@@ -217,9 +219,61 @@ void BindKernel(Statement& k, int first, const KernelRow& r) {
   k.Bind(first + 10, static_cast<int64_t>(r.graph_node_id));
 }
 
+// The token_stats rows of the tokens a batch touched (`tokens`, in token order), as the token
+// digest counts them (present false: no row yet), into `out` in the same order. Tokens close
+// together (a batch's are consecutive, token 0 aside) are read with one range query.
+void ReadTokenRows(Statement& q,
+                   const std::vector<std::pair<uint32_t, Summaries::TokenDelta>>& tokens,
+                   std::vector<TokenRowState>* out) {
+  constexpr uint32_t kMaxGap = 64;
+  out->assign(tokens.size(), TokenRowState());
+  for (size_t i = 0; i < tokens.size(); ++i) (*out)[i].token = tokens[i].first;
+  size_t begin = 0;
+  while (begin < tokens.size()) {
+    size_t end = begin + 1;
+    while (end < tokens.size() && tokens[end].first - tokens[end - 1].first <= kMaxGap) ++end;
+    q.Bind(1, tokens[begin].first);
+    q.Bind(2, tokens[end - 1].first);
+    size_t at = begin;
+    while (q.Step() == SQLITE_ROW) {
+      const uint32_t token = static_cast<uint32_t>(q.Int(0));
+      while (at < end && tokens[at].first < token) ++at;
+      if (at == end) break;
+      if (tokens[at].first != token) continue;
+      TokenRowState& r = (*out)[at];
+      r.present = true;
+      r.listed = q.Int(1) != 0;
+      r.replay = q.Int(2) != 0;
+      r.closed = q.Int(3) != 0;
+      r.cpu_ns = r.closed ? q.Int(4) : 0;
+      r.gpu_busy_ns = q.Int(5);
+      r.kernels = q.Int(6);
+      r.escapes = q.Int(7);
+    }
+    q.Reset();
+    begin = end;
+  }
+}
+
+// The token_stats row the upsert inserts for a token it has no row of: the delta's values.
+TokenRowState InsertedRow(uint32_t token, const Summaries::TokenDelta& d) {
+  TokenRowState r;
+  r.present = true;
+  r.token = token;
+  r.listed = d.listed;
+  r.replay = !d.has_token_call;
+  r.closed = d.has_token_call && d.cpu_end_ns >= 0;
+  r.cpu_ns = r.closed ? d.cpu_end_ns - d.cpu_begin_ns : 0;
+  r.gpu_busy_ns = d.gpu_busy_ns;
+  r.kernels = d.kernels;
+  r.escapes = d.escapes;
+  return r;
+}
+
 }  // namespace
 
-Store::Store(std::string path) : path_(std::move(path)), summaries_(new Summaries) {}
+Store::Store(std::string path)
+    : path_(std::move(path)), summaries_(new Summaries), digest_(new TokenDigestDelta) {}
 
 Store::~Store() { Close(); }
 
@@ -490,7 +544,45 @@ bool Store::Prepare(std::string* error) {
          s.site_stats.Prepare(db_, SiteStatsSql(1).c_str(), error) &&
          s.site_stats_block.Prepare(db_, SiteStatsSql(kBlockRows).c_str(), error) &&
          s.site_block.Prepare(db_, SiteBlocksSql(1).c_str(), error) &&
-         s.site_block_block.Prepare(db_, SiteBlocksSql(kBlockRows).c_str(), error);
+         s.site_block_block.Prepare(db_, SiteBlocksSql(kBlockRows).c_str(), error) &&
+         // The token digest (store/token_digest.h): a token_stats row as it counts it, and the
+         // upserts of its differences.
+         s.token_row.Prepare(db_,
+                             "SELECT token, listed, cpu_begin_ns IS NULL, "
+                             "cpu_begin_ns IS NOT NULL AND cpu_end_ns IS NOT NULL, "
+                             "cpu_end_ns - cpu_begin_ns, gpu_busy_ns, kernels, escapes "
+                             "FROM token_stats WHERE token BETWEEN ?1 AND ?2 ORDER BY token",
+                             error) &&
+         s.token_totals.Prepare(
+             db_,
+             "INSERT INTO token_totals VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9) "
+             "ON CONFLICT(phase) DO UPDATE SET tokens = tokens + excluded.tokens, "
+             "replays = replays + excluded.replays, closed = closed + excluded.closed, "
+             "cpu_ns = cpu_ns + excluded.cpu_ns, gpu_busy_ns = gpu_busy_ns + excluded.gpu_busy_ns, "
+             "kernels = kernels + excluded.kernels, escapes = escapes + excluded.escapes, "
+             "max_gpu_busy_ns = max(max_gpu_busy_ns, excluded.max_gpu_busy_ns)",
+             error) &&
+         s.token_hist.Prepare(db_,
+                              "INSERT INTO token_hist VALUES(?1,?2,?3,?4) "
+                              "ON CONFLICT(phase, what, bucket) DO UPDATE SET "
+                              "count = count + excluded.count",
+                              error) &&
+         s.token_slowest.Prepare(db_,
+                                 "INSERT INTO token_slowest VALUES(?1,?2) "
+                                 "ON CONFLICT(token) DO UPDATE SET cpu_ns = excluded.cpu_ns",
+                                 error) &&
+         s.token_slowest_floor.Prepare(
+             db_,
+             "SELECT (SELECT count(*) FROM token_slowest), cpu_ns, token FROM token_slowest "
+             "ORDER BY cpu_ns ASC, token DESC LIMIT 1",
+             error) &&
+         s.token_slowest_trim.Prepare(
+             db_,
+             ("DELETE FROM token_slowest WHERE token NOT IN (SELECT token FROM token_slowest "
+              "ORDER BY cpu_ns DESC, token ASC LIMIT " +
+              std::to_string(kSlowestTokens) + ")")
+                 .c_str(),
+             error);
 }
 
 bool Store::Write(const Batch& batch, std::string* error) {
@@ -519,6 +611,7 @@ bool Store::Write(const Batch& batch, std::string* error) {
     if (error->empty()) *error = CannotWrite(path_, sqlite3_errmsg(db_));
     st_->rollback.Run();
     summaries_->Rollback();
+    slowest_floor_ns_ = -1;
     return false;
   }
   summaries_->Commit();
@@ -531,9 +624,92 @@ bool Store::WriteSummaries(std::string* error) {
     *error = CannotWrite(path_, sqlite3_errmsg(db_));
     return false;
   };
+  // The token digest counts each changed token_stats row out as it was and in as it is.
+  TokenDigestDelta& digest = *digest_;
+  digest.Clear();
+  std::vector<TokenRowState>& before = digest_before_;
+  std::vector<TokenRowState>& after = digest_after_;
+  ReadTokenRows(s.token_row, summaries_->tokens(), &before);
+  for (const TokenRowState& r : before) digest.Add(r, -1);
   if (!WriteInBlocks(summaries_->tokens(), kTokenColumns, s.token_stats_block, s.token_stats,
                      BindTokenStats)) {
     return fail();
+  }
+  // After: a row the upsert inserted is the delta itself; one it updated is read back (those
+  // are few: the tokens a batch continues from the one before).
+  const auto& deltas = summaries_->tokens();
+  after.assign(before.size(), TokenRowState());
+  digest_updated_.clear();
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    if (before[i].present) {
+      digest_updated_.push_back(deltas[i]);
+    } else {
+      after[i] = InsertedRow(deltas[i].first, deltas[i].second);
+    }
+  }
+  if (!digest_updated_.empty()) {
+    std::vector<TokenRowState>& updated = digest_reread_;
+    ReadTokenRows(s.token_row, digest_updated_, &updated);
+    for (size_t i = 0, u = 0; i < deltas.size(); ++i) {
+      if (before[i].present) after[i] = updated[u++];
+    }
+  }
+  // token_slowest: a token enters when it could be among the slowest (fewer than
+  // kSlowestTokens rows, or as slow as the least slow of them), then the table is cut back.
+  if (slowest_floor_ns_ < 0) {  // (its least slow row, when it is full)
+    Statement& f = s.token_slowest_floor;
+    const int rc = f.Step();
+    slowest_floor_ns_ = 0;
+    slowest_floor_token_ = UINT32_MAX;
+    if (rc == SQLITE_ROW && f.Int(0) >= kSlowestTokens) {
+      slowest_floor_ns_ = f.Int(1);
+      slowest_floor_token_ = static_cast<uint32_t>(f.Int(2));
+    } else if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+      return fail();
+    }
+    f.Reset();
+  }
+  bool slowest_changed = false;
+  for (size_t i = 0; i < after.size(); ++i) {
+    const TokenRowState& now = after[i];
+    digest.Add(now, +1);
+    const TokenRowState& was = before[i];
+    const bool enters = now.cpu_ns > slowest_floor_ns_ ||
+                        (now.cpu_ns == slowest_floor_ns_ && now.token <= slowest_floor_token_);
+    if (now.listed && now.closed && enters &&
+        !(was.listed && was.closed && was.cpu_ns == now.cpu_ns)) {
+      s.token_slowest.Bind(1, now.token);
+      s.token_slowest.Bind(2, now.cpu_ns);
+      if (!s.token_slowest.Run()) return fail();
+      slowest_changed = true;
+    }
+  }
+  if (slowest_changed) {
+    if (!s.token_slowest_trim.Run()) return fail();
+    slowest_floor_ns_ = -1;  // read again at the next batch
+  }
+  for (int phase = 0; phase < 3; ++phase) {
+    if (!digest.touched(phase)) continue;
+    const TokenTotals& t = digest.totals(phase);
+    Statement& q = s.token_totals;
+    q.Bind(1, phase);
+    q.Bind(2, t.tokens);
+    q.Bind(3, t.replays);
+    q.Bind(4, t.closed);
+    q.Bind(5, t.cpu_ns);
+    q.Bind(6, t.gpu_busy_ns);
+    q.Bind(7, t.kernels);
+    q.Bind(8, t.escapes);
+    q.Bind(9, t.max_gpu_busy_ns);
+    if (!q.Run()) return fail();
+  }
+  for (const auto& [key, count] : digest.HistRows()) {
+    Statement& q = s.token_hist;
+    q.Bind(1, std::get<0>(key));
+    q.Bind(2, std::get<1>(key));
+    q.Bind(3, std::get<2>(key));
+    q.Bind(4, count);
+    if (!q.Run()) return fail();
   }
   if (!WriteInBlocks(summaries_->sites(), kSiteStatsColumns, s.site_stats_block, s.site_stats,
                      BindSiteStats)) {

@@ -14,13 +14,14 @@
 #include <vector>
 
 #include "core/records.h"
+#include "store/summaries.h"
+#include "store/token_digest.h"
 
 struct sqlite3;
 
 namespace tokentrace {
 
 class Statement;
-class Summaries;
 
 // The directory a file path names ("." for a bare name, "/" for a file in the root).
 std::string DirOf(const std::string& path);
@@ -101,7 +102,13 @@ class Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   std::unique_ptr<Statements> st_;
-  std::unique_ptr<Summaries> summaries_;  // what the file's summaries need between batches
+  std::unique_ptr<Summaries> summaries_;      // what the file's summaries need between batches
+  std::unique_ptr<TokenDigestDelta> digest_;  // a batch's difference to the token digest
+  std::vector<TokenRowState> digest_before_, digest_after_;  // its token_stats rows
+  std::vector<TokenRowState> digest_reread_;                 // (those updated, read back)
+  std::vector<std::pair<uint32_t, Summaries::TokenDelta>> digest_updated_;
+  int64_t slowest_floor_ns_ = -1;  // token_slowest's entry bar (store.cc); -1: read it again
+  uint32_t slowest_floor_token_ = UINT32_MAX;
   int reserve_fd_ = -1;
   int lock_fd_ = -1;  // the shared flock that says "being written" (BeingWritten)
   std::vector<Held> held_;

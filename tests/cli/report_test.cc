@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli_runner.h"
 #include "store/schema.h"
@@ -161,6 +164,53 @@ TEST(ReportTest, LongTraceIsSummarised) {
   EXPECT_NE(out.find("cpu ms 51.000 91.000 100.000 500.000"), std::string::npos) << r.out;
   EXPECT_NE(out.find("gpu busy ms 10.200 18.200 20.000 100.000"), std::string::npos) << r.out;
   EXPECT_LT(testing::CountLines(r.out), 70u);
+}
+
+// The numbers of the line of `out` that starts with `head`.
+std::vector<double> NumbersAfter(const std::string& out, const std::string& head) {
+  std::vector<double> v;
+  const size_t at = out.find("\n" + head);
+  if (at == std::string::npos) return v;
+  std::istringstream line(out.substr(at + 1 + head.size(), out.find('\n', at + 1) - at - 1));
+  for (double x; line >> x;) v.push_back(x);
+  return v;
+}
+
+// The same long trace from the writer's token digest (what a run of more than 1,000,000
+// tokens gets by default): the same tokens listed, the same slowest and maxima, medians and
+// percentiles within 0.4 % of the exact ones, and the report says where they came from.
+TEST(ReportTest, TheDigestGivesTheExactReportsFiguresWithinItsBound) {
+  std::string path = testing::TempDir() + "/long-digest.sqlite";
+  WriteLongTrace(path);
+  auto exact = RunCli({"report", path, "--percentiles", "exact"});
+  auto digest = RunCli({"report", path, "--percentiles=digest"});
+  ASSERT_EQ(exact.status, 0) << exact.err;
+  ASSERT_EQ(digest.status, 0) << digest.err;
+  const std::string e = Squeeze(exact.out), d = Squeeze(digest.out);
+  EXPECT_EQ(e.find("histogram"), std::string::npos) << exact.out;
+  EXPECT_NE(d.find("percentiles over 100 tokens (from the file's histogram of token times: "
+                   "within 0.4 %"),
+            std::string::npos)
+      << digest.out;
+  // Everything before the percentiles (the tokens listed, the slowest) is the same.
+  EXPECT_EQ(e.substr(0, e.find("percentiles over")), d.substr(0, d.find("percentiles over")));
+  for (const std::string head :
+       {"cpu ms ", "gpu busy ms ", "prefill (token 1) ", "decode (tokens >= 2) "}) {
+    const std::vector<double> a = NumbersAfter(e, head), b = NumbersAfter(d, head);
+    ASSERT_EQ(a.size(), b.size()) << head << "\n" << exact.out << digest.out;
+    ASSERT_FALSE(a.empty()) << head;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(b[i], a[i], 0.004 * a[i] + 0.0015) << head << " column " << i;
+    }
+  }
+  EXPECT_NE(d.find(" 500.000\n"), std::string::npos) << digest.out;  // the max: exact
+  // A default report of 100 tokens reads every token.
+  EXPECT_EQ(RunCli({"report", path}).out, exact.out);
+  auto bad = RunCli({"report", path, "--percentiles", "approx"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--percentiles 'approx' is not one of auto, exact, digest"),
+            std::string::npos)
+      << bad.err;
 }
 
 // 10,000 tokens x ~700 kernels (full mode), 100 calls per token: report reads only the

@@ -9,12 +9,16 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "store/reader.h"
 #include "store/schema.h"
 #include "store/store.h"
+#include "store/token_digest.h"
 #include "test_db.h"
 
 extern "C" void tt_disk_full_from_now(int64_t bytes, int64_t refusals);
@@ -98,8 +102,65 @@ std::string BlockScan() {
 constexpr char kBlockSummary[] =
     "SELECT site_id, block, cpu_self_ns FROM site_blocks WHERE cpu_self_ns != 0 ORDER BY 1, 2";
 
+// The token digest (token_totals, token_hist, token_slowest) computed from the tokens view's
+// rows, in the tables' order: "totals" rows, then "hist", then "slowest".
+std::string DigestScan(const std::string& path) {
+  const std::string listed = std::string("SELECT *, ") + kPhase +
+                             " AS phase, cpu_begin_ns IS NOT NULL AND cpu_end_ns IS NOT NULL "
+                             "AS closed FROM (" +
+                             kTokensSelectSql + ")";
+  std::string out = Rows(path,
+                         "SELECT phase, count(*), SUM(cpu_begin_ns IS NULL), SUM(closed), "
+                         "COALESCE(SUM(CASE WHEN closed THEN cpu_end_ns - cpu_begin_ns END), 0), "
+                         "SUM(gpu_busy_ns), SUM(kernels), SUM(escapes), MAX(gpu_busy_ns) FROM (" +
+                             listed + ") GROUP BY phase ORDER BY 1");
+  // Buckets by DigestBucket, counted here from each token's values.
+  std::map<std::tuple<int, int, int64_t>, int64_t> hist;
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db,
+                               ("SELECT phase, closed, cpu_end_ns - cpu_begin_ns, gpu_busy_ns "
+                                "FROM (" +
+                                listed + ")")
+                                   .c_str(),
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const int phase = sqlite3_column_int(st, 0);
+    if (sqlite3_column_int(st, 1) != 0) {
+      ++hist[{phase, kHistCpu, DigestBucket(sqlite3_column_int64(st, 2))}];
+    }
+    ++hist[{phase, kHistGpu, DigestBucket(sqlite3_column_int64(st, 3))}];
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  for (const auto& [key, count] : hist) {
+    out += "hist " + std::to_string(std::get<0>(key)) + "|" + std::to_string(std::get<1>(key)) +
+           "|" + std::to_string(std::get<2>(key)) + "|" + std::to_string(count) + "\n";
+  }
+  out += Rows(path, "SELECT token, cpu_end_ns - cpu_begin_ns AS d FROM (" + listed +
+                        ") WHERE closed ORDER BY d DESC, token ASC LIMIT " +
+                        std::to_string(kSlowestTokens));
+  return out;
+}
+
+std::string DigestSummary(const std::string& path) {
+  std::string out = Rows(path, "SELECT * FROM token_totals WHERE tokens != 0 ORDER BY 1");
+  const std::string hist = Rows(path, "SELECT * FROM token_hist WHERE count != 0 ORDER BY 1, 2, 3");
+  size_t at = 0;
+  while (at < hist.size()) {
+    const size_t end = hist.find('\n', at);
+    out += "hist " + hist.substr(at, end - at + 1);
+    at = end + 1;
+  }
+  out += Rows(path, "SELECT token, cpu_ns FROM token_slowest ORDER BY cpu_ns DESC, token ASC");
+  return out;
+}
+
 // Every summary equals its scan; the tokens view's two SELECTs give the same rows.
 void ExpectSummariesMatchScan(const std::string& path) {
+  EXPECT_EQ(DigestSummary(path), DigestScan(path));
   EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key = 'summaries'"), "1");
   const std::string tokens = Rows(path, std::string(kTokensSelectSql) + " ORDER BY token");
   EXPECT_EQ(tokens, Rows(path, std::string(kTokensScanSql) + " ORDER BY 1"));
@@ -429,6 +490,68 @@ TEST(SummariesTest, AFileOfSchema3IsReadByScanningAndSaysSo) {
   EXPECT_EQ(slow_counts.calls, fast_counts.calls);
   EXPECT_EQ(slow_counts.tokens, fast_counts.tokens);
   EXPECT_EQ(slow_counts.calls, 6);
+}
+
+// The token digest over tokens of varied length (the slowest ten change as the run goes on;
+// some roots written open and closed a batch later, GPU work arriving after its token's row):
+// equal to its scan after every batch, not only at the end.
+TEST(SummariesTest, TheTokenDigestMatchesAScanAfterEveryBatch) {
+  const std::string path = TempPath("digest.sqlite");
+  std::string error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Calls c;
+  Batch b;
+  b.sites = Sites();
+  uint64_t x = 12345;
+  for (uint32_t t = 1; t <= 400; ++t) {
+    CallRow& root = c.Open(0, 1, t);
+    if (t % 9 == 0) b.calls.push_back(root);  // written open, closed in the next batch
+    c.Open(0, 2, t);
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    c.now += static_cast<int64_t>(x >> 44);  // 0 .. 1 M ns more in this token
+    c.Close(0, &b);
+    c.Close(0, &b);
+    b.call_gpu.push_back({0, t, 1, static_cast<int64_t>(x >> 50), 1, 2, 0});
+    if (t % 4 == 0 || t % 9 == 0) {
+      ASSERT_TRUE(store->Write(b, &error)) << error;
+      b = Batch();
+      if (t % 36 == 0) {
+        const std::string now = DigestSummary(path);
+        ASSERT_EQ(now, DigestScan(path)) << "after token " << t;
+      }
+      // Kernels of an earlier token, after its row is in the file.
+      b.call_gpu.push_back({0, t - 3, 1, 777, 1, 2, 0});
+    }
+  }
+  ASSERT_TRUE(store->Write(b, &error)) << error;
+  store->Close();
+  ExpectSummariesMatchScan(path);
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM token_slowest"), kSlowestTokens);
+  EXPECT_EQ(QueryInt(path, "SELECT SUM(tokens) FROM token_totals"), 400);
+}
+
+// A bucket's middle value is within 0.4 % of every value in it, buckets keep the values'
+// order, and the percentile of the digest is the bucket of the exact one.
+TEST(TokenDigestTest, BucketsAreOrderedAndClose) {
+  int64_t last = -1;
+  for (int64_t v = 0; v < (int64_t{1} << 40); v = v < 1000 ? v + 1 : v + v / 997) {
+    const int64_t b = DigestBucket(v);
+    EXPECT_GE(b, last) << v;
+    last = b;
+    const double mid = static_cast<double>(DigestBucketValue(b));
+    EXPECT_LE(std::abs(mid - static_cast<double>(v)), 0.004 * static_cast<double>(v) + 0.5) << v;
+  }
+  std::vector<int64_t> values;
+  for (int64_t i = 1; i <= 1000; ++i) values.push_back(i * i * 37);
+  std::map<int64_t, int64_t> counts;
+  for (int64_t v : values) ++counts[DigestBucket(v)];
+  const std::vector<std::pair<int64_t, int64_t>> buckets(counts.begin(), counts.end());
+  for (double p : {50.0, 90.0, 99.0, 100.0}) {
+    const int64_t exact = values[static_cast<size_t>(std::ceil(p / 100.0 * 1000)) - 1];
+    EXPECT_EQ(DigestBucket(DigestPercentile(buckets, p)), DigestBucket(exact)) << p;
+  }
+  EXPECT_EQ(DigestPercentile({}, 50), 0);
 }
 
 }  // namespace
