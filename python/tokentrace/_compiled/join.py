@@ -205,7 +205,7 @@ def join_kernels(q, noted=None):
     def matched_paths(names, regions):
         key = (tuple(names), tuple(regions))
         if key not in memo:
-            memo[key] = match.match_call(m, names, m.graph_of(names, regions))
+            memo[key] = match.match_call(m, names, m.graph_of(names, regions), regions)
         return memo[key]
     kernels, replayed = [], []
     lost = _not_stored(q, owner, records, marker_children)

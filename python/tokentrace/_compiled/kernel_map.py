@@ -35,7 +35,12 @@ META_KEY = "compiled_kernels"
 REGIONS_KEY = "compiled_graph_regions"
 LOSS_KIND = "compiled_unattributed"  # include/tokentrace/kinds.h
 
-_state: dict[str, Any] = {"saved": None, "graphs": {}, "regions": {}, "compile": None}
+# {compile id: [generated C++ kernels]} of graphs recovered from compiled code (precompiled.py)
+# whose kernels run without a record.
+UNRECORDED_KEY = "compiled_unrecorded"
+
+_state: dict[str, Any] = {"saved": None, "graphs": {}, "regions": {}, "compile": None,
+                          "unrecorded": {}}
 
 
 def _runtime_name(name, generated, graph_id, profiled):
@@ -120,6 +125,7 @@ def _forget_on_reset():
         if _state["saved"] is None:
             _state["graphs"].clear()
             _state["regions"].clear()
+            _state["unrecorded"].clear()
         return out
     reset_and_forget.tokentrace_original = reset
     reset_and_forget.__doc__, reset_and_forget.__wrapped__ = reset.__doc__, reset
@@ -159,6 +165,7 @@ def start():
         return  # already noting (one trace at a time; the op observer refuses a second)
     if "torch._dynamo" in sys.modules:
         _install_inductor()
+        recover()
         return
     import torch
     compile_fn = torch.compile
@@ -187,9 +194,43 @@ def stop():
         module.set_kernel_post_grad_provenance_tracing = original
 
 
+def recover():
+    """Adds to the map the graphs TorchDynamo has compiled and cached before now that were not
+    noted at compile time (precompiled.py): keyed by Inductor's graph id, under the compile id
+    of the cache entry that runs them. A graph not recovered stays out of the map (its regions
+    are then unmapped: counted and named)."""
+    from . import precompiled
+    try:
+        frames = precompiled.compiled_frames()
+    except Exception:  # noqa: BLE001 - TorchDynamo's internals moved: nothing is recovered
+        return
+    noted = set(_state["regions"].values())
+    for compile_id, fn in frames:
+        if compile_id in noted:
+            continue  # compiled under an ops=True trace: noted, kernels profiled
+        try:
+            found = precompiled.graph_map(fn, _node_module)
+        except Exception:  # noqa: BLE001 - this graph stays unmapped
+            continue
+        if found is None:
+            continue
+        graph_id, entries, unrecorded = found
+        key = str(graph_id) if graph_id is not None else f"pre:{compile_id}"
+        if key in _state["graphs"]:
+            continue
+        _state["graphs"][key] = entries
+        _state["regions"][key] = compile_id
+        if unrecorded:
+            _state["unrecorded"][compile_id] = unrecorded
+        noted.add(compile_id)
+
+
 def meta():
-    """{META_KEY: json, REGIONS_KEY: json} of the kernels noted since start(), or {} when
-    nothing compiled."""
+    """{META_KEY: json, REGIONS_KEY: json[, UNRECORDED_KEY: json]} of the kernels noted since
+    start() and recovered from graphs compiled before it, or {} when nothing compiled."""
     if not _state["graphs"]:
         return {}
-    return {META_KEY: json.dumps(_state["graphs"]), REGIONS_KEY: json.dumps(_state["regions"])}
+    out = {META_KEY: json.dumps(_state["graphs"]), REGIONS_KEY: json.dumps(_state["regions"])}
+    if _state["unrecorded"]:
+        out[UNRECORDED_KEY] = json.dumps(_state["unrecorded"])
+    return out

@@ -49,12 +49,27 @@ class Map:
             out.append(next(iter(homes)) if len(homes) == 1 else None)
         return out
 
-    def whole_graph(self, names):
-        """Paths lists for a call with no generated kernel: a graph whose calls are exactly
-        `names` (library calls only), if all such graphs agree."""
-        found = {json.dumps([p for _, p in e]) for e in self.graphs.values()
-                 if [n for n, _ in e] == names}
+    def whole_graph(self, names, region=None):
+        """Paths lists for a run of library calls only: a graph whose calls are exactly
+        `names`, among the graphs compiled under `region` (its compile id) when one is noted,
+        else among all; if all such graphs agree."""
+        graphs = self.by_region.get(region) or self.graphs.keys()
+        found = {json.dumps([p for _, p in self.graphs[g]]) for g in graphs
+                 if [n for n, _ in self.graphs[g]] == names}
         return json.loads(found.pop()) if len(found) == 1 else None
+
+    def whole_graphs(self, names, regions):
+        """whole_graph of each region's run of `names` (a graph break between two graphs of
+        library calls only); a run that no graph explains is None for each of its calls."""
+        out, i = [], 0
+        while i < len(names):
+            j = i
+            while j < len(names) and regions[j] == regions[i]:
+                j += 1
+            paths = self.whole_graph(names[i:j], regions[i])
+            out += paths if paths is not None else [None] * (j - i)
+            i = j
+        return out
 
 
 def _library_entry(m, entries, j, step, name):
@@ -102,14 +117,19 @@ def _anchors(m, names, graphs):
     return sorted(out)
 
 
-def match_call(m, names, graphs):
+def match_call(m, names, graphs, regions=None):
     """Paths (a list) or None for each of one compiled call's kernels `names` (op children
-    and GPU kernel records, in launch order); graphs[i]: the graph a generated one ran in."""
+    and GPU kernel records, in launch order); graphs[i]: the graph a generated one ran in;
+    regions[i]: the compile id of the region it ran in (None: not known)."""
     out = [None] * len(names)
     anchors = _anchors(m, names, graphs)
     if not any(m.is_generated(n) for n in names):
         paths = m.whole_graph(names)
-        return paths if paths is not None else out
+        if paths is not None:
+            return paths
+        # A graph break between graphs of library calls only (a graph compiled before the
+        # trace, whose C++ kernels ran unrecorded): each region's run is its own graph.
+        return m.whole_graphs(names, regions) if regions is not None else out
     for i, (graph, index) in anchors:
         out[i] = m.graphs[graph][index][1]
     # Each gap between generated kernels: library calls forward from the one before (through
