@@ -16,12 +16,24 @@ ran them. A generated kernel is found by its name. A library kernel (extern_kern
 fallback op) has no name of its own: it is the next library call of the same graph after the
 last generated kernel seen (or before the next one, at the start of a call). Each kernel gets
 the modules of its nodes; more than one is a `fused` kernel, attributed to all of them. An op
-child of a compiled call that matches nothing (an eager op run between graphs, a graph compiled
-before the trace started) is counted as the loss kind `compiled_unattributed`; regions that ran
+child of a compiled call that matches nothing (an eager op run between graphs, a graph whose
+map was not recovered) is counted as the loss kind `compiled_unattributed`; regions that ran
 with no graph of the map are named in meta "compiled_unmapped" (join.unmapped_regions).
 
+Graphs compiled before the trace (recover(), precompiled.py). When the trace starts, the graphs
+TorchDynamo has compiled and still caches are added to the map from what they keep: the
+compiled function's generated source (the order of its kernels, the FX nodes Inductor names
+in a comment before each library call) and TorchDynamo's GraphModule (those nodes'
+nn_module_stack). Nothing is compiled again. On the CPU their C++ kernels were generated
+without profiling: they open no RecordFunction, so op records never see them; their time is
+their region's own and cannot be attributed. They are named per compile id in meta
+"compiled_unrecorded" and left out of the map; the library calls (extern_kernels.addmm,
+fallback ops), which op records see, are attributed. A graph of another backend (aot_eager),
+or one whose source or TorchDynamo graph is not found, stays unmapped (counted and named).
+
 The map is stored in the trace file's meta ("compiled_kernels", JSON:
-{graph id: [[runtime name, [module paths relative to the compiled module]], ...]}).
+{graph id: [[runtime name, [module paths relative to the compiled module] or null], ...]};
+null: a recovered kernel whose FX nodes were not found, counted when it runs).
 """
 
 import json
