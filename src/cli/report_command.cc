@@ -384,10 +384,18 @@ int ReportCommand(const std::vector<std::string>& args) {
       out += "  assistant: " + assistant + "\n";
     }
   }
-  // Compiled graphs that ran with no kernel map (python/tokentrace/_compiled/join.py).
+  // Compiled graphs that ran with no kernel map, and those whose map was recovered with
+  // kernels that ran unrecorded (python/tokentrace/_compiled/join.py).
   if (const std::string unmapped = MetaValue(meta, "compiled_unmapped"); unmapped != "unknown") {
     out += "  compiled regions without a kernel map (compiled before the trace): " + unmapped +
            "; their ops and kernels are counted as compiled_unattributed\n";
+  }
+  if (const std::string unrecorded = MetaValue(meta, "compiled_unrecorded_regions");
+      unrecorded != "unknown") {
+    out +=
+        "  compiled before the trace (kernel map recovered), generated kernels that ran "
+        "unrecorded (compiled without profiling; their time is their region's own): " +
+        unrecorded + "\n";
   }
   const std::string signal = MetaValue(meta, "exit_signal");
   if (!signal.empty() && signal != "unknown") {

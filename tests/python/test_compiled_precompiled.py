@@ -83,6 +83,11 @@ def test_library_calls_of_a_graph_compiled_before_the_trace_are_attributed(in_pr
     assert list(unrecorded.values()) == [["cpp_fused_native_layer_norm_relu_0",
                                           "cpp_fused_mul_native_layer_norm_relu_1"]]
     assert list(unrecorded) == list(json.loads(trace.meta[kernel_map.REGIONS_KEY]).values())
+    (compile_id,) = unrecorded
+    assert trace.meta["compiled_unrecorded_regions"] == f"{compile_id} (2 kernels)"
+    assert ("compiled before the trace (kernel map recovered), generated kernels that ran "
+            "unrecorded (compiled without profiling; their time is their region's own): "
+            f"{compile_id} (2 kernels)") in trace.report()
 
 
 def test_graphs_on_both_sides_of_a_graph_break_are_each_recovered(in_process):

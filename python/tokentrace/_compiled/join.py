@@ -272,6 +272,7 @@ def compiled_rows(path):
             return con.execute(sql, args).fetchall()
         _, lost = join_kernels(q, noted)
         unmapped = unmapped_regions(q, noted)
+        ran = _ran_regions(q)
     finally:
         con.close()
     if not noted and not lost and not unmapped:
@@ -279,10 +280,28 @@ def compiled_rows(path):
     meta = dict(noted)
     if unmapped:
         meta[UNMAPPED_KEY] = ", ".join(unmapped)
+    # Graphs recovered from compiled code whose C++ kernels run without records: those of the
+    # regions that ran here (the map holds every graph of the process).
+    unrecorded = {cid: names for cid, names in json.loads(
+        noted.get(kernel_map.UNRECORDED_KEY, "{}")).items() if cid in ran}
+    meta.pop(kernel_map.UNRECORDED_KEY, None)
+    if unrecorded:
+        meta[kernel_map.UNRECORDED_KEY] = json.dumps(unrecorded)
+        meta[UNRECORDED_REGIONS_KEY] = ", ".join(
+            f"{cid} ({len(names)} kernel{'s' if len(names) > 1 else ''})"
+            for cid, names in sorted(unrecorded.items()))
     return meta, {LOSS_KIND: len(lost)}
 
 
 UNMAPPED_KEY = "compiled_unmapped"  # meta: the compile ids of regions that ran with no map
+# meta: "0/0 (2 kernels), ...": the regions that ran here of graphs compiled before the trace
+# whose generated C++ kernels run unrecorded (kernel_map.UNRECORDED_KEY has their names)
+UNRECORDED_REGIONS_KEY = "compiled_unrecorded_regions"
+
+
+def _ran_regions(q):
+    return {name[len(REGION):].lstrip(": ") for (name,) in q(
+        "SELECT name FROM sites WHERE name LIKE ?", (REGION + "%",))}
 
 
 def unmapped_regions(q, noted=None):
@@ -292,9 +311,7 @@ def unmapped_regions(q, noted=None):
     regions = _meta_json(q, REGIONS_KEY) if noted is None else json.loads(
         noted.get(REGIONS_KEY, "{}"))
     mapped = set(regions.values())
-    ran = {name[len(REGION):].lstrip(": ") for (name,) in q(
-        "SELECT name FROM sites WHERE name LIKE ?", (REGION + "%",))}
-    return sorted(r for r in ran if r and r not in mapped)
+    return sorted(r for r in _ran_regions(q) if r and r not in mapped)
 
 
 def write_compiled_rows(path):
