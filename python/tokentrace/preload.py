@@ -39,7 +39,7 @@ from ._common import module as select_module
 from ._common import parse_env_list
 from ._compiled import watch_compile
 from ._errors import TokentraceError
-from ._record import Attachment, FirstRoot, selection
+from ._record import Attachment, FirstRoot, selection, sites_of
 
 _state = {"first": None, "done": False}
 
@@ -110,7 +110,7 @@ def _select(env, names, default_all):
 
 
 def _attach(choice):
-    edits = _attach_edits(choice.model)
+    edits = _attach_edits(choice.model, choice.assistant)
     if not _attach_recording(choice) and edits is not None:
         atexit.register(_say_fires, edits)
 
@@ -127,9 +127,10 @@ def _edits_variable():
     return "TOKENTRACE_PATCHES", os.environ["TOKENTRACE_PATCHES"].strip()
 
 
-def _attach_edits(model):
+def _attach_edits(model, assistant=None):
     """TOKENTRACE_EDITS: the JSON edit spec, installed on the root as a bound model's
-    forward hooks (counting from the first root call, made through them). A bad spec stops
+    forward hooks (counting from the first root call, made through them); its rules may name
+    an assisted generation's assistant's sites ("assistant_model.*"). A bad spec stops
     the job before the model's first forward runs (exit status 2): running without the edits
     the user asked for would give results that look right and are not."""
     variable, spec_path = _edits_variable()
@@ -138,7 +139,8 @@ def _attach_edits(model):
     from .edits import load_spec
     try:
         device = next(iter(model.parameters()), torch.empty(0)).device
-        hooks = load_spec(spec_path, device=device).hooks_for(model)
+        hooks = load_spec(spec_path, device=device).hooks_for(model,
+                                                              sites_of(model, assistant))
         hooks.install()
     except Exception as exc:  # ours says what is wrong; anything else is still a bad spec
         message = str(exc).removeprefix("tokentrace: ")

@@ -280,3 +280,32 @@ def test_a_held_model_is_the_root_when_its_part_is_called_first():
     assert trace["model.embed_tokens"].num_calls == 1  # the by-hand call
     assert trace["model.embed_tokens:1"].token == 0
     assert "is part of" in trace.meta["root"]
+
+
+def test_edits_may_name_the_assistants_sites():
+    """An edit rule naming an assisted generation's assistant site ("assistant_model.*", as
+    the trace names it) runs on the assistant's calls. Before, the rule's site was looked up in
+    the main model only: "no site named 'assistant_model.transformer.h.0' in this model"."""
+    space = _models()
+    model, kwargs, _ = space["build"]("gpt2_assisted")
+    fired = []
+
+    def note(values, *, ctx):
+        fired.append(ctx)
+        return None
+    edits = tt.when("assistant_model.transformer.h.0", note)
+    with torch.no_grad():
+        trace = tt.trace(model.generate, kwargs, kernels="off", edits=edits)
+    assert len(fired) == trace["assistant_model.transformer.h.0"].num_calls > 0
+
+
+def test_tokentrace_run_edits_the_assistants_sites(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([{"site": "assistant_model.transformer.h.0", "op": "zero"}]))
+    res = _run(tmp_path, "gpt2_assisted", True, "--edits", str(spec))
+    assert res.returncode == 0, res.stderr[-3000:]
+    calls = _result(res.stdout)["calls"]
+    trace = tt.load(str(tmp_path / "gpt2_assisted.sqlite"))
+    fires = json.loads(trace.meta["patch_fires"])
+    assert fires["num_fires"] == calls["assistant"] == \
+        trace["assistant_model.transformer.h.0"].num_calls > 0

@@ -59,12 +59,13 @@ class EditHooks:
     """The forward hooks of one spec on one model. Resolving, validation and the patch table
     happen here, before any run: errors come before any model work."""
 
-    def __init__(self, model, spec):
+    def __init__(self, model, spec, sites=None):
         if not isinstance(model, torch.nn.Module):
             fail(f"bind() takes a torch.nn.Module, got {type(model).__name__}")
         self.model = model
         self.spec = spec
-        self.modules = site_names(model)
+        # {site: module}: the model's, and a recorded assistant's ("assistant_model.*")
+        self.modules = dict(sites) if sites is not None else site_names(model)
         names = list(self.modules)
         targets = {}  # (site, input path or None for the output) -> [rule index], rule order
         # Rules that select ops (op_edits.py): run by the op mode, not by module hooks.

@@ -45,8 +45,12 @@ class EditSpec:
         these edits installed; nothing is recorded."""
         return BoundModel(model, self)
 
-    def hooks_for(self, model: torch.nn.Module) -> EditHooks:
-        return EditHooks(model, self)
+    def hooks_for(self, model: torch.nn.Module,
+                  sites: dict[str, torch.nn.Module] | None = None) -> EditHooks:
+        """The hooks of this spec on `model`. sites: {site name: module} the rules may name
+        (default: the model's own; a recording adds an assisted generation's assistant under
+        "assistant_model")."""
+        return EditHooks(model, self, sites)
 
     def to_json(self, path: str | os.PathLike[str] | None = None, *,
                 operand_dir: str | os.PathLike[str] | None = None) -> str:

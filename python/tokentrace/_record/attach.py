@@ -86,7 +86,8 @@ class Attachment:
         names = sites_of(model, root.assistant)
         hooked, saved, self.inputs = self.select(list(names))
         self.model, self.root = model, root
-        self.edits = self.edit_spec.hooks_for(model) if self.edit_spec is not None else None
+        self.edits = (self.edit_spec.hooks_for(model, names) if self.edit_spec is not None
+                      else None)
         wants_sink = saved or self.op_save is not None
         self.sink = TensorSink(self.path, self.shard_bytes) if wants_sink else None
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
