@@ -309,3 +309,11 @@ def test_tokentrace_run_edits_the_assistants_sites(tmp_path):
     fires = json.loads(trace.meta["patch_fires"])
     assert fires["num_fires"] == calls["assistant"] == \
         trace["assistant_model.transformer.h.0"].num_calls > 0
+
+
+def test_a_bound_model_says_assistant_sites_are_edited_by_a_recording():
+    space = _models()
+    model, _, _ = space["build"]("gpt2_assisted")
+    edits = tt.when("assistant_model.transformer.h.0", tt.zero())
+    with pytest.raises(tt.TokentraceError, match="a bound model edits its own sites only"):
+        edits.bind(model)

@@ -55,6 +55,10 @@ class _Segment:
         self.rules, self.site_id, self.key, self.fn = rules, site_id, key, fn
 
 
+# The site prefix a recording gives an assisted generation's assistant (_record/root.py).
+ASSISTANT = "assistant_model"
+
+
 class EditHooks:
     """The forward hooks of one spec on one model. Resolving, validation and the patch table
     happen here, before any run: errors come before any model work."""
@@ -73,6 +77,12 @@ class EditHooks:
         for i, rule in enumerate(spec.rules):
             if rule.selector.names_ops:
                 continue
+            if sites is None and any(str(p).startswith(ASSISTANT)
+                                     for p in getattr(rule.selector, "patterns", ())):
+                fail(f"rule {i} ({rule.describe()}): sites under {ASSISTANT!r} are an assisted "
+                     f"generation's assistant, which tt.trace, tt.record and `tokentrace run "
+                     f"--edits` edit beside the model; a bound model edits its own sites only "
+                     f"(bind the assistant itself, with its own site names)")
             for site in rule.selector.resolve(names, "tt.when selector"):
                 targets.setdefault((site, rule.input), []).append(i)
         by_site = {}
