@@ -145,3 +145,43 @@ def test_tokentrace_run_ops_on_a_job_that_compiles(tmp_path, plain):
     shares = check_decode_attribution(trace, NEW_TOKENS)
     print("tokentrace run: kernels', regions' share of decode wall time:",
           [(round(k, 3), round(r, 3)) for k, r in shares])
+
+
+@pytest.mark.slow
+def test_a_llama_compiled_before_the_trace_has_its_library_calls_attributed():
+    """Compiled and run before the trace (its C++ kernels unprofiled): the map is recovered
+    from the compiled graphs (python/tokentrace/_compiled/precompiled.py), nothing compiles
+    again, every library call of each token (the projections' mm, attention) is attributed
+    and the generated kernels are named as unrecorded."""
+    import json
+
+    import torch._inductor.config as config
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    lm, prompt, kwargs = _model()
+    saved = config.force_disable_caches
+    config.force_disable_caches = True
+    try:
+        with torch.no_grad():
+            plain = lm.generate(prompt, **kwargs)  # compiled here, before the trace
+            before = _counts()
+            out = []
+            with pytest.warns(RuntimeWarning, match="inside a compiled region"):
+                trace = tt.trace(lambda p: out.append(lm.generate(p, **kwargs)), prompt,
+                                 model=lm, kernels="off", ops=True)
+    finally:
+        config.force_disable_caches = saved
+    assert _counts() == before  # nothing compiled under the trace
+    assert torch.equal(out[0], plain)
+    assert trace.losses.get("compiled_unattributed", 0) == 0
+    assert "compiled_unmapped" not in trace.meta
+    assert len(json.loads(trace.meta["compiled_unrecorded"])) == 2  # prefill, decode graphs
+    kernels, lost = join_kernels(trace._q)
+    assert lost == []
+    for t in range(1, NEW_TOKENS + 1):
+        mine = [k for k in kernels if k.token == t]
+        assert all(k.name.startswith("aten::") and k.modules for k in mine)
+        modules = {m for k in mine for m in k.modules}
+        assert {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn",
+                "model.layers.0.mlp.down_proj", "lm_head"} <= modules, sorted(modules)
