@@ -127,3 +127,21 @@ runner = Runner(partitions=[])
                        ("extern", "aten::mm", ["relu", "linear_1"]),
                        ("extern", "aten::_foo", ["sdpa"])]
     assert profiled == {"cpp_fused_relu_0": False}
+
+
+def test_a_graph_not_read_is_not_mapped():
+    """No map rather than an empty one: a graph left out stays unmapped, its regions named and
+    its ops counted (test_compiled_before.py)."""
+    gm = torch.fx.symbolic_trace(Block())
+
+    def compiled(*args):
+        return None
+    compiled.named_parameters = gm.named_parameters
+    compiled.source_code = "def call(args):\n    return ()\n"  # no kernel in its call()
+    compiled.fx_kwargs = {"graph_id": 7}
+    assert precompiled.graph_map(compiled, kernel_map._node_module) is None
+    compiled.source_code = "// C++ wrapper"
+    compiled.fx_kwargs = {"graph_id": 7, "cpp_wrapper": True}
+    assert precompiled.graph_map(compiled, kernel_map._node_module) is None
+    del compiled.source_code  # another backend's function (aot_eager): no source at all
+    assert precompiled.graph_map(compiled, kernel_map._node_module) is None

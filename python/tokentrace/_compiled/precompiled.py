@@ -107,7 +107,8 @@ def _unwrap(fn, attr, want):
 
 def graph_map(fn, module_of):
     """(graph id, entries, unrecorded) of a compiled function, or None when it is not an
-    Inductor graph with its source and TorchDynamo graph. entries: [[runtime name, paths or
+    Inductor graph with its Python wrapper's source (a kernel in its call()) and TorchDynamo
+    graph. entries: [[runtime name, paths or
     None]] (None: a node of the kernel not found in the graph; the kernel is then counted);
     unrecorded: the generated C++ kernels that run without a record. module_of(node) is the
     module path of a TorchDynamo node."""
@@ -118,6 +119,8 @@ def graph_map(fn, module_of):
     if source is None or params is None:
         return None
     fx_kwargs = _unwrap(fn, "fx_kwargs", lambda v: isinstance(v, dict)) or {}
+    if fx_kwargs.get("cpp_wrapper"):
+        return None  # its source is C++: not read here
     graph_id = fx_kwargs.get("graph_id")
     nodes = {n.name: n for n in params.__self__.graph.nodes}
 
@@ -126,6 +129,8 @@ def graph_map(fn, module_of):
             return None
         return sorted({module_of(nodes[n]) for n in names})
     kernels, profiled = parse(source)
+    if not kernels:
+        return None  # nothing read of it (another wrapper's form): left unmapped, named
     entries, unrecorded = [], []
     for kind, name, names in kernels:
         if kind == "extern":
