@@ -60,6 +60,10 @@ for n in "$@"; do
     "$build/tokentrace" plot "$trace" -o "$work/long-$n.png"
   measure "tt.load().tokens" env PYTHONPATH="$pypath" TOKENTRACE_NATIVE_DIR="$native" "$python" -c \
     "import sys, tokentrace as tt; t = tt.load(sys.argv[1]); print(len(t.tokens))" "$trace"
+  measure "tt.load().tokens, every row" env PYTHONPATH="$pypath" TOKENTRACE_NATIVE_DIR="$native" "$python" -c \
+    "import sys, tokentrace as tt; t = tt.load(sys.argv[1]); print(sum(r.cpu_ms for r in t.tokens))" "$trace"
+  measure "tt.load().tokens[mid]" env PYTHONPATH="$pypath" TOKENTRACE_NATIVE_DIR="$native" "$python" -c \
+    "import sys, tokentrace as tt; t = tt.load(sys.argv[1]).tokens; print(t[len(t) // 2])" "$trace"
   mid=$((n / 2))
   measure "report --tokens $mid:$((mid + 99))" "$build/tokentrace" report "$trace" \
     --tokens "$mid:$((mid + 99))"

@@ -102,3 +102,31 @@ def test_the_plot_falls_back_to_top_level_sites(tmp_path):
         assert heights[1] == pytest.approx(body / 1e6)
     finally:
         plt.close(fig)
+
+
+def test_long_runs_tokens_are_read_in_pages(tmp_path, monkeypatch):
+    """Past PAGED_TOKENS, trace.tokens reads its length from the token totals and its rows a
+    page at a time, and reads as the whole list does: here 7 tokens in pages of 2."""
+    from tokentrace._read import token_rows
+    path = _record(tmp_path, tokens=7).path
+    whole = list(tt.load(path).tokens)
+    monkeypatch.setattr(token_rows, "PAGED_TOKENS", 4)
+    monkeypatch.setattr(token_rows, "PAGE", 2)
+    paged = tt.load(path).tokens
+    assert isinstance(paged, token_rows.PagedTokenRows) and len(paged) == 7
+    assert paged == whole and list(paged) == whole
+    assert [paged[i] for i in (6, 0, 3, -1, -7, 5)] == [whole[i] for i in (6, 0, 3, -1, -7, 5)]
+    assert paged[2:6] == whole[2:6] and list(reversed(paged)) == whole[::-1]
+    assert len(paged._pages) <= 2  # pages held, however many were read
+    with pytest.raises(IndexError):
+        paged[7]
+    # A file whose rows fall short of its totals (damaged) reads what it holds, and says
+    # IndexError past them rather than a wrong row.
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM token_stats WHERE token = 7")
+    con.commit()
+    con.close()
+    short = tt.load(path).tokens
+    assert list(short) == whole[:6]
+    with pytest.raises(IndexError):
+        short[6]

@@ -2,7 +2,10 @@
 
 A million-token trace held as a list of TokenRow namedtuples takes ~160 MB (a tuple, a float
 and an int object per row); the columns here take ~40 bytes a token, and the rows are streamed
-from SQLite into them, never fetched all at once.
+from SQLite into them, never fetched all at once. Past PAGED_TOKENS tokens (10,000,000 tokens
+would be 400 MB) trace.tokens is a PagedTokenRows instead: its length comes from the writer's
+token totals and its rows are read PAGE at a time as they are indexed or iterated, at most two
+pages held.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from collections.abc import Sequence
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from .trace import TokenRow
+
+PAGED_TOKENS = 1_000_000  # trace.tokens of longer runs: PagedTokenRows
+PAGE = 1 << 16            # tokens a page of PagedTokenRows reads
 
 
 class TokenRows(Sequence):
@@ -63,13 +69,88 @@ class TokenRows(Sequence):
         return (self._row(i) for i in range(len(self)))
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (TokenRows, list, tuple)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
+        return _equal(self, other)
 
     __hash__ = None  # type: ignore[assignment]  # compared by value, like a list: unhashable
 
     def __repr__(self) -> str:
-        if len(self) <= 20:
-            return repr(list(self))
-        return f"<{len(self)} TokenRows: {self[0]!r} ... {self[-1]!r}>"
+        return _repr(self)
+
+    @property
+    def last_token(self) -> int:
+        return self._token[-1]
+
+
+def _equal(rows: Sequence, other: object) -> bool:
+    if isinstance(other, (TokenRows, PagedTokenRows, list, tuple)):
+        return len(rows) == len(other) and all(a == b for a, b in zip(rows, other))
+    return NotImplemented
+
+
+def _repr(rows: Sequence) -> str:
+    if len(rows) <= 20:
+        return repr(list(rows))
+    return f"<{len(rows)} TokenRows: {rows[0]!r} ... {rows[-1]!r}>"
+
+
+class PagedTokenRows(Sequence):
+    """The same Sequence for a long run: len from the writer's token totals, rows read PAGE at
+    a time (at most two pages held: iterating 10,000,000 tokens holds ~5 MB)."""
+
+    __slots__ = ("_make", "_fetch", "_count", "_gpu_on", "_after", "_pages")
+
+    def __init__(self, make: type[TokenRow], fetch: Callable[[int, int, int], Iterable[tuple]],
+                 count: int, gpu_on: bool) -> None:
+        """fetch(after, offset, limit): the rows of the tokens after token `after`."""
+        self._make, self._fetch, self._count, self._gpu_on = make, fetch, count, gpu_on
+        self._after: dict[int, int] = {0: 0}   # page -> the token it starts after, where known
+        self._pages: dict[int, TokenRows] = {}  # at most two
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _page(self, p: int) -> TokenRows:
+        rows = self._pages.get(p)
+        if rows is None:
+            after = self._after.get(p)
+            # A page whose start is not known yet (indexed out of order) skips to it.
+            raw = (self._fetch(after, 0, PAGE) if after is not None
+                   else self._fetch(0, p * PAGE, PAGE))
+            rows = TokenRows(self._make, raw, self._gpu_on)
+            if len(self._pages) >= 2:
+                del self._pages[next(iter(self._pages))]
+            self._pages[p] = rows
+            if len(rows):
+                self._after[p + 1] = rows.last_token
+        return rows
+
+    def __getitem__(self, index):  # int -> TokenRow, slice -> list[TokenRow]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        i = index.__index__()
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("token row index out of range")
+        page = self._page(i // PAGE)
+        if i % PAGE >= len(page):  # the file holds fewer rows than its totals say (damaged)
+            raise IndexError("token row index out of range")
+        return page[i % PAGE]
+
+    def __iter__(self) -> Iterator[TokenRow]:
+        left = len(self)  # as many as len says, however many rows a damaged file holds
+        for p in range((left + PAGE - 1) // PAGE):
+            page = self._page(p)
+            yield from (page[i] for i in range(min(len(page), left)))
+            left -= len(page)
+            if left <= 0 or len(page) < PAGE:
+                return
+
+    def __eq__(self, other: object) -> bool:
+        return _equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return _repr(self)

@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 
 from .._common import OP_EDIT_SITE, OP_SAVE_SITE, schema
 from .._errors import TokentraceError, fail
-from .token_rows import TokenRows
+from . import token_rows
+from .token_rows import PagedTokenRows, TokenRows
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import no torch
@@ -392,23 +393,49 @@ class Trace:
 
     # --- tokens -------------------------------------------------------------------------
     @property
-    def tokens(self) -> TokenRows:
+    def tokens(self) -> TokenRows | PagedTokenRows:
         """One TokenRow per token (root call); token 1 is the prefill. A read-only sequence
-        (index, slice, iterate, len, == with a list) holding ~40 bytes a token."""
+        (index, slice, iterate, len, == with a list) holding ~40 bytes a token; for a long
+        run (more than PAGED_TOKENS tokens, in a finished file with the writer's token
+        totals) its rows are read in pages as they are indexed or iterated."""
         gpu_on = self.kernels_recorded
+        count = self._listed_tokens()
+        if count is not None and count > token_rows.PAGED_TOKENS:
+            return PagedTokenRows(TokenRow, self._token_page, count, gpu_on)
+        return TokenRows(TokenRow, self._token_page(0, 0, -1), gpu_on)
+
+    def _token_page(self, after: int, offset: int, limit: int) -> Iterator[tuple]:
+        """The tokens after token `after` (skipping `offset`, at most `limit`; -1: all), as
+        (token, cpu_ms, gpu_ms, kernels, escapes, finished)."""
         # The C++ readers' SELECT, not the file's view (a crafted file could define that view
         # to never end); it counts CUDA-graph replays, which have no token call of their own.
         try:
             cursor = self._con.execute(
                 f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
-                f"FROM ({self._tokens_sql}) WHERE token > 0 ORDER BY token")
+                f"FROM ({self._tokens_sql}) WHERE token > ? ORDER BY token LIMIT ? OFFSET ?",
+                (max(after, 0), limit, offset))
             with _numbers_in(self, "calls or token_stats"):
-                return TokenRows(TokenRow, (
+                yield from (
                     (t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
                      (g or 0) / 1e6, kn or 0, esc or 0, not (b is not None and e is None))
-                    for t, b, e, kn, g, esc in cursor), gpu_on)
+                    for t, b, e, kn, g, esc in cursor)
         except sqlite3.DatabaseError as exc:
             fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
+
+    def _listed_tokens(self) -> int | None:
+        """The tokens (> 0) from the writer's token totals (schema 5), read in one row; None
+        where the file has none or is still being written (its count would run ahead)."""
+        if not self.has_summaries or "token_totals" not in self._tables:
+            return None
+        if schema().being_written(self.path):
+            return None
+        try:
+            (count,) = self._con.execute(
+                "SELECT COALESCE(SUM(tokens), 0) FROM token_totals WHERE phase IN (1, 2)"
+            ).fetchone()
+        except sqlite3.DatabaseError:
+            return None
+        return count if isinstance(count, int) and count >= 0 else None
 
     @property
     def num_tokens(self) -> int:
