@@ -47,4 +47,16 @@ bool IsCommKernel(std::string_view name) {
   return IsOneRankReduce(name);
 }
 
+bool IsCollectiveSite(std::string_view name) {
+  static const char* const kNames[] = {"all_reduce",     "allreduce",  "all_gather", "allgather",
+                                       "reduce_scatter", "all_to_all", "alltoall",   "broadcast",
+                                       "barrier",        "nccl",       "c10d"};
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* n : kNames) {
+    if (lower.find(n) != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace tokentrace

@@ -1,5 +1,6 @@
-// Which GPU kernels are communication: the one rule, used by the joiner (per-call comm time in
-// call_gpu.gpu_comm_ns), the cross-rank report and the Chrome export (category "comm").
+// Which GPU kernels and which sites are communication: the one rule, used by the joiner
+// (per-call comm time in call_gpu.gpu_comm_ns), the writer's summaries (token_stats.wait_ns,
+// gpu_collective_ns), the cross-rank report and the Chrome export (category "comm").
 //
 // NCCL launches its collectives as kernels named by a fixed scheme (NVIDIA/nccl
 // src/device/generate.py and src/device/symmetric/generate.py):
@@ -15,10 +16,15 @@
 // NCCL in a template argument is not.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace tokentrace {
 
 bool IsCommKernel(std::string_view name);
+
+// True for a site name that is a collective operation (c10d/NCCL/all_reduce..., matched
+// case-insensitively): where a rank waits for its peers.
+bool IsCollectiveSite(std::string_view name);
 
 }  // namespace tokentrace

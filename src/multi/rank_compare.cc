@@ -3,11 +3,11 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <memory>
 #include <unordered_map>
 
+#include "store/schema.h"
 #include "store/statement.h"
 
 namespace tokentrace::multi {
@@ -20,16 +20,26 @@ int64_t Median(std::vector<int64_t> v) {
   return v[mid];
 }
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // One file's per-token rows, in token order.
 class TokenCursor {
  public:
   bool Start(const RankFile& f, std::string* error) {
     sqlite3* db = f.reader->db();
+    if (f.reader->has_summaries() && f.reader->schema_version() >= kFirstCollectiveSchema) {
+      // The writer kept each token's time in collectives (token_stats.wait_ns,
+      // gpu_collective_ns: the sums below, schema.sql): one row a token, no call read; the
+      // tokens with calls, as below (a CUDA-graph replay has none). Its GPU time is the
+      // token's (token_stats.gpu_busy_ns): kernels launched outside any call count too.
+      if (!q_.Prepare(db,
+                      "SELECT token, CASE WHEN cpu_begin_ns IS NOT NULL AND cpu_end_ns IS NOT "
+                      "NULL THEN cpu_end_ns - cpu_begin_ns END, wait_ns, gpu_busy_ns, "
+                      "gpu_collective_ns FROM token_stats WHERE token > 0 AND calls > 0 "
+                      "ORDER BY token",
+                      error)) {
+        return Fail(f, error);
+      }
+      return Next(f, error);
+    }
     Statement sites;
     if (!sites.Prepare(db, "SELECT id, name FROM sites", error)) return Fail(f, error);
     std::string ids;
@@ -147,17 +157,6 @@ bool SelfTimes(const RankFile& f, uint32_t token, std::map<std::string, int64_t>
 }
 
 }  // namespace
-
-bool IsCollectiveSite(const std::string& name) {
-  static const char* const kNames[] = {"all_reduce",     "allreduce",  "all_gather", "allgather",
-                                       "reduce_scatter", "all_to_all", "alltoall",   "broadcast",
-                                       "barrier",        "nccl",       "c10d"};
-  const std::string lower = Lower(name);
-  for (const char* n : kNames) {
-    if (lower.find(n) != std::string::npos) return true;
-  }
-  return false;
-}
 
 bool CompareRanks(const std::vector<RankFile>& files, size_t top, Comparison* out,
                   std::string* error) {

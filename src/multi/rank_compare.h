@@ -1,11 +1,12 @@
 // The cross-rank comparison behind `tokentrace report` over several files.
 //
 // Memory stays bounded in ranks x tokens: each file is read through one SQL cursor that
-// yields one row per token (its token time and its time in collectives, summed by SQLite in
-// token order: over the calls_by_token index before schema 4, over token_stats and each
-// token's range of call ids since), and the cursors advance together, one token at
-// a time. What is kept: per rank a few totals, and the `top` tokens with the largest lead.
-// The per-site breakdown is queried afterwards only for those tokens.
+// yields one row per token (its token time and its time in collectives: since schema 6 the
+// writer's token_stats row, which has them; before, summed by SQLite in token order over the
+// calls_by_token index, or for schema 4 and 5 over token_stats and each token's range of call
+// ids), and the cursors advance together, one token at a time. What is kept: per rank a few totals,
+// and the `top` tokens with the largest lead. The per-site breakdown is queried afterwards only for
+// those tokens.
 //
 // Definitions (per token and rank):
 //   time  = the token call's duration (host clock);
@@ -22,12 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_kernels.h"
 #include "multi/rank_files.h"
 
 namespace tokentrace::multi {
 
-// True for a site name that is a collective operation (matched case-insensitively).
-bool IsCollectiveSite(const std::string& name);
+using tokentrace::IsCollectiveSite;  // core/comm_kernels.h
 
 struct RankTotals {
   int64_t tokens = 0;       // tokens with a closed token call

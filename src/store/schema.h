@@ -30,12 +30,14 @@
 
 namespace tokentrace {
 
-inline constexpr const char* kSchemaVersion = "5";
+inline constexpr const char* kSchemaVersion = "6";
 // The first version whose writer keeps summaries, and the meta key that says a file has them.
 inline constexpr int kFirstSummarisedSchema = 4;
 // The first version whose writer keeps the token digest (token_totals, token_hist,
 // token_slowest: store/token_digest.h).
 inline constexpr int kFirstDigestSchema = 5;
+// The first version whose token_stats has wait_ns and gpu_collective_ns.
+inline constexpr int kFirstCollectiveSchema = 6;
 inline constexpr const char* kMetaSummaries = "summaries";
 // Tokens per site_blocks block (kTokenBlock, store/summaries.h), for readers of the file.
 inline constexpr const char* kMetaTokenBlock = "token_block";

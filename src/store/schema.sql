@@ -44,11 +44,19 @@ CREATE TABLE IF NOT EXISTS losses(kind TEXT PRIMARY KEY, count INTEGER);
 -- ids are handed out at push, so across threads a token's ids may interleave with the next
 -- token's: readers take `id BETWEEN first_call AND last_call AND token = T`. Files before version 4 lack the new columns; rows inserted naming only the first four
 -- columns read as listed.
+-- Since version 6, the time the token spent in collectives (the cross-rank report's, read
+-- here instead of from calls): wait_ns, the CPU time of its closed calls of collective sites
+-- (IsCollectiveSite, src/core/comm_kernels.h) whose parent is not one; gpu_collective_ns, the
+-- GPU busy time of its collective calls plus the communication kernels' time (call_gpu.
+-- gpu_comm_ns) of its other calls. Both by the calls' own tokens, kernels outside any call
+-- not counted.
 CREATE TABLE IF NOT EXISTS token_stats(token INTEGER PRIMARY KEY, kernels INTEGER,
                                        gpu_busy_ns INTEGER, escapes INTEGER,
                                        cpu_begin_ns INTEGER, cpu_end_ns INTEGER, k INTEGER,
                                        calls INTEGER DEFAULT 0, listed INTEGER DEFAULT 1,
-                                       first_call INTEGER, last_call INTEGER);
+                                       first_call INTEGER, last_call INTEGER,
+                                       wait_ns INTEGER DEFAULT 0,
+                                       gpu_collective_ns INTEGER DEFAULT 0);
 -- Since version 4, kept by the writer as it writes: per site and phase (0 = token 0, before
 -- the first token; 1 = token 1, the prefill; 2 = tokens >= 2, decode), by the calls' own
 -- tokens: calls, CPU time of the closed calls (inclusive), CPU self time (that less the

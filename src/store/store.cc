@@ -102,11 +102,12 @@ void BindCall(Statement& c, int first, const CallRow& r) {
 }
 
 // The token_stats upsert of `rows` rows (Summaries::TokenDelta, kTokenColumns each).
-constexpr int kTokenColumns = 11;
+constexpr int kTokenColumns = 13;
 std::string TokenStatsSql(int rows) {
   return InsertSql(
              "INSERT INTO token_stats(token, kernels, gpu_busy_ns, escapes, cpu_begin_ns, "
-             "cpu_end_ns, k, calls, listed, first_call, last_call) VALUES",
+             "cpu_end_ns, k, calls, listed, first_call, last_call, wait_ns, gpu_collective_ns) "
+             "VALUES",
              rows, kTokenColumns) +
          " ON CONFLICT(token) DO UPDATE SET "
          "kernels = kernels + excluded.kernels, "
@@ -121,7 +122,9 @@ std::string TokenStatsSql(int rows) {
          "first_call = coalesce(min(first_call, excluded.first_call), first_call, "
          "  excluded.first_call), "
          "last_call = coalesce(max(last_call, excluded.last_call), last_call, "
-         "  excluded.last_call)";
+         "  excluded.last_call), "
+         "wait_ns = wait_ns + excluded.wait_ns, "
+         "gpu_collective_ns = gpu_collective_ns + excluded.gpu_collective_ns";
 }
 
 void BindTokenStats(Statement& q, int first, const std::pair<uint32_t, Summaries::TokenDelta>& r) {
@@ -151,6 +154,8 @@ void BindTokenStats(Statement& q, int first, const std::pair<uint32_t, Summaries
     q.BindNull(first + 9);
     q.BindNull(first + 10);
   }
+  q.Bind(first + 11, t.wait_ns);
+  q.Bind(first + 12, t.gpu_collective_ns);
 }
 
 // The site_stats upsert of `rows` rows ((site, phase), Summaries::SiteDelta).

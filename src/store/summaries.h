@@ -48,6 +48,11 @@ class Summaries {
   // Per token: what this batch adds to its token_stats row.
   struct TokenDelta {
     int64_t kernels = 0, gpu_busy_ns = 0, escapes = 0, calls = 0;
+    // Time in collectives (schema 6; the cross-rank report's wait and GPU communication):
+    // the CPU time of the closed calls of collective sites (IsCollectiveSite) whose parent is
+    // not one, and the GPU busy time of collective calls plus the communication kernels'
+    // time (gpu_comm_ns) of other calls.
+    int64_t wait_ns = 0, gpu_collective_ns = 0;
     bool has_token_call = false;  // begin and k below are set
     int64_t cpu_begin_ns = 0, k = 0;
     int64_t cpu_end_ns = -1;  // the latest end of a closed token call, -1: none
@@ -79,6 +84,7 @@ class Summaries {
   // For tests: the calls waiting for their parent, the GPU work waiting for its call.
   size_t waiting_children() const { return state_.child_ns.size(); }
   size_t waiting_gpu() const { return state_.gpu.size(); }
+  size_t waiting_waits() const { return state_.waits.size(); }
 
  private:
   struct CallKey {
@@ -86,18 +92,30 @@ class Summaries {
     uint32_t token = 0;
   };
   struct Gpu {
-    int64_t kernels = 0, busy_ns = 0;
+    int64_t kernels = 0, busy_ns = 0, comm_ns = 0;
     Gpu& operator+=(const Gpu& o) {
       kernels += o.kernels;
       busy_ns += o.busy_ns;
+      comm_ns += o.comm_ns;
+      return *this;
+    }
+  };
+  // Closed collective calls whose parent is not in the file yet: (token, ns) each, counted
+  // as wait when the parent arrives and is not a collective itself.
+  struct Waits {
+    std::vector<std::pair<uint32_t, int64_t>> calls;
+    Waits& operator+=(const std::pair<uint32_t, int64_t>& c) {
+      calls.push_back(c);
       return *this;
     }
   };
   struct State {
     std::vector<char> is_token;                       // by site id
+    std::vector<char> is_collective;                  // by site id (IsCollectiveSite)
     std::unordered_map<uint64_t, CallKey> open_rows;  // calls the file holds open
     std::map<uint64_t, int64_t> child_ns;             // by parent id, parent not in the file
     std::map<uint64_t, Gpu> gpu;                      // by call id, call not in the file
+    std::map<uint64_t, Waits> waits;                  // by parent id, parent not in the file
   };
   // Where the call `id` is: in this batch, open in the file, or in the file; false: not yet.
   bool Locate(uint64_t id, const FindCall& in_file, CallKey* key) const;
@@ -105,6 +123,9 @@ class Summaries {
   // (they are handed out in order, so a batch's calls are nearly consecutive), else a map.
   void IndexBatch(const std::vector<CallRow>& calls);
   bool InBatch(uint64_t id, CallKey* key) const;
+  bool Collective(uint32_t site_id) const {
+    return site_id < state_.is_collective.size() && state_.is_collective[site_id];
+  }
   // The delta rows of a key; consecutive calls mostly share one, so the last is kept at hand.
   SiteDelta& Site(const CallKey& key);
   TokenDelta& Token(uint32_t token);

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/comm_kernels.h"
 #include "store/reader.h"
 #include "store/schema.h"
 #include "store/store.h"
@@ -158,9 +159,45 @@ std::string DigestSummary(const std::string& path) {
   return out;
 }
 
+// Per token with calls: its time in collectives as the cross-rank report scans the calls for
+// it (src/multi/rank_compare.cc before schema 6): closed calls of collective sites whose
+// parent is in the file and not one (or who have none), the GPU time of collective calls and
+// the communication kernels' time of the others.
+std::string CollectiveScan(const std::string& path) {
+  std::string ids;
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT id, name FROM sites", -1, &st, nullptr), SQLITE_OK);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const unsigned char* name = sqlite3_column_text(st, 1);
+    if (name != nullptr && IsCollectiveSite(reinterpret_cast<const char*>(name))) {
+      ids += (ids.empty() ? "" : ",") + std::to_string(sqlite3_column_int64(st, 0));
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  const std::string in = "(" + ids + ")";
+  return Rows(path,
+              "SELECT c.token, COALESCE(SUM(CASE WHEN c.site_id IN " + in +
+                  " AND c.cpu_end_ns IS NOT NULL AND (c.parent_id IS NULL OR EXISTS (SELECT 1 "
+                  "FROM calls p WHERE p.id = c.parent_id AND p.site_id NOT IN " +
+                  in +
+                  ")) THEN c.cpu_end_ns - c.cpu_begin_ns END), 0), "
+                  "COALESCE(SUM(CASE WHEN c.site_id IN " +
+                  in +
+                  " THEN g.gpu_busy_ns ELSE g.gpu_comm_ns END), 0) "
+                  "FROM calls c LEFT JOIN call_gpu g ON g.call_id = c.id GROUP BY c.token "
+                  "ORDER BY 1");
+}
+
 // Every summary equals its scan; the tokens view's two SELECTs give the same rows.
 void ExpectSummariesMatchScan(const std::string& path) {
   EXPECT_EQ(DigestSummary(path), DigestScan(path));
+  EXPECT_EQ(Rows(path,
+                 "SELECT token, wait_ns, gpu_collective_ns FROM token_stats WHERE calls > 0 "
+                 "ORDER BY 1"),
+            CollectiveScan(path));
   EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key = 'summaries'"), "1");
   const std::string tokens = Rows(path, std::string(kTokensSelectSql) + " ORDER BY token");
   EXPECT_EQ(tokens, Rows(path, std::string(kTokensScanSql) + " ORDER BY 1"));
@@ -212,7 +249,9 @@ std::vector<SiteRow> Sites() {
           {2, "model.layers.0", SiteKind::kModule, false},
           {3, "model.layers.0.mlp", SiteKind::kModule, false},
           {4, "sampler", SiteKind::kRange, false},
-          {5, "encoder", SiteKind::kModule, false}};
+          {5, "encoder", SiteKind::kModule, false},
+          {6, "model.layers.0.all_reduce", SiteKind::kModule, false},
+          {7, "c10d::allreduce_", SiteKind::kRange, false}};
 }
 
 // Writes `batches`, each in one Write.
@@ -264,6 +303,54 @@ TEST(SummariesTest, NestedCallsOverThreadsAndBatchesMatchAScan) {
   EXPECT_EQ(QueryInt(path, "SELECT calls FROM site_stats WHERE site_id = 3 AND phase = 2"), 149);
   EXPECT_EQ(QueryInt(path, "SELECT SUM(kernels) FROM site_stats WHERE site_id = 3"), 300);
   EXPECT_EQ(QueryInt(path, "SELECT SUM(calls) FROM token_stats"), 2 + 150 * 4);
+}
+
+// The time in collectives (token_stats.wait_ns, gpu_collective_ns, schema 6), what the
+// cross-rank report reads: a module all_reduce around c10d (counted once), c10d straight
+// under a layer, c10d at the top of another thread, children closing in a batch before their
+// parent's, under a token call written open at a drain, a collective whose parent never
+// reaches the file, GPU work of collectives before and after their calls are in the file, and
+// NCCL kernels in a call that is not a collective.
+TEST(SummariesTest, TimeInCollectivesMatchesAScan) {
+  const std::string path = TempPath("collectives.sqlite");
+  std::string error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Calls c;
+  std::vector<Batch> out(1);
+  out[0].sites = Sites();
+  for (uint32_t t = 1; t <= 40; ++t) {
+    CallRow& root = c.Open(0, 1, t);
+    if (t % 4 == 0) out.back().calls.push_back(root);  // written open at a drain
+    c.Open(0, 2, t);
+    c.Open(0, 6, t);  // the module all_reduce ...
+    c.Open(0, 7, t);  // ... around c10d
+    out.back().call_gpu.push_back({c.open[0].back().id, t, 1, 9000 + t, 1, 2, 9000 + t});
+    c.Close(0, &out.back());
+    if (t % 3 == 0) out.emplace_back();  // c10d in the file, the module and layer not yet
+    c.Close(0, &out.back());
+    c.Open(0, 7, t);  // c10d straight under the layer
+    const uint64_t direct = c.open[0].back().id;
+    c.Close(0, &out.back());
+    c.Open(0, 3, t);  // an mlp whose kernels include NCCL's (code we do not wrap)
+    out.back().call_gpu.push_back({c.open[0].back().id, t, 3, 800, 1, 2, 300});
+    c.Close(0, &out.back());
+    if (t % 5 == 0) out.emplace_back();
+    c.Close(0, &out.back());  // the layer
+    c.Open(1, 7, t);          // c10d at the top of thread 1
+    c.Close(1, &out.back());
+    c.Close(0, &out.back());  // the root
+    // GPU work of a collective after its call is in the file (looked up there).
+    out.back().call_gpu.push_back({direct, t, 1, 450, 1, 2, 450});
+  }
+  // A collective whose parent (id 99999, its push dropped) never reaches the file.
+  out.back().calls.push_back({c.next_id++, 7, 99, 40, 99999, 0, c.now + 10, c.now + 900});
+  WriteAll(store.get(), &out);
+  store->Close();
+  ExpectSummariesMatchScan(path);
+  EXPECT_GT(QueryInt(path, "SELECT SUM(wait_ns) FROM token_stats"), 0);
+  EXPECT_GT(QueryInt(path, "SELECT MIN(gpu_collective_ns) FROM token_stats WHERE token > 0"),
+            9000 + 450 + 300 - 1);
 }
 
 TEST(SummariesTest, GraphReplayTokensAndCallsWhoseParentNeverArrives) {
