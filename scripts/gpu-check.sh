@@ -9,7 +9,8 @@
 #   5. are NCCL's kernels communication (name rule, src/core/comm_kernels.h): a world-size-1
 #      NCCL all_reduce on one GPU, and a 2-rank one when there are 2 GPUs (else "not checked");
 #   6. is each Triton kernel of a compiled tiny Llama's decode token attributed to modules or
-#      counted, and, compiled by generate itself (transformers' auto-compile, mode
+#      counted (compiled under the trace, and compiled and warmed up before it), and, compiled
+#      by generate itself (transformers' auto-compile, mode
 #      "reduce-overhead"), each kernel replayed from its decode's CUDA graph (COMPILED_FILE, a
 #      step of its own: three Inductor compiles with Triton, estimated at ~1.5 minutes on the
 #      16-core H200 machine; optional: not run when out of time);
@@ -78,6 +79,7 @@ NCCL_ONE="NCCL kernels of a world-size-1 all_reduce are communication (comm colu
 COMPILED_FILE=$ROOT/tests/python/test_gpu_compiled.py
 COMPILED=(
   "each Triton kernel of a compiled Llama's decode token is attributed or counted|test_gpu_compiled.py::test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted"
+  "the same for a Llama compiled and warmed up before tt.trace(ops=True) (recovered kernel map)|test_gpu_compiled.py::test_triton_kernels_of_a_model_compiled_before_the_trace_are_attributed_or_counted"
   "each kernel replayed from the CUDA graph of a decode generate compiled itself (reduce-overhead) is attributed or counted|test_gpu_compiled.py::test_each_kernel_replayed_from_a_compiled_decodes_cuda_graph_is_attributed_or_counted"
 )
 NCCL_TWO="NCCL kernels of a 2-rank all_reduce are each rank's gpu coll column|test_gpu_nccl.py::test_two_ranks_nccl_kernels_are_the_gpu_comm_column"
@@ -214,7 +216,7 @@ nccl_check() {
 # then generate's own reduce-overhead compile (the decode graph; the prefill runs eagerly).
 # Optional: a slow build leaves it out.
 compiled_check() {
-  step -o -g compiled-gpu 170 75 "$TOKENTRACE_PY" -m pytest -v -s --tb=short -p no:cacheprovider \
+  step -o -g compiled-gpu 230 75 "$TOKENTRACE_PY" -m pytest -v -s --tb=short -p no:cacheprovider \
     -m gpu "$COMPILED_FILE"
   local c
   for c in "${COMPILED[@]}"; do

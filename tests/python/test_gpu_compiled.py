@@ -18,9 +18,11 @@ from tokentrace._compiled import join_kernels
 NEW_TOKENS = 4
 
 
-def _traced_generate(auto=False):
+def _traced_generate(auto=False, warm=False):
     """auto: generate compiles the model itself (transformers' auto-compile, reduce-overhead);
-    else the test compiles lm.forward (default mode) and turns generate's own compile off."""
+    else the test compiles lm.forward (default mode) and turns generate's own compile off.
+    warm: the compiled model generates once before the trace (its graphs are compiled before
+    tt.trace starts: their kernel map is recovered, _compiled/precompiled.py)."""
     from transformers import LlamaConfig, LlamaForCausalLM
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -37,13 +39,25 @@ def _traced_generate(auto=False):
         with torch.no_grad():
             lm.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                         do_sample=False, cache_implementation="static", disable_compile=not auto)
+    if warm:
+        generate(prompt)
     return tt.trace(generate, prompt, model=lm, kernels="full", ops=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted():
-    trace = _traced_generate()
+    _expect_triton_kernels_attributed_or_counted(warm=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_triton_kernels_of_a_model_compiled_before_the_trace_are_attributed_or_counted():
+    _expect_triton_kernels_attributed_or_counted(warm=True)
+
+
+def _expect_triton_kernels_attributed_or_counted(warm):
+    trace = _traced_generate(warm=warm)
     assert trace.kernels_recorded, trace.kernels_status
     kernels, lost = join_kernels(trace._q)
     assert len(lost) == trace.losses.get("compiled_unattributed", 0)
@@ -63,7 +77,8 @@ def test_each_triton_kernel_of_a_decode_token_is_attributed_or_counted():
         assert any(m.startswith("model.layers.0") for m in modules), sorted(modules)
         assert any(m.startswith("model.layers.1") for m in modules), sorted(modules)
     total = sum(ran[(t,)] for t in range(2, NEW_TOKENS + 1))
-    print(f"decode Triton kernels attributed: {attributed} of {total}")
+    when = "compiled before the trace" if warm else "compiled under it"
+    print(f"decode Triton kernels attributed ({when}): {attributed} of {total}")
     assert attributed > 0
 
 
