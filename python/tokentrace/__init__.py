@@ -21,7 +21,7 @@ import importlib
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see of the names below (the package ships py.typed)
     from ._api import record, trace
-    from ._common import Selector, module, register_container
+    from ._common import Selector, input_at, module, output_at, register_container
     from ._edit import (
         add,
         call,
@@ -62,6 +62,7 @@ _EXPORTS = {
     "project_onto": "._edit", "splice_module": "._edit", "steer": "._edit",
     "swap_with": "._edit", "zero_ablate": "._edit",
     "Selector": "._common", "module": "._common", "register_container": "._common",
+    "output_at": "._common", "input_at": "._common",
     "CallView": "._read", "OutputMeta": "._read", "Recording": "._read",
     "SiteView": "._read", "Trace": "._read", "TokenRow": "._read",
     "BoundModel": ".edits", "EditSpec": ".edits", "call": ".edits", "every_call": ".edits",
@@ -84,7 +85,7 @@ __all__ = [
     "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
     "ScalarEscapeWarning", "EditSkipWarning", "TokentraceError", "native_available", "load_spec",
     "steer", "zero_ablate", "mean_ablate", "noise", "project_onto", "project_off", "swap_with",
-    "splice_module", "register_container",
+    "splice_module", "register_container", "output_at", "input_at",
 ]
 __all__ += ["func", "in_module", "label", "contains", "where", "regex", "SiteTable", "OpSite",
             "OpLabel"]

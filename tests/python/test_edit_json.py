@@ -108,7 +108,7 @@ ERRORS = [
      r'rule 1: unknown op "zap"; accepted: zero, fill, add, scale, clamp, replace'),
     ([{"site": "a", "op": "scale", "factor": 2, "value": 1}],
      r'rule 0: unknown key "value" for op \'scale\'; accepted keys: site, op, index, calls, '
-     r"input, factor"),
+     r"input, output, factor"),
     ([{"op": "zero"}], r'rule 0: "site" must be a module address or glob .*got nothing'),
     ([{"site": 3, "op": "zero"}], r'rule 0: "site" must be .*got 3'),
     ([{"site": "a", "op": "fill"}], r'rule 0: op \'fill\' needs "value" \(a number\)'),

@@ -33,13 +33,17 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .outputs import dtype_name, first_tensor, parse_dtype
     from .paths import CACHE_NAMES, cache_alias, descend, ends, put_at, replace_in_output
     from .selectors import (
+        PathAt,
         Selector,
         SiteSelector,
         as_selector,
+        input_at,
         module,
         names_ops,
         op_selection,
+        output_at,
         parse_env_list,
+        path_text,
     )
     from .store import check_writable, connect, schema, write_python_rows, write_schema
     from .torchlens_names import MODULE_NAMES, TRACE_METHODS, missing
@@ -61,6 +65,8 @@ _EXPORTS = {
     "is_glob": "naming",
     "Selector": "selectors", "SiteSelector": "selectors", "as_selector": "selectors",
     "module": "selectors", "parse_env_list": "selectors", "names_ops": "selectors",
+    "PathAt": "selectors", "output_at": "selectors", "input_at": "selectors",
+    "path_text": "selectors",
     "op_selection": "selectors",
     "SiteQuery": "op_selectors", "func": "op_selectors", "in_module": "op_selectors",
     "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",

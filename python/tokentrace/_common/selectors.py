@@ -88,6 +88,47 @@ class Selector:
         return [s for s in sites if s in chosen]
 
 
+class PathAt:
+    """tt.output_at(path) / tt.input_at(path): the model's (the root site's) output or input
+    leaf at a path, as TorchLens's selectors of the same names; for tt.when edits, where it
+    stands for tt.when(tt.module("self"), ..., output=path) (or input=path)."""
+
+    def __init__(self, side: str, path: Any) -> None:
+        self.side = side  # "output" or "input"
+        self.path = path_text(path, f"tt.{side}_at")
+
+    def __repr__(self) -> str:
+        return f"tt.{self.side}_at({self.path!r})"
+
+
+def path_text(path: Any, what: str) -> str:
+    """A path as our grammar writes it: "logits", "past_key_values.layers[0].keys"; a tuple
+    of keys and indices, as TorchLens writes one (("past_key_values", 0, 1)), is joined."""
+    if isinstance(path, str) and path:
+        return path
+    if isinstance(path, tuple) and path and all(
+            (isinstance(p, str) and p) or (isinstance(p, int) and not isinstance(p, bool))
+            for p in path):
+        text = ""
+        for p in path:
+            text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else p)
+        return text
+    fail(f"{what} takes a path, such as 'logits', 'past_key_values.layers[0].keys' or a tuple "
+         f"('past_key_values', 0, 1); got {path!r}")
+
+
+def output_at(path: Any) -> PathAt:
+    """The model output's leaf at `path` ("logits", ("past_key_values", 0, 1)), for
+    tt.when: tt.when(tt.output_at("logits"), fn) edits it at each root call."""
+    return PathAt("output", path)
+
+
+def input_at(path: Any) -> PathAt:
+    """The model input at `path` ("input_ids", "attention_mask"), for tt.when:
+    tt.when(tt.input_at("attention_mask"), fn) edits it before each root call."""
+    return PathAt("input", path)
+
+
 # What a sites=/save=/inputs_of= argument or tt.when's selector takes.
 SiteSelector = Union[Selector, SiteQuery, str, Iterable[Union[Selector, SiteQuery, str]]]
 
@@ -114,6 +155,11 @@ def as_selector(value, what):
         return value
     if isinstance(value, str):
         return module(value)
+    if isinstance(value, PathAt):
+        read = "out (a call's first output tensor)" if value.side == "output" else (
+            "inputs (a call's inputs by path)")
+        fail(f"{what}: {value!r} selects a leaf of the model's {value.side} for tt.when edits "
+             f"(tt.when({value!r}, action)); to read it, use trace['self:k'].{read}")
     if isinstance(value, (list, tuple, set, frozenset)):
         patterns = []
         queries = []

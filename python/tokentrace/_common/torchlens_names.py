@@ -76,11 +76,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "func_transform": ("a torch.func transform selector", ""),
     "facet": ("a mutator-only selector", ""),
     "head": ("an attention-head selector", "tt.when(..., index=(...)) on the head's slice"),
-    "output_at": ("a selector of a model output's leaf by path",
-                  "trace['site:k'].out (a call's first output tensor; .out.path, or "
-                  "OutputMeta.path, says where it sat)"),
-    "input_at": ("a selector of a model input by path",
-                 "tt.when(..., input='path') edits an input; trace['site:k'].inputs reads them"),
     "Selection": ("the selection algebra", _SELECTION),
     "ResolvedSelection": ("the selection algebra", _SELECTION),
     "units": ("the selection algebra", _SELECTION),

@@ -36,7 +36,7 @@ import torch
 from .._backend import torch_library
 from .._common import ROOT, first_tensor, replace_in_output, site_names
 from .._errors import fail
-from .inputs import input_hook
+from .inputs import input_hook, output_finder
 from .op_edits import OpEdits
 from .operations import Op
 from .report import EditReport, counters, warn_skips
@@ -71,7 +71,9 @@ class EditHooks:
         # {site: module}: the model's, and a recorded assistant's ("assistant_model.*")
         self.modules = dict(sites) if sites is not None else site_names(model)
         names = list(self.modules)
-        targets = {}  # (site, input path or None for the output) -> [rule index], rule order
+        # (site, where) -> [rule index], in rule order; where: None (the output's first
+        # tensor), ("input", path) or ("output", path)
+        targets = {}
         # Rules that select ops (op_edits.py): run by the op mode, not by module hooks.
         self.op_rules = [i for i, r in enumerate(spec.rules) if r.selector.names_ops]
         for i, rule in enumerate(spec.rules):
@@ -84,7 +86,9 @@ class EditHooks:
                      f"--edits` edit beside the model; a bound model edits its own sites only "
                      f"(bind the assistant itself, with its own site names)")
             for site in rule.selector.resolve(names, "tt.when selector"):
-                targets.setdefault((site, rule.input), []).append(i)
+                where = (("input", rule.input) if rule.input is not None else
+                         ("output", rule.output) if rule.output is not None else None)
+                targets.setdefault((site, where), []).append(i)
         by_site = {}
         for target in targets:
             by_site.setdefault(target[0], []).append(target)
@@ -95,7 +99,7 @@ class EditHooks:
         self.device = None
         self._entries = TableEntries()
         self.entry_rule = self._entries.entry_rule  # table entry -> rule index
-        self.plans = {}       # (site, input path or None) -> [_Segment]
+        self.plans = {}       # (site, where) -> [_Segment]
         self.op_plans = {}    # op rule index -> _Segment
         self.op_mode = None   # the OpEdits of a run, while installed
         self._scope = None    # (backend, site id): where the edits' own ops are recorded
@@ -144,7 +148,7 @@ class EditHooks:
         torch_library.load_library()  # a clear error (how to build it) before anything else
         self.device = self.current_device()
         model_dtype = float_dtype(self.model)
-        for (site, path), segments in self.plans.items():
+        for (site, where), segments in self.plans.items():
             module = self.modules[site]
             dtype = float_dtype(module) or model_dtype
             for seg in segments:
@@ -153,7 +157,7 @@ class EditHooks:
                 for i, box in seg.rules:
                     rule = self.spec.rules[i]
                     validate(lambda message, i=i: self._rule_error(i, message), rule.action,
-                             site, module, dtype, seg.key, box, path is None, self.device)
+                             site, module, dtype, seg.key, box, where is None, self.device)
                     self._entries.add(self._rule_error, i, rule, seg.site_id, box)
         for i, seg in self.op_plans.items():
             if seg.fn is not None:
@@ -231,22 +235,28 @@ class EditHooks:
             if self.has_callables or self.op_rules:
                 self.handles.append(root.register_forward_hook(self._root_post,
                                                                always_call=True))
-            for (site, path), segments in self.plans.items():
+            for (site, where), segments in self.plans.items():
                 mod = self.modules[site]
-                if path is not None:  # before forward, ahead of the recording's input hook
+                if where is not None and where[0] == "input":
+                    # before forward, ahead of the recording's input hook
+                    path = where[1]
                     hook = input_hook(mod, site, path, self._input_edit(site, path, segments))
                     self.handles.append(mod.register_forward_pre_hook(hook, prepend=True,
                                                                       with_kwargs=True))
-                elif any(seg.fn is not None for seg in segments):
-                    self.handles.append(mod.register_forward_pre_hook(self._pre(site),
+                    continue
+                find = first_tensor if where is None else output_finder(site, where[1])
+                if any(seg.fn is not None for seg in segments):
+                    # an output path's calls are counted apart from the site's own edits
+                    key = site if where is None else (site, where)
+                    self.handles.append(mod.register_forward_pre_hook(self._pre(key),
                                                                       prepend=True))
-                    hook = self._post(site, segments)
+                    hook = self._post(site, segments, key, find)
                     self.handles.append(mod.register_forward_hook(hook, prepend=True,
                                                                   with_kwargs=True,
                                                                   always_call=True))
                 else:
-                    self.handles.append(mod.register_forward_hook(self._post_ops(segments),
-                                                                  prepend=True))
+                    self.handles.append(mod.register_forward_hook(
+                        self._post_ops(segments, find), prepend=True))
             if self.op_rules:
                 self._install_ops()
         except BaseException:
@@ -357,11 +367,11 @@ class EditHooks:
             stacks = self._local.stacks = {}
         return stacks.setdefault(site, [])
 
-    def _pre(self, site):
+    def _pre(self, key):
         def pre(module, args):
-            k = self.counts.get(site, 0) + 1
-            self.counts[site] = k
-            self._stack(site).append(k)
+            k = self.counts.get(key, 0) + 1
+            self.counts[key] = k
+            self._stack(key).append(k)
         return pre
 
     def _apply_ops(self, values, seg):
@@ -370,11 +380,11 @@ class EditHooks:
         else:
             apply_view(values, seg.key, self.handle, seg.site_id)
 
-    def _post_ops(self, segments):
+    def _post_ops(self, segments, find=first_tensor):
         """Only declarative ops at this site: in-place table calls, no Python state (what
         torch.compile traces and a CUDA graph captures)."""
         def post(module, args, output):
-            values, path = first_tensor(output)
+            values, path = find(output)
             if values is None:
                 return None
             copied = any(values is a for a in args)
@@ -413,15 +423,15 @@ class EditHooks:
             return self._run_rules(values, segments, site, k)
         return edit
 
-    def _post(self, site, segments):
+    def _post(self, site, segments, key=None, find=first_tensor):
         def post(module, args, kwargs, output):
-            stack = self._stack(site)
+            stack = self._stack(site if key is None else key)
             if not stack:
                 return None
             k = stack.pop()
             if output is None:
                 return None  # the forward raised; always_call hooks see no output
-            values, path = first_tensor(output)
+            values, path = find(output)
             if values is None:
                 return None
             original = values

@@ -11,7 +11,15 @@ read the edited entries too (as when the call that wrote them had written them e
 
 import difflib
 
-from .._common import cache_alias, children_of, descend, ends, parameter_names, put_at, walk_call
+from .._common import (
+    cache_alias,
+    children_of,
+    descend,
+    ends,
+    parameter_names,
+    put_at,
+    walk_call,
+)
 from .._errors import fail
 
 
@@ -71,3 +79,38 @@ def input_hook(module, site, path, edit):
                  f"paths: {', '.join(repr(p) for p in close or paths[:4]) or 'none'}")
         return put(args, kwargs, steps, edit(value.clone()))
     return pre
+
+
+def output_finder(site, path):
+    """find(output) -> (tensor, path) of the output leaf at `path` of each call of `site` (an
+    edit's tt.when(..., output=path) or tt.output_at(path)); a path that names nothing, or no
+    tensor, is an error listing the output's tensor paths."""
+    rest = path if path[:1] in ("[", ".") else "." + path
+
+    def find(output):
+        steps = descend(output, rest, [])
+        value = output
+        for how, k in steps or ():
+            if how == "child":
+                value = children_of(value)[k]
+            else:
+                value = getattr(value, k) if how == "attr" else value[k]
+        if steps is None or not hasattr(value, "clone"):
+            paths = [p for p, v in _leaves(output, "") if hasattr(v, "clone")]
+            close = difflib.get_close_matches(path, paths, n=3, cutoff=0.4)
+            what = "nothing" if steps is None else f"a {type(value).__name__}, not a tensor,"
+            fail(f"the output edit at {site} finds {what} at {path!r} in its "
+                 f"{type(output).__name__}; its tensor paths: "
+                 f"{', '.join(_shown(p) for p in close or paths[:4]) or 'none'}")
+        return value, path
+    return find
+
+
+def _leaves(value, path):
+    """[(path, leaf)] of an output, walked as a call's inputs are (values.py)."""
+    out = walk_call((), (value,), {})
+    return [(p[len("[0]"):].lstrip("."), v) for p, v in out]
+
+
+def _shown(path):
+    return repr(path) if path else "'' (the output itself)"

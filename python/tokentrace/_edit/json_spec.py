@@ -8,6 +8,7 @@ A spec file is a JSON list of rules; each rule is an object:
      "index": [null, [1, null, 2], -1],     # optional box, one entry per dimension
      "calls": {"token": 3},                 # optional; default every call
      "input": "hidden_states"}              # optional: edit this input (a path), not the output
+                                            # ("output": "logits": this leaf of the output)
 
 index: null or absent is the whole output; a list holds one entry per dimension: an int
 (negative allowed), null (the whole dimension), [start, stop] or [start, stop, step] (ints or
@@ -33,7 +34,7 @@ from .rules import make_rule
 
 OPS = {"zero": zero, "fill": fill, "add": add, "scale": scale, "clamp": clamp,
        "replace": replace}
-_COMMON = ("site", "op", "index", "calls", "input")
+_COMMON = ("site", "op", "index", "calls", "input", "output")
 _OP_KEYS = {"zero": (), "fill": ("value",), "add": ("value", "operand", "operand_key"),
             "scale": ("factor",), "clamp": ("lo", "hi"),
             "replace": ("value", "operand", "operand_key")}
@@ -131,7 +132,8 @@ def _rule(item, where, base, device):
         index = _index(item.get("index"), bad)
         action = _op(op, item, index, bad, base, device)
         calls = _calls(item.get("calls"), bad)
-        return make_rule(module(*patterns), action, calls, item.get("input"))
+        return make_rule(module(*patterns), action, calls, item.get("input"),
+                         item.get("output"))
     except TokentraceError as exc:
         message = str(exc)
         if message.startswith(f"tokentrace: {where}"):
@@ -315,6 +317,8 @@ def _rule_json(i, rule, operand_dir):
         out["calls"] = calls
     if rule.input is not None:
         out["input"] = rule.input
+    if rule.output is not None:
+        out["output"] = rule.output
     return out
 
 

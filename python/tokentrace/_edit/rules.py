@@ -9,7 +9,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from .._common import Selector, as_selector
+from .._common import ROOT, PathAt, Selector, as_selector, module, path_text
 from .._errors import fail
 from .calls import as_calls
 from .operations import Op
@@ -54,11 +54,12 @@ class EditContext:
 
 
 class Rule:
-    def __init__(self, selector, action, calls, input=None):
+    def __init__(self, selector, action, calls, input=None, output=None):
         self.selector = selector
         self.action = action
         self.calls = calls
         self.input = input  # a path into the call's inputs, or None: the output
+        self.output = output  # a path into the call's output, or None: its first tensor
         # A callable action as the hooks call it, fn(values, ctx): the keyword it takes its
         # context by (ctx, or TorchLens's hook) is read from its signature once, here.
         self.fn = None if isinstance(action, Op) else _by_context(action)
@@ -66,7 +67,8 @@ class Rule:
     def describe(self):
         act = self.action.describe() if isinstance(self.action, Op) else getattr(
             self.action, "__name__", "callable")
-        where = f" input {self.input!r}" if self.input is not None else ""
+        where = (f" input {self.input!r}" if self.input is not None else
+                 f" output {self.output!r}" if self.output is not None else "")
         return f"{self.selector!r}{where} -> {act} on {self.calls!r}"
 
 
@@ -100,24 +102,37 @@ _LIVE = ("tt.func(...), tt.in_module(...), tt.where(pred) (pred sees the op's fu
          "modules, shape and token) and &, |, ~ of those")
 
 
-def _check_live(selector, input):
+def _check_live(selector, input, output=None):
     """An op selector an op-level edit can decide while the op runs (op_edits.py)."""
     why = selector.live_problem()
     if why is not None:
         fail(f"tt.when cannot edit {selector!r}: {why}. An op-level edit takes {_LIVE}; "
              f"label selectors (tt.label, tt.contains, tt.regex) are for reading a trace: "
              f"choose the op with tt.func(...) & tt.in_module(...) instead")
+    if output is not None:
+        fail(f"tt.when(..., output=) edits a leaf of a module call's output; {selector!r} "
+             f"selects ops, whose first output tensor is what an op-level edit changes (drop "
+             f"output=, or select the module with tt.module(...))")
     if input is not None:
         fail(f"tt.when(..., input=) edits a module call's input; {selector!r} selects ops, "
              f"whose output is what an op-level edit changes (drop input=, or select the "
              f"module with tt.module(...))")
 
 
-def make_rule(selector, action, calls=None, input=None):
+def make_rule(selector, action, calls=None, input=None, output=None):
     """A checked Rule (the arguments of tt.when; see there)."""
+    if isinstance(selector, PathAt):  # tt.output_at / tt.input_at: the root's leaf at a path
+        if input is not None or output is not None:
+            fail(f"tt.when({selector!r}, ...) names its path already; drop input=/output=")
+        input, output = ((selector.path, None) if selector.side == "input"
+                         else (None, selector.path))
+        selector = module(ROOT)
+    if input is not None and output is not None:
+        fail("tt.when edits a call's input (input=) or its output (output=), not both in one "
+             "rule: make two rules and join them with +")
     selector = as_selector(selector, "tt.when selector")
     if selector.names_ops:
-        _check_live(selector, input)
+        _check_live(selector, input, output)
     elif not isinstance(selector, Selector):  # tt.module(...) & / ~ ...: no JSON form, no plan
         fail(f"tt.when takes tt.module(...) selectors, joined with | ({selector!r} uses & or ~, "
              f"which select for reading: trace.find_sites(...), sites=, save=)")
@@ -127,4 +142,6 @@ def make_rule(selector, action, calls=None, input=None):
     if input is not None and (not isinstance(input, str) or not input):
         fail(f"tt.when input= takes a path into the call's inputs, such as 'hidden_states' or "
              f"'past_key_values.layers[0].values'; got {input!r}")
-    return Rule(selector, action, as_calls(calls), input)
+    if output is not None:
+        output = path_text(output, "tt.when output=")
+    return Rule(selector, action, as_calls(calls), input, output)

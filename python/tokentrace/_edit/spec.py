@@ -66,15 +66,18 @@ class EditSpec:
 
 def when(selector: SiteSelector, action: Op | Callable[..., torch.Tensor | None],
          calls: CallSelector | int | range | None = None, *,
-         input: str | None = None) -> EditSpec:
+         input: str | None = None, output: str | tuple | None = None) -> EditSpec:
     """A rule: at the sites `selector` selects, on the calls `calls` selects, run `action`.
 
     action: tt.zero/fill/add/scale/clamp/replace(...), or fn(values, *, ctx) returning the new
     values (or None after editing them in place). input: edit the call's input at this path
     (as trace["site:k"].inputs names it: "hidden_states", "past_key_values.layers[0].values")
-    before forward runs, instead of its output.
+    before forward runs, instead of its output. output: edit the call's output leaf at this
+    path ("logits", "[1]", "past_key_values.layers[0].keys", or TorchLens's tuple form
+    ("past_key_values", 0, 1)) instead of its first tensor. tt.output_at(path) /
+    tt.input_at(path) as the selector: the model's own (the root site's) output or input.
     """
-    return EditSpec([make_rule(selector, action, calls, input)])
+    return EditSpec([make_rule(selector, action, calls, input, output)])
 
 
 def load_spec(path: str | os.PathLike[str],
