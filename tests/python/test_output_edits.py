@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 import tokentrace as tt
-from tokentrace._errors import TokentraceError
 
 
 class Pair(nn.Module):
@@ -135,15 +134,16 @@ def test_output_path_in_the_json_form(tmp_path):
 
 def test_output_paths_that_name_nothing_say_what_there_is():
     net, x = _net(), torch.ones(2, 4)
-    with pytest.raises(TokentraceError, match=r"finds nothing at 'kv\[0\]\[2\]'.*'kv\[0\]\[1\]'"):
+    nothing = r"finds nothing at 'kv\[0\]\[2\]'.*'kv\[0\]\[1\]'"
+    with pytest.raises(tt.TokentraceError, match=nothing):
         tt.when(tt.output_at("kv[0][2]"), tt.zero()).bind(net)(x)
-    with pytest.raises(TokentraceError, match="input= or its output= , not both|not both"):
+    with pytest.raises(tt.TokentraceError, match="input= or its output= , not both|not both"):
         tt.when("pair", tt.zero(), input="x", output="[1]")
-    with pytest.raises(TokentraceError, match="names its path already"):
+    with pytest.raises(tt.TokentraceError, match="names its path already"):
         tt.when(tt.output_at("x"), tt.zero(), output="x")
-    with pytest.raises(TokentraceError, match="takes a path"):
+    with pytest.raises(tt.TokentraceError, match="takes a path"):
         tt.output_at(("kv", 1.5))
-    with pytest.raises(TokentraceError, match="selects ops"):
+    with pytest.raises(tt.TokentraceError, match="selects ops"):
         tt.when(tt.func("relu"), tt.zero(), output="[0]")
-    with pytest.raises(TokentraceError, match=r"tt.output_at\('logits'\) selects a leaf"):
+    with pytest.raises(tt.TokentraceError, match=r"tt.output_at\('logits'\) selects a leaf"):
         tt.trace(net, x, save=tt.output_at("logits"), kernels="off")

@@ -8,7 +8,7 @@ from .._common import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
-    from . import kernel_map
+    from . import kernel_map, precompiled
     from .call import CompiledCalls, attached_calls, watch_compile
     from .entry import compiled_entry, compiled_layout
     from .join import (
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
 _EXPORTS = {
     "compiled_entry": "entry", "compiled_layout": "entry",
     "CompiledCalls": "call", "attached_calls": "call", "watch_compile": "call",
-    "kernel_map": "kernel_map",
+    "kernel_map": "kernel_map", "precompiled": "precompiled",
     "CompiledKernel": "join", "ModuleTotal": "join", "NOT_STORED": "join", "REGION": "join",
     "compiled_rows": "join", "join_kernels": "join", "module_totals": "join",
     "write_compiled_rows": "join",

@@ -9,6 +9,7 @@ from .._common import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+    from . import token_rows
     from .inputs import CallInputs, InputEntry
     from .op_records import OpCall, OpTotal
     from .op_sites import OpLabel, OpSite, SiteTable
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
 _EXPORTS = {
     "CallView": "trace", "OutputMeta": "trace", "Recording": "trace", "SiteView": "trace",
     "TokenRow": "trace", "Trace": "trace", "load": "trace",
+    "token_rows": "token_rows",  # its PAGED_TOKENS and PAGE (tests page small runs)
     "CallInputs": "inputs", "InputEntry": "inputs",
     "OpCall": "op_records", "OpTotal": "op_records",
     "OpSite": "op_sites", "OpLabel": "op_sites", "SiteTable": "op_sites",
