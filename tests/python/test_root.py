@@ -83,8 +83,18 @@ MODELS = textwrap.dedent("""
             return model, dict(inputs_embeds=embeds, **greedy), None
         raise ValueError(kind)
 
-    def run(kind):
+    def edit_first(module, args, output):
+        # A plain forward hook making the edit of the tests: -10 on the first feature of the
+        # output's first tensor (a constant on every feature would pass through LayerNorm).
+        first = output if isinstance(output, torch.Tensor) else output[0]
+        first = first.clone()
+        first[..., 0] -= 10.0
+        return first if isinstance(output, torch.Tensor) else (first,) + tuple(output[1:])
+
+    def run(kind, edit_site=None):
         model, kwargs, _ = build(kind)
+        if edit_site:
+            model.get_submodule(edit_site).register_forward_hook(edit_first)
         calls = {"main": 0, "assistant": 0}
         model.register_forward_pre_hook(lambda *a: calls.__setitem__("main", calls["main"] + 1))
         assistant = kwargs.get("assistant_model")
@@ -97,8 +107,8 @@ MODELS = textwrap.dedent("""
 """)
 
 JOB = MODELS + textwrap.dedent("""
-    import json, sys
-    out, calls = run(sys.argv[1])
+    import json, os, sys
+    out, calls = run(sys.argv[1], os.environ.get("EDIT_SITE"))
     print("RESULT", json.dumps({"out": out.tolist(), "calls": calls}))
 """)
 
@@ -133,10 +143,12 @@ def _result(stdout):
     return json.loads(line[len("RESULT "):])
 
 
-def _run(tmp_path, kind, traced, *cli_args):
+def _run(tmp_path, kind, traced, *cli_args, edit_site=None):
     from test_preload import _native_dir
     native = _native_dir()
     env = dict(os.environ, PYTHONPATH=PYDIR, TOKENTRACE_NATIVE_DIR=native)
+    if edit_site:
+        env["EDIT_SITE"] = edit_site
     cmd = [sys.executable, str(_job(tmp_path)), kind]
     if traced:
         cmd = [os.path.join(native, "tokentrace"), "run", "--out",
@@ -178,6 +190,58 @@ def test_tokentrace_run_takes_the_model_the_job_generates_with(tmp_path, kind):
     assert ROOT_CLASS[kind] in root_lines[0] and "--root" in root_lines[0]
     # Hook objects the job's modules still hold at exit are not reported as leaks on its stderr.
     assert "nanobind" not in traced.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tokentrace_run_edits_and_saves_the_decoders_sites(tmp_path, kind):
+    """--edits and --save naming a decoder site act on every decoder step of the main model:
+    the traced job generates what the untraced job generates with the same edit made by a
+    plain forward hook, the edit fires once a main-model step, and each step's output is saved
+    as edited. Were the encoder or the assistant the root, the site would be unknown
+    or its calls would not be the main model's steps."""
+    site = DECODER_SITE[kind]
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([{"site": site, "op": "add", "value": -10.0,
+                                 "index": ["...", 0]}]))
+    hooked = _run(tmp_path, kind, False, edit_site=site)
+    assert hooked.returncode == 0, hooked.stderr
+    expected = _result(hooked.stdout)
+    assert expected["out"] != _result(_run(tmp_path, kind, False).stdout)["out"]  # it edits
+    traced = _run(tmp_path, kind, True, "--edits", str(spec), "--save", site)
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    got = _result(traced.stdout)
+    assert got == expected
+    trace = tt.load(tmp_path / f"{kind}.sqlite")
+    steps = got["calls"]["main"]
+    assert len(trace.tokens) == trace[site].num_calls == steps
+    assert json.loads(trace.meta["patch_fires"])["num_fires"] == steps
+    for k in range(1, steps + 1):
+        out = trace[f"{site}:{k}"].out
+        assert isinstance(out, torch.Tensor) and out.numel() > 0, k
+        assert (out[..., 0] <= -5).all(), k  # as edited (the features are O(1) before)
+
+
+@pytest.mark.parametrize("kind", ["t5_batch", "bart", "whisper", "gpt2_assisted"])
+def test_record_of_generate_saves_and_edits_the_decoders_sites(kind):
+    """tt.record of an encoder-decoder's or an assisted generate: its tokens are the main
+    model's steps, and save=/edits= on a decoder site act on each of them."""
+    space = _models()
+    site = DECODER_SITE[kind]
+    model, kwargs, _ = space["build"](kind)
+    with torch.no_grad():
+        expected, calls = space["run"](kind, site)  # the edit as a plain forward hook
+    steps = {"n": 0}
+    model.register_forward_pre_hook(lambda *a: steps.__setitem__("n", steps["n"] + 1))
+    box = {}
+
+    def job():
+        with torch.no_grad():
+            box["out"] = model.generate(**kwargs)
+    edit = tt.when(site, tt.add(-10.0, index=(..., 0)))
+    rec = tt.record(job, save=tt.module(site), edits=edit, model=model, kernels="off")
+    assert torch.equal(box["out"], expected)
+    assert steps["n"] == calls["main"] == len(rec.tokens) == rec[site].num_calls > 0
+    assert all((rec[f"{site}:{k}"].out[..., 0] <= -5).all() for k in range(1, steps["n"] + 1))
 
 
 @pytest.mark.parametrize("kind", ["t5", "llama_assisted", "inputs_embeds"])
