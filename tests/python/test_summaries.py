@@ -112,12 +112,22 @@ def test_long_runs_tokens_are_read_in_pages(tmp_path, monkeypatch):
     whole = list(tt.load(path).tokens)
     monkeypatch.setattr(token_rows, "PAGED_TOKENS", 4)
     monkeypatch.setattr(token_rows, "PAGE", 2)
+    monkeypatch.setattr(token_rows, "MAX_PAGES", 2)
     paged = tt.load(path).tokens
     assert isinstance(paged, token_rows.PagedTokenRows) and len(paged) == 7
     assert paged == whole and list(paged) == whole
     assert [paged[i] for i in (6, 0, 3, -1, -7, 5)] == [whole[i] for i in (6, 0, 3, -1, -7, 5)]
     assert paged[2:6] == whole[2:6] and list(reversed(paged)) == whole[::-1]
     assert len(paged._pages) <= 2  # pages held, however many were read
+    # The least recently used page goes: reversed() read page 0 last; paged[6] reads page 3,
+    # paged[0] uses page 0 again, paged[2] reads page 1 and page 3 (used least recently) goes.
+    reads = []
+    fetch = paged._fetch
+    paged._fetch = lambda *a: reads.append(a) or fetch(*a)
+    paged[6], paged[0], paged[2]
+    assert sorted(paged._pages) == [0, 1] and len(reads) == 2  # page 1 read, page 3 dropped
+    paged[1]
+    assert len(reads) == 2  # page 0 was kept
     with pytest.raises(IndexError):
         paged[7]
     # A file whose rows fall short of its totals (damaged) reads what it holds, and says

@@ -2,10 +2,12 @@
 
 A million-token trace held as a list of TokenRow namedtuples takes ~160 MB (a tuple, a float
 and an int object per row); the columns here take ~40 bytes a token, and the rows are streamed
-from SQLite into them, never fetched all at once. Past PAGED_TOKENS tokens (10,000,000 tokens
-would be 400 MB) trace.tokens is a PagedTokenRows instead: its length comes from the writer's
-token totals and its rows are read PAGE at a time as they are indexed or iterated, at most two
-pages held.
+from SQLite into them, never fetched all at once. Past PAGED_TOKENS tokens in a finished file
+(10,000,000 tokens would be 400 MB, and reading 1,000,000 of them ~2 s before the first row)
+trace.tokens is a PagedTokenRows instead: its length comes from the writer's token totals and
+its rows are read PAGE at a time as they are indexed or iterated, at most MAX_PAGES pages held
+(the least recently used goes first), so opening it costs one row and memory stays bounded
+however long the run.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ if TYPE_CHECKING:
 
     from .trace import TokenRow
 
-PAGED_TOKENS = 1_000_000  # trace.tokens of longer runs: PagedTokenRows
-PAGE = 1 << 16            # tokens a page of PagedTokenRows reads
+PAGE = 1 << 16            # tokens a page of PagedTokenRows reads (~2.6 MB held)
+PAGED_TOKENS = 2 * PAGE   # trace.tokens of longer runs: PagedTokenRows
+MAX_PAGES = 16            # pages a PagedTokenRows holds: 1,048,576 tokens, ~42 MB
 
 
 class TokenRows(Sequence):
@@ -95,7 +98,9 @@ def _repr(rows: Sequence) -> str:
 
 class PagedTokenRows(Sequence):
     """The same Sequence for a long run: len from the writer's token totals, rows read PAGE at
-    a time (at most two pages held: iterating 10,000,000 tokens holds ~5 MB)."""
+    a time, at most MAX_PAGES held, least recently used dropped first (iterating 10,000,000
+    tokens holds ~42 MB; indexing a run of up to ~1,000,000 tokens in any order reads each
+    page once)."""
 
     __slots__ = ("_make", "_fetch", "_count", "_gpu_on", "_after", "_pages")
 
@@ -104,20 +109,22 @@ class PagedTokenRows(Sequence):
         """fetch(after, offset, limit): the rows of the tokens after token `after`."""
         self._make, self._fetch, self._count, self._gpu_on = make, fetch, count, gpu_on
         self._after: dict[int, int] = {0: 0}   # page -> the token it starts after, where known
-        self._pages: dict[int, TokenRows] = {}  # at most two
+        self._pages: dict[int, TokenRows] = {}  # at most MAX_PAGES, least recently used first
 
     def __len__(self) -> int:
         return self._count
 
     def _page(self, p: int) -> TokenRows:
-        rows = self._pages.get(p)
-        if rows is None:
+        rows = self._pages.pop(p, None)
+        if rows is not None:
+            self._pages[p] = rows  # now the most recently used
+        else:
             after = self._after.get(p)
             # A page whose start is not known yet (indexed out of order) skips to it.
             raw = (self._fetch(after, 0, PAGE) if after is not None
                    else self._fetch(0, p * PAGE, PAGE))
             rows = TokenRows(self._make, raw, self._gpu_on)
-            if len(self._pages) >= 2:
+            while len(self._pages) >= MAX_PAGES:
                 del self._pages[next(iter(self._pages))]
             self._pages[p] = rows
             if len(rows):

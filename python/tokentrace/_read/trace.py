@@ -397,7 +397,8 @@ class Trace:
         """One TokenRow per token (root call); token 1 is the prefill. A read-only sequence
         (index, slice, iterate, len, == with a list) holding ~40 bytes a token; for a long
         run (more than PAGED_TOKENS tokens, in a finished file with the writer's token
-        totals) its rows are read in pages as they are indexed or iterated."""
+        totals) its rows are read in pages as they are indexed or iterated, a bounded number
+        of pages held."""
         gpu_on = self.kernels_recorded
         count = self._listed_tokens()
         if count is not None and count > token_rows.PAGED_TOKENS:
