@@ -1,6 +1,7 @@
 """Op-level edits: tt.when(<op selector>, action) edits the output of the ops the selector
 chooses while the model runs (python/tokentrace/_edit/op_edits.py), in tt.trace, tt.record
-and tt.bind; label selectors are refused with one clear error."""
+and tt.bind; label selectors (tt.label, tt.contains, tt.regex) choose the op the trace's
+reader labels so."""
 
 import pytest
 import torch
@@ -136,10 +137,14 @@ def test_calls_tokens_callables_and_where(net, x):
     bound = tt.when(where, tt.fill(3.0)).bind(net)
     with torch.no_grad():
         assert torch.equal(bound(x), by_hand(net, x, inside=lambda t: torch.full_like(t, 3.0)))
-    # a predicate that reads a label: one clear error naming what it may read
+    # a predicate reads the op's labels, numbered as the trace's reader numbers them
     bound = tt.when(tt.where(lambda op: op.layer_label == "relu_2_4"), tt.zero()).bind(net)
-    with pytest.raises(TokentraceError, match=r"read op.layer_label: op labels are numbered "
-                                              r"only when the trace is read"):
+    with torch.no_grad():
+        assert torch.equal(bound(x), by_hand(net, x, inside=torch.zeros_like))
+    # what depends on the whole run: one clear error
+    bound = tt.when(tt.where(lambda op: op.num_passes == 1), tt.zero()).bind(net)
+    with pytest.raises(TokentraceError, match=r"read op.num_passes, which depends on the whole "
+                                              r"run .*unknown while the model runs"):
         with torch.no_grad():
             bound(x)
 
@@ -154,17 +159,8 @@ def test_no_op_rule_installs_no_mode(net, x):
 
 
 def test_what_cannot_be_decided_live_is_one_clear_error():
-    for sel, what in ((tt.label("relu_1_2"), r"tt.label\('relu_1_2'\)"),
-                      (tt.contains("relu"), r"tt.contains\('relu'\)"),
-                      (tt.func("relu") & tt.regex("^relu_"), r"tt.regex\('\^relu_'\)")):
-        with pytest.raises(TokentraceError, match=rf"^tokentrace: tt.when cannot edit .*{what} "
-                                                  r"selects by op label, and labels are "
-                                                  r"numbered only when the trace is read\. An "
-                                                  r"op-level edit takes tt.func\(...\), "
-                                                  r"tt.in_module\(...\), tt.where.*choose the "
-                                                  r"op with tt.func\(...\) & tt.in_module\(...\) "
-                                                  r"instead$"):
-            tt.when(sel, tt.zero())
+    for sel in (tt.label("relu_1_2"), tt.contains("relu"), tt.func("relu") & tt.regex("^relu_")):
+        tt.when(sel, tt.zero())  # labels are numbered while the model runs
     with pytest.raises(TokentraceError, match=r"tt.module\('block'\) selects modules; an "
                                               r"op-level edit's selector selects ops only"):
         tt.when(tt.func("relu") | tt.module("block"), tt.zero())
@@ -175,3 +171,224 @@ def test_what_cannot_be_decided_live_is_one_clear_error():
         tt.when(tt.func("relu"), tt.zero(), input="x")
     with pytest.raises(TokentraceError, match=r"selects ops; op-level edits have no JSON form"):
         tt.when(tt.func("relu"), tt.zero()).to_json()
+
+
+# -- TorchLens's labels in edits: tt.label, tt.contains, tt.regex ------------------------------
+# The edit numbers the ops while the model runs (python/tokentrace/_edit/op_labels.py); these
+# tests hold it to the trace's reader (_read/op_sites.py) on the same run.
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())
+        self.fc = nn.Linear(2 * 2 * 2, 3)
+
+    def forward(self, x):
+        h = torch.flatten(torch.nn.functional.max_pool2d(self.block(x), 2), 1)
+        return torch.softmax(self.fc(h), -1) + h.sum() / 2
+
+
+class Indexing(nn.Module):
+    """Python calls that run several (or no) ATen ops, as op_labels.py counts them."""
+
+    def forward(self, x):
+        y = x * 1
+        parts = [x[0], x[0, 1], x[:, 1:], x[:], x[:, :], x[...], x[..., 0], x[None],
+                 x[0, ..., None, 1:3], x[[0, 1]], x[torch.tensor([0, 1])], x[x > 0],
+                 x[torch.ones((), dtype=torch.long)], torch.tensor([1.0]), torch.tensor(3),
+                 x.contiguous(), x.t().contiguous(), x.float(), x.T, x.data, 2 / x, 2 - x,
+                 x // 2, x % 3, x.max(dim=1)[0], x.split([1, 3])[0], x.unbind(0)[1],
+                 x.topk(2)[0], torch.nn.functional.cross_entropy(x, torch.tensor([0, 1, 0, 1]))]
+        z = y.clone()
+        z[0] = 1.0
+        z[:, 0] = x[:, 1]
+        z[x > 0] = 0.0
+        z[:, :] = 1.0
+        z[0] = torch.ones(())
+        z[1:, None] = x[1:, None]
+        z += 1
+        return z, parts
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64)).eval()
+
+
+GENERATE = {"max_new_tokens": 3, "min_new_tokens": 3, "do_sample": False}
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return _gpt2()
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    torch.manual_seed(0)
+    return CNN().eval()
+
+
+def _cnn_inputs():
+    torch.manual_seed(2)
+    return [torch.randn(1, 1, 6, 6) for _ in range(3)]
+
+
+def _run(case, model, **kw):
+    """A trace of the case: GPT-2 generating 3 tokens, the CNN called on 3 inputs (3 passes)."""
+    if case == "gpt2":
+        return tt.trace(model.generate, torch.tensor([[1, 2, 3]]), GENERATE, kernels="off", **kw)
+    if case == "cnn":
+        return tt.trace(lambda *xs: [model(x) for x in xs], _cnn_inputs(), model=model,
+                        kernels="off", **kw)
+    torch.manual_seed(3)
+    return tt.trace(model, torch.randn(4, 4), kernels="off", **kw)
+
+
+def _compare(case, model):
+    """(what the edit saw of every op, the reader's op sites of the same run)."""
+    seen = []
+
+    def log(op):
+        seen.append((op.label, op.label_short, op.layer_type, op.module, op.output_index,
+                     op.shape))
+        return False
+
+    with torch.no_grad():
+        trace = _run(case, model, ops=True, edits=tt.when(tt.where(log), tt.zero()))
+    read = [(s.label, s.label_short, s.layer_type, s.module, s.output_index, s.shape)
+            for s in trace.find_sites(tt.where(lambda op: True))]
+    return seen, read, trace
+
+
+@pytest.mark.parametrize("case", ["gpt2", "cnn", "indexing"])
+def test_live_labels_are_the_readers(case, gpt2, cnn):
+    model = {"gpt2": gpt2, "cnn": cnn, "indexing": Indexing()}[case]
+    seen, read, _ = _compare(case, model)
+    assert len(read) > 20 and len(seen) == len(read)
+    for live, op in zip(seen, read):
+        assert live[:5] == op[:5]
+        if live[5] is not None and op[5] is not None:  # op records keep no second output
+            assert live[5] == op[5]
+    if case == "indexing":  # ops with no value of their own: the output is the call's last op
+        assert ("select", None) in [(s[2], s[5]) for s in seen]
+
+
+def _sample(trace, types):
+    """For each type, its first op in pass 1 and in pass 3 (reader's OpSites)."""
+    sites = list(trace.find_sites(tt.where(lambda op: True)))
+    out = []
+    for kind in types:
+        for p in (1, 3):
+            out.append(next(s for s in sites if s.layer_type == kind and s.pass_index == p))
+    return out
+
+
+@pytest.mark.parametrize("case, types", [("gpt2", ("addmm", "add", "layernorm", "linear")),
+                                         ("cnn", ("conv2d", "relu", "linear", "softmax",
+                                                  "add"))])
+def test_a_label_edit_fires_on_the_op_the_reader_labels(case, types, gpt2, cnn):
+    model = gpt2 if case == "gpt2" else cnn
+    with torch.no_grad():
+        reader = _run(case, model, ops=True)
+    for site in _sample(reader, types):
+        for label, passes in ((site.label, [site.pass_index]),
+                              (site.label_short, [site.pass_index]),
+                              (site.layer_label, [s.pass_index for s in
+                                                  reader[site.layer_label].passes])):
+            saw, ctxs = [], []
+
+            def look(op):
+                saw.append(op)
+                return True
+
+            def spy(values, *, ctx):
+                ctxs.append((ctx.token, ctx.site))
+                return values
+
+            with torch.no_grad():
+                _run(case, model, edits=tt.when(tt.label(label) & tt.where(look), spy))
+            assert [op.pass_index for op in saw] == passes, label
+            assert [t for t, _ in ctxs] == passes
+            want = reader[f"{site.layer_label}:{passes[0]}"]
+            op = saw[0]
+            assert (op.layer_type, op.module, op.shape, op.label) == (
+                want.layer_type, want.module, want.shape, want.label)
+
+
+def test_a_label_edit_is_the_same_edit_as_func_and_in_module(gpt2, cnn):
+    with torch.no_grad():
+        reader = _run("gpt2", gpt2, ops=True)
+        site = reader.find_sites(tt.func("addmm") &
+                                 tt.in_module("transformer.h.1.mlp.c_fc:2")).first()
+        by_label = _run("gpt2", gpt2, save="lm_head", edits=tt.when(tt.label(site.label),
+                                                                   tt.scale(-3.0)))
+        by_module = _run("gpt2", gpt2, save="lm_head", edits=tt.when(
+            tt.func("addmm") & tt.in_module("transformer.h.1.mlp.c_fc:2"), tt.scale(-3.0)))
+        plain = _run("gpt2", gpt2, save="lm_head")
+    for k in (1, 2, 3):
+        assert torch.equal(by_label[f"lm_head:{k}"].out, by_module[f"lm_head:{k}"].out)
+    assert torch.equal(by_label["lm_head:1"].out, plain["lm_head:1"].out)  # pass 2 only
+    assert not torch.equal(by_label["lm_head:2"].out, plain["lm_head:2"].out)
+    # the CNN's relu of its second call, by bind: the same as by module
+    xs = _cnn_inputs()
+    a = tt.when(tt.label("relu_1:2"), tt.fill(0.25)).bind(cnn)
+    b = tt.when(tt.func("relu") & tt.in_module("block.1:2"), tt.fill(0.25)).bind(cnn)
+    with torch.no_grad():
+        with a.installed():
+            got = [cnn(x) for x in xs]
+        with b.installed():
+            want = [cnn(x) for x in xs]
+        plain = [cnn(x) for x in xs]
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert torch.equal(got[0], plain[0]) and not torch.equal(got[1], plain[1])
+    assert a.last_report.fire_count == 1
+
+
+def test_contains_and_regex_in_edits(cnn):
+    xs = _cnn_inputs()
+    with torch.no_grad():
+        reader = _run("cnn", cnn, ops=True)
+    for selector in (tt.contains("RELU"), tt.regex(r"^linear_1_\d+:2$"),
+                     tt.regex("^softmax_") & tt.in_module("self:3")):
+        seen = []
+        with torch.no_grad():
+            _run("cnn", cnn, edits=tt.when(selector & tt.where(
+                lambda op: seen.append(op.label) or True), tt.zero()))
+        assert seen == list(reader.find_sites(selector).labels()) or seen == [
+            s.label for s in reader.find_sites(selector)], selector
+        assert seen
+    bound = tt.when(tt.contains("relu"), tt.zero()).bind(cnn)
+    with torch.no_grad():
+        out = bound(xs[0])
+    assert torch.allclose(out.sum(), torch.tensor(1.0))  # softmax of fc(0) + 0
+    assert bound.last_report.fire_count == 1
+
+
+def test_a_label_of_an_op_without_a_value_is_an_error_and_divergence_is_seen(cnn):
+    # x[0, 1] runs two aten::select in one Python call: the first one's output is never the
+    # model's, so an edit cannot change it
+    with pytest.raises(TokentraceError, match=r"tt.label\('select_2_3'\) chose select_2_3:1 "
+                                              r"\(aten select, op 3 of pass 1\), which "
+                                              r"__getitem__ runs inside one Python call"):
+        with torch.no_grad():
+            tt.when(tt.label("select_2_3"), tt.zero()).bind(Indexing())(torch.randn(4, 4))
+
+    # F.normalize is one call to the edit but four ATen ops to the reader: the labels after it
+    # differ (docs/python.md), so the reader's label of the relu after it never fires
+    class Normalized(nn.Module):
+        def forward(self, x):
+            return torch.relu(torch.nn.functional.normalize(x))
+
+    model = Normalized()
+    x = torch.randn(2, 4)
+    relu = tt.trace(model, x, kernels="off", ops=True).find_sites(tt.func("relu")).first()
+    assert relu.layer_label == "relu_1_5"
+    bound = tt.when(tt.label(relu.layer_label), tt.zero()).bind(model)
+    with torch.no_grad():
+        bound(x)
+    assert bound.last_report.fire_count == 0
+    bound = tt.when(tt.label("relu_1_2"), tt.zero()).bind(model)  # the live numbering's
+    with torch.no_grad():
+        assert torch.equal(bound(x), torch.zeros(2, 4))

@@ -41,6 +41,16 @@ _OPERATOR_TYPES = {
     "getitem": ("select", "slice", "index"), "setitem": ("copy", "fill", "indexput"),
 }
 
+# ATen ops that return a list of tensors and ones that return a tuple of a fixed count: the
+# reader (_read/op_sites.py) gives each piece a label, and so does an op-level edit numbering
+# the ops while the model runs (_edit/op_labels.py).
+LIST_OPS = frozenset(f"aten::{n}" for n in (
+    "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "chunk",
+    "unsafe_chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
+TUPLE_OPS = {f"aten::{n}": count for n, count in (
+    ("topk", 2), ("sort", 2), ("kthvalue", 2), ("mode", 2), ("var_mean", 2), ("std_mean", 2),
+    ("aminmax", 2), ("frexp", 2))}
+
 _ACCEPTED = ("tt.module(...), tt.func(...), tt.in_module(...), tt.label(...), tt.contains(...), "
              "tt.where(...)")
 
@@ -90,14 +100,19 @@ class SiteQuery:
 
     def live_problem(self) -> str | None:
         """Why this selector cannot choose an op while it runs (an op-level edit), or None
-        when it can: labels are numbered only when the trace is read."""
-        return (f"{self!r} selects by op label, and labels are numbered only when the trace "
-                f"is read")
+        when it can."""
+        return None
+
+    def needs_labels(self) -> bool:
+        """Whether deciding it while the model runs needs the ops' TorchLens labels (tt.label,
+        tt.contains, tt.regex, and tt.where, whose predicate may read them): an op-level edit
+        numbers the ops only then (_edit/op_labels.py)."""
+        return False
 
     def matches_live(self, op: Any) -> bool:
         """Whether it chooses the op running now (op: _edit/op_edits.py's LiveOp); only for
         a selector whose live_problem() is None."""
-        return False
+        return self.matches_op(op)
 
     def resolve(self, sites: Any, what: str = "selector") -> list[str]:
         """The module sites this selector chooses, in `sites` order; a tt.module pattern in it
@@ -176,6 +191,9 @@ class AllQuery(SiteQuery):
     def live_problem(self) -> str | None:
         return next((why for why in map(_live_problem, self.parts) if why), None)
 
+    def needs_labels(self) -> bool:
+        return any(isinstance(p, SiteQuery) and p.needs_labels() for p in self.parts)
+
     def matches_live(self, op: Any) -> bool:
         test = (p.matches_live(op) for p in self.parts)
         return all(test) if self.op == "and" else any(test)
@@ -205,6 +223,9 @@ class NotQuery(SiteQuery):
 
     def live_problem(self) -> str | None:
         return _live_problem(self.inner)
+
+    def needs_labels(self) -> bool:
+        return isinstance(self.inner, SiteQuery) and self.inner.needs_labels()
 
     def matches_live(self, op: Any) -> bool:
         return not self.inner.matches_live(op)
@@ -289,12 +310,6 @@ class InModuleQuery(SiteQuery):
                 return True
         return False
 
-    def live_problem(self) -> str | None:
-        return None
-
-    def matches_live(self, op: Any) -> bool:
-        return self.matches_op(op)
-
     def needs(self, names: list[str], what: str = "selector") -> set[str]:
         from .selectors import Selector
         Selector([self.site]).resolve(names, f"{what} {self!r}")  # an unknown module: its error
@@ -317,6 +332,9 @@ class LabelQuery(SiteQuery):
     def may_save(self, types: frozenset[str]) -> bool:
         return self.text.partition("_")[0] in types
 
+    def needs_labels(self) -> bool:
+        return True
+
     def __repr__(self) -> str:
         return f"tt.label({self.text!r})"
 
@@ -331,6 +349,9 @@ class RegexQuery(SiteQuery):
         search = self._re.search
         return any(search(text) for text in (op.layer_label, op.label, op.label_short))
 
+    def needs_labels(self) -> bool:
+        return True
+
     def __repr__(self) -> str:
         return f"tt.regex({self.pattern!r})"
 
@@ -343,6 +364,9 @@ class ContainsQuery(SiteQuery):
 
     def matches_op(self, op: Any) -> bool:
         return self._low in op.layer_label.lower()
+
+    def needs_labels(self) -> bool:
+        return True
 
     def __repr__(self) -> str:
         return f"tt.contains({self.text!r})"
@@ -357,11 +381,8 @@ class WhereQuery(SiteQuery):
     def matches_op(self, op: Any) -> bool:
         return bool(self.predicate(op))
 
-    def live_problem(self) -> str | None:
-        return None
-
-    def matches_live(self, op: Any) -> bool:
-        return bool(self.predicate(op))
+    def needs_labels(self) -> bool:
+        return True  # its predicate may read op.layer_label
 
     def __repr__(self) -> str:
         return f"tt.where({self.name_hint or getattr(self.predicate, '__name__', '<predicate>')})"

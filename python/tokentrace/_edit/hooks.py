@@ -10,9 +10,11 @@ no Python state: torch.compile traces them without a graph break and a CUDA grap
 captures a step replays the edit at the right calls and tokens. Python callables run in the
 hook with Python-side counters (eager only).
 
-Rules that select ops (tt.func, tt.in_module, ...) are run by an op mode (op_edits.py), which
-install() enters only when there are some: a declarative one has a table site of its own, a
-callable a Python counter, each advanced only at the ops its selector chose (its k).
+Rules that select ops (tt.func, tt.in_module, tt.label, ...) are run by an op mode
+(op_edits.py), which install() enters only when there are some: a declarative one has a table
+site of its own, a callable a Python counter, each advanced only at the ops its selector chose
+(its k). A rule that selects by label (or tt.where) makes the mode number every op of the run
+as the trace's reader does (op_labels.py; self.live_labels, restarted with the counters).
 
 Where the call number k is counted, and why each place must:
 - the patch table (cuda/patch_table.h, site_calls; advanced by apply_patches_): op rules. It
@@ -38,6 +40,7 @@ from .._common import ROOT, first_tensor, replace_in_output, site_names
 from .._errors import fail
 from .inputs import input_hook, output_finder
 from .op_edits import OpEdits
+from .op_labels import LiveLabels
 from .operations import Op
 from .report import EditReport, counters, warn_skips
 from .rules import EditContext
@@ -184,6 +187,7 @@ class EditHooks:
         self.counts = {}
         self.module_calls = {}  # site -> its calls so far (op rules' tt.in_module)
         self.token = 0
+        self.live_labels = LiveLabels()  # op labels numbered so far (label rules only)
         self._local = threading.local()
 
     def current_device(self):

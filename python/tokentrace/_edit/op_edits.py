@@ -27,26 +27,36 @@ import operator
 
 from .._common import OpMode, first_tensor, op_type, op_types_of, replace_in_output
 from .._errors import fail
+from .op_labels import live_ops
 
-_READ_ONLY = ("layer_label", "label", "label_short", "type_index", "step_index", "key",
-              "num_passes", "call_id")
+_LABELS = ("layer_label", "label", "label_short", "type_index", "step_index")
+_UNKNOWABLE = ("key", "num_passes", "call_id")
 
 
 class LiveOp:
-    """The op running now, as an op-level edit's tt.where predicate sees it: func_name (the
-    torch function's name, "relu", "linear", "__add__"), layer_type (its TorchLens type),
-    types (the types it may run as), modules (the module calls open around it, "site:k",
-    the root call first), module (the innermost), token and pass_index (the root call),
-    output_index (0), out and shape (its first output tensor), args, kwargs. Its labels are
-    not known yet: reading layer_label, label, ... is an error."""
+    """The op running now, as an op-level edit's selector sees it: func_name (the torch
+    function's name, "relu", "linear", "__add__"), layer_type (its TorchLens type; with labels,
+    its ATen op's, as the trace's: x / y is "div"), types (the types it may run as), modules
+    (the module calls open around it, "site:k", the root call first), module (the innermost),
+    token and pass_index (the root call), output_index (which output tensor of the op), out
+    and shape (that tensor; None for an op whose output the model never gets, op_labels.py),
+    args, kwargs. In a run that numbers labels (a rule selects by label or tt.where):
+    layer_label, label, label_short, type_index, step_index, as the trace's reader gives them.
+    key, num_passes and call_id depend on the whole run: reading them is an error."""
 
-    output_index = 0
-
-    def __init__(self, func_name, modules, token, out, args, kwargs):
+    def __init__(self, func_name, modules, token, out, args, kwargs, labels=None):
         self.func_name, self.modules, self.token = func_name, modules, token
-        self.layer_type = op_type(func_name)
         self.types = op_types_of(func_name)
         self.out, self.args, self.kwargs = out, args, kwargs
+        if labels is None:
+            self.layer_type, self.output_index = op_type(func_name), 0
+            return
+        kind, self.output_index, self.type_index, self.step_index = labels
+        self.layer_type = kind
+        self.types = self.types | {kind}
+        self.layer_label = f"{kind}_{self.type_index}_{self.step_index}"
+        self.label = f"{self.layer_label}:{token}"
+        self.label_short = f"{kind}_{self.type_index}:{token}"
 
     @property
     def module(self):
@@ -58,14 +68,17 @@ class LiveOp:
 
     @property
     def shape(self):
-        return list(self.out.shape)
+        return None if self.out is None else list(self.out.shape)
 
     def __getattr__(self, name):
-        if name in _READ_ONLY:
-            fail(f"an op-level edit's tt.where predicate read op.{name}: op labels are "
-                 f"numbered only when the trace is read; decide by op.layer_type, "
-                 f"op.func_name, op.modules, op.shape (or use tt.func(...) & "
-                 f"tt.in_module(...))")
+        if name in _UNKNOWABLE:
+            fail(f"an op-level edit's selector read op.{name}, which depends on the whole run "
+                 f"(how many root calls run the op): unknown while the model runs; decide by "
+                 f"op.layer_label, op.label (pass-qualified), op.pass_index, op.modules")
+        if name in _LABELS:
+            fail(f"an op-level edit's selector read op.{name}: op labels are numbered while "
+                 f"the model runs only for a rule that selects by label (tt.label, "
+                 f"tt.contains, tt.regex) or by tt.where")
         raise AttributeError(name)
 
     def __repr__(self):
@@ -74,13 +87,23 @@ class LiveOp:
 
 class OpEdits(OpMode):
     """The mode of one EditHooks' op rules: rules, [(rule index, selector, apply)] in rule
-    order, apply(values, op) -> the edited values (hooks.py counts and applies)."""
+    order, apply(values, op) -> the edited values (hooks.py counts and applies). When a rule
+    selects by label (or tt.where) the mode sees every call and numbers its ops
+    (op_labels.py); such a rule is asked of each labelled op of a call, the others once a
+    call, of its first output tensor."""
 
     def __init__(self, hooks, rules):
         super().__init__(functools.reduce(operator.or_, [sel for _, sel, _ in rules]))
         self.hooks, self.rules = hooks, rules
+        self.by_label = [sel.needs_labels() for _, sel, _ in rules]
+        self.numbered = any(self.by_label)
+
+    def _decide(self, func):
+        return True if self.numbered else super()._decide(func)
 
     def chosen(self, func, args, kwargs, out):
+        if self.numbered:
+            return self._chosen_numbered(func, args, kwargs, out)
         values, path = first_tensor(out)
         if values is None:
             return out
@@ -98,3 +121,42 @@ class OpEdits(OpMode):
                     new = values.clone()
                 new = apply(new, op)
         return replace_in_output(out, path, new) if new is not values else out
+
+    def _chosen_numbered(self, func, args, kwargs, out):
+        hooks = self.hooks
+        modules = hooks.open_calls()
+        if not modules:  # outside the root's calls: no op site, no label
+            return out
+        name = getattr(func, "__name__", None)
+        if not isinstance(name, str):
+            return out
+        found = live_ops(func, name, args, kwargs, out)
+        if not found:
+            return out
+        token, numbering = hooks.token, hooks.live_labels
+        ops = []
+        for kind, index, tensor, path in found:
+            type_index, step_index = numbering.number(token, kind)
+            ops.append((LiveOp(name, modules, token, tensor, args, kwargs,
+                               (kind, index, type_index, step_index)), path))
+        values, first_path = first_tensor(out)
+        first = next(((op, p) for op, p in ops if p == first_path and p is not None), None)
+        edited = {}  # path -> the edited copy
+        for (_, selector, apply), by_label in zip(self.rules, self.by_label):
+            for op, path in (ops if by_label else [first] if first is not None else []):
+                if not selector.matches_live(op):
+                    continue
+                if op.out is None:
+                    fail(f"{selector!r} chose {op.label} (aten {op.layer_type}, op "
+                         f"{op.step_index} of pass {token}), which {name} runs inside one "
+                         f"Python call with other ATen ops: the model never gets its output, "
+                         f"so an op-level edit cannot change it; choose the call's last op, or "
+                         f"narrow the selector")
+                with hooks.op_scope():
+                    new = edited.get(path)
+                    if new is None:
+                        new = op.out.clone()
+                    edited[path] = apply(new, op)
+        for path, new in edited.items():
+            out = replace_in_output(out, path, new)
+        return out

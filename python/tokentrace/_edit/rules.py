@@ -98,17 +98,16 @@ def _by_context(action):
     return lambda values, ctx: action(values, hook=ctx)
 
 
-_LIVE = ("tt.func(...), tt.in_module(...), tt.where(pred) (pred sees the op's function, "
-         "modules, shape and token) and &, |, ~ of those")
+_LIVE = ("tt.func(...), tt.in_module(...), tt.label(...), tt.contains(...), tt.regex(...) "
+         "(labels numbered as the trace's reader numbers them), tt.where(pred) (pred sees the "
+         "op's function, modules, shape, token and labels) and &, |, ~ of those")
 
 
 def _check_live(selector, input, output=None):
     """An op selector an op-level edit can decide while the op runs (op_edits.py)."""
     why = selector.live_problem()
     if why is not None:
-        fail(f"tt.when cannot edit {selector!r}: {why}. An op-level edit takes {_LIVE}; "
-             f"label selectors (tt.label, tt.contains, tt.regex) are for reading a trace: "
-             f"choose the op with tt.func(...) & tt.in_module(...) instead")
+        fail(f"tt.when cannot edit {selector!r}: {why}. An op-level edit takes {_LIVE}")
     if output is not None:
         fail(f"tt.when(..., output=) edits a leaf of a module call's output; {selector!r} "
              f"selects ops, whose first output tensor is what an op-level edit changes (drop "

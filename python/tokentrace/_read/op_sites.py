@@ -32,7 +32,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .._common import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, as_selector, is_op_label, op_type
+from .._common import (
+    LIST_OPS,
+    OP_EDIT_SITE,
+    OP_KIND,
+    OP_SAVE_SITE,
+    ROOT,
+    TUPLE_OPS,
+    as_selector,
+    is_op_label,
+    op_type,
+)
 from .._errors import fail
 
 _LABEL = re.compile(r"^([a-z0-9]+)_(\d+)(?:_(\d+))?(?::(\d+))?$")
@@ -143,15 +153,11 @@ class OpLabel:
 # Ops that return a list of tensors (op records keep no output of theirs): TorchLens labels
 # each tensor, so they count one label per piece, the pieces being the inner ops that cut
 # them out (split runs one aten::narrow a piece, unbind one aten::select, chunk one split).
-_LIST_OPS = frozenset(f"aten::{n}" for n in (
-    "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "chunk",
-    "unsafe_chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
-_PIECES = frozenset(("aten::narrow", "aten::select", "aten::slice"))
 # Ops that always return a tuple of this many tensors (op records keep the first one's shape).
 # max/min/median with dim= return two, without one; their name does not say which: one label.
-_TUPLE_OPS = {f"aten::{n}": count for n, count in (
-    ("topk", 2), ("sort", 2), ("kthvalue", 2), ("mode", 2), ("var_mean", 2), ("std_mean", 2),
-    ("aminmax", 2), ("frexp", 2))}
+# (_common/op_selectors.py holds both lists: an op-level edit numbering ops live uses them.)
+_LIST_OPS, _TUPLE_OPS = LIST_OPS, TUPLE_OPS
+_PIECES = frozenset(("aten::narrow", "aten::select", "aten::slice"))
 
 
 def _pieces(cid: int, children: dict[int, list[tuple[int, str]]]) -> int:
