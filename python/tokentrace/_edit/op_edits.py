@@ -13,9 +13,14 @@ alone, as _read/op_sites.py gives them no label.
 
 What can be decided while the op runs: tt.func(...) (by the function's type, as saving
 decides: x / y is tt.func("div") and tt.func("truediv")), tt.in_module(...) (the module calls
-open around the op, counted per run as the module rules count them), tt.where(pred) (pred gets
-a LiveOp), and &, |, ~ of those. Labels (tt.label, tt.contains, tt.regex) are numbered only
-when the trace is read: tt.when refuses them (rules.py).
+open around the op, counted per run as the module rules count them), TorchLens's labels
+(tt.label, tt.contains, tt.regex), tt.where(pred) (pred gets a LiveOp), and &, |, ~ of those.
+A rule that selects by label or tt.where makes the mode see every call and number its ops as
+the trace's reader (_read/op_sites.py) numbers them: op_labels.py says how a call counts and
+where the two can differ. Such a rule is asked of each labelled op of a call (a split's
+pieces each; the piece is what it edits), the others once a call, of the first output tensor.
+A spec without one numbers nothing. What depends on the whole run (op.num_passes, op.key) is
+an error to read.
 
 The call number k of an op rule is the number of ops its selector has chosen so far in the run
 (1-based; a declarative op counts in the patch table like a module site, a callable in Python);
