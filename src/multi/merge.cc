@@ -58,6 +58,20 @@ bool SourceTables(sqlite3* db, std::map<std::string, Columns>* tables, std::stri
   return true;
 }
 
+// The merged file's indices, made with their table, before its rows: the rows come in key
+// order (rank, then id; a rank's tokens rise with its call ids), so each index grows at its end
+// as rows are copied, which costs less than sorting every row into it afterwards (`merge` of 2
+// ranks of 3.6 M calls: 4.0 s against 6.7-7.0 s; the file is 5 % larger, its index pages
+// less full).
+const char* IndicesOf(const std::string& table) {
+  if (table == "calls") {
+    return "CREATE UNIQUE INDEX calls_key ON calls(rank, id);"
+           "CREATE INDEX calls_by_rank_token ON calls(rank, token);";
+  }
+  if (table == "sites") return "CREATE UNIQUE INDEX sites_key ON sites(rank, id);";
+  return "";
+}
+
 // Copies every table of the attached `src` into main, with `rank` in front.
 bool CopyRank(sqlite3* db, const RankFile& f, std::map<std::string, Columns>* made,
               std::string* error) {
@@ -66,7 +80,9 @@ bool CopyRank(sqlite3* db, const RankFile& f, std::map<std::string, Columns>* ma
   for (const auto& [table, cols] : tables) {
     auto it = made->find(table);
     if (it == made->end()) {
-      if (!Exec(db, "CREATE TABLE main." + Quote(table) + "(rank INTEGER, " + cols.defs + ")",
+      if (!Exec(db,
+                "CREATE TABLE main." + Quote(table) + "(rank INTEGER, " + cols.defs + ");" +
+                    IndicesOf(table),
                 error)) {
         return false;
       }
@@ -86,12 +102,6 @@ bool CopyRank(sqlite3* db, const RankFile& f, std::map<std::string, Columns>* ma
   }
   return true;
 }
-
-constexpr char kMergedSql[] = R"sql(
-CREATE UNIQUE INDEX IF NOT EXISTS calls_key ON calls(rank, id);
-CREATE INDEX IF NOT EXISTS calls_by_rank_token ON calls(rank, token);
-CREATE UNIQUE INDEX IF NOT EXISTS sites_key ON sites(rank, id);
-)sql";
 
 // rank_tokens: each rank's token times, from the calls, or (every input with the writer's
 // summaries) from token_stats, one row per token already.
@@ -178,8 +188,7 @@ bool MergeFiles(const std::vector<RankFile>& files, const std::string& out, std:
     const bool summarised = std::all_of(files.begin(), files.end(), [](const RankFile& f) {
       return f.reader != nullptr && f.reader->has_summaries();
     });
-    ok = Exec(db, kMergedSql, &why) &&
-         Exec(db, summarised ? kRankTokensFromSummaries : kRankTokensFromCalls, &why);
+    ok = Exec(db, summarised ? kRankTokensFromSummaries : kRankTokensFromCalls, &why);
   }
   sqlite3_close(db);
   if (!ok) *error = "tokentrace: cannot merge '" + where + "' into '" + out + "': " + why;

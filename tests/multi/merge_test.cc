@@ -59,6 +59,23 @@ TEST(MergeTest, OneFileWithARankColumnThatPlainSqlQueries) {
                 "WHERE c.token = 4 AND s.name = 'model.mlp' "
                 "ORDER BY c.cpu_end_ns - c.cpu_begin_ns DESC LIMIT 1"),
             1);
+  // Calls and sites are found by (rank, id), and a rank's token by (rank, token), through the
+  // merged file's indices (made before the rows were copied), not by scanning every call.
+  for (const char* index : {"calls_key", "calls_by_rank_token", "sites_key"}) {
+    const std::string sql =
+        std::string("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = '") +
+        index + "'";
+    EXPECT_EQ(One(db, sql.c_str()), 1) << index;
+  }
+  EXPECT_EQ(One(db, "SELECT count(*) FROM calls WHERE rank = 1 AND token = 4"), 3);
+  {
+    Statement plan;
+    ASSERT_TRUE(plan.Prepare(
+        db, "EXPLAIN QUERY PLAN SELECT * FROM calls WHERE rank = 1 AND token = 4", &error))
+        << error;
+    ASSERT_EQ(plan.Step(), SQLITE_ROW);
+    EXPECT_NE(plan.Text(3).find("calls_by_rank_token"), std::string::npos) << plan.Text(3);
+  }
   sqlite3_close(db);
 
   // The output may not be one of the inputs.
