@@ -256,6 +256,8 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
     not_hooked = attached.not_hooked_message()
     if not_hooked:
         warnings.warn(not_hooked, RuntimeWarning, stacklevel=user)
+    if attached.edits is not None:
+        attached.edits.warn_unfired_labels(user)
     try:
         result = (Recording if kind == "record" else Trace)(path)
     except TokentraceError:

@@ -35,4 +35,5 @@ def fail(message: str) -> NoReturn:
 class EditSkipWarning(UserWarning):
     """An edit matched a call but did not fit the output there (an index past the sequence
     length, an operand that does not broadcast to the box at that shape): the patch table
-    skipped and counted it. bound.last_report.num_skips / .skip_reasons say which and why."""
+    skipped and counted it. bound.last_report.num_skips / .skip_reasons say which and why.
+    Also: an op rule selecting by label (tt.label, ...) chose no op in a run."""

@@ -3,6 +3,8 @@ chooses while the model runs (python/tokentrace/_edit/op_edits.py), in tt.trace,
 and tt.bind; label selectors (tt.label, tt.contains, tt.regex) choose the op the trace's
 reader labels so."""
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -386,9 +388,18 @@ def test_a_label_of_an_op_without_a_value_is_an_error_and_divergence_is_seen(cnn
     relu = tt.trace(model, x, kernels="off", ops=True).find_sites(tt.func("relu")).first()
     assert relu.layer_label == "relu_1_5"
     bound = tt.when(tt.label(relu.layer_label), tt.zero()).bind(model)
-    with torch.no_grad():
-        bound(x)
+    # ... and the user is told, once: a label rule that chose no op is never silent
+    with pytest.warns(tt.EditSkipWarning, match=r"1 edit rule\(s\) selecting ops by label "
+                                                r"chose no op in this run \(.*relu_1_5"):
+        with torch.no_grad():
+            bound(x)
     assert bound.last_report.fire_count == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            bound(x)  # said once per bound model
+    with pytest.warns(tt.EditSkipWarning, match="chose no op"):
+        tt.trace(model, x, kernels="off", edits=tt.when(tt.label(relu.layer_label), tt.zero()))
     bound = tt.when(tt.label("relu_1_2"), tt.zero()).bind(model)  # the live numbering's
     with torch.no_grad():
         assert torch.equal(bound(x), torch.zeros(2, 4))

@@ -64,6 +64,7 @@ class BoundModel:
             self._inside = False
             hooks.remove()
             self.last_report = hooks.report()
+        hooks.warn_unfired_labels()  # a run that ended without an exception
 
     def reset_counters(self) -> None:
         """Every call, token and fire counter back to zero (inside installed(): e.g. after

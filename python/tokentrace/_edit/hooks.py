@@ -42,7 +42,7 @@ from .inputs import input_hook, output_finder
 from .op_edits import OpEdits
 from .op_labels import LiveLabels
 from .operations import Op
-from .report import EditReport, counters, warn_skips
+from .report import EditReport, counters, warn_skips, warn_unfired
 from .rules import EditContext
 from .table import TableEntries
 from .views import apply_view, float_dtype, validate, view_key
@@ -113,6 +113,7 @@ class EditHooks:
         self.handles = []
         self._run = 0
         self._warned = False
+        self._warned_unfired = False
         self._local = threading.local()
         self._reset_python()
 
@@ -220,6 +221,20 @@ class EditHooks:
         if self.table is not None and self.table.device.type == "cpu":
             report._read()  # host counters: free to read, so skips warn right away
         return report
+
+    def warn_unfired_labels(self, stacklevel=None):
+        """Once per hooks: one EditSkipWarning naming the op rules that select by label
+        (tt.label, tt.contains, tt.regex, tt.where) and chose no op in the run just ended. A
+        label the live numbering (op_labels.py) gave no op would otherwise edit nothing without
+        a word. Reads the counters (a device sync) only where there are such rules."""
+        labelled = [i for i in self.op_rules if self.spec.rules[i].selector.needs_labels()]
+        if not labelled or self._warned_unfired:
+            return
+        fires = self._snapshot(self._run, self.fires)["fires"]
+        unfired = [fires[i][0] for i in labelled if fires[i][1] == 0]
+        if unfired:
+            self._warned_unfired = True
+            warn_unfired(unfired, stacklevel)
 
     def _snapshot(self, run, python_fires):
         if run != self._run:

@@ -119,3 +119,15 @@ def warn_skips(data):
                   f"output and were skipped ({rule}: {why}); see "
                   f"last_report.skip_reasons", EditSkipWarning,
                   stacklevel=_user_stacklevel())
+
+
+def warn_unfired(rules, stacklevel=None):
+    """The one EditSkipWarning of op rules selecting by label that chose no op in a run."""
+    shown = "; ".join(rules[:3]) + (f"; and {len(rules) - 3} more" if len(rules) > 3 else "")
+    warnings.warn(f"tokentrace: {len(rules)} edit rule(s) selecting ops by label chose no op "
+                  f"in this run ({shown}): no op the model ran had such a label. Labels are "
+                  f"numbered while the model runs as the trace numbers them, except after a "
+                  f"Python call that runs several ATen ops (F.normalize; docs/python.md, "
+                  f"'Labels in edits'); compare trace.find_sites(...) with "
+                  f"last_report.rule_fire_counts", EditSkipWarning,
+                  stacklevel=stacklevel or _user_stacklevel())
