@@ -109,6 +109,11 @@ class SiteQuery:
         numbers the ops only then (_edit/op_labels.py)."""
         return False
 
+    def names_labels(self) -> bool:
+        """Whether it chooses ops by label text (tt.label, tt.contains, tt.regex): a label the
+        run never numbers chooses nothing, which the edits then say (_edit/hooks.py)."""
+        return False
+
     def matches_live(self, op: Any) -> bool:
         """Whether it chooses the op running now (op: _edit/op_edits.py's LiveOp); only for
         a selector whose live_problem() is None."""
@@ -194,6 +199,9 @@ class AllQuery(SiteQuery):
     def needs_labels(self) -> bool:
         return any(isinstance(p, SiteQuery) and p.needs_labels() for p in self.parts)
 
+    def names_labels(self) -> bool:
+        return any(isinstance(p, SiteQuery) and p.names_labels() for p in self.parts)
+
     def matches_live(self, op: Any) -> bool:
         test = (p.matches_live(op) for p in self.parts)
         return all(test) if self.op == "and" else any(test)
@@ -226,6 +234,9 @@ class NotQuery(SiteQuery):
 
     def needs_labels(self) -> bool:
         return isinstance(self.inner, SiteQuery) and self.inner.needs_labels()
+
+    def names_labels(self) -> bool:
+        return isinstance(self.inner, SiteQuery) and self.inner.names_labels()
 
     def matches_live(self, op: Any) -> bool:
         return not self.inner.matches_live(op)
@@ -335,6 +346,9 @@ class LabelQuery(SiteQuery):
     def needs_labels(self) -> bool:
         return True
 
+    def names_labels(self) -> bool:
+        return True
+
     def __repr__(self) -> str:
         return f"tt.label({self.text!r})"
 
@@ -352,6 +366,9 @@ class RegexQuery(SiteQuery):
     def needs_labels(self) -> bool:
         return True
 
+    def names_labels(self) -> bool:
+        return True
+
     def __repr__(self) -> str:
         return f"tt.regex({self.pattern!r})"
 
@@ -366,6 +383,9 @@ class ContainsQuery(SiteQuery):
         return self._low in op.layer_label.lower()
 
     def needs_labels(self) -> bool:
+        return True
+
+    def names_labels(self) -> bool:
         return True
 
     def __repr__(self) -> str:

@@ -223,11 +223,11 @@ class EditHooks:
         return report
 
     def warn_unfired_labels(self, stacklevel=None):
-        """Once per hooks: one EditSkipWarning naming the op rules that select by label
-        (tt.label, tt.contains, tt.regex, tt.where) and chose no op in the run just ended. A
-        label the live numbering (op_labels.py) gave no op would otherwise edit nothing without
-        a word. Reads the counters (a device sync) only where there are such rules."""
-        labelled = [i for i in self.op_rules if self.spec.rules[i].selector.needs_labels()]
+        """Once per hooks: one EditSkipWarning naming the op rules that select by label text
+        (tt.label, tt.contains, tt.regex) and chose no op in the run just ended. A label the
+        live numbering (op_labels.py) gave no op would otherwise edit nothing without a word.
+        Reads the counters (a device sync) only where there are such rules."""
+        labelled = [i for i in self.op_rules if self.spec.rules[i].selector.names_labels()]
         if not labelled or self._warned_unfired:
             return
         fires = self._snapshot(self._run, self.fires)["fires"]

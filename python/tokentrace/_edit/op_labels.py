@@ -13,9 +13,11 @@ ones that are not, counted here the way the reader sees them:
   aten::unsqueeze, a list aten::empty, aten::to, aten::lift_fresh (making it a tensor), and
   any tensor or list index a last aten::index; an index that runs none (x[:, :], x[...]) is
   aten::alias. Only the last op's output is the call's: the others have no value to edit.
-- x[index] = v (__setitem__, which returns None): aten::lift_fresh first when v is no tensor,
-  the index's ops, then aten::index_put_ (a tensor or list index), aten::fill_ (v a number or
-  a 0-dim tensor) or aten::copy_. None of them has a value an edit can change.
+- x[index] = v (__setitem__, which returns None): aten::lift_fresh first when v is no tensor
+  (on torches that make it one: setitem_rules), the index's ops, then aten::masked_fill_ (a
+  bool mask and a number, on torches that fill so), aten::index_put_ (a tensor or list index),
+  aten::fill_ (v a number or a 0-dim tensor) or aten::copy_. None of them has a value an edit
+  can change.
 - torch.tensor(data): aten::empty, aten::to, aten::lift_fresh, aten::detach_ (on the CPU).
 - x.contiguous() of a contiguous tensor, x.data and other attributes but x.T: no ATen op.
 - Outputs: an op of _common's LIST_OPS takes one label per tensor it returns
@@ -100,6 +102,38 @@ def _index_types(tensor, index, setting):
     return types, advanced
 
 
+_SETITEM: list[tuple[bool, bool]] = []  # [(lift, masked)] once probed: how x[i] = v runs
+
+
+def setitem_rules():
+    """(lift, masked): whether this torch makes a Python number assigned by x[index] = v a
+    tensor first (aten::lift_fresh: torch 2.11 does, 2.15 does not), and whether x[mask] = v,
+    a bool mask and a number, fills in place (aten::masked_fill_: 2.15) rather than through
+    aten::index_put_ (2.11). Seen once a process, on a 2x2 tensor, through a
+    TorchDispatchMode (which sees these ATen ops as the trace's op records do). tt.when of a
+    rule selecting by label asks first (rules.py), so the probe's own ops run before any
+    recording, never inside a root call where the trace would number them."""
+    if not _SETITEM:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Seen(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.names = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.names.append(func.overloadpacket.__name__)
+                return func(*args, **(kwargs or {}))
+
+        z, mask = torch.zeros(2, 2), torch.tensor([[True, False], [False, True]])
+        with torch.no_grad(), Seen() as number:
+            z[0] = 1.0
+        with torch.no_grad(), Seen() as masked:
+            z[mask] = 0.0
+        _SETITEM.append(("lift_fresh" in number.names, "masked_fill_" in masked.names))
+    return _SETITEM[0]
+
+
 def _split_type(args, kwargs):
     sizes = args[1] if len(args) > 1 else kwargs.get("split_size",
                                                      kwargs.get("split_size_or_sections"))
@@ -115,12 +149,18 @@ def live_ops(func, name, args, kwargs, out):
         if advanced:
             types.append("index")
     elif kind == "setitem" and len(args) == 3:
-        value = args[2]
-        types, advanced = _index_types(args[0], args[1], True)
-        if not isinstance(value, torch.Tensor):
+        value, index = args[2], args[1]
+        lift, masked = setitem_rules()
+        types, advanced = _index_types(args[0], index, True)
+        number = not isinstance(value, torch.Tensor)
+        if number and lift:
             types.insert(0, "liftfresh")
-        types.append("indexput" if advanced else "fill" if (
-            not isinstance(value, torch.Tensor) or value.dim() == 0) else "copy")
+        if (number and masked and isinstance(index, torch.Tensor)
+                and index.dtype == torch.bool):
+            types.append("maskedfill")
+        else:
+            types.append("indexput" if advanced else "fill" if (
+                number or value.dim() == 0) else "copy")
         return [(t, 0, None, None) for t in types]
     elif kind == "contiguous" and args and out is args[0]:
         return []  # already contiguous: no ATen op ran
