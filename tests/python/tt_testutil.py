@@ -74,3 +74,40 @@ def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=60):
     finally:
         proc.kill()
     return proc.returncode, rest, err
+
+
+_DOCS_FENCE = None
+
+
+def doc_blocks():
+    """The code blocks of README.md and docs/*.md that start with `# docs-test: [needs=WHAT]
+    expected=...`, as (path, first line, code, expected text, needs or None). A block that
+    needs=vllm runs in the vLLM environment (tests/vllm), the others in tests/python."""
+    import glob
+    import re
+    global _DOCS_FENCE
+    if _DOCS_FENCE is None:
+        _DOCS_FENCE = re.compile(
+            r"```python\n(# docs-test: (?:needs=(\w+) )?expected=(.*?)\n.*?)```", re.S)
+    files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
+                                                                             "*.md")))
+    for path in files:
+        if not os.path.exists(path):
+            continue
+        text = open(path, encoding="utf-8").read()
+        for m in _DOCS_FENCE.finditer(text):
+            line = text[:m.start()].count("\n") + 2
+            yield path, line, m.group(1), m.group(3), m.group(2)
+
+
+def run_doc_block(path, line, code, expected):
+    """Runs one docs block in a fresh namespace (its line numbers as in the file); it must
+    leave RESULT == expected."""
+    import ast
+    import warnings
+    namespace = {"__name__": "__docs_test__"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile("\n" * (line - 1) + code, path, "exec"), namespace)
+    assert "RESULT" in namespace, f"{path}:{line} sets no RESULT"
+    assert namespace["RESULT"] == ast.literal_eval(expected)

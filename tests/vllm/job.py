@@ -41,12 +41,20 @@ def main():
     model, mode = sys.argv[1], sys.argv[2]
     prompts = PROMPTS * int(os.environ.get("JOB_PROMPT_COPIES", "1"))
     new_tokens = int(os.environ.get("JOB_NEW_TOKENS", "16"))
+    # disable_log_stats=False: each RequestOutput carries vLLM's own request timestamps
+    # (metrics: the engine core's time.monotonic() when it scheduled the request and when its
+    # first token came back), which the test compares with the trace's steps.
     llm = LLM(model=model, enforce_eager=mode == "eager", max_model_len=128, max_num_seqs=4,
-              dtype="float32")
+              dtype="float32", disable_log_stats=False)
     outs = llm.generate(prompts, SamplingParams(max_tokens=new_tokens, temperature=0.0,
                                                 ignore_eos=True))
+    metrics = [{"request_id": o.request_id,
+                **{k: getattr(o.metrics, k, None)
+                   for k in ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")}}
+               for o in outs if o.metrics is not None]
     print("RESULT " + json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outs],
-                                  "prompt_lengths": [len(o.prompt_token_ids) for o in outs]}))
+                                  "prompt_lengths": [len(o.prompt_token_ids) for o in outs],
+                                  "metrics": metrics}))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ def test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps(model_di
                           env=_env(STEP_COUNT_FILE=str(counted)))
     traced = _result(proc)
     assert traced["tokens"] == plain["tokens"]
+    assert traced["prompt_lengths"] == plain["prompt_lengths"]
     files = [p for p in tmp_path.glob("trace-*.sqlite")]
     # the worker writes the one file: the front end and the engine core call no module
     assert len(files) == 1, (files, proc.stderr[-2000:])
@@ -95,3 +96,37 @@ def test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps(model_di
     assert report.returncode == 0, report.stderr
     assert "root: vllm.step (vLLM engine steps); model LlamaForCausalLM" in report.stdout
     assert first is not None
+    _check_against_vllms_metrics(con, by_request, traced["metrics"], report.stdout)
+
+
+def _check_against_vllms_metrics(con, by_request, metrics, report):
+    """The trace's requests and first tokens agree with vLLM's own RequestOutput.metrics: each
+    request's steps from its first to the one that sampled its first token lie within what the
+    engine core saw (time.monotonic(), CLOCK_MONOTONIC as the trace's times: scheduled before
+    the worker's step began, the first token back after that step ended), and the report's
+    per-request first token ms (the worker's view) is at most vLLM's scheduled-to-first-token
+    time."""
+    assert len(metrics) == len(by_request)  # vLLM filled them (disable_log_stats=False)
+    assert f"requests: {len(by_request)};" in report
+    times = dict((t, (b, e)) for t, b, e in con.execute(
+        "SELECT c.token, c.cpu_begin_ns, c.cpu_end_ns FROM calls c JOIN sites s "
+        "ON s.id = c.site_id WHERE s.name = 'vllm.step'"))
+    rows = {line.split()[0]: line.split() for line in report.splitlines()
+            if line.split() and line.split()[0] in by_request}
+    for m in metrics:
+        # vLLM's request id inside the engine is the user's id and 8 characters of a uuid
+        (request,) = [r for r in by_request if r.rsplit("-", 1)[0] == m["request_id"]]
+        steps = by_request[request]
+        prefill = sum(s[1] for s in steps)
+        done, first_token = 0, None
+        for token, p, _, _ in steps:
+            done += p
+            if done >= prefill:
+                first_token = token
+                break
+        begin, end = times[steps[0][0]][0], times[first_token][1]
+        assert m["scheduled_ts"] * 1e9 <= begin < end <= m["first_token_ts"] * 1e9, (m, begin,
+                                                                                      end)
+        vllm_ms = (m["first_token_ts"] - m["scheduled_ts"]) * 1e3
+        report_ms = float(rows[request][4])  # request, steps, prefill, decode, first token ms
+        assert 0 < report_ms <= vllm_ms + 0.001, (request, report_ms, vllm_ms)
