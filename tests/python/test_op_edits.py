@@ -406,3 +406,32 @@ def test_a_label_of_an_op_without_a_value_is_an_error_and_divergence_is_seen(cnn
     bound = tt.when(tt.label("relu_1_2"), tt.zero()).bind(model)  # the live numbering's
     with torch.no_grad():
         assert torch.equal(bound(x), torch.zeros(2, 4))
+
+
+def test_op_rules_on_a_compiled_model_run_it_eagerly_and_leave_it_compiled():
+    """An op-level edit or save of a model the job compiled: TorchDynamo used to trace into the
+    op mode and fail its own guard on the mode's cache ("Guard failed on the same frame it was
+    created", out of the job's call). While op rules are on, compiled code runs eagerly, so the
+    rules see its ops; afterwards the job's model compiles and runs compiled again."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(len(example_inputs))
+        return gm.forward
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        plain = compiled(x)
+        assert len(compiles) == 1
+        edited = model[2](torch.zeros(2, 4))  # the relu's output zeroed
+        trace = tt.trace(compiled, x, kernels="off", edits=tt.when(tt.func("relu"), tt.zero()),
+                         save=tt.func("relu"))
+        assert torch.equal(trace.find_sites(tt.func("relu")).first().out, torch.zeros(2, 4))
+        bound = tt.when(tt.func("relu"), tt.zero()).bind(compiled)
+        assert torch.equal(bound(x), edited) and bound.last_report.fire_count == 1
+        assert len(compiles) == 1  # nothing compiled while the rules were on
+        assert torch.equal(compiled(x), plain)
+        compiled(torch.randn(3, 4))  # a new shape: compiled again, as before the run
+    assert len(compiles) >= 2

@@ -7,8 +7,15 @@ call, when the function may be one the selector chooses (by its type, may_save: 
 keeps relu calls only; a selector decided otherwise keeps every call), chosen(func, args,
 kwargs, out) runs and returns what the caller gets. It is entered on the model's thread only
 while a run that needs it is on: a run with no such selector installs none and pays nothing.
+
+While it is on, code the job compiled (torch.compile) runs eagerly (the compiler's stance
+"force_eager", process-wide, restored when the mode is removed): TorchDynamo would trace into
+the mode and guard on its cache of decisions, which fills as calls run, so the guard fails on
+the very frame that made it (an AssertionError out of the job's call); and a compiled graph
+runs its ops where no mode sees them, so its ops would be neither saved nor edited.
 """
 
+import torch
 from torch.overrides import TorchFunctionMode
 
 from .op_selectors import op_types_of
@@ -20,8 +27,13 @@ class OpMode(TorchFunctionMode):
         self.selector = selector  # may_save(types) says which functions chosen() sees
         self._wanted = {}  # function -> whether chosen() sees its calls
         self.entered = False
+        self._eager = None  # the compiler's stance while on (a set_stance), to restore
 
     def install(self):
+        try:  # not from inside a compiled region (the stance is the caller's there)
+            self._eager = torch.compiler.set_stance("force_eager")
+        except RuntimeError:
+            self._eager = None
         self.__enter__()
         self.entered = True
 
@@ -29,6 +41,9 @@ class OpMode(TorchFunctionMode):
         if self.entered:
             self.entered = False
             self.__exit__(None, None, None)
+        if self._eager is not None:
+            self._eager.__exit__(None, None, None)
+            self._eager = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
