@@ -237,8 +237,35 @@ def _cnn_inputs():
     return [torch.randn(1, 1, 6, 6) for _ in range(3)]
 
 
+def _t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+    torch.manual_seed(0)
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
+        num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=63)).eval()
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=0, bos_token_id=1, eos_token_id=63)).eval()
+
+
 def _run(case, model, **kw):
-    """A trace of the case: GPT-2 generating 3 tokens, the CNN called on 3 inputs (3 passes)."""
+    """A trace of the case: GPT-2 generating 3 tokens, the CNN called on 3 inputs (3 passes);
+    T5 (its encoder runs before token 1: no op site, no label) and Llama with a padded batch,
+    3 tokens each."""
+    if case == "t5":
+        return tt.trace(model.generate, torch.tensor([[5, 9, 17, 3]]), GENERATE,
+                        kernels="off", **kw)
+    if case == "llama":
+        return tt.trace(model.generate, {
+            "input_ids": torch.tensor([[0, 0, 5, 9], [7, 8, 9, 10]]),
+            "attention_mask": torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]]), **GENERATE},
+            kernels="off", **kw)
     if case == "gpt2":
         return tt.trace(model.generate, torch.tensor([[1, 2, 3]]), GENERATE, kernels="off", **kw)
     if case == "cnn":
@@ -264,9 +291,10 @@ def _compare(case, model):
     return seen, read, trace
 
 
-@pytest.mark.parametrize("case", ["gpt2", "cnn", "indexing"])
+@pytest.mark.parametrize("case", ["gpt2", "cnn", "indexing", "t5", "llama"])
 def test_live_labels_are_the_readers(case, gpt2, cnn):
-    model = {"gpt2": gpt2, "cnn": cnn, "indexing": Indexing()}[case]
+    model = {"gpt2": gpt2, "cnn": cnn, "indexing": Indexing, "t5": _t5, "llama": _llama}[case]
+    model = model() if callable(model) and not isinstance(model, nn.Module) else model
     seen, read, _ = _compare(case, model)
     assert len(read) > 20 and len(seen) == len(read)
     for live, op in zip(seen, read):

@@ -30,12 +30,13 @@ the token is the root call, as for module rules; calls= selects among them in th
 import functools
 import operator
 
-from .._common import OpMode, first_tensor, op_type, op_types_of, replace_in_output
+from .._common import ROOT, OpMode, first_tensor, op_type, op_types_of, replace_in_output
 from .._errors import fail
 from .op_labels import live_ops
 
 _LABELS = ("layer_label", "label", "label_short", "type_index", "step_index")
 _UNKNOWABLE = ("key", "num_passes", "call_id")
+_ROOT_CALL = ROOT + ":"  # the root's call, outermost in hooks.open_calls(): "self:k"
 
 
 class LiveOp:
@@ -130,7 +131,9 @@ class OpEdits(OpMode):
     def _chosen_numbered(self, func, args, kwargs, out):
         hooks = self.hooks
         modules = hooks.open_calls()
-        if not modules:  # outside the root's calls: no op site, no label
+        # Outside the root's calls (generate's own ops; an encoder-decoder's encoder, which
+        # runs before token 1; an assistant's calls between two tokens): no op site, no label
+        if not modules or not modules[0].startswith(_ROOT_CALL):
             return out
         name = getattr(func, "__name__", None)
         if not isinstance(name, str):
