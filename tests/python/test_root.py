@@ -76,6 +76,37 @@ MODELS = textwrap.dedent("""
         if kind == "gpt2_assisted":
             return (_gpt2(2, 0), dict(input_ids=ids, assistant_model=_gpt2(1, 1), **greedy),
                     "assistant")
+        if kind == "mixtral":  # mixture of experts
+            torch.manual_seed(0)
+            model = tf.MixtralForCausalLM(tf.MixtralConfig(
+                vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=2, num_local_experts=4,
+                num_experts_per_tok=2, max_position_embeddings=64, pad_token_id=0,
+                bos_token_id=1, eos_token_id=63)).eval()
+            return model, dict(pad, **greedy), None
+        if kind == "mamba":  # state-space: its cache is no KV cache
+            torch.manual_seed(0)
+            model = tf.MambaForCausalLM(tf.MambaConfig(
+                vocab_size=64, hidden_size=16, state_size=4, num_hidden_layers=2,
+                expand=2, conv_kernel=4, pad_token_id=0, bos_token_id=1,
+                eos_token_id=63)).eval()
+            return model, dict(input_ids=ids, **greedy), None
+        if kind == "llama_sample":  # sampling, seeded in the job
+            torch.manual_seed(1)
+            return (_llama(2, 0), dict(input_ids=ids, max_new_tokens=4, min_new_tokens=4,
+                                       do_sample=True, top_k=8), None)
+        if kind == "llama_static":  # a static cache (on the CPU, generate compiles nothing)
+            return (_llama(2, 0), dict(input_ids=ids, cache_implementation="static", **greedy),
+                    None)
+        if kind == "llama_streamer":  # a streamer that gets each new token as it comes
+            class Collect(tf.generation.BaseStreamer):
+                def __init__(self):
+                    self.seen = []
+                def put(self, value):
+                    self.seen.append(value.tolist())
+                def end(self):
+                    self.seen.append("end")
+            return _llama(2, 0), dict(input_ids=ids, streamer=Collect(), **greedy), None
         if kind == "inputs_embeds":
             model = _llama(2, 0)
             with torch.no_grad():
@@ -103,6 +134,8 @@ MODELS = textwrap.dedent("""
                 lambda *a: calls.__setitem__("assistant", calls["assistant"] + 1))
         with torch.no_grad():
             out = model.generate(**kwargs)
+        if "streamer" in kwargs:
+            calls["streamed"] = kwargs["streamer"].seen
         return out, calls
 """)
 
@@ -114,13 +147,22 @@ JOB = MODELS + textwrap.dedent("""
 
 KINDS = ["t5", "t5_beam", "t5_batch", "bart", "whisper", "llama_assisted", "gpt2_assisted",
          "inputs_embeds"]
-DECODER_SITE = {"t5": "decoder.block.0", "t5_beam": "decoder.block.0",
+# Other families and generate modes, whose root is the only candidate: tokens = the model's
+# forward calls, outputs as untraced
+MORE_KINDS = ["mixtral", "mamba", "llama_sample", "llama_static", "llama_streamer"]
+DECODER_SITE = {"mixtral": "model.layers.1.mlp", "mamba": "backbone.layers.1.mixer",
+                "llama_sample": "model.layers.1", "llama_static": "model.layers.1",
+                "llama_streamer": "model.layers.1",
+                "t5": "decoder.block.0", "t5_beam": "decoder.block.0",
                 "t5_batch": "decoder.block.0", "bart": "model.decoder.layers.0",
                 "whisper": "model.decoder.layers.0", "llama_assisted": "model.layers.1",
                 "gpt2_assisted": "transformer.h.1", "inputs_embeds": "model.layers.1"}
 ENCODER_SITE = {"t5": "encoder", "t5_beam": "encoder", "t5_batch": "encoder",
                 "bart": "model.encoder", "whisper": "model.encoder"}
-ROOT_CLASS = {"t5": "T5ForConditionalGeneration", "t5_beam": "T5ForConditionalGeneration",
+ROOT_CLASS = {"mixtral": "MixtralForCausalLM", "mamba": "MambaForCausalLM",
+              "llama_sample": "LlamaForCausalLM", "llama_static": "LlamaForCausalLM",
+              "llama_streamer": "LlamaForCausalLM", "t5": "T5ForConditionalGeneration",
+              "t5_beam": "T5ForConditionalGeneration",
               "t5_batch": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration",
               "whisper": "WhisperForConditionalGeneration", "llama_assisted": "LlamaForCausalLM",
               "gpt2_assisted": "GPT2LMHeadModel", "inputs_embeds": "LlamaForCausalLM"}
@@ -190,6 +232,21 @@ def test_tokentrace_run_takes_the_model_the_job_generates_with(tmp_path, kind):
     assert ROOT_CLASS[kind] in root_lines[0] and "--root" in root_lines[0]
     # Hook objects the job's modules still hold at exit are not reported as leaks on its stderr.
     assert "nanobind" not in traced.stderr
+
+
+@pytest.mark.parametrize("kind", MORE_KINDS)
+def test_tokentrace_run_traces_other_families_and_generate_modes(tmp_path, kind):
+    """Mixture of experts, a state-space model, sampling, a static cache and a streamer: the
+    traced job generates (and streams) what the untraced one does, and each forward call of
+    the model is one token."""
+    plain = _run(tmp_path, kind, False)
+    assert plain.returncode == 0, plain.stderr
+    traced = _run(tmp_path, kind, True)
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    got = _result(traced.stdout)
+    assert got == _result(plain.stdout)
+    _check_trace(tt.load(tmp_path / f"{kind}.sqlite"), kind, got["calls"])
+    assert "streamed" not in got or got["streamed"][-1] == "end"
 
 
 @pytest.mark.parametrize("kind", KINDS)
