@@ -9,7 +9,9 @@ ops=True (each op: RecordFunction with outputs, our callback pushes a call of it
 records the output's shape and dtype, pops); op sites: sites=tt.func("add") (op records
 turned on by the selector: the same as ops=True), save=tt.func("mul") (the TorchFunctionMode
 that saves op outputs is on, and keeps none of these ops: what the mode costs a torch call)
-and save=tt.func("add") (each op's output is also copied, in a call of tokentrace::save).
+and save=tt.func("add") (each op's output is also copied, in a call of tokentrace::save);
+op-level edits that edit none of these ops: by function (the mode on, each call decided by
+its type once) and by label (every call numbered as the trace would label it).
 Prints a markdown table: median ns per op and the cost over no trace.
 
     python bench/op_overhead.py [--ops 200] [--iters 50] [--repeats 7]
@@ -18,6 +20,7 @@ Prints a markdown table: median ns per op and the cost over no trace.
 import argparse
 import statistics
 import time
+import warnings
 
 import torch
 from torch import nn
@@ -49,7 +52,7 @@ def run_plain(model, x):
 def run_trace(model, x, path, ops, **selectors):
     with torch.no_grad():
         trace = tt.trace(model, x, kernels="off", out=path, ops=ops, **selectors)
-    if ops or selectors:  # every op was recorded, and nothing else inside the loop
+    if ops or set(selectors) - {"edits"}:  # every op recorded, nothing else inside the loop
         assert trace["aten::add_"].num_calls == model.n * model.iters, trace.losses
     if selectors.get("save") is not None and "add" in repr(selectors["save"]):
         assert len(trace.find_sites(tt.func("add"))) == model.n * model.iters
@@ -65,6 +68,7 @@ def main():
     parser.add_argument("--out", default="/tmp/tt-op-overhead.sqlite")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # the label rule's "chose no op" warning, each run
     model = OpLoop(args.ops, args.iters).eval()
     x = torch.zeros(4)
     n = args.ops * args.iters
@@ -78,6 +82,11 @@ def main():
             model, x, args.out, False, save=tt.func("mul")),
         "tt.trace, save=tt.func('add') (each op kept)": lambda: run_trace(
             model, x, args.out, False, save=tt.func("add")),
+        "tt.trace, edits=tt.when(tt.func('mul'), ...) (mode on, no op edited)": lambda:
+            run_trace(model, x, args.out, False, edits=tt.when(tt.func("mul"), tt.zero())),
+        "tt.trace, edits=tt.when(tt.label('mul_1_1'), ...) (every op numbered, none edited)":
+            lambda: run_trace(model, x, args.out, False,
+                              edits=tt.when(tt.label("mul_1_1"), tt.zero())),
     }
     for fn in setups.values():  # warm-up
         fn()

@@ -18,6 +18,7 @@ so tt.func("truediv") (TorchLens's type of `/`) also matches div; _OPERATOR_TYPE
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -55,12 +56,14 @@ _ACCEPTED = ("tt.module(...), tt.func(...), tt.in_module(...), tt.label(...), tt
              "tt.where(...)")
 
 
+@functools.lru_cache(maxsize=4096)  # per op of a run: the names are the model's few functions
 def op_type(name: str) -> str:
     """TorchLens's layer type of an op named `name` ("aten::layer_norm" -> "layernorm")."""
     base = name.rpartition("::")[2].partition(".")[0]  # no namespace, no overload
     return base.lower().replace("_", "")
 
 
+@functools.lru_cache(maxsize=4096)
 def op_types_of(name: str) -> frozenset[str]:
     """The op types a function named `name` may run as: its own, and for a Python operator
     its ATen op's ("__truediv__" -> truediv, div)."""

@@ -142,9 +142,14 @@ class OpEdits(OpMode):
         if not found:
             return out
         token, numbering = hooks.token, hooks.live_labels
+        numbers = [numbering.number(token, kind) for kind, _, _, _ in found]
+        # Numbered; when no rule can choose an op of these types (a label names its type, a
+        # function its own), nothing more to do: most calls end here
+        types = op_types_of(name).union([kind for kind, _, _, _ in found])
+        if not any(selector.may_save(types) for _, selector, _ in self.rules):
+            return out
         ops = []
-        for kind, index, tensor, path in found:
-            type_index, step_index = numbering.number(token, kind)
+        for (kind, index, tensor, path), (type_index, step_index) in zip(found, numbers):
             ops.append((LiveOp(name, modules, token, tensor, args, kwargs,
                                (kind, index, type_index, step_index)), path))
         values, first_path = first_tensor(out)
