@@ -92,6 +92,44 @@ def test_to_json_of_python_specs(tmp_path):
         tt.when("a", lambda v, ctx: v).to_json()
 
 
+def test_op_rules_round_trip(tmp_path):
+    """Op-level rules have a JSON form: "ops" with func (one or a list), in_module, label,
+    contains, regex, all holding; what JSON cannot say is one error naming the rule."""
+    spec = (tt.when(tt.func("relu") & tt.in_module("block:2"), tt.zero(), calls=tt.token(3))
+            + tt.when(tt.func("relu") | tt.func("gelu"), tt.scale(0.5))
+            + tt.when(tt.label("relu_1_2") & tt.contains("relu") & tt.regex("^relu_"),
+                      tt.fill(1.0)))
+    dumped = json.loads(spec.to_json())
+    assert dumped == [
+        {"ops": {"func": "relu", "in_module": "block:2"}, "op": "zero",
+         "calls": {"token": 3}},
+        {"ops": {"func": ["relu", "gelu"]}, "op": "scale", "factor": 0.5},
+        {"ops": {"label": "relu_1_2", "contains": "relu", "regex": "^relu_"}, "op": "fill",
+         "value": 1.0}]
+    again = load_spec(_write(tmp_path, dumped))
+    assert [r.describe() for r in again.rules] == [r.describe() for r in spec.rules]
+    for selector in (tt.where(lambda op: True), ~tt.func("relu"), tt.func("max", output=0),
+                     tt.func("relu") & tt.func("gelu")):
+        with pytest.raises(tt.TokentraceError, match=r"rule 0 .*selects ops in a way JSON "
+                                                     r"cannot say"):
+            tt.when(selector, tt.zero()).to_json()
+
+
+def test_an_op_rule_from_json_edits_as_the_python_one(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(),
+                                torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()),
+                                torch.nn.Linear(4, 2)).eval()
+    x = torch.randn(3, 4)
+    spec = load_spec(_write(tmp_path, [{"ops": {"func": "relu", "in_module": "2"},
+                                        "op": "scale", "factor": 0.0}]))
+    bound = spec.bind(model)
+    with torch.no_grad():
+        got = bound(x)
+        expected = model[3](torch.zeros(3, 4))
+    assert torch.equal(got, expected) and bound.last_report.fire_count == 1
+
+
 def test_operand_on_a_device(tmp_path):
     torch.save({"t": torch.ones(2)}, tmp_path / "t.pt")
     spec = load_spec(_write(tmp_path, [{"site": "a", "op": "replace", "operand": "t.pt"}]),
@@ -107,9 +145,23 @@ ERRORS = [
     ([{"site": "a", "op": "zero"}, {"site": "a", "op": "zap"}],
      r'rule 1: unknown op "zap"; accepted: zero, fill, add, scale, clamp, replace'),
     ([{"site": "a", "op": "scale", "factor": 2, "value": 1}],
-     r'rule 0: unknown key "value" for op \'scale\'; accepted keys: site, op, index, calls, '
-     r"input, output, factor"),
-    ([{"op": "zero"}], r'rule 0: "site" must be a module address or glob .*got nothing'),
+     r'rule 0: unknown key "value" for op \'scale\'; accepted keys: site, ops, op, index, '
+     r"calls, input, output, factor"),
+    ([{"op": "zero"}], r'rule 0: "site" must be a module address or glob .*, or "ops" an '
+                       r"object choosing ops .*got neither"),
+    ([{"ops": {"fnc": "relu"}, "op": "zero"}],
+     r'rule 0: unknown key "fnc" in "ops"; accepted: func, in_module, label, contains, regex'),
+    ([{"ops": {}, "op": "zero"}], r'rule 0: "ops" must be an object .*got \{\}'),
+    ([{"ops": "relu", "op": "zero"}], r'rule 0: "ops" must be an object .*got "relu"'),
+    ([{"ops": {"func": 3}, "op": "zero"}],
+     r'rule 0: "ops" key "func" takes a name or a non-empty list of names; got 3'),
+    ([{"ops": {"label": ""}, "op": "zero"}], r'rule 0: "ops" key "label" takes a string'),
+    ([{"ops": {"func": "relu"}, "site": "a", "op": "zero"}],
+     r'rule 0: a rule edits module calls \("site"\) or ops \("ops"\), not both'),
+    ([{"ops": {"func": "relu"}, "op": "zero", "input": "x"}],
+     r"rule 0: tt.when\(..., input=\) edits a module call's input"),
+    ([{"ops": {"regex": "("}, "op": "zero"}],
+     r"rule 0: tt.regex\('\('\) is not a regular expression"),
     ([{"site": 3, "op": "zero"}], r'rule 0: "site" must be .*got 3'),
     ([{"site": "a", "op": "fill"}], r'rule 0: op \'fill\' needs "value" \(a number\)'),
     ([{"site": "a", "op": "scale", "factor": "2"}], r'rule 0: "factor" must be a number, got "2"'),

@@ -171,8 +171,8 @@ def test_what_cannot_be_decided_live_is_one_clear_error():
         tt.when(tt.func("split", output=1), tt.zero())
     with pytest.raises(TokentraceError, match=r"input=\) edits a module call.s input"):
         tt.when(tt.func("relu"), tt.zero(), input="x")
-    with pytest.raises(TokentraceError, match=r"selects ops; op-level edits have no JSON form"):
-        tt.when(tt.func("relu"), tt.zero()).to_json()
+    with pytest.raises(TokentraceError, match=r"selects ops in a way JSON cannot say"):
+        tt.when(tt.where(lambda op: True), tt.zero()).to_json()
 
 
 # -- TorchLens's labels in edits: tt.label, tt.contains, tt.regex ------------------------------

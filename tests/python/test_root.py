@@ -278,6 +278,26 @@ def test_tokentrace_run_edits_and_saves_the_decoders_sites(tmp_path, kind):
         assert (out[..., 0] <= -5).all(), k  # as edited (the features are O(1) before)
 
 
+def test_tokentrace_run_edits_ops_named_in_a_json_spec(tmp_path):
+    """An op-level rule in a JSON spec ("ops" in place of "site") under `tokentrace run`: the
+    SiLU of one Llama layer's MLP, edited where the model calls it, as a plain forward hook
+    on that layer's act_fn module would; it fires once a step."""
+    kind, act = "inputs_embeds", "model.layers.0.mlp.act_fn"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([{"ops": {"func": "silu", "in_module": "model.layers.0.mlp"},
+                                 "op": "add", "value": -10.0, "index": ["...", 0]}]))
+    hooked = _run(tmp_path, kind, False, edit_site=act)
+    assert hooked.returncode == 0, hooked.stderr
+    expected = _result(hooked.stdout)
+    assert expected["out"] != _result(_run(tmp_path, kind, False).stdout)["out"]  # it edits
+    traced = _run(tmp_path, kind, True, "--edits", str(spec))
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    got = _result(traced.stdout)
+    assert got == expected
+    trace = tt.load(tmp_path / f"{kind}.sqlite")
+    assert json.loads(trace.meta["patch_fires"])["num_fires"] == got["calls"]["main"]
+
+
 @pytest.mark.parametrize("kind", ["t5_batch", "bart", "whisper", "gpt2_assisted"])
 def test_record_of_generate_saves_and_edits_the_decoders_sites(kind):
     """tt.record of an encoder-decoder's or an assisted generate: its tokens are the main

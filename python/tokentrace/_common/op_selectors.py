@@ -117,6 +117,11 @@ class SiteQuery:
         run never numbers chooses nothing, which the edits then say (_edit/hooks.py)."""
         return False
 
+    def json_form(self) -> dict[str, Any] | None:
+        """Its form in a JSON edit spec's "ops" object (_edit/json_spec.py), or None where it
+        has none (tt.where, ~, a function's output=)."""
+        return None
+
     def matches_live(self, op: Any) -> bool:
         """Whether it chooses the op running now (op: _edit/op_edits.py's LiveOp); only for
         a selector whose live_problem() is None."""
@@ -204,6 +209,24 @@ class AllQuery(SiteQuery):
 
     def names_labels(self) -> bool:
         return any(isinstance(p, SiteQuery) and p.names_labels() for p in self.parts)
+
+    def json_form(self) -> dict[str, Any] | None:
+        maybe = [p.json_form() if isinstance(p, SiteQuery) else None for p in self.parts]
+        forms = [f for f in maybe if f is not None]
+        if len(forms) < len(maybe):
+            return None
+        if self.op == "or":  # tt.func(a) | tt.func(b): "func": [a, b]
+            if not all(set(f) == {"func"} for f in forms):
+                return None
+            names = [n for f in forms for n in (f["func"] if isinstance(f["func"], list)
+                                                 else [f["func"]])]
+            return {"func": names}
+        merged: dict[str, Any] = {}
+        for f in forms:
+            if set(f) & set(merged):  # two of one key (tt.func(a) & tt.func(b)): no form
+                return None
+            merged.update(f)
+        return merged
 
     def matches_live(self, op: Any) -> bool:
         test = (p.matches_live(op) for p in self.parts)
@@ -299,6 +322,9 @@ class FuncQuery(SiteQuery):
         # any type it may run as counts, as may_save decides.
         return not self.types.isdisjoint(op.types) or op.func_name == self.given
 
+    def json_form(self) -> dict[str, Any] | None:
+        return {"func": self.given} if self.output is None else None
+
     def __repr__(self) -> str:
         return f"tt.func({self.text})"
 
@@ -312,6 +338,9 @@ class InModuleQuery(SiteQuery):
         site, sep, k = address.rpartition(":")
         self.site = site if sep and k.isdigit() else address
         self.k: int | None = int(k) if sep and k.isdigit() else None
+
+    def json_form(self) -> dict[str, Any] | None:
+        return {"in_module": self.address}
 
     def matches_op(self, op: Any) -> bool:
         prefix = self.site + "."
@@ -352,6 +381,9 @@ class LabelQuery(SiteQuery):
     def names_labels(self) -> bool:
         return True
 
+    def json_form(self) -> dict[str, Any] | None:
+        return {"label": self.text}
+
     def __repr__(self) -> str:
         return f"tt.label({self.text!r})"
 
@@ -372,6 +404,9 @@ class RegexQuery(SiteQuery):
     def names_labels(self) -> bool:
         return True
 
+    def json_form(self) -> dict[str, Any] | None:
+        return {"regex": self.pattern}
+
     def __repr__(self) -> str:
         return f"tt.regex({self.pattern!r})"
 
@@ -390,6 +425,9 @@ class ContainsQuery(SiteQuery):
 
     def names_labels(self) -> bool:
         return True
+
+    def json_form(self) -> dict[str, Any] | None:
+        return {"contains": self.text}
 
     def __repr__(self) -> str:
         return f"tt.contains({self.text!r})"

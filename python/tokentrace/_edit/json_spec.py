@@ -2,13 +2,20 @@
 
 A spec file is a JSON list of rules; each rule is an object:
 
-    {"site": "model.layers.*.mlp",          # a glob or address, or a list of them (required)
+    {"site": "model.layers.*.mlp",          # a glob or address, or a list of them; or "ops"
      "op": "scale",                         # zero | fill | add | scale | clamp | replace
      "factor": 0.5,                         # the op's numbers (see _OP_KEYS)
      "index": [null, [1, null, 2], -1],     # optional box, one entry per dimension
      "calls": {"token": 3},                 # optional; default every call
      "input": "hidden_states"}              # optional: edit this input (a path), not the output
                                             # ("output": "logits": this leaf of the output)
+
+A rule that edits ops instead of module calls has "ops" in place of "site": an object of
+one or more of "func" (a function name such as "relu", or a list of them: any of these),
+"in_module" (a module address, "address:k" for its k-th call), "label" (a TorchLens op label,
+"relu_1_2" or "relu_1_2:3"), "contains" and "regex" (over op labels); all that it names must
+hold, as tt.func(...) & tt.in_module(...) & ... (docs/python.md, "Op-level edits"):
+    {"ops": {"func": "relu", "in_module": "transformer.h.1"}, "op": "zero"}
 
 index: null or absent is the whole output; a list holds one entry per dimension: an int
 (negative allowed), null (the whole dimension), [start, stop] or [start, stop, step] (ints or
@@ -21,12 +28,14 @@ relative to the spec file; "operand_key" picks a tensor when the file holds seve
 replace also take a number as "value".
 """
 
+import functools
 import json
+import operator
 import os
 
 import torch
 
-from .._common import module
+from .._common import contains, func, in_module, label, module, regex
 from .._errors import TokentraceError, fail
 from .calls import call, every_call, prefill, token
 from .operations import Op, add, clamp, fill, replace, scale, zero
@@ -34,7 +43,9 @@ from .rules import make_rule
 
 OPS = {"zero": zero, "fill": fill, "add": add, "scale": scale, "clamp": clamp,
        "replace": replace}
-_COMMON = ("site", "op", "index", "calls", "input", "output")
+_COMMON = ("site", "ops", "op", "index", "calls", "input", "output")
+_OPS_KEYS = {"func": func, "in_module": in_module, "label": label, "contains": contains,
+             "regex": regex}
 _OP_KEYS = {"zero": (), "fill": ("value",), "add": ("value", "operand", "operand_key"),
             "scale": ("factor",), "clamp": ("lo", "hi"),
             "replace": ("value", "operand", "operand_key")}
@@ -121,24 +132,51 @@ def _rule(item, where, base, device):
         if key not in accepted:
             bad(f"unknown key {_show(key)} for op {op!r}; accepted keys: {', '.join(accepted)}")
     site = item.get("site")
-    if isinstance(site, str) and site:
+    if "ops" in item:
+        if "site" in item:
+            bad('a rule edits module calls ("site") or ops ("ops"), not both')
+    elif isinstance(site, str) and site:
         patterns = [site]
     elif isinstance(site, list) and site and all(isinstance(s, str) and s for s in site):
         patterns = site
     else:
-        bad(f'"site" must be a module address or glob (or a non-empty list of them), got '
-            f"{_show(site) if 'site' in item else 'nothing'}")
+        bad(f'"site" must be a module address or glob (or a non-empty list of them), or '
+            f'"ops" an object choosing ops ({_OPS_ACCEPTED}); got '
+            f"{_show(site) if 'site' in item else 'neither'}")
     try:
+        selector = _ops(item["ops"], bad) if "ops" in item else module(*patterns)
         index = _index(item.get("index"), bad)
         action = _op(op, item, index, bad, base, device)
         calls = _calls(item.get("calls"), bad)
-        return make_rule(module(*patterns), action, calls, item.get("input"),
-                         item.get("output"))
+        return make_rule(selector, action, calls, item.get("input"), item.get("output"))
     except TokentraceError as exc:
         message = str(exc)
         if message.startswith(f"tokentrace: {where}"):
             raise
         bad(message[len("tokentrace: "):] if message.startswith("tokentrace: ") else message)
+
+
+_OPS_ACCEPTED = ('{"func": "relu" or a list of names, "in_module": "address", "label": '
+                 '"relu_1_2", "contains": "text", "regex": "pattern"}, one key or more')
+
+
+def _ops(value, bad):
+    """The op selector of a rule's "ops" object: its keys' selectors, all of them holding."""
+    if not isinstance(value, dict) or not value:
+        bad(f'"ops" must be an object {_OPS_ACCEPTED}; got {_show(value)}')
+    parts = []
+    for key, v in value.items():
+        make = _OPS_KEYS.get(key)
+        if make is None:
+            bad(f'unknown key {_show(key)} in "ops"; accepted: {", ".join(_OPS_KEYS)}')
+        if key == "func" and isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+            parts.append(functools.reduce(operator.or_, [func(x) for x in v]))
+        elif isinstance(v, str) and v:
+            parts.append(make(v))
+        else:
+            what = "a name or a non-empty list of names" if key == "func" else "a string"
+            bad(f'"ops" key "{key}" takes {what}; got {_show(v)}')
+    return functools.reduce(operator.and_, parts)
 
 
 def _index(value, bad):
@@ -295,10 +333,15 @@ def _rule_json(i, rule, operand_dir):
         fail(f"rule {i} ({rule.describe()}) runs a Python callable; only the declarative ops "
              f"({', '.join(OPS)}) have a JSON form")
     if rule.selector.names_ops:
-        fail(f"rule {i} ({rule.describe()}) selects ops; op-level edits have no JSON form "
-             f"(only tt.module(...) rules do)")
-    patterns = list(rule.selector.patterns)
-    out = {"site": patterns[0] if len(patterns) == 1 else patterns, "op": action.name}
+        ops = rule.selector.json_form()
+        if ops is None:
+            fail(f"rule {i} ({rule.describe()}) selects ops in a way JSON cannot say; its "
+                 f'"ops" object takes tt.func (or | of them), tt.in_module, tt.label, '
+                 f"tt.contains and tt.regex joined with &, not tt.where, ~ or output=")
+        out = {"ops": ops, "op": action.name}
+    else:
+        patterns = list(rule.selector.patterns)
+        out = {"site": patterns[0] if len(patterns) == 1 else patterns, "op": action.name}
     if action.name == "fill":
         out["value"] = action.value
     elif action.name == "scale":
