@@ -196,9 +196,19 @@ def _ops_wanted():
     return True
 
 
+def _say_unfired(edits):
+    """One line naming the label rules that chose no op (tt.trace says it as a warning)."""
+    unfired = edits.unfired_label_rules()
+    if unfired:
+        _say(f"{_edits_variable()[0]}: {len(unfired)} rule(s) selecting ops by label chose no "
+             f"op in this run ({'; '.join(unfired[:3])}): no op the model ran had such a "
+             f"label (docs/python.md, 'Labels in edits')")
+
+
 def _patch_meta():
     edits = _state.get("edits")
     if edits is not None:
+        _say_unfired(edits)
         report = edits.report()
         return {"patch_fires": json.dumps({
             "num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
@@ -207,6 +217,7 @@ def _patch_meta():
 
 
 def _say_fires(edits):
+    _say_unfired(edits)
     _say(f"{_edits_variable()[0]}: {edits.report().num_fires} edit fires (no trace file to "
          f"note them in)")
 

@@ -298,6 +298,20 @@ def test_tokentrace_run_edits_ops_named_in_a_json_spec(tmp_path):
     assert json.loads(trace.meta["patch_fires"])["num_fires"] == got["calls"]["main"]
 
 
+def test_tokentrace_run_says_when_a_label_rule_chose_no_op(tmp_path):
+    """A JSON rule naming an op label no op of the run had edits nothing; `tokentrace run`
+    says so in one line (not a warning's traceback), and the job is untouched."""
+    kind = "inputs_embeds"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([{"ops": {"label": "silu_9_999"}, "op": "zero"}]))
+    traced = _run(tmp_path, kind, True, "--edits", str(spec))
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    assert _result(traced.stdout) == _result(_run(tmp_path, kind, False).stdout)
+    lines = [x for x in traced.stderr.splitlines() if "chose no op" in x]
+    assert len(lines) == 1 and "tt.label('silu_9_999')" in lines[0], traced.stderr[-2000:]
+    assert lines[0].startswith("tokentrace: TOKENTRACE_EDITS: 1 rule(s) selecting ops by label")
+
+
 @pytest.mark.parametrize("kind", ["t5_batch", "bart", "whisper", "gpt2_assisted"])
 def test_record_of_generate_saves_and_edits_the_decoders_sites(kind):
     """tt.record of an encoder-decoder's or an assisted generate: its tokens are the main

@@ -227,14 +227,20 @@ class EditHooks:
         (tt.label, tt.contains, tt.regex) and chose no op in the run just ended. A label the
         live numbering (op_labels.py) gave no op would otherwise edit nothing without a word.
         Reads the counters (a device sync) only where there are such rules."""
-        labelled = [i for i in self.op_rules if self.spec.rules[i].selector.names_labels()]
-        if not labelled or self._warned_unfired:
+        if self._warned_unfired:
             return
-        fires = self._snapshot(self._run, self.fires)["fires"]
-        unfired = [fires[i][0] for i in labelled if fires[i][1] == 0]
+        unfired = self.unfired_label_rules()
         if unfired:
             self._warned_unfired = True
             warn_unfired(unfired, stacklevel)
+
+    def unfired_label_rules(self):
+        """The rules selecting ops by label text that chose no op in this run (their text)."""
+        labelled = [i for i in self.op_rules if self.spec.rules[i].selector.names_labels()]
+        if not labelled:
+            return []
+        fires = self._snapshot(self._run, self.fires)["fires"]
+        return [fires[i][0] for i in labelled if fires[i][1] == 0]
 
     def _snapshot(self, run, python_fires):
         if run != self._run:
