@@ -463,3 +463,18 @@ def test_op_rules_on_a_compiled_model_run_it_eagerly_and_leave_it_compiled():
         assert torch.equal(compiled(x), plain)
         compiled(torch.randn(3, 4))  # a new shape: compiled again, as before the run
     assert len(compiles) >= 2
+
+
+def test_record_takes_a_label_edit_and_saves_the_edited_op(cnn):
+    """tt.record with an edit by label (the relu of the CNN's 2nd call, read from a trace of
+    the same run) and save= of that op: the saved output is the edited one, in that call only."""
+    xs = _cnn_inputs()
+    with torch.no_grad():
+        reader = _run("cnn", cnn, ops=True)
+    (label,) = reader.find_sites(tt.func("relu") & tt.in_module("self:2")).labels()
+    with torch.no_grad():
+        rec = tt.record(lambda *xs: [cnn(x) for x in xs], xs, save=tt.func("relu"),
+                        edits=tt.when(tt.label(label), tt.zero()), model=cnn, kernels="off")
+    relus = {s.pass_index: s.out for s in rec.find_sites(tt.func("relu"))}
+    assert sorted(relus) == [1, 2, 3]
+    assert not relus[2].any() and relus[1].any() and relus[3].any()
