@@ -1,8 +1,10 @@
 """Helpers shared by the Python layer's tests (imported as `tt_testutil`, not from conftest,
 so that running tests/python together with tests/torch_op, which has its own conftest, works)."""
 
+import glob
 import json
 import os
+import re
 import sqlite3
 import sys
 
@@ -76,19 +78,14 @@ def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=60):
     return proc.returncode, rest, err
 
 
-_DOCS_FENCE = None
+_DOCS_FENCE = re.compile(r"```python\n(# docs-test: (?:needs=(\w+) )?expected=(.*?)\n.*?)```",
+                         re.S)
 
 
 def doc_blocks():
     """The code blocks of README.md and docs/*.md that start with `# docs-test: [needs=WHAT]
     expected=...`, as (path, first line, code, expected text, needs or None). A block that
     needs=vllm runs in the vLLM environment (tests/vllm), the others in tests/python."""
-    import glob
-    import re
-    global _DOCS_FENCE
-    if _DOCS_FENCE is None:
-        _DOCS_FENCE = re.compile(
-            r"```python\n(# docs-test: (?:needs=(\w+) )?expected=(.*?)\n.*?)```", re.S)
     files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
                                                                              "*.md")))
     for path in files:

@@ -363,11 +363,33 @@ class InModuleQuery(SiteQuery):
         return f"tt.in_module({self.address!r})"
 
 
-class LabelQuery(SiteQuery):
-    """tt.label(text): the op whose layer_label, pass-qualified label or short label is text."""
+class LabelTextQuery(SiteQuery):
+    """A selector over op label text (tt.label, tt.regex, tt.contains): deciding it while the
+    model runs needs the labels numbered, and a label the run never numbers chooses nothing.
+    key: its name, as tt.<key>(...) and as the key of a JSON spec's "ops" object."""
+
+    key = ""
 
     def __init__(self, text: str) -> None:
         self.text = text
+
+    def needs_labels(self) -> bool:
+        return True
+
+    def names_labels(self) -> bool:
+        return True
+
+    def json_form(self) -> dict[str, Any] | None:
+        return {self.key: self.text}
+
+    def __repr__(self) -> str:
+        return f"tt.{self.key}({self.text!r})"
+
+
+class LabelQuery(LabelTextQuery):
+    """tt.label(text): the op whose layer_label, pass-qualified label or short label is text."""
+
+    key = "label"
 
     def matches_op(self, op: Any) -> bool:
         return self.text in (op.layer_label, op.label, op.label_short)
@@ -375,62 +397,32 @@ class LabelQuery(SiteQuery):
     def may_save(self, types: frozenset[str]) -> bool:
         return self.text.partition("_")[0] in types
 
-    def needs_labels(self) -> bool:
-        return True
 
-    def names_labels(self) -> bool:
-        return True
-
-    def json_form(self) -> dict[str, Any] | None:
-        return {"label": self.text}
-
-    def __repr__(self) -> str:
-        return f"tt.label({self.text!r})"
-
-
-class RegexQuery(SiteQuery):
+class RegexQuery(LabelTextQuery):
     """tt.regex(pattern): ops with a label re.search finds the pattern in (case-sensitive)."""
 
+    key = "regex"
+
     def __init__(self, pattern: str, compiled: re.Pattern[str]) -> None:
+        super().__init__(pattern)
         self.pattern, self._re = pattern, compiled
 
     def matches_op(self, op: Any) -> bool:
         search = self._re.search
         return any(search(text) for text in (op.layer_label, op.label, op.label_short))
 
-    def needs_labels(self) -> bool:
-        return True
 
-    def names_labels(self) -> bool:
-        return True
-
-    def json_form(self) -> dict[str, Any] | None:
-        return {"regex": self.pattern}
-
-    def __repr__(self) -> str:
-        return f"tt.regex({self.pattern!r})"
-
-
-class ContainsQuery(SiteQuery):
+class ContainsQuery(LabelTextQuery):
     """tt.contains(text): ops whose layer_label contains text, ignoring case."""
 
+    key = "contains"
+
     def __init__(self, text: str) -> None:
-        self.text, self._low = text, text.lower()
+        super().__init__(text)
+        self._low = text.lower()
 
     def matches_op(self, op: Any) -> bool:
         return self._low in op.layer_label.lower()
-
-    def needs_labels(self) -> bool:
-        return True
-
-    def names_labels(self) -> bool:
-        return True
-
-    def json_form(self) -> dict[str, Any] | None:
-        return {"contains": self.text}
-
-    def __repr__(self) -> str:
-        return f"tt.contains({self.text!r})"
 
 
 class WhereQuery(SiteQuery):
