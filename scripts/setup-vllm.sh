@@ -45,9 +45,11 @@ EOF
   "$VENV/bin/pip" install -q --no-deps "$WHEEL"
   touch "$STAMP"
 fi
-# tokentrace, rebuilt when its sources changed (pip compares nothing: a stamp of the tree does)
-SRC=$(cd "$ROOT" && git ls-files -s src include preload python cuda CMakeLists.txt pyproject.toml \
-        2>/dev/null | sha256sum | cut -c1-16)
+# tokentrace, rebuilt when its sources changed (pip compares nothing: a stamp of the tree does,
+# of the files' contents as they are, committed or not)
+SRC=$(cd "$ROOT" && git ls-files -co --exclude-standard src include preload python cuda \
+        CMakeLists.txt pyproject.toml 2>/dev/null | sort | xargs -d '\n' sha256sum 2>/dev/null \
+        | sha256sum | cut -c1-16)
 if [ ! -f "$VENV/.tokentrace-src-$SRC" ]; then
   log "building tokentrace against torch $TORCH (pip install --no-build-isolation; ~3 minutes)"
   rm -f "$VENV"/.tokentrace-src-*

@@ -19,6 +19,10 @@ the TOKENTRACE_* environment, and it writes the file until the process exits. At
 we add our rows (saved tensors, escape locations, the root's inputs) to that file. Without the
 native extension nothing is recorded (one line on stderr says why and how to build it).
 
+vLLM's engine core calls no module: its recording (_record/vllm_core.py) goes on when vLLM's
+module vllm.v1.engine.core is loaded (the boot's after_import), in whichever process makes an
+engine, and adds its request rows and meta at exit.
+
 TOKENTRACE_EDITS (`tokentrace run --edits spec.json`) names a JSON edit spec
 (tokentrace.edits.load_spec): its edits go onto the same root as forward hooks, exactly as
 spec.bind(model) installs them for one run (here the run is the whole process: token k is
@@ -39,7 +43,7 @@ from ._common import module as select_module
 from ._common import parse_env_list
 from ._compiled import watch_compile
 from ._errors import TokentraceError
-from ._record import Attachment, FirstRoot, selection, sites_of
+from ._record import Attachment, FirstRoot, install_when_loaded, selection, sites_of
 
 _state = {"first": None, "done": False}
 
@@ -60,6 +64,22 @@ def install():
     # A compiled __call__ taken before the first root call (transformers' generate takes it
     # before its prefill) is recorded from outside when it runs (_compiled/call.py).
     watch_compile(on_compile=_compiling)
+    # vLLM's engine core calls no module: its recording goes on when vLLM's module is loaded.
+    try:
+        from _tokentrace_after_import import after_import  # the boot's, beside sitecustomize
+    except ImportError:  # not started by `tokentrace run` (no boot on sys.path)
+        return
+    install_when_loaded(_recording_backend, _say, after_import)
+
+
+def _recording_backend():
+    """The native backend when the shim records in this process, else None (said once)."""
+    try:
+        backend = get_backend()
+    except TokentraceError as exc:
+        _say(f"{exc}; nothing is recorded")
+        return None
+    return backend if backend.active() else None
 
 
 def _compiling():

@@ -25,6 +25,9 @@ int RanksReportCommand(const std::vector<std::string>& args);
 int RanksExportCommand(const std::vector<std::string>& args);
 // report --runs FILE FILE...: runs of one job compared site by site (report_runs.cc).
 int RunsReport(const std::vector<std::string>& files, uint32_t top);
+// The files of one serving engine's processes (meta role): the worker's report and the engine
+// core's requests beside it (report_engine.cc); -1 when no file has a role (ranks instead).
+int EngineReport(const std::vector<std::string>& inputs, uint32_t top);
 
 // Directory to put on PYTHONPATH so `import tokentrace` finds the package that belongs to
 // this program ("" when it is already importable, e.g. installed).

@@ -354,6 +354,16 @@ int ReportCommand(const std::vector<std::string>& args) {
                  rows.end());
     }
     serving = ServingSection(rows, step_times, MetaValue(meta, "kernels_status").empty());
+    // An engine core's steps and requests (vllm.core_step, request_events).
+    std::vector<RequestEventRow> events;
+    CoreSteps core;
+    if (!ReadRequestEvents(reader->db(), &events, &error) ||
+        !ReadCoreSteps(reader->db(), &core, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    core.empty = std::atoll(MetaValue(meta, "engine_core_empty_steps").c_str());
+    serving += EngineCoreSection(events, core, nullptr);
   }
   // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
   for (auto& [key, value] : meta) value = ForTerminal(value, 200);
@@ -419,8 +429,12 @@ int ReportCommand(const std::vector<std::string>& args) {
   // Before the percentiles: FiguresOf sorts the phases' cpu ms.
   const PhaseFigures prefill = use_digest ? FiguresOf(digest, {1}) : FiguresOf(tokens.prefill);
   const PhaseFigures decode = use_digest ? FiguresOf(digest, {0, 2}) : FiguresOf(tokens.decode);
-  std::vector<std::string> prefill_row = PhaseRow("prefill (token 1)", prefill);
-  std::vector<std::string> decode_row = PhaseRow("decode (tokens >= 2)", decode);
+  // A serving engine's token is a step of many requests: its first is no prefill of its own
+  // (the serving section below counts prefill and decode by tokens).
+  const bool engine = MetaValue(meta, "engine") != "unknown";
+  std::vector<std::string> prefill_row = PhaseRow(engine ? "step 1" : "prefill (token 1)", prefill);
+  std::vector<std::string> decode_row =
+      PhaseRow(engine ? "steps >= 2" : "decode (tokens >= 2)", decode);
   if (tokens.count <= kFullListMax) {
     out += TokenTable(tokens.head);
   } else {
@@ -467,7 +481,8 @@ int ReportCommand(const std::vector<std::string>& args) {
   }
 
   const size_t decode_tokens = tokens.decode.tokens;
-  out += "\nprefill vs decode:\n";
+  out += engine ? "\nfirst step vs the rest (prefill and decode by tokens: the serving section):\n"
+                : "\nprefill vs decode:\n";
   out += FormatTable(
       {{"phase", "tokens", "mean cpu ms", "median cpu ms", "mean gpu ms", "kernels/token"},
        prefill_row,

@@ -116,6 +116,7 @@ int RanksReportCommand(const std::vector<std::string>& args) {
     }
   }
   if (runs) return RunsReport(inputs, top);
+  if (const int rc = EngineReport(inputs, top); rc >= 0) return rc;
   std::string error;
   std::vector<multi::RankFile> ranks;
   multi::Comparison cmp;

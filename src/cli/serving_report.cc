@@ -52,73 +52,74 @@ std::string Quantiles(std::vector<double> v) {
          Fixed(v.back(), 3);
 }
 
-}  // namespace
-
-bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string* error) {
-  out->clear();
+bool TablePresent(sqlite3* db, const char* name, bool* present, std::string* error) {
   sqlite3_stmt* has = nullptr;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
-                         "name = 'step_requests'",
-                         -1, &has, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", -1,
+                         &has, nullptr) != SQLITE_OK) {
     *error = sqlite3_errmsg(db);
     return false;
   }
-  const bool present = sqlite3_step(has) == SQLITE_ROW;
+  sqlite3_bind_text(has, 1, name, -1, SQLITE_STATIC);
+  *present = sqlite3_step(has) == SQLITE_ROW;
   sqlite3_finalize(has);
-  if (!present) return true;
+  return true;
+}
+
+// Runs `sql` and calls row(statement) for each row; false with *error on a failure.
+template <typename Row>
+bool ForEachRow(sqlite3* db, const char* sql, Row row, std::string* error) {
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db,
-                         "SELECT token, request, prefill_tokens, decode_tokens, position FROM "
-                         "step_requests ORDER BY token, rowid",
-                         -1, &st, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
     *error = sqlite3_errmsg(db);
     return false;
   }
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    StepRequestRow r;
-    r.token = static_cast<uint32_t>(sqlite3_column_int64(st, 0));
-    const unsigned char* text = sqlite3_column_text(st, 1);
-    r.request = text != nullptr ? reinterpret_cast<const char*>(text) : "";
-    r.prefill = sqlite3_column_int64(st, 2);
-    r.decode = sqlite3_column_int64(st, 3);
-    r.position = sqlite3_column_int64(st, 4);
-    out->push_back(std::move(r));
-  }
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) row(st);
   const bool ok = rc == SQLITE_DONE;
   if (!ok) *error = sqlite3_errmsg(db);
   sqlite3_finalize(st);
   return ok;
 }
 
-std::string ServingSection(const std::vector<StepRequestRow>& rows,
-                           const std::map<uint32_t, StepTime>& steps, bool gpu) {
-  if (rows.empty()) return "";
-  // Per step: its tokens, requests, and whether it held prefill, decode or both.
-  struct Step {
-    int64_t prefill = 0, decode = 0, requests = 0;
-  };
-  std::map<uint32_t, Step> by_step;
-  std::vector<RequestStats> requests;
+std::string Text(sqlite3_stmt* st, int column) {
+  const unsigned char* text = sqlite3_column_text(st, column);
+  return text != nullptr ? reinterpret_cast<const char*>(text) : "";
+}
+
+int64_t IntOrNone(sqlite3_stmt* st, int column) {
+  return sqlite3_column_type(st, column) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, column);
+}
+
+// A worker's steps and requests, from its step_requests rows and its steps' times.
+struct StepComposition {
+  int64_t prefill = 0, decode = 0, requests = 0;
+};
+struct Analysis {
+  std::map<uint32_t, StepComposition> by_step;
+  std::vector<RequestStats> requests;  // in first-scheduled order
+};
+
+Analysis Analyse(const std::vector<StepRequestRow>& rows,
+                 const std::map<uint32_t, StepTime>& steps) {
+  Analysis a;
   std::unordered_map<std::string, size_t> index;
   for (const StepRequestRow& r : rows) {
-    Step& s = by_step[r.token];
+    StepComposition& s = a.by_step[r.token];
     s.prefill += r.prefill, s.decode += r.decode, s.requests += 1;
-    auto [it, fresh] = index.emplace(r.request, requests.size());
-    if (fresh) requests.push_back({r.request, {}, 0, 0, 0, -1, -1, 0});
-    RequestStats& q = requests[it->second];
+    auto [it, fresh] = index.emplace(r.request, a.requests.size());
+    if (fresh) a.requests.push_back({r.request, {}, 0, 0, 0, -1, -1, 0});
+    RequestStats& q = a.requests[it->second];
     q.steps.push_back(r.token);
     q.prefill += r.prefill, q.decode += r.decode;
   }
   // The step that computed the last of each prompt; and each step's GPU time shared by tokens.
   std::unordered_map<std::string, int64_t> done;
   for (const StepRequestRow& r : rows) {
-    RequestStats& q = requests[index[r.request]];
+    RequestStats& q = a.requests[index[r.request]];
     int64_t& d = done[r.request];
     d += r.prefill;
     if (q.first_token_step == 0 && d >= q.prefill) q.first_token_step = r.token;
-    const Step& s = by_step[r.token];
+    const StepComposition& s = a.by_step[r.token];
     const int64_t tokens = s.prefill + s.decode;
     auto t = steps.find(r.token);
     if (t != steps.end() && tokens > 0) {
@@ -126,7 +127,7 @@ std::string ServingSection(const std::vector<StepRequestRow>& rows,
                   static_cast<double>(r.prefill + r.decode) / static_cast<double>(tokens);
     }
   }
-  for (RequestStats& q : requests) {
+  for (RequestStats& q : a.requests) {
     auto first = steps.find(q.steps.front());
     auto token = steps.find(q.first_token_step);
     auto last = steps.find(q.steps.back());
@@ -138,6 +139,182 @@ std::string ServingSection(const std::vector<StepRequestRow>& rows,
       q.tpot_ms = static_cast<double>(last->second.end_ns - token->second.end_ns) / 1e6 / after;
     }
   }
+  return a;
+}
+
+}  // namespace
+
+bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string* error) {
+  out->clear();
+  bool present = false;
+  if (!TablePresent(db, "step_requests", &present, error)) return false;
+  if (!present) return true;
+  return ForEachRow(
+      db,
+      "SELECT token, request, prefill_tokens, decode_tokens, position FROM step_requests "
+      "ORDER BY token, rowid",
+      [&](sqlite3_stmt* st) {
+        StepRequestRow r;
+        r.token = static_cast<uint32_t>(sqlite3_column_int64(st, 0));
+        r.request = Text(st, 1);
+        r.prefill = sqlite3_column_int64(st, 2);
+        r.decode = sqlite3_column_int64(st, 3);
+        r.position = sqlite3_column_int64(st, 4);
+        out->push_back(std::move(r));
+      },
+      error);
+}
+
+bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::string* error) {
+  out->clear();
+  bool present = false;
+  if (!TablePresent(db, "request_events", &present, error)) return false;
+  if (!present) return true;
+  return ForEachRow(
+      db,
+      "SELECT request, arrival_unix_ns, queued_ns, scheduled_ns, first_token_ns, finished_ns, "
+      "first_step, first_token_step, finished_step, finish_reason, prompt_tokens, "
+      "output_tokens FROM request_events ORDER BY queued_ns, rowid",
+      [&](sqlite3_stmt* st) {
+        RequestEventRow r;
+        r.request = Text(st, 0);
+        r.arrival_unix_ns = IntOrNone(st, 1);
+        r.queued_ns = IntOrNone(st, 2);
+        r.scheduled_ns = IntOrNone(st, 3);
+        r.first_token_ns = IntOrNone(st, 4);
+        r.finished_ns = IntOrNone(st, 5);
+        r.first_step = IntOrNone(st, 6);
+        r.first_token_step = IntOrNone(st, 7);
+        r.finished_step = IntOrNone(st, 8);
+        r.finish_reason = Text(st, 9);
+        r.prompt_tokens = IntOrNone(st, 10);
+        r.output_tokens = IntOrNone(st, 11);
+        out->push_back(std::move(r));
+      },
+      error);
+}
+
+bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error) {
+  *out = CoreSteps{};
+  return ForEachRow(
+      db,
+      "SELECT s.name, c.cpu_end_ns - c.cpu_begin_ns FROM calls c JOIN sites s "
+      "ON s.id = c.site_id WHERE s.name IN ('vllm.core_step', 'vllm.schedule', 'vllm.update') "
+      "AND c.cpu_end_ns IS NOT NULL AND c.cpu_end_ns >= c.cpu_begin_ns ORDER BY c.id",
+      [&](sqlite3_stmt* st) {
+        const std::string name = Text(st, 0);
+        const double ms = static_cast<double>(sqlite3_column_int64(st, 1)) / 1e6;
+        (name == "vllm.core_step"  ? out->step_ms
+         : name == "vllm.schedule" ? out->schedule_ms
+                                   : out->update_ms)
+            .push_back(ms);
+      },
+      error);
+}
+
+std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const CoreSteps& steps,
+                              const std::map<std::string, WorkerRequest>* worker, bool worker_gpu) {
+  if (events.empty() && steps.step_ms.empty()) return "";
+  auto ms = [](int64_t begin, int64_t end) {
+    return begin < 0 || end < 0 ? -1.0 : static_cast<double>(end - begin) / 1e6;
+  };
+  std::string out = "\nengine core (vLLM's scheduler; vllm.core_step = tokens; request_events):\n";
+  out += "  steps: " + std::to_string(steps.step_ms.size());
+  if (steps.empty > 0) out += " (" + std::to_string(steps.empty) + " scheduled nothing)";
+  out += "; step ms: " + Quantiles(steps.step_ms) + "\n";
+  out += "  scheduling ms per step: " + Quantiles(steps.schedule_ms) +
+         "; update ms per step: " + Quantiles(steps.update_ms) +
+         "\n  (the rest of a step is the wait for the worker's execute and sample)\n";
+  std::map<std::string, int64_t> reasons;
+  size_t running = 0;
+  std::vector<double> queue, ttft, tpot;
+  std::vector<std::vector<std::string>> rows = {{"request", "prompt", "output", "queue ms",
+                                                 "first token ms", "per output token ms",
+                                                 "finish"}};
+  if (worker != nullptr) {
+    rows[0].push_back("worker steps");
+    if (worker_gpu) rows[0].push_back("gpu ms (shared)");
+  }
+  for (const RequestEventRow& r : events) {
+    const double q = ms(r.queued_ns, r.scheduled_ns), t = ms(r.queued_ns, r.first_token_ns);
+    double p = -1;
+    if (r.output_tokens > 1 && r.first_token_ns >= 0 && r.finished_ns >= 0) {
+      p = ms(r.first_token_ns, r.finished_ns) / static_cast<double>(r.output_tokens - 1);
+    }
+    queue.push_back(q), ttft.push_back(t), tpot.push_back(p);
+    if (r.finished_ns < 0) {
+      ++running;
+    } else {
+      ++reasons[r.finish_reason.empty() ? "?" : r.finish_reason];
+    }
+    std::vector<std::string> row = {
+        ForTerminal(r.request),
+        r.prompt_tokens < 0 ? "-" : std::to_string(r.prompt_tokens),
+        r.output_tokens < 0 ? "-" : std::to_string(r.output_tokens),
+        Num(q),
+        Num(t),
+        Num(p),
+        r.finished_ns < 0 ? "running" : ForTerminal(r.finish_reason, 20)};
+    if (worker != nullptr) {
+      auto w = worker->find(r.request);
+      row.push_back(w == worker->end() ? "-" : std::to_string(w->second.steps));
+      if (worker_gpu) row.push_back(w == worker->end() ? "-" : Fixed(w->second.gpu_ms, 3));
+    }
+    rows.push_back(std::move(row));
+  }
+  out += "  requests: " + std::to_string(events.size());
+  std::string finished;
+  for (const auto& [reason, n] : reasons) {
+    finished += (finished.empty() ? "" : ", ") + ForTerminal(reason, 20) + " " + std::to_string(n);
+  }
+  if (!finished.empty()) out += "; finished: " + finished;
+  if (running > 0) out += "; still running at the end: " + std::to_string(running);
+  out += "\n";
+  if (events.empty()) return out;
+  out += "  queue ms: " + Quantiles(queue) + "; first token ms: " + Quantiles(ttft) +
+         "; per output token ms: " + Quantiles(tpot) + "\n";
+  if (events.size() > 2 * kListedRequests) {
+    // The first requests, then the slowest by first token.
+    std::vector<size_t> order(events.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return ttft[a] > ttft[b]; });
+    std::vector<std::vector<std::string>> first(rows.begin(), rows.begin() + 1 + kListedRequests);
+    std::vector<std::vector<std::string>> slow = {rows[0]};
+    for (size_t k = 0; k < kListedRequests; ++k) slow.push_back(rows[1 + order[k]]);
+    out +=
+        "  first " + std::to_string(kListedRequests) + " requests:\n" + FormatTable(first, "    ");
+    out += "  slowest " + std::to_string(kListedRequests) + " requests (by first token):\n" +
+           FormatTable(slow, "    ");
+  } else {
+    out += "  per request:\n" + FormatTable(rows, "    ");
+  }
+  out +=
+      "  (times from the request's queueing in the scheduler: queue = until first scheduled,\n"
+      "  first token = until the update that gave it back";
+  out += worker == nullptr ? ")\n"
+         : worker_gpu
+             ? ";\n  worker steps and gpu ms: the worker's file, each step's GPU time shared "
+               "among its requests by token count)\n"
+             : "; worker steps: the worker's file)\n";
+  return out;
+}
+
+std::map<std::string, WorkerRequest> WorkerRequests(const std::vector<StepRequestRow>& rows,
+                                                    const std::map<uint32_t, StepTime>& steps) {
+  std::map<std::string, WorkerRequest> out;
+  for (const RequestStats& q : Analyse(rows, steps).requests) {
+    out[q.id] = {q.steps.size(), q.gpu_ms};
+  }
+  return out;
+}
+
+std::string ServingSection(const std::vector<StepRequestRow>& rows,
+                           const std::map<uint32_t, StepTime>& steps, bool gpu) {
+  if (rows.empty()) return "";
+  Analysis a = Analyse(rows, steps);
+  const auto& by_step = a.by_step;
+  std::vector<RequestStats>& requests = a.requests;
 
   size_t prefill_only = 0, decode_only = 0, mixed = 0;
   std::vector<double> tokens_per_step, requests_per_step;

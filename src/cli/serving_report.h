@@ -1,6 +1,8 @@
-// The serving section of `tokentrace report`: a serving engine's steps (the tokens of a vLLM
+// The serving sections of `tokentrace report`: a serving engine's steps (the tokens of a vLLM
 // worker's trace) and its requests, from the step_requests table (written by the Python
-// layer's engine adapter, python/tokentrace/_record/vllm_steps.py) and each step's times.
+// layer's engine adapter, python/tokentrace/_record/vllm_steps.py) and each step's times; and
+// the engine core's view (python/tokentrace/_record/vllm_core.py): its steps' scheduler time
+// and each request's queue, first token and finish, from request_events and its sites.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,44 @@ struct StepTime {
 // The rows of step_requests in step order; false with `error` set when the file cannot be read.
 // A file without the table (not an engine's) gives no rows.
 bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string* error);
+
+// An engine core's request (request_events); -1 where the file has NULL (not happened).
+struct RequestEventRow {
+  std::string request;
+  int64_t arrival_unix_ns = -1, queued_ns = -1, scheduled_ns = -1, first_token_ns = -1,
+          finished_ns = -1;
+  int64_t first_step = -1, first_token_step = -1, finished_step = -1;
+  std::string finish_reason;
+  int64_t prompt_tokens = -1, output_tokens = -1;
+};
+
+// The engine core's steps: each one's ms, and the ms of its scheduling and of its update.
+struct CoreSteps {
+  std::vector<double> step_ms, schedule_ms, update_ms;
+  int64_t empty = 0;  // steps whose scheduling scheduled nothing (meta engine_core_empty_steps)
+};
+
+// A worker's view of one request, for the engine core's table when both files are read.
+struct WorkerRequest {
+  size_t steps = 0;
+  double gpu_ms = 0;
+};
+
+// The rows of request_events in queue order (none in a file without the table).
+bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::string* error);
+// The calls of vllm.core_step, vllm.schedule and vllm.update (none in other files).
+bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error);
+// Per request of a worker's step_requests: its steps and its share of their GPU time.
+std::map<std::string, WorkerRequest> WorkerRequests(const std::vector<StepRequestRow>& rows,
+                                                    const std::map<uint32_t, StepTime>& steps);
+
+// The engine core's section ("" without steps or requests): steps and their scheduling and
+// update ms, and per request its queue ms, first token ms (from queued), per output token ms,
+// tokens and finish reason; with `worker` (the worker's file read too) its steps there, and
+// its GPU ms when `worker_gpu` (the worker recorded kernels).
+std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const CoreSteps& steps,
+                              const std::map<std::string, WorkerRequest>* worker,
+                              bool worker_gpu = false);
 
 // The section's text ("" without rows): steps by kind (prefill-only, decode-only, mixed),
 // tokens and requests per step, and per request its steps, prefill and decode tokens, time to

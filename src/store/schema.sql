@@ -113,6 +113,21 @@ CREATE TABLE IF NOT EXISTS escape_sites(token INTEGER, location TEXT, count INTE
 -- as decode, and the position of its first token in the step. Other files have none (empty).
 CREATE TABLE IF NOT EXISTS step_requests(token INTEGER, request TEXT, prefill_tokens INTEGER,
                                          decode_tokens INTEGER, position INTEGER);
+-- Written by the Python layer's engine-core adapter (python/tokentrace/_record/vllm_core.py)
+-- in a serving engine's scheduler process: one row per request, as the engine core saw it.
+-- arrival_unix_ns is the front end's wall clock (when the request arrived); the other times
+-- are this file's CLOCK_MONOTONIC ns: queued (handed to the scheduler), first scheduled (the
+-- start of the scheduling that first took it), first token (the end of the update that gave
+-- its first output token), finished (the end of the update that finished it, or the abort).
+-- The *_step columns are the engine-core steps (this file's tokens) of those events. A
+-- request still running when the file was last written has NULL finish columns. Files that
+-- predate this table lack it (read as empty).
+CREATE TABLE IF NOT EXISTS request_events(request TEXT, arrival_unix_ns INTEGER,
+                                          queued_ns INTEGER, scheduled_ns INTEGER,
+                                          first_token_ns INTEGER, finished_ns INTEGER,
+                                          first_step INTEGER, first_token_step INTEGER,
+                                          finished_step INTEGER, finish_reason TEXT,
+                                          prompt_tokens INTEGER, output_tokens INTEGER);
 -- The SQL texts below are cut from this file at build time (src/store/CMakeLists.txt) and
 -- must stay its last statements, in this order. Readers do not trust these views in a file
 -- (a crafted file could define one to never end): they run the SELECT after `AS` themselves

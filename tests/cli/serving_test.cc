@@ -72,5 +72,55 @@ TEST(ServingTest, AStepsGpuTimeIsSharedByTokens) {
 
 TEST(ServingTest, NoRowsNoSection) { EXPECT_EQ(ServingSection({}, Steps(3), true), ""); }
 
+// The engine core's requests: A queued at 0 and scheduled at 2 ms, first token at 10 ms,
+// finished (length) at 40 ms after 4 output tokens; B queued at 1 ms, scheduled at 12 ms, first
+// token at 30 ms, aborted at 35 ms after 1 token; C still running, never scheduled.
+std::vector<RequestEventRow> Events() {
+  auto ms = [](double v) { return static_cast<int64_t>(v * 1e6); };
+  RequestEventRow a{"A", 5, ms(0), ms(2), ms(10), ms(40), 1, 1, 4, "length", 4, 4};
+  RequestEventRow b{"B", 6, ms(1), ms(12), ms(30), ms(35), 2, 3, 4, "abort", 5, 1};
+  RequestEventRow c{"C", 7, ms(3), -1, -1, -1, -1, -1, -1, "", 6, 0};
+  return {a, b, c};
+}
+
+TEST(ServingTest, EngineCoreRequestsQueueFirstTokenAndFinish) {
+  CoreSteps steps{{5, 6, 7, 8}, {0.5, 0.5, 1, 1}, {0.25, 0.25, 0.25, 0.5}, 1};
+  const std::string text = EngineCoreSection(Events(), steps, nullptr);
+  EXPECT_NE(text.find("steps: 4 (1 scheduled nothing)"), std::string::npos) << text;
+  EXPECT_NE(text.find("requests: 3; finished: abort 1, length 1; still running at the end: 1"),
+            std::string::npos)
+      << text;
+  // A: queue 2, first token 10 (from queued), (40 - 10) / 3 per output token.
+  EXPECT_EQ(RowOf(text, "A"),
+            (std::vector<std::string>{"A", "4", "4", "2.000", "10.000", "10.000", "length"}))
+      << text;
+  // B: one output token, so no per-output-token time.
+  EXPECT_EQ(RowOf(text, "B"),
+            (std::vector<std::string>{"B", "5", "1", "11.000", "29.000", "-", "abort"}))
+      << text;
+  EXPECT_EQ(RowOf(text, "C"), (std::vector<std::string>{"C", "6", "0", "-", "-", "-", "running"}))
+      << text;
+}
+
+TEST(ServingTest, EngineCoreRequestsWithTheWorkersStepsAndGpuTime) {
+  const std::vector<StepRequestRow> rows = {
+      {1, "A", 4, 0, 0}, {2, "A", 0, 1, 4}, {2, "B", 5, 0, 0}};
+  std::map<uint32_t, StepTime> times = Steps(2);
+  times[2].gpu_busy_ns = 6'000'000;  // step 2: A 1 token, B 5 tokens
+  const auto worker = WorkerRequests(rows, times);
+  const std::string text = EngineCoreSection(Events(), CoreSteps{}, &worker, true);
+  EXPECT_EQ(RowOf(text, "A").size(), 9u) << text;
+  EXPECT_EQ(RowOf(text, "A")[7], "2") << text;      // its steps in the worker
+  EXPECT_EQ(RowOf(text, "A")[8], "1.000") << text;  // 1/6 of step 2's 6 ms
+  EXPECT_EQ(RowOf(text, "B")[8], "5.000") << text;
+  EXPECT_EQ(RowOf(text, "C")[7], "-") << text;  // not in the worker's file
+  // without kernels in the worker's file: its steps, no GPU column
+  EXPECT_EQ(RowOf(EngineCoreSection(Events(), CoreSteps{}, &worker, false), "A").size(), 8u);
+}
+
+TEST(ServingTest, NoEngineCoreNoSection) {
+  EXPECT_EQ(EngineCoreSection({}, CoreSteps{}, nullptr), "");
+}
+
 }  // namespace
 }  // namespace tokentrace::cli

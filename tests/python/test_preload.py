@@ -166,7 +166,7 @@ def test_torch_imported_past_the_watcher_is_said_in_one_line(tmp_path):
     """A job that takes the boot's watcher off sys.meta_path before importing torch records
     nothing, and is told so at exit instead of finding no file."""
     drop = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
-            "if type(f).__name__ != '_TorchWatcher']\n")
+            "if type(f).__name__ != 'AfterImport']\n")
     job, own = _write_job(tmp_path, drop + JOB)
     res = _run_cli(tmp_path, job, own, TOKENTRACE_OUT=str(tmp_path / "n.sqlite"))
     assert res.returncode == 0 and "JOB-DONE" in res.stdout, res.stderr
@@ -428,3 +428,48 @@ def test_preload_records_what_trace_records_with_the_same_options(tmp_path):
                            traced[call].inputs["hidden_states"])
     assert preloaded["self"].num_calls == traced["self"].num_calls == 4
     assert [t.escapes for t in preloaded.tokens][1:] == [t.escapes for t in traced.tokens][1:]
+
+
+AFTER_IMPORT_JOB = """
+import sys
+sys.path.insert(0, {boot!r})
+sys.path.insert(0, {pkgs!r})
+from _tokentrace_after_import import after_import
+seen = []
+after_import("done_mod", lambda m: seen.append(("done", m.LAST)))
+after_import("fresh_mod", lambda m: seen.append(("fresh", m.LAST)))
+import done_mod                     # fresh_mod's body runs inside it
+print("after done_mod:", seen)
+import later_mod                    # any import after: mid_mod's watcher fires now
+print("after later_mod:", seen)
+print("returned:", after_import("later_mod", lambda m: seen.append(("now", m.LAST))), seen[-1])
+"""
+
+
+def test_a_callback_runs_once_a_modules_body_has_run_however_it_is_imported(tmp_path):
+    """after_import (the boot's, which vLLM's engine-core adapter waits with): a module not yet
+    imported calls back right after its body; one whose import is under way when the watcher
+    goes on (its body imports what installs it, as vLLM's module imports torch) calls back at
+    the first import after its body; one already imported calls back at once. Each once, with
+    the whole module."""
+    pkgs = tmp_path / "pkgs"
+    pkgs.mkdir()
+    (pkgs / "done_mod.py").write_text("import fresh_mod\nLAST = 'done'\n")
+    (pkgs / "fresh_mod.py").write_text(
+        "import sys\nfrom _tokentrace_after_import import after_import\n"
+        "seen = sys.modules['__main__'].seen\n"
+        "after_import('fresh_mod', lambda m: seen.append(('mid', m.LAST)))\n"
+        "LAST = 'fresh'\n")
+    (pkgs / "later_mod.py").write_text("LAST = 'later'\n")
+    job = tmp_path / "job.py"
+    job.write_text(AFTER_IMPORT_JOB.format(boot=os.path.join(PYDIR, "tokentrace", "boot"),
+                                           pkgs=str(pkgs)))
+    res = subprocess.run([sys.executable, str(job)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    # fresh_mod: the first watcher (put on before) right after its body; the second (put on
+    # during its body) not until the next import; done_mod right after its body
+    assert lines[0] == "after done_mod: [('fresh', 'fresh'), ('done', 'done')]", lines
+    assert lines[1] == ("after later_mod: [('fresh', 'fresh'), ('done', 'done'), "
+                        "('mid', 'fresh')]"), lines
+    assert lines[2] == "returned: None ('now', 'later')", lines

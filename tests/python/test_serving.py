@@ -60,23 +60,31 @@ def test_a_trace_of_no_engine_has_no_requests(tmp_path):
 
 # --- the vLLM adapter on a stand-in of vLLM's model runner --------------------------------
 class _Backend:
-    """What the adapter asks of the native backend: sites, and push/pop of the step."""
+    """A backend that numbers tokens as the recorder does: a root site's call opened with no
+    token open is a new token; every other call is in the open one."""
 
     def __init__(self):
-        self.events = []
+        self.events, self.names, self.open, self.token = [], {}, [], 0
 
     def site_kind(self, kind):
         return kind
 
     def site(self, name, kind):
-        self.events.append(("site", name, kind))
-        return 7
+        self.names[len(self.names) + 1] = (name, kind)
+        return len(self.names)
 
     def push(self, site_id):
-        self.events.append(("push", site_id))
+        name, kind = self.names[site_id]
+        if kind == "root" and not any(k == "root" for _, k in self.open):
+            self.token += 1
+        self.open.append((name, kind))
+        self.events.append(("push", name))
 
     def pop(self):
-        self.events.append(("pop",))
+        self.events.append(("pop", self.open.pop()[0]))
+
+    def current(self):
+        return (len(self.open), self.token if self.open else 0)
 
 
 class _New:
@@ -130,11 +138,11 @@ def test_the_vllm_adapter_makes_each_step_a_token_and_writes_its_requests(tmp_pa
     runner.execute_model(_Output(new=[_New("B", [1] * 5)], cached=_Cached(["A"], [4]),
                                  scheduled={"B": 3, "A": 1}))
     runner.sample_tokens(None)
-    assert backend.events == [("site", "vllm.step", "root"), ("push", 7), ("pop",),
-                              ("push", 7), ("pop",)]
+    assert backend.names == {1: ("vllm.step", "root")}
+    assert backend.events == [("push", "vllm.step"), ("pop", "vllm.step")] * 2
     # nothing scheduled, a request still in flight: no step, nothing written yet
     runner.execute_model(_Output(finished={"A"}))
-    assert len(backend.events) == 5 and tt.load(path).step_requests == []
+    assert len(backend.events) == 4 and tt.load(path).step_requests == []
     # the last request finished: the rows go to the file now (a kill after this loses none)
     runner.execute_model(_Output(finished={"B"}))
     assert [tuple(r) for r in tt.load(path).step_requests] == [
@@ -156,4 +164,158 @@ def test_a_vllm_step_that_raises_is_closed(tmp_path, monkeypatch):
     steps.install()
     with pytest.raises(RuntimeError, match="the forward failed"):
         runner_cls().execute_model(_Output(new=[_New("A", [1])], scheduled={"A": 1}))
-    assert backend.events[-2:] == [("push", 7), ("pop",)]
+    assert backend.events[-2:] == [("push", "vllm.step"), ("pop", "vllm.step")]
+
+
+# --- the engine core's adapter on a stand-in of vLLM's EngineCore -------------------------
+class _Reason(int):
+    """vLLM's FinishReason: an int whose str is its word."""
+
+    def __str__(self):
+        return {1: "length", 2: "abort"}[int(self)]
+
+
+class _Status:
+    """vLLM's RequestStatus (an abort's status), with get_finished_reason."""
+    FINISHED_ABORTED = None
+
+    @staticmethod
+    def get_finished_reason(status):
+        return _Reason(2)
+
+
+_Status.FINISHED_ABORTED = _Status()
+
+
+class _Request:
+    def __init__(self, request_id, prompt, arrival):
+        self.request_id, self.num_prompt_tokens, self.arrival_time = request_id, prompt, arrival
+
+
+class _Out:
+    def __init__(self, request_id, tokens, finish=None):
+        self.request_id, self.new_token_ids, self.finish_reason = request_id, tokens, finish
+
+
+class _Outputs:
+    def __init__(self, *outs):
+        self.outputs = list(outs)
+
+
+def _stand_in_engine_core():
+    """A module shaped as vllm.v1.engine.core: EngineCore with a scheduler, step_fn = step
+    (schedule, the worker, update), and the test's queue of what each step gives."""
+    import types
+
+    class Scheduler:
+        def __init__(self):
+            self.unfinished, self.plan = set(), []
+
+        def add_request(self, request):
+            self.unfinished.add(request.request_id)
+
+        def schedule(self, throttle_prefills=False):
+            if isinstance(self.plan[0][0], Exception):
+                raise self.plan[0][0]
+            return self.plan[0][0]
+
+        def update_from_output(self, scheduler_output, model_output):
+            outputs = self.plan.pop(0)[1]
+            for o in outputs.outputs:
+                if o.finish_reason is not None:
+                    self.unfinished.discard(o.request_id)
+            return {0: outputs}
+
+        def finish_requests(self, request_ids, finished_status):
+            self.unfinished -= set(request_ids)
+            return []
+
+        def has_unfinished_requests(self):
+            return bool(self.unfinished)
+
+    class EngineCore:
+        def __init__(self):
+            self.scheduler, self.batch_queue = Scheduler(), None
+            self.step_fn = self.step
+
+        def step(self):
+            if not self.scheduler.plan:
+                return {}, False
+            out = self.scheduler.schedule()
+            return self.scheduler.update_from_output(out, None), True
+
+    module = types.ModuleType("vllm.v1.engine.core")
+    module.EngineCore = EngineCore
+    return module
+
+
+def test_the_engine_cores_steps_are_tokens_and_each_request_is_a_row(tmp_path):
+    from tokentrace._record import VllmCore
+    module = _stand_in_engine_core()
+    path = _file(tmp_path / "core.sqlite", rows=[], steps=0)
+    backend = _Backend()
+    core = VllmCore(backend, path)
+    assert core.install(module)
+    engine = module.EngineCore()
+    engine.scheduler.add_request(_Request("A", 4, 100.0))
+    engine.scheduler.add_request(_Request("B", 5, 100.5))
+    # step 1: both prompts, a first token each; step 2: A's last token (length); B aborted
+    engine.scheduler.plan = [
+        (_Output(new=[_New("A", [1] * 4), _New("B", [1] * 5)], scheduled={"A": 4, "B": 5}),
+         _Outputs(_Out("A", [7]), _Out("B", [8]))),
+        (_Output(cached=_Cached(["A", "B"], [4, 5]), scheduled={"A": 1, "B": 1}),
+         _Outputs(_Out("A", [9], finish=_Reason(1)), _Out("B", [10])))]
+    engine.step_fn()
+    engine.step_fn()
+    engine.scheduler.finish_requests(["B"], _Status.FINISHED_ABORTED)
+    assert tt.load(path).requests == {}  # finished rows wait for the engine to be idle
+    engine.step_fn()  # nothing unfinished: no step, and the rows go to the file now
+    step = [("push", "vllm.core_step"), ("push", "vllm.schedule"), ("pop", "vllm.schedule"),
+            ("push", "vllm.update"), ("pop", "vllm.update"), ("pop", "vllm.core_step")]
+    assert backend.events == step * 2
+    requests = tt.load(path).requests
+    assert list(requests) == ["A", "B"]
+    a, b = requests["A"].events, requests["B"].events
+    assert (a["first_step"], a["first_token_step"], a["finished_step"]) == (1, 1, 2)
+    assert (a["finish_reason"], a["output_tokens"], a["prompt_tokens"]) == ("length", 2, 4)
+    assert a["arrival_unix_ns"] == 100_000_000_000
+    assert a["queued_ns"] <= a["scheduled_ns"] <= a["first_token_ns"] <= a["finished_ns"]
+    assert (b["finish_reason"], b["output_tokens"], b["finished_step"]) == ("abort", 2, 0)
+    assert requests["A"].queue_ms >= 0 and requests["A"].finish_reason == "length"
+    assert core.meta()["engine_core_steps"] == 2 and core.meta()["role"].endswith("engine_core")
+    core.remove()
+    assert module.EngineCore.__init__.__name__ == "__init__"
+    assert not hasattr(module.EngineCore.__init__, "__wrapped__")
+
+
+def test_an_engine_core_step_that_raises_is_closed(tmp_path):
+    from tokentrace._record import VllmCore
+    module = _stand_in_engine_core()
+    backend = _Backend()
+    core = VllmCore(backend, _file(tmp_path / "c.sqlite", rows=[], steps=0))
+    core.install(module)
+    engine = module.EngineCore()
+    engine.scheduler.add_request(_Request("A", 1, 1.0))
+    engine.scheduler.plan = [(RuntimeError("the scheduler failed"), None)]
+    with pytest.raises(RuntimeError, match="the scheduler failed"):
+        engine.step_fn()
+    assert backend.open == []
+    assert backend.events == [("push", "vllm.core_step"), ("push", "vllm.schedule"),
+                              ("pop", "vllm.schedule"), ("pop", "vllm.core_step")]
+
+
+def test_the_engine_cores_unfinished_requests_are_written_at_exit(tmp_path):
+    """A request still running when the process ends is a row with no finish."""
+    from tokentrace._common import write_python_rows
+    from tokentrace._record import VllmCore
+    module = _stand_in_engine_core()
+    path = _file(tmp_path / "u.sqlite", rows=[], steps=0)
+    core = VllmCore(_Backend(), path)
+    core.install(module)
+    engine = module.EngineCore()
+    engine.scheduler.add_request(_Request("A", 3, 1.0))
+    write_python_rows(path, meta=core.meta(), request_events=core.rows())
+    trace = tt.load(path)
+    assert trace.requests["A"].finish_reason is None
+    assert trace.requests["A"].events["finished_ns"] is None
+    assert trace.meta["engine_core_requests_unfinished"] == "1"

@@ -44,8 +44,11 @@ def main():
     # disable_log_stats=False: each RequestOutput carries vLLM's own request timestamps
     # (metrics: the engine core's time.monotonic() when it scheduled the request and when its
     # first token came back), which the test compares with the trace's steps.
-    llm = LLM(model=model, enforce_eager=mode == "eager", max_model_len=128, max_num_seqs=4,
-              dtype="float32", disable_log_stats=False)
+    # mode "in-process": the engine core and the worker in this process (VLLM_ENABLE_V1_
+    # MULTIPROCESSING=0 from the caller, the uniprocess executor), as vLLM runs on one GPU
+    extra = {"distributed_executor_backend": "uni"} if mode == "in-process" else {}
+    llm = LLM(model=model, enforce_eager=mode != "compiled", max_model_len=128, max_num_seqs=4,
+              dtype="float32", disable_log_stats=False, **extra)
     outs = llm.generate(prompts, SamplingParams(max_tokens=new_tokens, temperature=0.0,
                                                 ignore_eos=True))
     metrics = [{"request_id": o.request_id,

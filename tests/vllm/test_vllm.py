@@ -49,24 +49,31 @@ def _tokentrace():
     return exe
 
 
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("mode", ["eager", "compiled", "in-process"])
 def test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps(model_dir, mode,
                                                                           tmp_path):
+    """eager and compiled: the front end, the engine core and the worker are processes of their
+    own (vLLM's CPU default); in-process: one process holds the engine core and the worker (as
+    vLLM runs on one GPU), and one file both roles."""
     job = [sys.executable, os.path.join(HERE, "job.py"), model_dir, mode]
+    one = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if mode == "in-process" else {}
     plain = _result(subprocess.run(job, capture_output=True, text=True, timeout=900,
-                                   env=_env()))
+                                   env=_env(**one)))
     counted = tmp_path / "steps.txt"
     out = tmp_path / "trace-%p.sqlite"
     proc = subprocess.run([_tokentrace(), "run", "--out", str(out), "--"] + job,
                           capture_output=True, text=True, timeout=900,
-                          env=_env(STEP_COUNT_FILE=str(counted)))
+                          env=_env(STEP_COUNT_FILE=str(counted), **one))
     traced = _result(proc)
     assert traced["tokens"] == plain["tokens"]
     assert traced["prompt_lengths"] == plain["prompt_lengths"]
-    files = [p for p in tmp_path.glob("trace-*.sqlite")]
-    # the worker writes the one file: the front end and the engine core call no module
-    assert len(files) == 1, (files, proc.stderr[-2000:])
-    con = sqlite3.connect(files[0])
+    # the engine core and the worker write a file each, or one with both roles (the front end
+    # records nothing)
+    files = {_role(p): p for p in tmp_path.glob("trace-*.sqlite")}
+    expected = ["worker,engine_core"] if mode == "in-process" else ["engine_core", "worker"]
+    assert sorted(files) == expected, (files, proc.stderr[-2000:])
+    files = {role: path for roles, path in files.items() for role in roles.split(",")}
+    con = sqlite3.connect(files["worker"])
     meta = dict(con.execute("SELECT key, value FROM meta"))
     assert meta["root"].startswith("vllm.step") and meta["engine"] == "vllm"
     steps = sum(line.startswith("step ") for line in counted.read_text().splitlines())
@@ -91,27 +98,80 @@ def test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps(model_di
     # vLLM's warm-up runs of the model (compiled mode compiles there) are before token 1
     first = con.execute("SELECT MIN(c.cpu_begin_ns) FROM calls c JOIN sites s "
                         "ON s.id = c.site_id WHERE s.name = 'vllm.step'").fetchone()[0]
-    report = subprocess.run([_tokentrace(), "report", str(files[0])], capture_output=True,
-                            text=True, timeout=120)
+    report = subprocess.run([_tokentrace(), "report", str(files["worker"])],
+                            capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "root: vllm.step (vLLM engine steps); model LlamaForCausalLM" in report.stdout
     assert first is not None
-    _check_against_vllms_metrics(con, by_request, traced["metrics"], report.stdout)
+    _check_against_vllms_metrics(con, by_request, traced["metrics"], report.stdout,
+                                 tokens_are_worker_steps=mode != "in-process")
+    _check_the_engine_core(files, steps, traced, by_request)
 
 
-def _check_against_vllms_metrics(con, by_request, metrics, report):
+def _role(path):
+    with sqlite3.connect(path) as con:
+        row = con.execute("SELECT value FROM meta WHERE key = 'role'").fetchone()
+    return row[0] if row else None
+
+
+def _check_the_engine_core(files, worker_steps, traced, by_request):
+    """The engine core's file: one vllm.core_step per worker step, with its scheduling and
+    update inside; one request_events row per request whose times agree with vLLM's own
+    (RequestOutput.metrics: the engine core's time.monotonic(), the file's clock) and whose
+    tokens and finish reason are what the job asked for; and the report of both files."""
+    con = sqlite3.connect(files["engine_core"])
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    steps = dict(con.execute(
+        "SELECT s.name, COUNT(*) FROM calls c JOIN sites s ON s.id = c.site_id "
+        "WHERE s.name LIKE 'vllm.%' GROUP BY s.name"))
+    assert steps["vllm.core_step"] == worker_steps == int(meta["engine_core_steps"])
+    assert steps["vllm.schedule"] == steps["vllm.update"] == worker_steps
+    ends = dict(con.execute("SELECT c.token, c.cpu_end_ns FROM calls c JOIN sites s "
+                            "ON s.id = c.site_id WHERE s.name = 'vllm.core_step'"))
+    con.row_factory = sqlite3.Row
+    events = {r["request"]: dict(r) for r in con.execute("SELECT * FROM request_events")}
+    assert sorted(events) == sorted(by_request)
+    lengths = sorted(traced["prompt_lengths"])
+    assert sorted(e["prompt_tokens"] for e in events.values()) == lengths
+    us = 1000  # vLLM's times are float seconds
+    for m in traced["metrics"]:
+        (e,) = [e for r, e in events.items() if r.rsplit("-", 1)[0] == m["request_id"]]
+        assert (e["finish_reason"], e["output_tokens"]) == ("length", NEW_TOKENS)
+        assert e["queued_ns"] <= m["queued_ts"] * 1e9 + us <= e["scheduled_ns"] + 2 * us, (e, m)
+        assert m["scheduled_ts"] * 1e9 + us >= e["scheduled_ns"], (e, m)
+        assert m["scheduled_ts"] * 1e9 <= ends[e["first_step"]] + us, (e, m)
+        assert m["first_token_ts"] * 1e9 <= e["first_token_ns"] + us, (e, m)
+        assert e["first_token_ns"] <= ends[e["first_token_step"]], (e, m)
+        assert e["first_token_ns"] <= e["finished_ns"], e
+    both = sorted({str(files["worker"]), str(files["engine_core"])})
+    report = subprocess.run([_tokentrace(), "report", *both], capture_output=True, text=True,
+                            timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert f"requests: {len(events)}; finished: length {len(events)}" in report.stdout
+    if len(both) == 2:  # the files of two processes, read together
+        assert "a vLLM engine of launch" in report.stdout
+        for request in events:  # each request's row has its steps in the worker
+            (row,) = [ln.split() for ln in report.stdout.splitlines()
+                      if ln.split()[:1] == [request] and "length" in ln.split()]
+            assert row[row.index("length") + 1] == str(len(by_request[request])), row
+
+
+def _check_against_vllms_metrics(con, by_request, metrics, report, tokens_are_worker_steps):
     """The trace's requests and first tokens agree with vLLM's own RequestOutput.metrics: each
     request's steps from its first to the one that sampled its first token lie within what the
     engine core saw (time.monotonic(), CLOCK_MONOTONIC as the trace's times: scheduled before
     the worker's step began, the first token back after that step ended), and the report's
     per-request first token ms (the worker's view) is at most vLLM's scheduled-to-first-token
-    time."""
+    time. When the worker runs in the engine core's process the tokens are the engine core's
+    steps, whose spans hold the worker's: the report's first token ms is then at least the
+    worker's interval."""
     assert len(metrics) == len(by_request)  # vLLM filled them (disable_log_stats=False)
     assert f"requests: {len(by_request)};" in report
     times = dict((t, (b, e)) for t, b, e in con.execute(
         "SELECT c.token, c.cpu_begin_ns, c.cpu_end_ns FROM calls c JOIN sites s "
         "ON s.id = c.site_id WHERE s.name = 'vllm.step'"))
-    rows = {line.split()[0]: line.split() for line in report.splitlines()
+    worker_view = report.split("\nengine core (")[0]  # the serving section, not the core's
+    rows = {line.split()[0]: line.split() for line in worker_view.splitlines()
             if line.split() and line.split()[0] in by_request}
     for m in metrics:
         # vLLM's request id inside the engine is the user's id and 8 characters of a uuid
@@ -129,4 +189,7 @@ def _check_against_vllms_metrics(con, by_request, metrics, report):
                                                                                       end)
         vllm_ms = (m["first_token_ts"] - m["scheduled_ts"]) * 1e3
         report_ms = float(rows[request][4])  # request, steps, prefill, decode, first token ms
-        assert 0 < report_ms <= vllm_ms + 0.001, (request, report_ms, vllm_ms)
+        if tokens_are_worker_steps:
+            assert 0 < report_ms <= vllm_ms + 0.001, (request, report_ms, vllm_ms)
+        else:  # the tokens are the engine core's steps, around the worker's and vLLM's times
+            assert (end - begin) / 1e6 <= report_ms + 0.001, (request, report_ms, begin, end)

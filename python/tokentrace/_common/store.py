@@ -36,7 +36,7 @@ def write_schema(con):
 
 
 def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, inputs=(),
-                      step_requests=()):
+                      step_requests=(), request_events=()):
     """Adds the Python layer's rows to a trace file (the shim's or our own). Call outputs
     (shape, dtype, path) are not among them: the hooks stream those through the shim.
 
@@ -44,7 +44,9 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
     escape_sites: (token, location, count); losses: {kind: count}, added to the shim's;
     inputs: call_inputs rows (InputRecorder.table_rows);
     step_requests: (token, request, prefill tokens, decode tokens, position) of an engine's
-    steps (_record/vllm_steps.py).
+    steps (_record/vllm_steps.py);
+    request_events: {column: value} rows of request_events (an engine core's requests,
+    _record/vllm_core.py), by the column names of the file's table (schema.sql's).
     Safe while the shim still writes the file (SQLite locking; we wait up to the busy
     timeout).
     """
@@ -63,6 +65,8 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
             if step_requests:
                 con.executemany("INSERT INTO step_requests(token, request, prefill_tokens, "
                                 "decode_tokens, position) VALUES (?,?,?,?,?)", step_requests)
+            if request_events:
+                _insert_named(con, "request_events", request_events)
             if inputs:
                 con.executemany("INSERT INTO call_inputs(call_id, path, kind, type, shape, dtype, "
                                 "device, value, file, key) VALUES (?,?,?,?,?,?,?,?,?,?)", inputs)
@@ -83,6 +87,19 @@ def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, i
              f"its meta and losses) to {path}: {exc}")
     finally:
         con.close()
+
+
+def _insert_named(con, table, rows):
+    """Inserts {column: value} rows into `table`, whose columns are read from the file (the
+    schema is schema.sql's); a key that is not one of them raises ValueError."""
+    columns = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+    for row in rows:
+        unknown = set(row) - set(columns)
+        if unknown:
+            raise ValueError(f"{table} has no column {sorted(unknown)}; its columns: {columns}")
+        names = list(row)
+        con.execute(f"INSERT INTO {table}({', '.join(names)}) VALUES "
+                    f"({', '.join(':' + n for n in names)})", row)
 
 
 def check_writable(path):

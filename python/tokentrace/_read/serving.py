@@ -1,16 +1,19 @@
-"""A serving engine's steps as the trace holds them (step_requests, written by
-_record/vllm_steps.py): each step's requests, and each request's steps.
+"""A serving engine's steps and requests as its files hold them: a worker's step_requests
+(_record/vllm_steps.py: each step's requests, each request's steps) and an engine core's
+request_events (_record/vllm_core.py: each request's arrival, queue, first token, finish).
 
     trace.step_requests        [StepRequest(token, request, prefill_tokens, decode_tokens,
-                                            position)], in step order
+                                            position)], in step order (a worker's file)
     trace.requests             {request id: Request}, in the order they were first scheduled
     trace.requests["0-ab12"].first_token_step   the step whose end gave its first token
+    trace.requests["0-ab12"].queue_ms           an engine core's file: queued -> scheduled
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass, field
+from typing import Optional
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,9 +25,36 @@ StepRequest = namedtuple("StepRequest",
 
 @dataclass
 class Request:
-    """One request's steps: how many tokens each computed for it, prefill and decode."""
+    """One request: in a worker's file its steps (how many tokens each computed for it,
+    prefill and decode); in an engine core's file its events (`events`: the request_events
+    row, {column: value}; times in the file's CLOCK_MONOTONIC ns, arrival_unix_ns on the wall
+    clock), read through the properties below (None where the file has no such event)."""
     request: str
     steps: list[StepRequest] = field(default_factory=list)
+    events: dict = field(default_factory=dict)
+
+    def _ms(self, begin, end) -> Optional[float]:
+        b, e = self.events.get(begin), self.events.get(end)
+        return None if b is None or e is None else (e - b) / 1e6
+
+    @property
+    def queue_ms(self) -> Optional[float]:
+        """Queued in the scheduler until first scheduled."""
+        return self._ms("queued_ns", "scheduled_ns")
+
+    @property
+    def first_token_ms(self) -> Optional[float]:
+        """Queued until its first output token came back to the scheduler."""
+        return self._ms("queued_ns", "first_token_ns")
+
+    @property
+    def finish_reason(self) -> Optional[str]:
+        """vLLM's word for why it finished (stop, length, abort, ...); None while running."""
+        return self.events.get("finish_reason")
+
+    @property
+    def output_tokens(self) -> Optional[int]:
+        return self.events.get("output_tokens")
 
     @property
     def prefill_tokens(self) -> int:
@@ -62,8 +92,19 @@ def step_requests(trace: Trace) -> list[StepRequest]:
         "ORDER BY token, rowid")]
 
 
+def request_events(trace: Trace) -> list[dict]:
+    """request_events rows as {column: value}, in the order requests were queued."""
+    if "request_events" not in trace._tables:  # not an engine core's file, or older
+        return []
+    cur = trace._con.execute("SELECT * FROM request_events ORDER BY queued_ns, rowid")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
 def requests(trace: Trace) -> dict[str, Request]:
     out: dict[str, Request] = {}
     for row in step_requests(trace):
         out.setdefault(row.request, Request(row.request)).steps.append(row)
+    for events in request_events(trace):
+        out.setdefault(events["request"], Request(events["request"])).events = events
     return out

@@ -6,7 +6,9 @@ recording wrappers and hooks on the modules), inputs.py (InputRecorder: a call's
 path), sink.py (saved tensors, to safetensors shards), escapes.py (host reads of device
 values), collectives.py (torch.distributed calls as calls), op_records.py (ATen ops as calls:
 on and off), op_saver.py (the outputs of the ops that save= selects), prompt.py (text prompts,
-tokenized), vllm_steps.py (a vLLM worker's engine steps as tokens, and their requests).
+tokenized), vllm_steps.py (a vLLM worker's engine steps as tokens, and their requests),
+vllm_core.py (vLLM's engine core: its steps and scheduler time, each request's life),
+row_buffer.py (rows written while an engine runs).
 Imports _compiled, _backend, _common and _errors; never _edit or _read.
 """
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .prompt import is_text, tokenize
     from .root import ASSISTANT, FirstRoot, RootChoice, sites_of
     from .sink import TensorSink
+    from .vllm_core import VllmCore, install_when_loaded
     from .vllm_steps import VllmSteps
 
 _EXPORTS = {
@@ -34,7 +37,7 @@ _EXPORTS = {
     "EscapeCounter": "escapes", "warn_once": "escapes",
     "op_records": "op_records",
     "is_text": "prompt", "tokenize": "prompt",
-    "VllmSteps": "vllm_steps",
+    "VllmSteps": "vllm_steps", "VllmCore": "vllm_core", "install_when_loaded": "vllm_core",
 }
 
 __all__ = sorted(_EXPORTS)

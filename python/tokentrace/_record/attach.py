@@ -182,7 +182,7 @@ class Attachment:
         if self.engine is not None:
             self.engine.close()
             meta.update(self.engine.meta())
-            steps = self.engine.take_rows()
+            steps = self.engine.rows.take()
         if self.ops:  # compiled kernels' modules, and what they miss, in the same write
             compiled_meta, compiled_losses = compiled_rows(path)
             meta.update(compiled_meta)

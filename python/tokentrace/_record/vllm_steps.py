@@ -27,15 +27,21 @@ Nothing here imports vLLM: it is only reached when the job has imported vLLM's m
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from typing import Any
 
-from .._common import write_python_rows
+from .row_buffer import RowBuffer
 
 TOKEN_SITE = "vllm.step"  # the token site's name (not a module path: it has no such module)
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # the CPU runner subclasses its class
-_FLUSH_S = 1.0
+_ROLES: list[str] = []  # the roles of this process in its engine (one process may hold two)
+
+
+def role_meta(role):
+    """{"role": ...} for the trace's meta: this process's roles in its engine so far
+    (engine_core, worker; both when the worker runs in the engine core's process)."""
+    if role not in _ROLES:
+        _ROLES.append(role)
+    return {"role": ",".join(_ROLES)}
 
 
 def runner_class():
@@ -102,19 +108,14 @@ class VllmSteps:
 
     def __init__(self, backend, path, say=None):
         self.backend = backend
-        self.path = path  # the trace file, or a callable giving it (preload)
-        self.say = say
         self.site_id = backend.site(TOKEN_SITE, backend.site_kind("root"))
-        self.steps = 0  # steps opened: the token number of the last one
-        self.rows = []  # (token, request, prefill, decode, position) not yet in the file
-        self.written = 0
+        self.steps = 0  # steps opened
+        # (token, request, prefill, decode, position) not yet in the file
+        self.rows = RowBuffer(path, "step_requests", "the steps' requests", say)
         self.prompt_lengths = {}
         self._open = False
-        self._lock = threading.Lock()  # the rows: the worker thread and the final write
-        self._last_flush = time.monotonic()
         self._patched = None  # (class, execute_model, sample_tokens) as they were
         self.failed = 0  # steps whose composition could not be read
-        self._said = False  # a failed write said once
 
     def install(self):
         cls = runner_class()
@@ -172,13 +173,14 @@ class VllmSteps:
             rows = []
             self.failed += 1
         self.steps += 1
-        token = self.steps
-        with self._lock:
-            self.rows.extend((token, *r) for r in rows)
         self.backend.push(self.site_id)
         self._open = True
-        if time.monotonic() - self._last_flush >= _FLUSH_S:
-            self.flush()
+        # The recorder's token: this step's own, or the engine core's step it runs in (the
+        # worker in the engine core's process; a token site inside a token is no new token).
+        token = self.backend.current()[1]
+        self.rows.add((token, *r) for r in rows)
+        if self.rows.due():
+            self.rows.flush()
 
     def _idle(self, scheduler_output):
         """A call with nothing scheduled: the requests it says finished are forgotten, and
@@ -187,7 +189,7 @@ class VllmSteps:
         for request in getattr(scheduler_output, "finished_req_ids", ()):
             self.prompt_lengths.pop(request, None)
         if not self.prompt_lengths:
-            self.flush()
+            self.rows.flush()
 
     def _end(self):
         if self._open:
@@ -199,30 +201,6 @@ class VllmSteps:
         step's execute_model and its sample_tokens)."""
         self._end()
 
-    def take_rows(self):
-        """The buffered rows, now the caller's to write."""
-        with self._lock:
-            rows, self.rows = self.rows, []
-        return rows
-
-    def flush(self):
-        """Adds the buffered rows to the trace file; never raises into the job."""
-        self._last_flush = time.monotonic()
-        rows = self.take_rows()
-        if not rows:
-            return
-        path = self.path() if callable(self.path) else self.path
-        try:
-            write_python_rows(path, step_requests=rows)
-            self.written += len(rows)
-        except Exception as exc:  # a full disk, a file gone: said once, the rest kept
-            with self._lock:
-                self.rows[:0] = rows
-            if self.say is not None and not self._said:
-                self._said = True
-                self.say(f"tokentrace: the steps' requests could not be added to the trace "
-                         f"({exc}); retried at the end")
-
     def meta(self) -> dict[str, Any]:
         return {"engine": "vllm", "engine_steps": self.steps,
-                "engine_step_rows_unread": self.failed}
+                "engine_step_rows_unread": self.failed, **role_meta("worker")}

@@ -5,7 +5,7 @@ It does two things at interpreter start, and imports nothing heavy:
   2. waits for torch's module body to finish (however torch is first imported: `import
      torch`, `from transformers import ...`, importlib, after find_spec probes), then hands
      over to tokentrace.preload, which hooks the first model whose forward runs (its first
-     root call).
+     root call). The waiting is _tokentrace_after_import.py's, beside this file.
 A job that never imports torch is untouched. Nothing here may stop the job: every failure is
 one line on stderr.
 """
@@ -56,43 +56,6 @@ def _torch_ready():
         print(f"tokentrace: preload hooks not installed: {exc}", file=sys.stderr)
 
 
-class _TorchWatcher:
-    """A meta path finder that runs _torch_ready right after torch's module body.
-
-    It answers every lookup of "torch" with the spec the other finders give, its loader's
-    exec_module wrapped, and stays on sys.meta_path until that body has run: a lookup that
-    imports nothing (importlib.util.find_spec("torch"), as transformers and vLLM probe before
-    importing it) leaves it watching for the real import, however many times it is asked.
-    """
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch" or _hooked:
-            return None
-        spec = None
-        for finder in list(sys.meta_path):
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-        watcher = self
-
-        def exec_then_hook(module):
-            exec_module(module)
-            try:
-                sys.meta_path.remove(watcher)
-            except ValueError:
-                pass
-            if not _hooked:
-                _torch_ready()
-
-        spec.loader.exec_module = exec_then_hook
-        return spec
-
-
 def _say_if_never_hooked():
     """At exit: a job that imported torch past the watcher (nothing was hooked) is told."""
     if "torch" in sys.modules and not _hooked:
@@ -113,7 +76,9 @@ def _boot():
         else:
             import atexit
 
-            sys.meta_path.insert(0, _TorchWatcher())
+            from _tokentrace_after_import import after_import
+
+            after_import("torch", lambda module: None if _hooked else _torch_ready())
             atexit.register(_say_if_never_hooked)
     except Exception as exc:
         print(f"tokentrace: preload boot failed: {exc}", file=sys.stderr)

@@ -1,0 +1,305 @@
+"""vLLM's engine core traced as it schedules: each engine step that has requests to run is one
+token of the engine core's file, with the scheduler's time in it, and each request's life
+(arrival, queue, first scheduled, first token, finish and why) is a row of request_events.
+
+The engine core (vllm.v1.engine.core.EngineCore; its own process, EngineCoreProc, unless the
+job runs it in-process) calls no module, so this does not wait for a module call: the preload
+installs it as soon as vLLM's module is loaded (install_when_loaded), and it takes each
+EngineCore as vLLM makes it. Its step is the function vLLM calls through `engine.step_fn`
+(EngineCore.step, or step_with_batch_queue with a batch queue), run by the busy loop. Per
+engine:
+
+- `vllm.core_step` (the token site, kind root) spans a call of step_fn when the scheduler has an
+  unfinished request (a call that only frees finished ones is no step); inside it,
+  `vllm.schedule` spans scheduler.schedule() and `vllm.update` spans
+  scheduler.update_from_output(); the rest of the step is the wait for the worker (its own
+  process: its file has the step as `vllm.step`, with the same requests). A step whose
+  schedule() scheduled nothing is counted (meta engine_core_empty_steps).
+- Each request's row: scheduler.add_request (arrival: the request's arrival_time, the front
+  end's time.time(); queued: now), the first schedule() that took it (the step's start), the
+  first update_from_output whose output gave it tokens (its end: the first token), and the one
+  that gave it a finish reason, or scheduler.finish_requests (an abort). Times are
+  time.monotonic_ns(): CLOCK_MONOTONIC, the file's clock. Finished requests' rows go to the file
+  at most once a second and when no request is left; the rest at exit (finish columns NULL).
+
+When the worker runs in the engine core's process (vLLM's uniprocess executor: one GPU), its
+`vllm.step` opens inside `vllm.core_step`, which is then the token; the file holds both.
+
+Nothing here imports vLLM: install() takes the module vLLM loaded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+from typing import Any
+
+from .row_buffer import RowBuffer
+from .vllm_steps import role_meta
+
+CORE_MODULE = "vllm.v1.engine.core"
+CORE_SITE = "vllm.core_step"  # the engine core's token site
+SCHEDULE_SITE = "vllm.schedule"
+UPDATE_SITE = "vllm.update"
+
+
+class _Request:
+    """One request's row of request_events, filled in as the engine core sees it."""
+
+    __slots__ = ("request", "arrival_unix_ns", "queued_ns", "scheduled_ns", "first_token_ns",
+                 "finished_ns", "first_step", "first_token_step", "finished_step",
+                 "finish_reason", "prompt_tokens", "output_tokens")
+
+    def __init__(self, request, queued_ns):
+        self.request = str(request.request_id)
+        arrival = getattr(request, "arrival_time", None)
+        self.arrival_unix_ns = int(arrival * 1e9) if isinstance(arrival, (int, float)) else None
+        self.queued_ns = queued_ns
+        self.scheduled_ns = self.first_token_ns = self.finished_ns = None
+        self.first_step = self.first_token_step = self.finished_step = None
+        self.finish_reason = None
+        prompt = getattr(request, "num_prompt_tokens", None)
+        self.prompt_tokens = int(prompt) if isinstance(prompt, int) else None
+        self.output_tokens = 0
+
+    def row(self):
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def _finish_reason(reason):
+    """vLLM's word for why a request finished ("stop", "length", "abort", ...): str() of its
+    FinishReason; a RequestStatus (an abort's) is first turned into its FinishReason."""
+    to_reason = getattr(type(reason), "get_finished_reason", None)
+    if callable(to_reason):  # RequestStatus.get_finished_reason(status) -> FinishReason
+        try:
+            reason = to_reason(reason) or reason
+        except Exception:
+            pass
+    text = str(reason)
+    if "." in text or text.isdigit():  # an enum without vLLM's __str__: its name
+        return str(getattr(reason, "name", text)).lower().removeprefix("finished_")
+    return text
+
+
+class VllmCore:
+    """The engine core's recording in one process: every EngineCore made there, one file."""
+
+    def __init__(self, backend, path, say=None):
+        self.backend = backend
+        kind = backend.site_kind
+        self.step_site = backend.site(CORE_SITE, kind("root"))
+        self.schedule_site = backend.site(SCHEDULE_SITE, kind("range"))
+        self.update_site = backend.site(UPDATE_SITE, kind("range"))
+        self.steps = 0  # engine-core steps (tokens)
+        self.empty_steps = 0  # steps whose schedule() scheduled no token
+        self.requests: dict[str, _Request] = {}  # not finished yet
+        self.finished = RowBuffer(path, "request_events", "the requests' events", say)
+        self.token = 0  # the open step's token, 0 between steps
+        self.engines = 0
+        self._patched = None  # (EngineCore, its __init__ and add_request as they were)
+
+    # --- installing ---------------------------------------------------------------------------
+    def install(self, module):
+        """Wraps EngineCore.__init__ in `module` (vllm.v1.engine.core): each engine made from
+        now on is taken (take()). False when the module has no EngineCore."""
+        cls = getattr(module, "EngineCore", None)
+        if cls is None or self._patched is not None:
+            return False
+        init = cls.__init__
+        core = self
+
+        def __init__(engine, *args, **kwargs):
+            init(engine, *args, **kwargs)
+            try:
+                core.take(engine)
+            except Exception as exc:  # a vLLM of another shape: the engine runs untraced
+                core._say(f"tokentrace: vLLM's engine core is not recorded ({exc!r})")
+
+        __init__.__wrapped__ = init  # type: ignore[attr-defined]
+        cls.__init__ = __init__
+        self._patched = (cls, init)
+        return True
+
+    def remove(self):
+        if self._patched is not None:
+            cls, init = self._patched
+            cls.__init__ = init
+            self._patched = None
+
+    def _say(self, message):
+        if self.finished.say is not None:
+            self.finished.say(message)
+
+    def take(self, engine):
+        """Wraps one engine's step_fn and its scheduler's methods (instance attributes, so the
+        scheduler's class, whichever vLLM chose, is left as it is)."""
+        scheduler = engine.scheduler
+        step_fn = engine.step_fn
+        add, schedule = scheduler.add_request, scheduler.schedule
+        update, finish = scheduler.update_from_output, scheduler.finish_requests
+        core = self
+
+        def step(*args, **kwargs):
+            if not core._has_work(engine):  # frees finished requests only: no step
+                try:
+                    return step_fn(*args, **kwargs)
+                finally:
+                    core._idle()
+            core._begin()
+            try:
+                return step_fn(*args, **kwargs)
+            finally:
+                core._end()
+
+        def add_request(request, *args, **kwargs):
+            queued = time.monotonic_ns()
+            out = add(request, *args, **kwargs)
+            core._added(request, queued)
+            return out
+
+        def schedule_(*args, **kwargs):
+            begin = time.monotonic_ns()
+            out = core._within(core.schedule_site, schedule, args, kwargs)
+            core._scheduled(out, begin)
+            return out
+
+        def update_from_output(*args, **kwargs):
+            out = core._within(core.update_site, update, args, kwargs)
+            core._updated(out, time.monotonic_ns())
+            return out
+
+        def finish_requests(request_ids, finished_status, *args, **kwargs):
+            out = finish(request_ids, finished_status, *args, **kwargs)
+            core._aborted(request_ids, finished_status, time.monotonic_ns())
+            return out
+
+        for name, fn, original in (("add_request", add_request, add),
+                                   ("schedule", schedule_, schedule),
+                                   ("update_from_output", update_from_output, update),
+                                   ("finish_requests", finish_requests, finish)):
+            fn.__wrapped__ = original  # type: ignore[attr-defined]
+            setattr(scheduler, name, fn)
+        step.__wrapped__ = step_fn  # type: ignore[attr-defined]
+        engine.step_fn = step
+        self.engines += 1
+
+    # --- the steps ----------------------------------------------------------------------------
+    @staticmethod
+    def _has_work(engine):
+        """An unfinished request in the scheduler, or batches in flight: the step runs some."""
+        if getattr(engine, "batch_queue", None):
+            return True
+        has = getattr(engine.scheduler, "has_unfinished_requests", None)
+        return True if has is None else bool(has())
+
+    def _within(self, site, fn, args, kwargs):
+        """fn(*args, **kwargs) as a call of `site` inside the open step (outside one, as when
+        a step only frees finished requests, a plain call)."""
+        if not self.token:
+            return fn(*args, **kwargs)
+        self.backend.push(site)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.backend.pop()
+
+    def _begin(self):
+        self.backend.push(self.step_site)
+        self.steps += 1
+        self.token = self.backend.current()[1]
+
+    def _end(self):
+        self.backend.pop()
+        self.token = 0
+        if self.finished.due():
+            self.finished.flush()
+
+    def _idle(self):
+        if not self.requests:
+            self.finished.flush()
+
+    # --- the requests -------------------------------------------------------------------------
+    def _added(self, request, queued_ns):
+        key = str(getattr(request, "request_id", ""))
+        if key and key not in self.requests:  # a streaming request's later chunk: the same one
+            self.requests[key] = _Request(request, queued_ns)
+
+    def _scheduled(self, output, begin_ns):
+        if self.token and not getattr(output, "total_num_scheduled_tokens", 1):
+            self.empty_steps += 1
+        for new in getattr(output, "scheduled_new_reqs", ()):
+            r = self.requests.get(str(new.req_id))
+            if r is not None and r.scheduled_ns is None:
+                r.scheduled_ns, r.first_step = begin_ns, self.token
+
+    def _updated(self, outputs, end_ns):
+        for outs in (outputs or {}).values():
+            for o in getattr(outs, "outputs", ()):
+                r = self.requests.get(str(o.request_id))
+                if r is None:
+                    continue
+                n = len(o.new_token_ids or ())
+                if n and r.first_token_ns is None:
+                    r.first_token_ns, r.first_token_step = end_ns, self.token
+                r.output_tokens += n
+                if o.finish_reason is not None:
+                    self._finished(r, end_ns, _finish_reason(o.finish_reason))
+
+    def _aborted(self, request_ids, status, now_ns):
+        if request_ids is None:
+            keys = list(self.requests)
+        elif isinstance(request_ids, str):
+            keys = [request_ids]
+        else:
+            keys = [str(k) for k in request_ids]
+        for key in keys:
+            r = self.requests.get(key)
+            if r is not None:
+                self._finished(r, now_ns, _finish_reason(status))
+
+    def _finished(self, r, now_ns, reason):
+        r.finished_ns, r.finished_step, r.finish_reason = now_ns, self.token, reason
+        self.requests.pop(r.request, None)
+        self.finished.add([r.row()])
+
+    # --- the end ------------------------------------------------------------------------------
+    def rows(self):
+        """Every row not written yet: the finished requests', then those still running."""
+        return self.finished.take() + [r.row() for r in self.requests.values()]
+
+    def meta(self) -> dict[str, Any]:
+        return {"engine": "vllm", "engine_core_steps": self.steps,
+                "engine_core_empty_steps": self.empty_steps,
+                "engine_core_requests_unfinished": len(self.requests), **role_meta("engine_core")}
+
+
+def install_when_loaded(backend_if_recording, say, after_import):
+    """Preload: records every EngineCore this process makes, once vLLM's engine-core module is
+    loaded (now, or when the job imports it: `after_import(name, callback)`, the boot's).
+    backend_if_recording() gives the native backend when the shim records, else None. The rows
+    and meta are added to the trace file at exit, when a step was recorded (a process that only
+    imports vLLM's module, as the front end and the worker do, makes no engine)."""
+
+    def loaded(module):
+        backend = backend_if_recording()
+        if backend is None:
+            return
+        core = VllmCore(backend, backend.settled_path, say)
+        if core.install(module):
+            atexit.register(_finish, core, say)
+
+    after_import(CORE_MODULE, loaded)
+
+
+def _finish(core, say):
+    from .._common import write_python_rows
+
+    core.remove()
+    if not core.steps and not core.requests and not core.finished.rows:
+        return  # no engine ran here: the shim wrote no file for it
+    try:
+        path = core.finished.path
+        write_python_rows(path() if callable(path) else path, meta=core.meta(),
+                          request_events=core.rows())
+    except Exception as exc:
+        say(f"tokentrace: the engine core's requests could not be added to the trace: {exc}")
