@@ -2,7 +2,10 @@
 tiny random Llama) run plain and under `tokentrace run`, one after the other in one run of
 this script, in eager and in compiled mode; each step's time in the worker's execute_model
 (input preparation and the forward) is read from the job's own wrapper (STEP_COUNT_FILE), so
-both runs are timed the same way. Prints a markdown table.
+both runs are timed the same way, and so is each engine-core step that ran the model
+(scheduling, the wait for the worker, the update, queueing the outputs; in the engine core's
+process, whose recording adds vllm.core_step, vllm.schedule, vllm.update and the request rows).
+Prints a markdown table.
 
     ~/.cache/tokentrace/venv-vllm/bin/python bench/vllm_step_cost.py [--prompts 16]
         [--new-tokens 64] [--model DIR]
@@ -33,14 +36,17 @@ def _run(job, traced, steps_file, env, out_dir):
     wall = time.perf_counter() - begin
     if proc.returncode != 0:
         sys.exit(f"the {'traced' if traced else 'plain'} job failed:\n{proc.stderr[-3000:]}")
-    decode_ms, all_ms = [], []
+    decode_ms, all_ms, core_ms = [], [], []
     with open(steps_file) as f:
         for line in f:
+            if line.startswith("core "):
+                core_ms.append(int(line.split()[1]) / 1e6)
+                continue
             _, ns, tokens = line.split()
             all_ms.append(int(ns) / 1e6)
             if int(tokens) <= 4:  # decode steps of a batch of 4 (no prompt in them)
                 decode_ms.append(int(ns) / 1e6)
-    return wall, decode_ms, all_ms
+    return wall, decode_ms, all_ms, core_ms
 
 
 def main():
@@ -56,17 +62,19 @@ def main():
                JOB_NEW_TOKENS=str(args.new_tokens))
     print(f"{args.prompts} prompts x {args.new_tokens} greedy tokens, max 4 sequences a step; "
           f"execute_model per step in the worker (ms)\n")
-    print("| mode | run | steps | decode p50 | decode p90 | all steps mean | job wall s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | run | steps | decode p50 | decode p90 | all steps mean | engine-core step "
+          "p50 | job wall s |")
+    print("|---|---|---|---|---|---|---|---|")
     for mode in ("eager", "compiled"):
         job = [sys.executable, os.path.join(VLLM_TESTS, "job.py"), model, mode]
         for traced in (False, True):
             steps_file = os.path.join(work, f"steps-{mode}-{int(traced)}.txt")
-            wall, decode, every = _run(job, traced, steps_file, env, work)
+            wall, decode, every, core = _run(job, traced, steps_file, env, work)
             q = statistics.quantiles(decode, n=10) if len(decode) >= 2 else [0] * 9
+            core_p50 = f"{statistics.median(core):.3f}" if core else "-"
             print(f"| {mode} | {'traced' if traced else 'plain'} | {len(every)} | "
                   f"{statistics.median(decode):.3f} | {q[8]:.3f} | "
-                  f"{statistics.fmean(every):.3f} | {wall:.1f} |", flush=True)
+                  f"{statistics.fmean(every):.3f} | {core_p50} | {wall:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

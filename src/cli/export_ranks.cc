@@ -46,7 +46,9 @@ int RanksExportCommand(const std::vector<std::string>& args) {
   ExportFiles files;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const multi::RankFile& r = ranks[i];
-    const std::string rank = "rank " + std::to_string(r.rank);
+    // One engine's processes are named by their role (engine_core, worker) as well.
+    const std::string rank =
+        (r.role.empty() ? "" : r.role + ", ") + "rank " + std::to_string(r.rank);
     exporters::Tracks tracks;
     tracks.pid = r.rank + 1;
     tracks.gpu_pid_base = kRankGpuPidBase + r.rank * kDevicesPerRank;

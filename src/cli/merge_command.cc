@@ -15,8 +15,10 @@ const char kMergeUsage[] =
     "\n"
     "Copies the trace files of the ranks of one launch (files, globs or directories of\n"
     "*.sqlite files) into OUT, one SQLite file in which every table has a `rank` column.\n"
-    "Added: ranks (one row per input: host, pid, whether it exited, its clock shift) and\n"
-    "rank_tokens (each rank's token times, also on the common time axis).\n";
+    "Added: ranks (one row per input: host, pid, whether it exited, its clock shift, its role)\n"
+    "and rank_tokens (each rank's token times, also on the common time axis). The files of one\n"
+    "serving engine's processes (a vLLM engine core and its workers: meta role) are merged the\n"
+    "same way, numbered 0.. engine core first; ranks.role says which is which.\n";
 
 int MergeCommand(const std::vector<std::string>& args) {
   std::vector<std::string> positional;

@@ -336,14 +336,7 @@ int ReportCommand(const std::vector<std::string>& args) {
   {
     std::vector<StepRequestRow> rows;
     std::map<uint32_t, StepTime> step_times;
-    if (!ReadStepRequests(reader->db(), &rows, &error) ||
-        (!rows.empty() &&
-         !reader->ForEachToken(
-             std::max(first, rows.front().token), std::min(last, rows.back().token),
-             [&](const TokenStat& t) {
-               step_times[t.token] = {t.cpu_begin_ns, t.cpu_end_ns, t.gpu_busy_ns};
-             },
-             &error))) {
+    if (!ReadSteps(*reader, first, last, &rows, &step_times, &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }

@@ -3,6 +3,7 @@
 // core's section with each request's steps and GPU time in the worker beside its queue and
 // first-token times. Every file's times are its host's CLOCK_MONOTONIC: one time axis.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -113,22 +114,16 @@ int EngineReport(const std::vector<std::string>& inputs, uint32_t top) {
     if (rc != 0) return rc;
     std::vector<StepRequestRow> steps;
     std::map<uint32_t, StepTime> times;
-    if (!ReadStepRequests(shown->reader->db(), &steps, &error) ||
-        (!steps.empty() &&
-         !shown->reader->ForEachToken(
-             steps.front().token, steps.back().token,
-             [&](const TokenStat& t) {
-               times[t.token] = {t.cpu_begin_ns, t.cpu_end_ns, t.gpu_busy_ns};
-             },
-             &error))) {
+    if (!ReadSteps(*shown->reader, 0, UINT32_MAX, &steps, &times, &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
     by_request = WorkerRequests(steps, times);
   }
   if (core == nullptr) {
-    std::printf("\nno engine core's file among these (its requests' queue and finish are "
-                "there: give it too)\n");
+    std::printf(
+        "\nno engine core's file among these (its requests' queue and finish are "
+        "there: give it too)\n");
     return 0;
   }
   std::vector<RequestEventRow> events;

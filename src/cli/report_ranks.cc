@@ -28,7 +28,10 @@ const char kRanksReportUsage[] =
     "others, and the sites where that rank lost the time. Ranks with fewer tokens are named\n"
     "with the token they stopped at.\n"
     "--runs: two or more runs of the same job (one file each, before and after a change)\n"
-    "compared site by site, prefill and decode apart: self time per token, last run vs first.\n";
+    "compared site by site, prefill and decode apart: self time per token, last run vs first.\n"
+    "The files of one serving engine's processes (vLLM: engine core and worker, meta role):\n"
+    "the worker's report, then the engine core's steps and requests, each request's steps\n"
+    "and GPU time in the worker beside its queue and first-token times.\n";
 
 namespace {
 

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "cli/format.h"
+#include "store/reader.h"
 
 namespace tokentrace::cli {
 namespace {
@@ -161,6 +162,18 @@ bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string
         r.decode = sqlite3_column_int64(st, 3);
         r.position = sqlite3_column_int64(st, 4);
         out->push_back(std::move(r));
+      },
+      error);
+}
+
+bool ReadSteps(Reader& reader, uint32_t first, uint32_t last, std::vector<StepRequestRow>* rows,
+               std::map<uint32_t, StepTime>* times, std::string* error) {
+  if (!ReadStepRequests(reader.db(), rows, error)) return false;
+  if (rows->empty()) return true;
+  return reader.ForEachToken(
+      std::max(first, rows->front().token), std::min(last, rows->back().token),
+      [&](const TokenStat& t) {
+        (*times)[t.token] = {t.cpu_begin_ns, t.cpu_end_ns, t.gpu_busy_ns};
       },
       error);
 }

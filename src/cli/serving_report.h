@@ -12,6 +12,10 @@
 
 struct sqlite3;
 
+namespace tokentrace {
+class Reader;
+}
+
 namespace tokentrace::cli {
 
 // One request in one step: how many of its tokens the step computed as prefill and as decode,
@@ -31,6 +35,10 @@ struct StepTime {
 // The rows of step_requests in step order; false with `error` set when the file cannot be read.
 // A file without the table (not an engine's) gives no rows.
 bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string* error);
+
+// ReadStepRequests, and the times of the steps they name within tokens first..last.
+bool ReadSteps(Reader& reader, uint32_t first, uint32_t last, std::vector<StepRequestRow>* rows,
+               std::map<uint32_t, StepTime>* times, std::string* error);
 
 // An engine core's request (request_events); -1 where the file has NULL (not happened).
 struct RequestEventRow {

@@ -154,7 +154,7 @@ bool MergeFiles(const std::vector<RankFile>& files, const std::string& out, std:
   bool ok = Exec(db,
                  "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA page_size=16384;"
                  "CREATE TABLE ranks(rank INTEGER PRIMARY KEY, path TEXT, host TEXT, "
-                 "launch_id TEXT, pid TEXT, exited INTEGER, shift_ns INTEGER)",
+                 "launch_id TEXT, pid TEXT, exited INTEGER, shift_ns INTEGER, role TEXT)",
                  &why);
   const std::vector<int64_t> shifts = AxisShifts(files);
   std::map<std::string, Columns> made;
@@ -168,7 +168,7 @@ bool MergeFiles(const std::vector<RankFile>& files, const std::string& out, std:
       ok = attach.Run() || (why = sqlite3_errmsg(db), false);
     }
     ok = ok && Exec(db, "BEGIN", &why) && CopyRank(db, f, &made, &why) &&
-         rank_row.Prepare(db, "INSERT INTO ranks VALUES(?1,?2,?3,?4,?5,?6,?7)", &why);
+         rank_row.Prepare(db, "INSERT INTO ranks VALUES(?1,?2,?3,?4,?5,?6,?7,?8)", &why);
     if (ok) {
       rank_row.Bind(1, f.rank);
       rank_row.Bind(2, f.path);
@@ -177,6 +177,7 @@ bool MergeFiles(const std::vector<RankFile>& files, const std::string& out, std:
       rank_row.Bind(5, f.pid);
       rank_row.Bind(6, static_cast<int64_t>(f.exited ? 1 : 0));
       rank_row.Bind(7, shifts[i]);
+      rank_row.Bind(8, f.role);
       ok = rank_row.Run() || (why = sqlite3_errmsg(db), false);
     }
     ok = ok && Exec(db, "COMMIT", &why);

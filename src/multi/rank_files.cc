@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -165,13 +166,27 @@ bool OpenRankFiles(const std::vector<std::string>& files, bool allow_mixed_launc
     f.exited = has_exit;
     f.has_anchor = ParseAnchor(MetaOf(meta, kMetaAnchorStart), &f.anchor) ||
                    ParseAnchor(MetaOf(meta, kMetaAnchorLast), &f.anchor);
-    auto [it, fresh] = rank_owner.emplace(f.rank, path);
+    f.role = MetaOf(meta, "role");
+    out->push_back(std::move(f));
+  }
+  const bool engine =
+      std::all_of(out->begin(), out->end(), [](const RankFile& f) { return !f.role.empty(); });
+  if (engine) {  // one engine's processes: numbered in (role, rank, pid) order
+    auto order = [](const RankFile& f) { return f.role.rfind("engine_core", 0) == 0 ? 0 : 1; };
+    std::stable_sort(out->begin(), out->end(), [&](const RankFile& a, const RankFile& b) {
+      if (order(a) != order(b)) return order(a) < order(b);
+      if (a.rank != b.rank) return a.rank < b.rank;
+      return std::atoll(a.pid.c_str()) < std::atoll(b.pid.c_str());
+    });
+    for (size_t i = 0; i < out->size(); ++i) (*out)[i].rank = static_cast<int64_t>(i);
+  }
+  for (const RankFile& f : *out) {
+    auto [it, fresh] = rank_owner.emplace(f.rank, f.path);
     if (!fresh) {
-      *error = "tokentrace: '" + it->second + "' and '" + path + "' both claim rank " +
+      *error = "tokentrace: '" + it->second + "' and '" + f.path + "' both claim rank " +
                std::to_string(f.rank) + " (accepted: one file per rank of one launch)";
       return false;
     }
-    out->push_back(std::move(f));
   }
   std::sort(out->begin(), out->end(),
             [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });

@@ -18,7 +18,10 @@ namespace tokentrace::multi {
 
 struct RankFile {
   std::string path;
+  // The file's rank; for one serving engine's processes (meta role), whose ranks repeat (an
+  // engine core and its worker both say 0), its place among them: see OpenRankFiles.
   int64_t rank = 0;
+  std::string role;  // meta role (engine_core, worker, ...); empty for a plain rank's file
   std::string host;
   std::string launch_id;
   std::string world_size;
@@ -36,8 +39,10 @@ bool ResolveInputs(const std::vector<std::string>& inputs, std::vector<std::stri
                    std::string* error);
 
 // Opens every file, reads its meta and checks that they form one launch with distinct ranks
-// (sorted by rank on return). `allow_mixed_launches` skips the launch check (report --runs).
-// Non-fatal findings (a file without clock anchors or rank meta) go to *warnings.
+// (sorted by rank on return). The processes of one serving engine (every file has a meta role)
+// may repeat a rank: they are then numbered 0.. in the order (role: engine core first, rank,
+// pid), and `role` says which is which. `allow_mixed_launches` skips the launch check (report
+// --runs). Non-fatal findings (a file without clock anchors or rank meta) go to *warnings.
 bool OpenRankFiles(const std::vector<std::string>& files, bool allow_mixed_launches,
                    std::vector<RankFile>* out, std::vector<std::string>* warnings,
                    std::string* error);

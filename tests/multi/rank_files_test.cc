@@ -87,6 +87,35 @@ TEST(RankFilesTest, BadInputIsOneClearLine) {
   EXPECT_TRUE(OneLine(error)) << error;
 }
 
+TEST(RankFilesTest, OneEnginesProcessesRepeatingARankAreNumberedByRole) {
+  // vLLM's engine core and its two workers all say rank 0: engine core first, then the workers
+  // by pid; each keeps its role. Without roles the same files are refused.
+  const std::string d = Dir();
+  RankSpec core{0}, w1{0}, w2{0};
+  core.role = "engine_core", core.pid = 300;
+  w1.role = "worker", w1.pid = 200;
+  w2.role = "worker", w2.pid = 100;
+  WriteRankTrace(d + "/a.sqlite", w1);
+  WriteRankTrace(d + "/b.sqlite", core);
+  WriteRankTrace(d + "/c.sqlite", w2);
+  std::vector<RankFile> ranks;
+  std::string error;
+  ASSERT_TRUE(Open({d}, &ranks, &error)) << error;
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_EQ(ranks[0].role, "engine_core");
+  EXPECT_EQ(ranks[1].pid, "100");
+  EXPECT_EQ(ranks[2].pid, "200");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[r].rank, r);
+
+  const std::string e = Dir();
+  RankSpec plain{0};
+  WriteRankTrace(e + "/a.sqlite", core);
+  WriteRankTrace(e + "/b.sqlite", plain);  // a rank's file, no role: not one engine's
+  ranks.clear();
+  EXPECT_FALSE(Open({e}, &ranks, &error));
+  EXPECT_NE(error.find("both claim rank 0"), std::string::npos) << error;
+}
+
 TEST(RankFilesTest, AxisShiftsUndoClockOffsets) {
   const std::string d = Dir();
   // Rank 1's clock reads 5 s more than rank 0's for the same instant (another host).

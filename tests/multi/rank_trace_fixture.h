@@ -29,6 +29,8 @@ struct RankSpec {
   bool anchors = true;
   bool nested_c10d = false;  // a "c10d::all_reduce" call inside model.mlp.all_reduce
   bool gpu = false;          // 1 ms of kernels in model.mlp; the collective's kernels span its wait
+  std::string role;          // meta role (a serving engine's process); none when empty
+  int pid = -1;              // meta pid; -1: 1000 + rank
 };
 
 inline constexpr int64_t kWallBase = 1700000000000000000;  // wall time of the launch
@@ -45,8 +47,9 @@ inline void WriteRankTrace(const std::string& path, const RankSpec& s) {
   b.meta = {{kMetaRank, std::to_string(s.rank)},
             {kMetaHost, "host" + std::to_string(s.rank)},
             {kMetaLaunchId, s.launch},
-            {"pid", std::to_string(1000 + s.rank)},
+            {"pid", std::to_string(s.pid >= 0 ? s.pid : 1000 + s.rank)},
             {kMetaWorldSize, "4"}};
+  if (!s.role.empty()) b.meta.emplace_back("role", s.role);
   if (s.anchors) {
     b.meta.emplace_back(kMetaAnchorStart, FormatAnchor({kWallBase - off, kWallBase}));
     if (s.exited) {

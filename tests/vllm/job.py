@@ -4,7 +4,9 @@ execute_model that schedules a token (in the worker process) appends a line to t
 ("step <ns in execute_model> <tokens scheduled>"): the engine steps, counted and timed by a
 plain wrapper the test can compare with the trace (at module level,
 so that the engine's spawned processes, which import this file as __mp_main__, install it
-too)."""
+too). In the engine core's process each busy-loop step that ran the model appends
+"core <ns>" (EngineCoreProc._process_engine_step, which calls the step and queues its
+outputs): bench/vllm_step_cost.py reads both."""
 
 import json
 import os
@@ -13,6 +15,13 @@ import time
 
 if os.environ.get("STEP_COUNT_FILE"):
     from vllm.v1.worker import gpu_model_runner
+
+    def _append(line):
+        fd = os.open(os.environ["STEP_COUNT_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
 
     _execute = gpu_model_runner.GPUModelRunner.execute_model
 
@@ -23,15 +32,23 @@ if os.environ.get("STEP_COUNT_FILE"):
         try:
             return _execute(self, scheduler_output, *args, **kwargs)
         finally:  # "step <execute_model ns> <tokens>": what bench/vllm_step_cost.py reads
-            line = (f"step {time.perf_counter_ns() - begin} "
+            _append(f"step {time.perf_counter_ns() - begin} "
                     f"{scheduler_output.total_num_scheduled_tokens}\n")
-            fd = os.open(os.environ["STEP_COUNT_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
 
     gpu_model_runner.GPUModelRunner.execute_model = _counted
+
+    from vllm.v1.engine import core as engine_core
+
+    _process = engine_core.EngineCoreProc._process_engine_step
+
+    def _core_step(self):
+        begin = time.perf_counter_ns()
+        executed = _process(self)
+        if executed:
+            _append(f"core {time.perf_counter_ns() - begin}\n")
+        return executed
+
+    engine_core.EngineCoreProc._process_engine_step = _core_step
 
 PROMPTS = ["the cat sat on", "a dog ran to the", "birds sang in", "the quiet river"]
 

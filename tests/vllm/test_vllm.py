@@ -154,6 +154,15 @@ def _check_the_engine_core(files, worker_steps, traced, by_request):
             (row,) = [ln.split() for ln in report.stdout.splitlines()
                       if ln.split()[:1] == [request] and "length" in ln.split()]
             assert row[row.index("length") + 1] == str(len(by_request[request])), row
+        merged = str(files["worker"]) + ".merged"  # one engine's files merged as ranks are
+        done = subprocess.run([_tokentrace(), "merge", merged, *both], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        with sqlite3.connect(merged) as m:
+            assert [r for (r,) in m.execute("SELECT role FROM ranks ORDER BY rank")] == [
+                "engine_core", "worker"]
+            assert m.execute("SELECT COUNT(*) FROM request_events WHERE rank = 0").fetchone()[
+                0] == len(events)
 
 
 def _check_against_vllms_metrics(con, by_request, metrics, report, tokens_are_worker_steps):
