@@ -8,7 +8,10 @@ process, whose recording adds vllm.core_step, vllm.schedule, vllm.update and the
 Prints a markdown table.
 
     ~/.cache/tokentrace/venv-vllm/bin/python bench/vllm_step_cost.py [--prompts 16]
-        [--new-tokens 64] [--model DIR]
+        [--new-tokens 64] [--model DIR] [--repeat N]
+
+--repeat N runs each mode's plain and traced jobs N times, in turn (plain, traced, plain, ...),
+one row per run, so a load that comes and goes on the machine shows as rows that disagree.
 """
 
 import argparse
@@ -54,6 +57,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--model", default=None, help="the tiny model's directory (made if absent)")
+    ap.add_argument("--repeat", type=int, default=1, help="plain/traced pairs per mode")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="vllm-step-cost-")
     model = tiny_model.make(args.model or os.path.join(work, "tiny-llama"))
@@ -67,8 +71,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for mode in ("eager", "compiled"):
         job = [sys.executable, os.path.join(VLLM_TESTS, "job.py"), model, mode]
-        for traced in (False, True):
-            steps_file = os.path.join(work, f"steps-{mode}-{int(traced)}.txt")
+        for run, traced in enumerate((False, True) * max(1, args.repeat)):
+            steps_file = os.path.join(work, f"steps-{mode}-{run}.txt")
             wall, decode, every, core = _run(job, traced, steps_file, env, work)
             q = statistics.quantiles(decode, n=10) if len(decode) >= 2 else [0] * 9
             core_p50 = f"{statistics.median(core):.3f}" if core else "-"

@@ -225,7 +225,7 @@ compiled_check() {
 }
 # vLLM traced as it serves (tests/vllm, eager only: its compiled mode compiles for minutes),
 # only where vLLM is installed: the machine has no registry to install it from. Optional.
-VLLM_Q="vLLM's engine steps are the tokens and step_requests holds their requests (tests/vllm, eager, on CUDA)"
+VLLM_Q="vLLM's engine steps are the tokens, step_requests holds their requests and the engine core's file (or role) their lives (tests/vllm, eager, on CUDA)"
 vllm_check() {
   if ! "$TOKENTRACE_PY" -c 'import vllm' >/dev/null 2>&1; then
     answer "$VLLM_Q" "not checked: vLLM is not installed on this machine (no registry to install it from)"

@@ -357,3 +357,50 @@ def test_record_saves_ops_of_every_step(gpt2):
                            sites=tt.func("linear"), kernels="off",
                            generate_kwargs={"max_new_tokens": 2, "do_sample": False})
     assert not isinstance(only_sites["linear_1:2"].out, torch.Tensor)  # recorded, not saved
+
+
+class _Run(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+# One Python call per kind of FUNCTION_ATEN that a forward can make (each in a module of its own).
+_FUNCTIONS = {
+    "truediv": lambda x, n, t: x / 3, "rtruediv": lambda x, n, t: 2 / x,
+    "floordiv": lambda x, n, t: x // 2, "mod": lambda x, n, t: x % 2,
+    "radd": lambda x, n, t: 2 + x, "rmul": lambda x, n, t: 3 * x,
+    "double": lambda x, n, t: x.double(), "float": lambda x, n, t: x.float(),
+    "half": lambda x, n, t: x.half(), "invert": lambda x, n, t: ~n,
+    "tensor": lambda x, n, t: torch.tensor([1.0, 2.0]),
+    "crossentropy": lambda x, n, t: torch.nn.functional.cross_entropy(x, t),
+}
+
+
+class _Functions(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.each = torch.nn.ModuleDict({f"f_{k}": _Run(fn) for k, fn in _FUNCTIONS.items()})
+
+    def forward(self, x):
+        n, t = (x * 10).long(), torch.zeros(x.shape[0], dtype=torch.long)
+        return [m(x, n, t) for m in self.each.values()]
+
+
+def test_the_aten_ops_each_python_function_runs_are_the_tables():
+    """FUNCTION_ATEN (the one table of which ATen ops a Python function runs, in order) against
+    what torch runs: each function's ops in the trace, in its own module, are the table's; and
+    tt.func of the function's TorchLens type selects the last of them, whose output is the
+    function's (2 / x runs reciprocal then mul: the mul)."""
+    from tokentrace._common import FUNCTION_ATEN
+    trace = tt.trace(_Functions(), torch.rand(2, 3) + 0.5, kernels="off", ops=True)
+    for kind in _FUNCTIONS:
+        ran = [s.layer_type for s in trace.find_sites(tt.in_module(f"each.f_{kind}"))]
+        assert ran == list(FUNCTION_ATEN[kind]), (kind, ran)
+    chosen = trace.find_sites(tt.func("rtruediv") & tt.in_module("each.f_rtruediv"))
+    assert [s.layer_type for s in chosen] == ["mul"]
+    assert [s.layer_type for s in trace.find_sites(
+        tt.func("float") & tt.in_module("each.f_float"))] == ["to"]

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .naming import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
     from .op_mode import OpMode
     from .op_selectors import (
+        FUNCTION_ATEN,
         LIST_OPS,
         TUPLE_OPS,
         SiteQuery,
@@ -74,7 +75,7 @@ _EXPORTS = {
     "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
     "op_type": "op_selectors", "op_types_of": "op_selectors", "regex": "op_selectors",
     "is_op_label": "op_selectors", "OpMode": "op_mode",
-    "LIST_OPS": "op_selectors", "TUPLE_OPS": "op_selectors",
+    "LIST_OPS": "op_selectors", "TUPLE_OPS": "op_selectors", "FUNCTION_ATEN": "op_selectors",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",
     "children_of": "values", "register_container": "values",

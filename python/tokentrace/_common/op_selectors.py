@@ -13,7 +13,8 @@ An op's type (what tt.func matches, and the first part of its label) follows Tor
 the function name lower-cased with its underscores removed, applied to the ATen name without
 namespace and overload: aten::relu -> relu, aten::layer_norm -> layernorm, aten::add_ -> add,
 aten::add.Tensor -> add. Python operators reach ATen under ATen's names (x / y is aten::div),
-so tt.func("truediv") (TorchLens's type of `/`) also matches div; _OPERATOR_TYPES lists these.
+so tt.func("truediv") (TorchLens's type of `/`) also matches div: FUNCTION_ATEN lists the ATen
+ops such functions run, and tt.func matches the one whose output is the function's.
 """
 
 from __future__ import annotations
@@ -31,16 +32,35 @@ if TYPE_CHECKING:
 
 MODULE, OP = "module", "op"
 
-# TorchLens's types of Python operators (their dunder names, normalised) -> the types of the
-# ATen ops they run as. An operator whose ATen op has its own name (add, mul, sub, matmul, pow,
-# neg, rsub) needs no entry.
-_OPERATOR_TYPES = {
-    "truediv": ("div",), "rtruediv": ("div", "reciprocal"), "itruediv": ("div",),
-    "floordiv": ("floordivide",), "rfloordiv": ("floordivide",),
+# A Python function's type (TorchLens's) -> the types of the ATen ops it runs, in order, where
+# that is not its own type alone: x / y is aten::div, 2 / x aten::reciprocal then aten::mul,
+# x.float() aten::to, torch.tensor(...) four ops. The last is the op whose output is the
+# function's. The one table of this fact: tt.func matches a function's output op by it, the op
+# saver intercepts the functions that may run a selected op by it (op_mode.py), and op edits
+# number the ops a function runs by it (_edit/op_labels.py; tests/python/test_op_sites.py
+# checks it against what torch runs).
+_TO = ("to",)
+FUNCTION_ATEN = {
+    "truediv": ("div",), "itruediv": ("div",), "rtruediv": ("reciprocal", "mul"),
+    "rdiv": ("reciprocal", "mul"), "floordiv": ("floordivide",), "ifloordiv": ("floordivide",),
+    "rfloordiv": ("floordivide",), "mod": ("remainder",), "imod": ("remainder",),
     "radd": ("add",), "iadd": ("add",), "rmul": ("mul",), "imul": ("mul",), "isub": ("sub",),
-    "mod": ("remainder",), "rmatmul": ("matmul",), "invert": ("bitwisenot",),
-    "getitem": ("select", "slice", "index"), "setitem": ("copy", "fill", "indexput"),
+    "rmatmul": ("matmul",), "invert": ("bitwisenot",),
+    "float": _TO, "double": _TO, "half": _TO, "bfloat16": _TO, "int": _TO, "long": _TO,
+    "short": _TO, "bool": _TO, "byte": _TO, "char": _TO, "cfloat": _TO, "cdouble": _TO,
+    "tensor": ("empty", "to", "liftfresh", "detach"), "crossentropy": ("crossentropyloss",),
 }
+# Indexing runs ops that depend on the index (op_labels.py works them out per call): the types
+# whose output may be x[i]'s, or x[i] = v's.
+INDEXING_OUTPUT_TYPES = {"getitem": ("select", "slice", "index", "unsqueeze"),
+                         "setitem": ("copy", "fill", "indexput", "maskedfill")}
+
+
+def _output_types(kind: str) -> tuple[str, ...]:
+    """The types of the op whose output is a function of type `kind`'s (besides its own)."""
+    aten = FUNCTION_ATEN.get(kind)
+    return (aten[-1],) if aten else INDEXING_OUTPUT_TYPES.get(kind, ())
+
 
 # ATen ops that return a list of tensors and ones that return a tuple of a fixed count: the
 # reader (_read/op_sites.py) gives each piece a label, and so does an op-level edit numbering
@@ -65,10 +85,11 @@ def op_type(name: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def op_types_of(name: str) -> frozenset[str]:
-    """The op types a function named `name` may run as: its own, and for a Python operator
-    its ATen op's ("__truediv__" -> truediv, div)."""
+    """The types of the ops whose output may be a function named `name`'s: its own, and for a
+    Python operator its ATen op's ("__truediv__" -> truediv, div; "__rtruediv__" -> rtruediv,
+    mul)."""
     kind = op_type(name)
-    return frozenset((kind,) + _OPERATOR_TYPES.get(kind, ()))
+    return frozenset((kind,) + _output_types(kind))
 
 
 class SiteQuery:
@@ -460,7 +481,7 @@ def func(name: str | Callable[..., Any], *, output: int | str | None = None) -> 
     base = given if "::" in given else given.rpartition(".")[2]  # torch.relu -> relu
     kind = op_type(base)
     text = repr(given) + ("" if output is None else f", output={output}")
-    return FuncQuery(given, frozenset((kind,) + _OPERATOR_TYPES.get(kind, ())), text, output)
+    return FuncQuery(given, op_types_of(base), text, output)
 
 
 def in_module(address_or_op: Any, address: str | None = None) -> Any:

@@ -30,23 +30,11 @@ the labels after it in that root call then differ from the trace's (docs/python.
 
 import torch
 
-from .._common import LIST_OPS, TUPLE_OPS, op_type
+from .._common import FUNCTION_ATEN, LIST_OPS, TUPLE_OPS, op_type
 
 _LIST_TYPES = frozenset(op_type(n) for n in LIST_OPS)
 _TUPLE_TYPES = {op_type(n): count for n, count in TUPLE_OPS.items()}
 
-_TO = ("to",)
-# A function's type -> the types of the ATen ops it runs, in order.
-_ATEN = {
-    "truediv": ("div",), "itruediv": ("div",), "rtruediv": ("reciprocal", "mul"),
-    "rdiv": ("reciprocal", "mul"), "floordiv": ("floordivide",), "ifloordiv": ("floordivide",),
-    "mod": ("remainder",), "imod": ("remainder",), "radd": ("add",), "iadd": ("add",),
-    "rmul": ("mul",), "imul": ("mul",), "isub": ("sub",), "rmatmul": ("matmul",),
-    "invert": ("bitwisenot",),
-    "float": _TO, "double": _TO, "half": _TO, "bfloat16": _TO, "int": _TO, "long": _TO,
-    "short": _TO, "bool": _TO, "byte": _TO, "char": _TO, "cfloat": _TO, "cdouble": _TO,
-    "tensor": ("empty", "to", "liftfresh", "detach"), "crossentropy": ("crossentropyloss",),
-}
 _LIST_INDEX = ("empty", "to", "liftfresh")  # a Python list made an index tensor
 
 
@@ -170,7 +158,7 @@ def live_ops(func, name, args, kwargs, out):
     elif kind == "split":
         types = [_split_type(args, kwargs)]
     else:
-        types = list(_ATEN.get(kind, (kind,)))
+        types = list(FUNCTION_ATEN.get(kind, (kind,)))
     if isinstance(out, torch.Tensor):
         tensors = [(out, "")]
     elif isinstance(out, (tuple, list)):
