@@ -19,9 +19,10 @@ the TOKENTRACE_* environment, and it writes the file until the process exits. At
 we add our rows (saved tensors, escape locations, the root's inputs) to that file. Without the
 native extension nothing is recorded (one line on stderr says why and how to build it).
 
-vLLM's engine core calls no module: its recording (_record/vllm_core.py) goes on when vLLM's
-module vllm.v1.engine.core is loaded (the boot's after_import), in whichever process makes an
-engine, and adds its request rows and meta at exit.
+vLLM's engine core and front end call no module: their recordings (_record/vllm_core.py,
+vllm_front.py) go on when vLLM's modules vllm.v1.engine.core and
+vllm.v1.engine.output_processor are loaded (the boot's after_import), in whichever process
+makes an engine or processes its outputs, and add their request rows and meta at exit.
 
 TOKENTRACE_EDITS (`tokentrace run --edits spec.json`) names a JSON edit spec
 (tokentrace.edits.load_spec): its edits go onto the same root as forward hooks, exactly as
@@ -64,7 +65,8 @@ def install():
     # A compiled __call__ taken before the first root call (transformers' generate takes it
     # before its prefill) is recorded from outside when it runs (_compiled/call.py).
     watch_compile(on_compile=_compiling)
-    # vLLM's engine core calls no module: its recording goes on when vLLM's module is loaded.
+    # vLLM's engine core and front end call no module: their recordings go on when vLLM's
+    # modules are loaded.
     try:
         from _tokentrace_after_import import after_import  # the boot's, beside sitecustomize
     except ImportError:  # not started by `tokentrace run` (no boot on sys.path)

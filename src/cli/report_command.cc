@@ -356,7 +356,7 @@ int ReportCommand(const std::vector<std::string>& args) {
       return 1;
     }
     core.empty = std::atoll(MetaValue(meta, "engine_core_empty_steps").c_str());
-    serving += EngineCoreSection(events, core, nullptr);
+    serving += EngineCoreSection(events, core, nullptr) + FrontEndSection(events, core);
   }
   // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
   for (auto& [key, value] : meta) value = ForTerminal(value, 200);

@@ -67,6 +67,7 @@ int EngineReport(const std::vector<std::string>& inputs, uint32_t top) {
   }
   if (!any_role) return -1;  // not an engine's files: the ranks' report
   const EngineFile* core = nullptr;
+  const EngineFile* front = nullptr;
   std::vector<const EngineFile*> workers;
   for (const EngineFile& f : files) {
     if (f.role.empty() || f.launch_id != files.front().launch_id) {
@@ -89,6 +90,7 @@ int EngineReport(const std::vector<std::string>& inputs, uint32_t top) {
       }
       core = &f;
     }
+    if (Has(f.role, "front_end")) front = &f;
     if (Has(f.role, "worker") && !Has(f.role, "engine_core")) workers.push_back(&f);
   }
   std::stable_sort(workers.begin(), workers.end(),
@@ -120,26 +122,37 @@ int EngineReport(const std::vector<std::string>& inputs, uint32_t top) {
     }
     by_request = WorkerRequests(steps, times);
   }
-  if (core == nullptr) {
-    std::printf(
-        "\nno engine core's file among these (its requests' queue and finish are "
-        "there: give it too)\n");
-    return 0;
-  }
-  std::vector<RequestEventRow> events;
-  CoreSteps core_steps;
-  if (!ReadRequestEvents(core->reader->db(), &events, &error) ||
-      !ReadCoreSteps(core->reader->db(), &core_steps, &error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
-  }
-  core_steps.empty = std::atoll(Value(*core, "engine_core_empty_steps").c_str());
-  const bool gpu = shown != nullptr && Value(*shown, "kernels_status").empty() &&
-                   Value(*shown, "kernel_mode") != "off";
-  std::string out = EngineCoreSection(events, core_steps, &by_request, gpu);
-  if (core != shown) {
+  std::string out;
+  // The engine core's section beside the worker's requests, unless the report above was the
+  // engine core's own file (one process: it has the section already).
+  if (core != nullptr && core != shown) {
+    std::vector<RequestEventRow> events;
+    CoreSteps core_steps;
+    if (!ReadRequestEvents(core->reader->db(), &events, &error) ||
+        !ReadCoreSteps(core->reader->db(), &core_steps, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    core_steps.empty = std::atoll(Value(*core, "engine_core_empty_steps").c_str());
+    const bool gpu = shown != nullptr && Value(*shown, "kernels_status").empty() &&
+                     Value(*shown, "kernel_mode") != "off";
+    out += EngineCoreSection(events, core_steps, &by_request, gpu);
     out += "  (the engine core's own report: tokentrace report " + ForTerminal(core->path, 300) +
            ")\n";
+  } else if (core == nullptr) {
+    out +=
+        "\nno engine core's file among these (its requests' queue and finish are there: "
+        "give it too)\n";
+  }
+  if (front != nullptr && front != shown) {
+    std::vector<RequestEventRow> events;
+    CoreSteps front_steps;
+    if (!ReadRequestEvents(front->reader->db(), &events, &error) ||
+        !ReadCoreSteps(front->reader->db(), &front_steps, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    out += FrontEndSection(events, front_steps);
   }
   std::fputs(out.c_str(), stdout);
   return 0;

@@ -187,7 +187,8 @@ bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::stri
       db,
       "SELECT request, arrival_unix_ns, queued_ns, scheduled_ns, first_token_ns, finished_ns, "
       "first_step, first_token_step, finished_step, finish_reason, prompt_tokens, "
-      "output_tokens FROM request_events ORDER BY queued_ns, rowid",
+      "output_tokens, COALESCE(role, 'engine_core') FROM request_events "
+      "ORDER BY queued_ns, rowid",
       [&](sqlite3_stmt* st) {
         RequestEventRow r;
         r.request = Text(st, 0);
@@ -202,6 +203,7 @@ bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::stri
         r.finish_reason = Text(st, 9);
         r.prompt_tokens = IntOrNone(st, 10);
         r.output_tokens = IntOrNone(st, 11);
+        r.role = Text(st, 12);
         out->push_back(std::move(r));
       },
       error);
@@ -212,7 +214,8 @@ bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error) {
   return ForEachRow(
       db,
       "SELECT s.name, c.cpu_end_ns - c.cpu_begin_ns FROM calls c JOIN sites s "
-      "ON s.id = c.site_id WHERE s.name IN ('vllm.core_step', 'vllm.schedule', 'vllm.update') "
+      "ON s.id = c.site_id WHERE s.name IN ('vllm.core_step', 'vllm.schedule', 'vllm.update', "
+      "'vllm.front_step') "
       "AND c.cpu_end_ns IS NOT NULL AND c.cpu_end_ns >= c.cpu_begin_ns ORDER BY c.id",
       [&](sqlite3_stmt* st) {
         const std::string name = Text(st, 0);
@@ -225,57 +228,58 @@ bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error) {
       error);
 }
 
-std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const CoreSteps& steps,
-                              const std::map<std::string, WorkerRequest>* worker, bool worker_gpu) {
-  if (events.empty() && steps.step_ms.empty()) return "";
+namespace {
+
+// The requests part of the engine core's and the front end's sections, over the rows of
+// `role`: counts by finish, figures, and the table (first and slowest past 2 x kListedRequests).
+// `queue`: with the queue column (the engine core's rows have scheduling, the front end's not).
+std::string RequestsPart(const std::vector<RequestEventRow>& all, const std::string& role,
+                         bool queue, const std::map<std::string, WorkerRequest>* worker,
+                         bool worker_gpu) {
   auto ms = [](int64_t begin, int64_t end) {
     return begin < 0 || end < 0 ? -1.0 : static_cast<double>(end - begin) / 1e6;
   };
-  std::string out = "\nengine core (vLLM's scheduler; vllm.core_step = tokens; request_events):\n";
-  out += "  steps: " + std::to_string(steps.step_ms.size());
-  if (steps.empty > 0) out += " (" + std::to_string(steps.empty) + " scheduled nothing)";
-  out += "; step ms: " + Quantiles(steps.step_ms) + "\n";
-  out += "  scheduling ms per step: " + Quantiles(steps.schedule_ms) +
-         "; update ms per step: " + Quantiles(steps.update_ms) +
-         "\n  (the rest of a step is the wait for the worker's execute and sample)\n";
+  std::vector<const RequestEventRow*> events;
+  for (const RequestEventRow& r : all) {
+    if (r.role == role) events.push_back(&r);
+  }
   std::map<std::string, int64_t> reasons;
   size_t running = 0;
-  std::vector<double> queue, ttft, tpot;
-  std::vector<std::vector<std::string>> rows = {{"request", "prompt", "output", "queue ms",
-                                                 "first token ms", "per output token ms",
-                                                 "finish"}};
+  std::vector<double> queued, ttft, tpot;
+  std::vector<std::vector<std::string>> rows = {{"request", "prompt", "output"}};
+  if (queue) rows[0].push_back("queue ms");
+  for (const char* h : {"first token ms", "per output token ms", "finish"}) rows[0].push_back(h);
   if (worker != nullptr) {
     rows[0].push_back("worker steps");
     if (worker_gpu) rows[0].push_back("gpu ms (shared)");
   }
-  for (const RequestEventRow& r : events) {
-    const double q = ms(r.queued_ns, r.scheduled_ns), t = ms(r.queued_ns, r.first_token_ns);
+  for (const RequestEventRow* r : events) {
+    const double q = ms(r->queued_ns, r->scheduled_ns), t = ms(r->queued_ns, r->first_token_ns);
     double p = -1;
-    if (r.output_tokens > 1 && r.first_token_ns >= 0 && r.finished_ns >= 0) {
-      p = ms(r.first_token_ns, r.finished_ns) / static_cast<double>(r.output_tokens - 1);
+    if (r->output_tokens > 1 && r->first_token_ns >= 0 && r->finished_ns >= 0) {
+      p = ms(r->first_token_ns, r->finished_ns) / static_cast<double>(r->output_tokens - 1);
     }
-    queue.push_back(q), ttft.push_back(t), tpot.push_back(p);
-    if (r.finished_ns < 0) {
+    queued.push_back(q), ttft.push_back(t), tpot.push_back(p);
+    if (r->finished_ns < 0) {
       ++running;
     } else {
-      ++reasons[r.finish_reason.empty() ? "?" : r.finish_reason];
+      ++reasons[r->finish_reason.empty() ? "?" : r->finish_reason];
     }
-    std::vector<std::string> row = {
-        ForTerminal(r.request),
-        r.prompt_tokens < 0 ? "-" : std::to_string(r.prompt_tokens),
-        r.output_tokens < 0 ? "-" : std::to_string(r.output_tokens),
-        Num(q),
-        Num(t),
-        Num(p),
-        r.finished_ns < 0 ? "running" : ForTerminal(r.finish_reason, 20)};
+    std::vector<std::string> row = {ForTerminal(r->request),
+                                    r->prompt_tokens < 0 ? "-" : std::to_string(r->prompt_tokens),
+                                    r->output_tokens < 0 ? "-" : std::to_string(r->output_tokens)};
+    if (queue) row.push_back(Num(q));
+    row.push_back(Num(t));
+    row.push_back(Num(p));
+    row.push_back(r->finished_ns < 0 ? "running" : ForTerminal(r->finish_reason, 20));
     if (worker != nullptr) {
-      auto w = worker->find(r.request);
+      auto w = worker->find(r->request);
       row.push_back(w == worker->end() ? "-" : std::to_string(w->second.steps));
       if (worker_gpu) row.push_back(w == worker->end() ? "-" : Fixed(w->second.gpu_ms, 3));
     }
     rows.push_back(std::move(row));
   }
-  out += "  requests: " + std::to_string(events.size());
+  std::string out = "  requests: " + std::to_string(events.size());
   std::string finished;
   for (const auto& [reason, n] : reasons) {
     finished += (finished.empty() ? "" : ", ") + ForTerminal(reason, 20) + " " + std::to_string(n);
@@ -284,8 +288,8 @@ std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const 
   if (running > 0) out += "; still running at the end: " + std::to_string(running);
   out += "\n";
   if (events.empty()) return out;
-  out += "  queue ms: " + Quantiles(queue) + "; first token ms: " + Quantiles(ttft) +
-         "; per output token ms: " + Quantiles(tpot) + "\n";
+  out += "  " + std::string(queue ? "queue ms: " + Quantiles(queued) + "; " : "") +
+         "first token ms: " + Quantiles(ttft) + "; per output token ms: " + Quantiles(tpot) + "\n";
   if (events.size() > 2 * kListedRequests) {
     // The first requests, then the slowest by first token.
     std::vector<size_t> order(events.size());
@@ -302,6 +306,29 @@ std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const 
   } else {
     out += "  per request:\n" + FormatTable(rows, "    ");
   }
+  return out;
+}
+
+bool HasRole(const std::vector<RequestEventRow>& events, const std::string& role) {
+  return std::any_of(events.begin(), events.end(),
+                     [&](const RequestEventRow& r) { return r.role == role; });
+}
+
+}  // namespace
+
+std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const CoreSteps& steps,
+                              const std::map<std::string, WorkerRequest>* worker, bool worker_gpu) {
+  if (!HasRole(events, "engine_core") && steps.step_ms.empty()) return "";
+  std::string out =
+      "\nengine core (vLLM's scheduler; vllm.core_step = its steps; request_events):\n";
+  out += "  steps: " + std::to_string(steps.step_ms.size());
+  if (steps.empty > 0) out += " (" + std::to_string(steps.empty) + " scheduled nothing)";
+  out += "; step ms: " + Quantiles(steps.step_ms) + "\n";
+  out += "  scheduling ms per step: " + Quantiles(steps.schedule_ms) +
+         "; update ms per step: " + Quantiles(steps.update_ms) +
+         "\n  (the rest of a step is the wait for the worker's execute and sample)\n";
+  out += RequestsPart(events, "engine_core", true, worker, worker_gpu);
+  if (!HasRole(events, "engine_core")) return out;
   out +=
       "  (times from the request's queueing in the scheduler: queue = until first scheduled,\n"
       "  first token = until the update that gave it back";
@@ -310,6 +337,21 @@ std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const 
              ? ";\n  worker steps and gpu ms: the worker's file, each step's GPU time shared "
                "among its requests by token count)\n"
              : "; worker steps: the worker's file)\n";
+  return out;
+}
+
+std::string FrontEndSection(const std::vector<RequestEventRow>& events, const CoreSteps& steps) {
+  if (!HasRole(events, "front_end") && steps.front_ms.empty()) return "";
+  std::string out =
+      "\nfront end (vLLM's output processing; vllm.front_step = its steps; request_events):\n";
+  out += "  steps: " + std::to_string(steps.front_ms.size()) +
+         "; output processing ms per step: " + Quantiles(steps.front_ms) + "\n";
+  out += RequestsPart(events, "front_end", false, nullptr, false);
+  if (!HasRole(events, "front_end")) return out;
+  out +=
+      "  (times from the front end's hand-over of the request to the engine: first token = until\n"
+      "  its first output was processed for the caller, as generate() or the HTTP response gets "
+      "it)\n";
   return out;
 }
 

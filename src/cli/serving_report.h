@@ -48,11 +48,14 @@ struct RequestEventRow {
   int64_t first_step = -1, first_token_step = -1, finished_step = -1;
   std::string finish_reason;
   int64_t prompt_tokens = -1, output_tokens = -1;
+  std::string role = "engine_core";  // or front_end
 };
 
-// The engine core's steps: each one's ms, and the ms of its scheduling and of its update.
+// The engine core's steps: each one's ms, and the ms of its scheduling and of its update; and
+// the front end's steps (its output processing).
 struct CoreSteps {
   std::vector<double> step_ms, schedule_ms, update_ms;
+  std::vector<double> front_ms;
   int64_t empty = 0;  // steps whose scheduling scheduled nothing (meta engine_core_empty_steps)
 };
 
@@ -62,18 +65,24 @@ struct WorkerRequest {
   double gpu_ms = 0;
 };
 
-// The rows of request_events in queue order (none in a file without the table).
+// The rows of request_events in queue order, each role's (none in a file without the table).
 bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::string* error);
-// The calls of vllm.core_step, vllm.schedule and vllm.update (none in other files).
+// The calls of vllm.core_step, vllm.schedule, vllm.update and vllm.front_step (none in other
+// files).
 bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error);
 // Per request of a worker's step_requests: its steps and its share of their GPU time.
 std::map<std::string, WorkerRequest> WorkerRequests(const std::vector<StepRequestRow>& rows,
                                                     const std::map<uint32_t, StepTime>& steps);
 
-// The engine core's section ("" without steps or requests): steps and their scheduling and
-// update ms, and per request its queue ms, first token ms (from queued), per output token ms,
-// tokens and finish reason; with `worker` (the worker's file read too) its steps there, and
-// its GPU ms when `worker_gpu` (the worker recorded kernels).
+// The front end's section ("" without its steps or rows): its steps' output processing ms,
+// and per request (its front_end rows) first token ms (from the hand-over to the engine), per
+// output token ms, tokens and finish.
+std::string FrontEndSection(const std::vector<RequestEventRow>& events, const CoreSteps& steps);
+
+// The engine core's section ("" without steps or requests; its engine_core rows): steps and their
+// scheduling and update ms, and per request its queue ms, first token ms (from queued), per output
+// token ms, tokens and finish reason; with `worker` (the worker's file read too) its steps there,
+// and its GPU ms when `worker_gpu` (the worker recorded kernels).
 std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const CoreSteps& steps,
                               const std::map<std::string, WorkerRequest>* worker,
                               bool worker_gpu = false);

@@ -113,16 +113,18 @@ CREATE TABLE IF NOT EXISTS escape_sites(token INTEGER, location TEXT, count INTE
 -- as decode, and the position of its first token in the step. Other files have none (empty).
 CREATE TABLE IF NOT EXISTS step_requests(token INTEGER, request TEXT, prefill_tokens INTEGER,
                                          decode_tokens INTEGER, position INTEGER);
--- Written by the Python layer's engine-core adapter (python/tokentrace/_record/vllm_core.py)
--- in a serving engine's scheduler process: one row per request, as the engine core saw it.
+-- Written by the Python layer's engine adapters (python/tokentrace/_record/vllm_core.py,
+-- vllm_front.py): one row per request as one process of a serving engine saw it, `role`
+-- engine_core (the scheduler) or front_end (the process that takes requests and returns
+-- outputs; its rows have no scheduling). One file may hold both roles' rows (one process).
 -- arrival_unix_ns is the front end's wall clock (when the request arrived); the other times
--- are this file's CLOCK_MONOTONIC ns: queued (handed to the scheduler), first scheduled (the
--- start of the scheduling that first took it), first token (the end of the update that gave
--- its first output token), finished (the end of the update that finished it, or the abort).
--- The *_step columns are the engine-core steps (this file's tokens) of those events. A
--- request still running when the file was last written has NULL finish columns. Files that
--- predate this table lack it (read as empty).
-CREATE TABLE IF NOT EXISTS request_events(request TEXT, arrival_unix_ns INTEGER,
+-- are this file's CLOCK_MONOTONIC ns: queued (handed to the scheduler, or by the front end to
+-- the engine), first scheduled (the start of the scheduling that first took it), first token
+-- (the end of the update that gave its first output token; the front end: of the output
+-- processing that got it), finished (likewise, or the abort). The *_step columns are the
+-- tokens of those events. A request still running when the file was last written has NULL
+-- finish columns. Files that predate this table lack it (read as empty).
+CREATE TABLE IF NOT EXISTS request_events(role TEXT, request TEXT, arrival_unix_ns INTEGER,
                                           queued_ns INTEGER, scheduled_ns INTEGER,
                                           first_token_ns INTEGER, finished_ns INTEGER,
                                           first_step INTEGER, first_token_step INTEGER,

@@ -84,7 +84,7 @@ std::vector<RequestEventRow> Events() {
 }
 
 TEST(ServingTest, EngineCoreRequestsQueueFirstTokenAndFinish) {
-  CoreSteps steps{{5, 6, 7, 8}, {0.5, 0.5, 1, 1}, {0.25, 0.25, 0.25, 0.5}, 1};
+  CoreSteps steps{{5, 6, 7, 8}, {0.5, 0.5, 1, 1}, {0.25, 0.25, 0.25, 0.5}, {}, 1};
   const std::string text = EngineCoreSection(Events(), steps, nullptr);
   EXPECT_NE(text.find("steps: 4 (1 scheduled nothing)"), std::string::npos) << text;
   EXPECT_NE(text.find("requests: 3; finished: abort 1, length 1; still running at the end: 1"),
@@ -116,6 +116,25 @@ TEST(ServingTest, EngineCoreRequestsWithTheWorkersStepsAndGpuTime) {
   EXPECT_EQ(RowOf(text, "C")[7], "-") << text;  // not in the worker's file
   // without kernels in the worker's file: its steps, no GPU column
   EXPECT_EQ(RowOf(EngineCoreSection(Events(), CoreSteps{}, &worker, false), "A").size(), 8u);
+}
+
+TEST(ServingTest, FrontEndRequestsFirstTokenAndFinishWithoutQueue) {
+  // The same lives seen by the front end: no scheduling, so no queue column; the engine core's
+  // rows are not its.
+  std::vector<RequestEventRow> events = Events();
+  for (RequestEventRow& r : events) r.role = "front_end";
+  events.push_back({"D", 1, 0, 1, 2, 3, 1, 1, 1, "stop", 1, 1});  // an engine core's row
+  CoreSteps steps;
+  steps.front_ms = {0.5, 0.25};
+  const std::string text = FrontEndSection(events, steps);
+  EXPECT_NE(text.find("steps: 2; output processing ms per step: p50 0.250"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("requests: 3; finished: abort 1, length 1"), std::string::npos) << text;
+  EXPECT_EQ(RowOf(text, "A"),
+            (std::vector<std::string>{"A", "4", "4", "10.000", "10.000", "length"}))
+      << text;
+  EXPECT_EQ(RowOf(text, "D"), std::vector<std::string>{}) << text;
+  EXPECT_EQ(EngineCoreSection(events, CoreSteps{}, nullptr).find("\n    A "), std::string::npos);
 }
 
 TEST(ServingTest, NoEngineCoreNoSection) {

@@ -275,7 +275,8 @@ def test_the_engine_cores_steps_are_tokens_and_each_request_is_a_row(tmp_path):
     assert backend.events == step * 2
     requests = tt.load(path).requests
     assert list(requests) == ["A", "B"]
-    a, b = requests["A"].events, requests["B"].events
+    a, b = requests["A"].events["engine_core"], requests["B"].events["engine_core"]
+    assert a["role"] == "engine_core"
     assert (a["first_step"], a["first_token_step"], a["finished_step"]) == (1, 1, 2)
     assert (a["finish_reason"], a["output_tokens"], a["prompt_tokens"]) == ("length", 2, 4)
     assert a["arrival_unix_ns"] == 100_000_000_000
@@ -317,5 +318,63 @@ def test_the_engine_cores_unfinished_requests_are_written_at_exit(tmp_path):
     write_python_rows(path, meta=core.meta(), request_events=core.rows())
     trace = tt.load(path)
     assert trace.requests["A"].finish_reason is None
-    assert trace.requests["A"].events["finished_ns"] is None
+    assert trace.requests["A"].events["engine_core"]["finished_ns"] is None
     assert trace.meta["engine_core_requests_unfinished"] == "1"
+
+
+def _stand_in_output_processor():
+    """A module shaped as vllm.v1.engine.output_processor: OutputProcessor with add_request,
+    process_outputs (a list of EngineCoreOutputs) and abort_requests (returns the ids)."""
+    import types
+
+    class OutputProcessor:
+        def add_request(self, request, prompt, parent_req=None, request_index=0, queue=None):
+            pass
+
+        def process_outputs(self, engine_core_outputs, engine_core_timestamp=None,
+                            iteration_stats=None):
+            return "processed"
+
+        def abort_requests(self, request_ids, internal):
+            return list(request_ids)
+
+    module = types.ModuleType("vllm.v1.engine.output_processor")
+    module.OutputProcessor = OutputProcessor
+    return module
+
+
+class _EngineCoreRequest:
+    def __init__(self, request_id, prompt_token_ids, arrival_time):
+        self.request_id, self.prompt_token_ids = request_id, prompt_token_ids
+        self.arrival_time = arrival_time
+
+
+def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(tmp_path):
+    """The front end (LLM's process, or vllm serve's API server): each process_outputs with
+    outputs is a step (a token, or a plain call when an engine core records in the process),
+    and each request's row says when it was handed to the engine, got its first token and
+    finished, as the front end saw it; an abort finishes one."""
+    from tokentrace._record import VllmFront
+    module = _stand_in_output_processor()
+    path = _file(tmp_path / "front.sqlite", rows=[], steps=0)
+    backend = _Backend()
+    front = VllmFront(backend, path)
+    assert front.install(module)
+    processor = module.OutputProcessor()
+    processor.add_request(_EngineCoreRequest("A", [1, 2, 3], 10.0), "a b c")
+    processor.add_request(_EngineCoreRequest("B", [1, 2], 10.5), "a b")
+    assert processor.process_outputs([]) == "processed"  # nothing came: no step
+    assert processor.process_outputs([_Out("A", [5]), _Out("B", [6])]) == "processed"
+    processor.process_outputs([_Out("A", [7], finish=_Reason(1))])
+    assert processor.abort_requests(["B"], internal=True) == ["B"]
+    assert backend.names == {1: ("vllm.front_step", "root")}
+    assert backend.events == [("push", "vllm.front_step"), ("pop", "vllm.front_step")] * 2
+    requests = tt.load(path).requests  # written: no request left unfinished
+    a, b = requests["A"].events["front_end"], requests["B"].events["front_end"]
+    assert (a["prompt_tokens"], a["output_tokens"], a["finish_reason"]) == (3, 2, "length")
+    assert (a["first_token_step"], a["finished_step"], a["scheduled_ns"]) == (1, 2, None)
+    assert (b["finish_reason"], b["output_tokens"], b["finished_step"]) == ("abort", 1, 0)
+    assert requests["A"].first_token_ms >= 0 and requests["A"].queue_ms is None
+    assert front.meta()["engine_front_steps"] == 2
+    front.remove()
+    assert not hasattr(module.OutputProcessor.process_outputs, "__wrapped__")

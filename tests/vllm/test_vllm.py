@@ -53,8 +53,8 @@ def _tokentrace():
 def test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps(model_dir, mode,
                                                                           tmp_path):
     """eager and compiled: the front end, the engine core and the worker are processes of their
-    own (vLLM's CPU default); in-process: one process holds the engine core and the worker (as
-    vLLM runs on one GPU), and one file both roles."""
+    own (vLLM's CPU default), each with its file; in-process: one process holds all three, and
+    one file their roles (on one GPU vLLM runs the worker in the engine core's process)."""
     job = [sys.executable, os.path.join(HERE, "job.py"), model_dir, mode]
     one = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if mode == "in-process" else {}
     plain = _result(subprocess.run(job, capture_output=True, text=True, timeout=900,
@@ -67,16 +67,16 @@ def test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps(model_di
     traced = _result(proc)
     assert traced["tokens"] == plain["tokens"]
     assert traced["prompt_lengths"] == plain["prompt_lengths"]
-    # the engine core and the worker write a file each, or one with both roles (the front end
-    # records nothing)
-    files = {_role(p): p for p in tmp_path.glob("trace-*.sqlite")}
-    # vLLM's CPU build runs its worker in a process of its own; on one GPU vLLM runs it in the
-    # engine core's (the uniprocess executor), as the in-process mode does on the CPU
-    expected = [["worker,engine_core"]] + ([] if mode == "in-process" else
-                                           [["engine_core", "worker"]])
-    assert sorted(files) in expected, (files, proc.stderr[-2000:])
-    one_process = len(files) == 1
-    files = {role: path for roles, path in files.items() for role in roles.split(",")}
+    # the front end, the engine core and the worker write a file each (vLLM's CPU build); on
+    # one GPU vLLM runs the worker in the engine core's process (the uniprocess executor), and
+    # the in-process mode runs all three in one process: one file has their roles
+    layout = sorted(tuple(sorted(_role(p).split(","))) for p in tmp_path.glob("trace-*.sqlite"))
+    expected = [[("engine_core", "front_end", "worker")]] + (
+        [] if mode == "in-process" else [[("engine_core",), ("front_end",), ("worker",)],
+                                         [("engine_core", "worker"), ("front_end",)]])
+    assert layout in expected, (layout, proc.stderr[-2000:])
+    one_process = len(layout) == 1
+    files = {role: p for p in tmp_path.glob("trace-*.sqlite") for role in _role(p).split(",")}
     con = sqlite3.connect(files["worker"])
     meta = dict(con.execute("SELECT key, value FROM meta"))
     assert meta["root"].startswith("vllm.step") and meta["engine"] == "vllm"
@@ -122,7 +122,8 @@ def _check_the_engine_core(files, worker_steps, traced, by_request):
     """The engine core's file: one vllm.core_step per worker step, with its scheduling and
     update inside; one request_events row per request whose times agree with vLLM's own
     (RequestOutput.metrics: the engine core's time.monotonic(), the file's clock) and whose
-    tokens and finish reason are what the job asked for; and the report of both files."""
+    tokens and finish reason are what the job asked for; the front end's rows; and the report
+    and the merge of the engine's files."""
     con = sqlite3.connect(files["engine_core"])
     meta = dict(con.execute("SELECT key, value FROM meta"))
     steps = dict(con.execute(
@@ -133,7 +134,8 @@ def _check_the_engine_core(files, worker_steps, traced, by_request):
     ends = dict(con.execute("SELECT c.token, c.cpu_end_ns FROM calls c JOIN sites s "
                             "ON s.id = c.site_id WHERE s.name = 'vllm.core_step'"))
     con.row_factory = sqlite3.Row
-    events = {r["request"]: dict(r) for r in con.execute("SELECT * FROM request_events")}
+    events = {r["request"]: dict(r) for r in con.execute(
+        "SELECT * FROM request_events WHERE role = 'engine_core'")}
     assert sorted(events) == sorted(by_request)
     lengths = sorted(traced["prompt_lengths"])
     assert sorted(e["prompt_tokens"] for e in events.values()) == lengths
@@ -147,26 +149,52 @@ def _check_the_engine_core(files, worker_steps, traced, by_request):
         assert m["first_token_ts"] * 1e9 <= e["first_token_ns"] + us, (e, m)
         assert e["first_token_ns"] <= ends[e["first_token_step"]], (e, m)
         assert e["first_token_ns"] <= e["finished_ns"], e
-    both = sorted({str(files["worker"]), str(files["engine_core"])})
+    _check_the_front_end(files, events, traced)
+    both = sorted({str(p) for p in files.values()})
     report = subprocess.run([_tokentrace(), "report", *both], capture_output=True, text=True,
                             timeout=120)
     assert report.returncode == 0, report.stderr
-    assert f"requests: {len(events)}; finished: length {len(events)}" in report.stdout
-    if len(both) == 2:  # the files of two processes, read together
+    assert report.stdout.count(f"requests: {len(events)}; finished: length {len(events)}") == 2
+    assert "\nfront end (vLLM's output processing" in report.stdout
+    if len(both) > 1:  # the files of the engine's processes, read together
         assert "a vLLM engine of launch" in report.stdout
         for request in events:  # each request's row has its steps in the worker
             (row,) = [ln.split() for ln in report.stdout.splitlines()
-                      if ln.split()[:1] == [request] and "length" in ln.split()]
+                      if ln.split()[:1] == [request] and "length" in ln.split()
+                      and len(ln.split()) >= 8]  # the engine core's table, with the worker's
             assert row[row.index("length") + 1] == str(len(by_request[request])), row
         merged = str(files["worker"]) + ".merged"  # one engine's files merged as ranks are
         done = subprocess.run([_tokentrace(), "merge", merged, *both], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         with sqlite3.connect(merged) as m:
-            assert [r for (r,) in m.execute("SELECT role FROM ranks ORDER BY rank")] == [
-                "engine_core", "worker"]
+            assert {r for (r,) in m.execute("SELECT role FROM ranks")} == {
+                _role(p) for p in both}
             assert m.execute("SELECT COUNT(*) FROM request_events WHERE rank = 0").fetchone()[
                 0] == len(events)
+
+
+def _check_the_front_end(files, core_events, traced):
+    """The front end's file (the LLM's process): its output processing steps, and one row per
+    request that follows the engine core's: handed over before the engine core queued it, its
+    first token and finish processed after the engine core's."""
+    con = sqlite3.connect(files["front_end"])
+    steps = con.execute("SELECT COUNT(*) FROM calls c JOIN sites s ON s.id = c.site_id "
+                        "WHERE s.name = 'vllm.front_step'").fetchone()[0]
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    assert steps == int(meta["engine_front_steps"]) > 0
+    con.row_factory = sqlite3.Row
+    rows = {r["request"]: dict(r) for r in con.execute(
+        "SELECT * FROM request_events WHERE role = 'front_end'")}
+    assert sorted(rows) == sorted(core_events)
+    assert sorted(r["prompt_tokens"] for r in rows.values()) == sorted(traced["prompt_lengths"])
+    for request, f in rows.items():
+        c = core_events[request]
+        assert (f["finish_reason"], f["output_tokens"]) == ("length", NEW_TOKENS)
+        assert f["arrival_unix_ns"] == c["arrival_unix_ns"]
+        assert f["queued_ns"] <= c["queued_ns"], (f, c)
+        assert c["first_token_ns"] <= f["first_token_ns"] <= f["finished_ns"], (f, c)
+        assert c["finished_ns"] <= f["finished_ns"], (f, c)
 
 
 def _check_against_vllms_metrics(con, by_request, metrics, report, tokens_are_worker_steps):

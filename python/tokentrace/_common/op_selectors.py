@@ -479,7 +479,6 @@ def func(name: str | Callable[..., Any], *, output: int | str | None = None) -> 
         fail("tt.func() got an empty name; pass a function name such as 'relu'")
     given = name.strip()
     base = given if "::" in given else given.rpartition(".")[2]  # torch.relu -> relu
-    kind = op_type(base)
     text = repr(given) + ("" if output is None else f", output={output}")
     return FuncQuery(given, op_types_of(base), text, output)
 

@@ -1,12 +1,14 @@
 """A serving engine's steps and requests as its files hold them: a worker's step_requests
-(_record/vllm_steps.py: each step's requests, each request's steps) and an engine core's
-request_events (_record/vllm_core.py: each request's arrival, queue, first token, finish).
+(_record/vllm_steps.py: each step's requests, each request's steps) and the engine core's and
+front end's request_events (_record/vllm_core.py, vllm_front.py: each request's arrival,
+queue, first token, finish, as each process saw it).
 
     trace.step_requests        [StepRequest(token, request, prefill_tokens, decode_tokens,
                                             position)], in step order (a worker's file)
     trace.requests             {request id: Request}, in the order they were first scheduled
     trace.requests["0-ab12"].first_token_step   the step whose end gave its first token
     trace.requests["0-ab12"].queue_ms           an engine core's file: queued -> scheduled
+    trace.requests["0-ab12"].events["front_end"]   a front end's row of the request
 """
 
 from __future__ import annotations
@@ -26,35 +28,41 @@ StepRequest = namedtuple("StepRequest",
 @dataclass
 class Request:
     """One request: in a worker's file its steps (how many tokens each computed for it,
-    prefill and decode); in an engine core's file its events (`events`: the request_events
-    row, {column: value}; times in the file's CLOCK_MONOTONIC ns, arrival_unix_ns on the wall
-    clock), read through the properties below (None where the file has no such event)."""
+    prefill and decode); in an engine core's or front end's file its life there (`events`:
+    {role: its request_events row as {column: value}}; times in the file's CLOCK_MONOTONIC ns,
+    arrival_unix_ns on the wall clock). The properties below read the engine core's row when
+    the file has one, else the front end's (None where the row has no such event)."""
     request: str
     steps: list[StepRequest] = field(default_factory=list)
     events: dict = field(default_factory=dict)
 
+    @property
+    def _row(self) -> dict:
+        return self.events.get("engine_core") or self.events.get("front_end") or {}
+
     def _ms(self, begin, end) -> Optional[float]:
-        b, e = self.events.get(begin), self.events.get(end)
+        b, e = self._row.get(begin), self._row.get(end)
         return None if b is None or e is None else (e - b) / 1e6
 
     @property
     def queue_ms(self) -> Optional[float]:
-        """Queued in the scheduler until first scheduled."""
+        """Queued in the scheduler until first scheduled (the engine core's row)."""
         return self._ms("queued_ns", "scheduled_ns")
 
     @property
     def first_token_ms(self) -> Optional[float]:
-        """Queued until its first output token came back to the scheduler."""
+        """Queued until its first output token: back in the scheduler (engine core), or
+        processed for the user (front end: from its hand-over to the engine)."""
         return self._ms("queued_ns", "first_token_ns")
 
     @property
     def finish_reason(self) -> Optional[str]:
         """vLLM's word for why it finished (stop, length, abort, ...); None while running."""
-        return self.events.get("finish_reason")
+        return self._row.get("finish_reason")
 
     @property
     def output_tokens(self) -> Optional[int]:
-        return self.events.get("output_tokens")
+        return self._row.get("output_tokens")
 
     @property
     def prefill_tokens(self) -> int:
@@ -106,5 +114,6 @@ def requests(trace: Trace) -> dict[str, Request]:
     for row in step_requests(trace):
         out.setdefault(row.request, Request(row.request)).steps.append(row)
     for events in request_events(trace):
-        out.setdefault(events["request"], Request(events["request"])).events = events
+        role = events.get("role") or "engine_core"
+        out.setdefault(events["request"], Request(events["request"])).events[role] = events
     return out

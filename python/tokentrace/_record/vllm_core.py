@@ -44,13 +44,14 @@ UPDATE_SITE = "vllm.update"
 
 
 class _Request:
-    """One request's row of request_events, filled in as the engine core sees it."""
+    """One request's row of request_events, filled in as one process (role) sees it."""
 
-    __slots__ = ("request", "arrival_unix_ns", "queued_ns", "scheduled_ns", "first_token_ns",
-                 "finished_ns", "first_step", "first_token_step", "finished_step",
-                 "finish_reason", "prompt_tokens", "output_tokens")
+    __slots__ = ("role", "request", "arrival_unix_ns", "queued_ns", "scheduled_ns",
+                 "first_token_ns", "finished_ns", "first_step", "first_token_step",
+                 "finished_step", "finish_reason", "prompt_tokens", "output_tokens")
 
-    def __init__(self, request, queued_ns):
+    def __init__(self, role, request, queued_ns):
+        self.role = role
         self.request = str(request.request_id)
         arrival = getattr(request, "arrival_time", None)
         self.arrival_unix_ns = int(arrival * 1e9) if isinstance(arrival, (int, float)) else None
@@ -58,7 +59,10 @@ class _Request:
         self.scheduled_ns = self.first_token_ns = self.finished_ns = None
         self.first_step = self.first_token_step = self.finished_step = None
         self.finish_reason = None
-        prompt = getattr(request, "num_prompt_tokens", None)
+        prompt = getattr(request, "num_prompt_tokens", None)  # the engine core's Request
+        if prompt is None:  # the front end's EngineCoreRequest
+            ids = getattr(request, "prompt_token_ids", None)
+            prompt = len(ids) if ids is not None else None
         self.prompt_tokens = int(prompt) if isinstance(prompt, int) else None
         self.output_tokens = 0
 
@@ -81,22 +85,103 @@ def _finish_reason(reason):
     return text
 
 
-class VllmCore:
-    """The engine core's recording in one process: every EngineCore made there, one file."""
+class RequestLives:
+    """What the engine core and the front end keep alike: their steps (the token site, kind
+    root, or a plain range when another recording in the process owns the tokens), each
+    request's row, and the rows' writing."""
+
+    role = ""
+    step_name = ""
 
     def __init__(self, backend, path, say=None):
         self.backend = backend
+        self.path = path
+        self.step_site = 0  # registered at the first step (its kind: see _begin)
+        self.steps = 0
+        self.requests: dict[str, _Request] = {}  # not finished yet
+        self.finished = RowBuffer(path, "request_events", f"the {self.role}'s requests", say)
+        self.token = 0  # the open step's token, 0 between steps
+        self.nested = False  # another recording of this process makes the tokens
+
+    def _say(self, message):
+        if self.finished.say is not None:
+            self.finished.say(message)
+
+    def _begin(self):
+        if not self.step_site:
+            kind = "range" if self.nested else "root"
+            self.step_site = self.backend.site(self.step_name, self.backend.site_kind(kind))
+        self.backend.push(self.step_site)
+        self.steps += 1
+        self.token = self.backend.current()[1]
+
+    def _end(self):
+        self.backend.pop()
+        self.token = 0
+        if self.finished.due():
+            self.finished.flush()
+
+    def _idle(self):
+        if not self.requests:
+            self.finished.flush()
+
+    def _added(self, request, queued_ns):
+        key = str(getattr(request, "request_id", ""))
+        if key and key not in self.requests:  # a streaming request's later chunk: the same one
+            self.requests[key] = _Request(self.role, request, queued_ns)
+
+    def _output(self, output, end_ns):
+        """One EngineCoreOutput: its new tokens (the first: its first token) and finish."""
+        r = self.requests.get(str(output.request_id))
+        if r is None:
+            return
+        n = len(output.new_token_ids or ())
+        if n and r.first_token_ns is None:
+            r.first_token_ns, r.first_token_step = end_ns, self.token
+        r.output_tokens += n
+        if output.finish_reason is not None:
+            self._finished(r, end_ns, _finish_reason(output.finish_reason))
+
+    def _aborted(self, request_ids, reason, now_ns):
+        if request_ids is None:
+            keys = list(self.requests)
+        elif isinstance(request_ids, str):
+            keys = [request_ids]
+        else:
+            keys = [str(k) for k in request_ids]
+        for key in keys:
+            r = self.requests.get(key)
+            if r is not None:
+                self._finished(r, now_ns, reason)
+
+    def _finished(self, r, now_ns, reason):
+        r.finished_ns, r.finished_step, r.finish_reason = now_ns, self.token, reason
+        self.requests.pop(r.request, None)
+        self.finished.add([r.row()])
+
+    def rows(self):
+        """Every row not written yet: the finished requests', then those still running."""
+        return self.finished.take() + [r.row() for r in self.requests.values()]
+
+    def ran(self):
+        """Whether it recorded anything (else the process wrote no file for it)."""
+        return bool(self.steps or self.requests or self.finished.rows)
+
+
+class VllmCore(RequestLives):
+    """The engine core's recording in one process: every EngineCore made there, one file."""
+
+    role = "engine_core"
+    step_name = CORE_SITE
+
+    def __init__(self, backend, path, say=None):
+        super().__init__(backend, path, say)
         kind = backend.site_kind
-        self.step_site = backend.site(CORE_SITE, kind("root"))
         self.schedule_site = backend.site(SCHEDULE_SITE, kind("range"))
         self.update_site = backend.site(UPDATE_SITE, kind("range"))
-        self.steps = 0  # engine-core steps (tokens)
         self.empty_steps = 0  # steps whose schedule() scheduled no token
-        self.requests: dict[str, _Request] = {}  # not finished yet
-        self.finished = RowBuffer(path, "request_events", "the requests' events", say)
-        self.token = 0  # the open step's token, 0 between steps
         self.engines = 0
-        self._patched = None  # (EngineCore, its __init__ and add_request as they were)
+        self._patched = None  # (EngineCore, its __init__) as it was
 
     # --- installing ---------------------------------------------------------------------------
     def install(self, module):
@@ -125,10 +210,6 @@ class VllmCore:
             cls, init = self._patched
             cls.__init__ = init
             self._patched = None
-
-    def _say(self, message):
-        if self.finished.say is not None:
-            self.finished.say(message)
 
     def take(self, engine):
         """Wraps one engine's step_fn and its scheduler's methods (instance attributes, so the
@@ -170,7 +251,7 @@ class VllmCore:
 
         def finish_requests(request_ids, finished_status, *args, **kwargs):
             out = finish(request_ids, finished_status, *args, **kwargs)
-            core._aborted(request_ids, finished_status, time.monotonic_ns())
+            core._aborted(request_ids, _finish_reason(finished_status), time.monotonic_ns())
             return out
 
         for name, fn, original in (("add_request", add_request, add),
@@ -203,27 +284,7 @@ class VllmCore:
         finally:
             self.backend.pop()
 
-    def _begin(self):
-        self.backend.push(self.step_site)
-        self.steps += 1
-        self.token = self.backend.current()[1]
-
-    def _end(self):
-        self.backend.pop()
-        self.token = 0
-        if self.finished.due():
-            self.finished.flush()
-
-    def _idle(self):
-        if not self.requests:
-            self.finished.flush()
-
     # --- the requests -------------------------------------------------------------------------
-    def _added(self, request, queued_ns):
-        key = str(getattr(request, "request_id", ""))
-        if key and key not in self.requests:  # a streaming request's later chunk: the same one
-            self.requests[key] = _Request(request, queued_ns)
-
     def _scheduled(self, output, begin_ns):
         if self.token and not getattr(output, "total_num_scheduled_tokens", 1):
             self.empty_steps += 1
@@ -235,71 +296,58 @@ class VllmCore:
     def _updated(self, outputs, end_ns):
         for outs in (outputs or {}).values():
             for o in getattr(outs, "outputs", ()):
-                r = self.requests.get(str(o.request_id))
-                if r is None:
-                    continue
-                n = len(o.new_token_ids or ())
-                if n and r.first_token_ns is None:
-                    r.first_token_ns, r.first_token_step = end_ns, self.token
-                r.output_tokens += n
-                if o.finish_reason is not None:
-                    self._finished(r, end_ns, _finish_reason(o.finish_reason))
-
-    def _aborted(self, request_ids, status, now_ns):
-        if request_ids is None:
-            keys = list(self.requests)
-        elif isinstance(request_ids, str):
-            keys = [request_ids]
-        else:
-            keys = [str(k) for k in request_ids]
-        for key in keys:
-            r = self.requests.get(key)
-            if r is not None:
-                self._finished(r, now_ns, _finish_reason(status))
-
-    def _finished(self, r, now_ns, reason):
-        r.finished_ns, r.finished_step, r.finish_reason = now_ns, self.token, reason
-        self.requests.pop(r.request, None)
-        self.finished.add([r.row()])
+                self._output(o, end_ns)
 
     # --- the end ------------------------------------------------------------------------------
-    def rows(self):
-        """Every row not written yet: the finished requests', then those still running."""
-        return self.finished.take() + [r.row() for r in self.requests.values()]
-
     def meta(self) -> dict[str, Any]:
         return {"engine": "vllm", "engine_core_steps": self.steps,
                 "engine_core_empty_steps": self.empty_steps,
                 "engine_core_requests_unfinished": len(self.requests), **role_meta("engine_core")}
 
 
-def install_when_loaded(backend_if_recording, say, after_import):
-    """Preload: records every EngineCore this process makes, once vLLM's engine-core module is
-    loaded (now, or when the job imports it: `after_import(name, callback)`, the boot's).
-    backend_if_recording() gives the native backend when the shim records, else None. The rows
-    and meta are added to the trace file at exit, when a step was recorded (a process that only
-    imports vLLM's module, as the front end and the worker do, makes no engine)."""
+# The recordings of this process by role (install_when_loaded): the front end's steps are the
+# tokens unless an engine core records in its process too.
+RECORDINGS: dict[str, RequestLives] = {}
 
-    def loaded(module):
+
+def core_here():
+    """Whether an engine core records an engine in this process."""
+    core = RECORDINGS.get("engine_core")
+    return isinstance(core, VllmCore) and core.engines > 0
+
+
+def install_when_loaded(backend_if_recording, say, after_import):
+    """Preload: records every EngineCore this process makes once vLLM's engine-core module is
+    loaded, and its front end's output processing once vLLM's output processor module is
+    (vllm_front.py): now, or when the job imports them (`after_import(name, callback)`, the
+    boot's). backend_if_recording() gives the native backend when the shim records, else None.
+    Rows and meta are added to the trace file at exit by each that recorded something (a
+    process that only imports vLLM's modules, as the worker does, writes nothing for them)."""
+    from .vllm_front import FRONT_MODULE, VllmFront
+
+    def loaded(kind, module):
         backend = backend_if_recording()
         if backend is None:
             return
-        core = VllmCore(backend, backend.settled_path, say)
-        if core.install(module):
-            atexit.register(_finish, core, say)
+        recording = kind(backend, backend.settled_path, say)
+        if recording.install(module):
+            RECORDINGS[kind.role] = recording
+            atexit.register(_finish, recording, say)
 
-    after_import(CORE_MODULE, loaded)
+    after_import(CORE_MODULE, lambda module: loaded(VllmCore, module))
+    after_import(FRONT_MODULE, lambda module: loaded(VllmFront, module))
 
 
-def _finish(core, say):
+def _finish(recording, say):
     from .._common import write_python_rows
 
-    core.remove()
-    if not core.steps and not core.requests and not core.finished.rows:
-        return  # no engine ran here: the shim wrote no file for it
+    recording.remove()
+    if not recording.ran():
+        return  # nothing ran here: the shim wrote no file for it
     try:
-        path = core.finished.path
-        write_python_rows(path() if callable(path) else path, meta=core.meta(),
-                          request_events=core.rows())
+        path = recording.path
+        write_python_rows(path() if callable(path) else path, meta=recording.meta(),
+                          request_events=recording.rows())
     except Exception as exc:
-        say(f"tokentrace: the engine core's requests could not be added to the trace: {exc}")
+        say(f"tokentrace: the {recording.role}'s requests could not be added to the trace: "
+            f"{exc}")
