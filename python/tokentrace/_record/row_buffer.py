@@ -5,6 +5,7 @@ moment."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -18,12 +19,17 @@ class RowBuffer:
 
     path: the trace file, or a callable giving it (preload: once the shim has settled it).
     what: the rows in words, for the one line said when a write fails. say: that line's
-    function (None: not said). A failed write (a full disk, a file gone) keeps the rows for
-    the next one; nothing raises into the job.
+    function (None: not said). meta: a callable giving meta rows written with every write
+    (the process's role and counts so far: a process killed later still says what it was).
+    A failed write (a full disk, a file gone) keeps the rows for the next one; nothing raises
+    into the job. Nothing is written before the shim has made the file (it makes it once
+    something was recorded): a write then would make a file that is no trace.
     """
 
-    def __init__(self, path, table, what, say=None):
+    def __init__(self, path, table, what, say=None, meta=None):
         self.path, self.table, self.what, self.say = path, table, what, say
+        self.meta = meta
+        self._meta_written = False
         self.rows: list = []
         self.written = 0
         self._lock = threading.Lock()  # the engine's thread and the final write
@@ -48,12 +54,18 @@ class RowBuffer:
         """Adds the buffered rows to the trace file; never raises into the job."""
         self._last = time.monotonic()
         rows = self.take()
-        if not rows:
+        if not rows and (self._meta_written or self.meta is None):
             return
         path = self.path() if callable(self.path) else self.path
+        if not os.path.exists(path):  # nothing recorded yet: kept for a later write
+            with self._lock:
+                self.rows[:0] = rows
+            return
         try:
-            write_python_rows(path, **{self.table: rows})
+            write_python_rows(path, meta=self.meta() if self.meta is not None else None,
+                              **{self.table: rows})
             self.written += len(rows)
+            self._meta_written = self.meta is not None
         except Exception as exc:
             with self._lock:
                 self.rows[:0] = rows

@@ -99,7 +99,8 @@ class RequestLives:
         self.step_site = 0  # registered at the first step (its kind: see _begin)
         self.steps = 0
         self.requests: dict[str, _Request] = {}  # not finished yet
-        self.finished = RowBuffer(path, "request_events", f"the {self.role}'s requests", say)
+        self.finished = RowBuffer(path, "request_events", f"the {self.role}'s requests", say,
+                                  self.meta)
         self.token = 0  # the open step's token, 0 between steps
         self.nested = False  # another recording of this process makes the tokens
 
@@ -162,6 +163,9 @@ class RequestLives:
     def rows(self):
         """Every row not written yet: the finished requests', then those still running."""
         return self.finished.take() + [r.row() for r in self.requests.values()]
+
+    def meta(self) -> dict[str, Any]:
+        raise NotImplementedError
 
     def ran(self):
         """Whether it recorded anything (else the process wrote no file for it)."""

@@ -111,7 +111,7 @@ class VllmSteps:
         self.site_id = backend.site(TOKEN_SITE, backend.site_kind("root"))
         self.steps = 0  # steps opened
         # (token, request, prefill, decode, position) not yet in the file
-        self.rows = RowBuffer(path, "step_requests", "the steps' requests", say)
+        self.rows = RowBuffer(path, "step_requests", "the steps' requests", say, self.meta)
         self.prompt_lengths = {}
         self._open = False
         self._patched = None  # (class, execute_model, sample_tokens) as they were
