@@ -350,12 +350,10 @@ int ReportCommand(const std::vector<std::string>& args) {
     // An engine core's steps and requests (vllm.core_step, request_events).
     std::vector<RequestEventRow> events;
     CoreSteps core;
-    if (!ReadRequestEvents(reader->db(), &events, &error) ||
-        !ReadCoreSteps(reader->db(), &core, &error)) {
+    if (!ReadLives(*reader, &events, &core, &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
-    core.empty = std::atoll(MetaValue(meta, "engine_core_empty_steps").c_str());
     serving += EngineCoreSection(events, core, nullptr) + FrontEndSection(events, core);
   }
   // Meta values come from the file: printed made safe (ForTerminal), like every table cell.

@@ -128,12 +128,10 @@ int EngineReport(const std::vector<std::string>& inputs, uint32_t top) {
   if (core != nullptr && core != shown) {
     std::vector<RequestEventRow> events;
     CoreSteps core_steps;
-    if (!ReadRequestEvents(core->reader->db(), &events, &error) ||
-        !ReadCoreSteps(core->reader->db(), &core_steps, &error)) {
+    if (!ReadLives(*core->reader, &events, &core_steps, &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }
-    core_steps.empty = std::atoll(Value(*core, "engine_core_empty_steps").c_str());
     const bool gpu = shown != nullptr && Value(*shown, "kernels_status").empty() &&
                      Value(*shown, "kernel_mode") != "off";
     out += EngineCoreSection(events, core_steps, &by_request, gpu);
@@ -147,8 +145,7 @@ int EngineReport(const std::vector<std::string>& inputs, uint32_t top) {
   if (front != nullptr && front != shown) {
     std::vector<RequestEventRow> events;
     CoreSteps front_steps;
-    if (!ReadRequestEvents(front->reader->db(), &events, &error) ||
-        !ReadCoreSteps(front->reader->db(), &front_steps, &error)) {
+    if (!ReadLives(*front->reader, &events, &front_steps, &error)) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 1;
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <unordered_map>
 
@@ -183,12 +184,23 @@ bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::stri
   bool present = false;
   if (!TablePresent(db, "request_events", &present, error)) return false;
   if (!present) return true;
+  // Files of the first version of the table have no role column: their rows are an engine
+  // core's.
+  bool has_role = false;
+  if (!ForEachRow(
+          db, "PRAGMA table_info(request_events)",
+          [&](sqlite3_stmt* st) { has_role = has_role || Text(st, 1) == "role"; }, error)) {
+    return false;
+  }
+  const std::string sql =
+      std::string(
+          "SELECT request, arrival_unix_ns, queued_ns, scheduled_ns, first_token_ns, "
+          "finished_ns, first_step, first_token_step, finished_step, finish_reason, "
+          "prompt_tokens, output_tokens, ") +
+      (has_role ? "COALESCE(role, 'engine_core')" : "'engine_core'") +
+      " FROM request_events ORDER BY queued_ns, rowid";
   return ForEachRow(
-      db,
-      "SELECT request, arrival_unix_ns, queued_ns, scheduled_ns, first_token_ns, finished_ns, "
-      "first_step, first_token_step, finished_step, finish_reason, prompt_tokens, "
-      "output_tokens, COALESCE(role, 'engine_core') FROM request_events "
-      "ORDER BY queued_ns, rowid",
+      db, sql.c_str(),
       [&](sqlite3_stmt* st) {
         RequestEventRow r;
         r.request = Text(st, 0);
@@ -353,6 +365,19 @@ std::string FrontEndSection(const std::vector<RequestEventRow>& events, const Co
       "  its first output was processed for the caller, as generate() or the HTTP response gets "
       "it)\n";
   return out;
+}
+
+bool ReadLives(Reader& reader, std::vector<RequestEventRow>* events, CoreSteps* steps,
+               std::string* error) {
+  std::vector<std::pair<std::string, std::string>> meta;
+  if (!ReadRequestEvents(reader.db(), events, error) || !ReadCoreSteps(reader.db(), steps, error) ||
+      !reader.Meta(&meta, error)) {
+    return false;
+  }
+  for (const auto& [key, value] : meta) {
+    if (key == "engine_core_empty_steps") steps->empty = std::atoll(value.c_str());
+  }
+  return true;
 }
 
 std::map<std::string, WorkerRequest> WorkerRequests(const std::vector<StepRequestRow>& rows,

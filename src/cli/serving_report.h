@@ -70,6 +70,10 @@ bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::stri
 // The calls of vllm.core_step, vllm.schedule, vllm.update and vllm.front_step (none in other
 // files).
 bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error);
+// ReadRequestEvents and ReadCoreSteps of one file, with its count of empty steps (meta
+// engine_core_empty_steps).
+bool ReadLives(Reader& reader, std::vector<RequestEventRow>* events, CoreSteps* steps,
+               std::string* error);
 // Per request of a worker's step_requests: its steps and its share of their GPU time.
 std::map<std::string, WorkerRequest> WorkerRequests(const std::vector<StepRequestRow>& rows,
                                                     const std::map<uint32_t, StepTime>& steps);
