@@ -386,7 +386,7 @@ def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(tmp_pa
 def test_rows_wait_for_the_trace_file_and_make_none(tmp_path):
     """Before the shim has made the file (nothing recorded yet), a flush writes nothing and
     makes no file (it would be no trace, in the way of the shim's); the rows are kept."""
-    from tokentrace._record.row_buffer import RowBuffer
+    from tokentrace._record import RowBuffer
     path = tmp_path / "later.sqlite"
     rows = RowBuffer(str(path), "step_requests", "rows", meta=lambda: {"role": "worker"})
     rows.add([(1, "A", 4, 0, 0)])

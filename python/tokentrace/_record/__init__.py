@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .inputs import InputRecorder, tensor_meta
     from .prompt import is_text, tokenize
     from .root import ASSISTANT, FirstRoot, RootChoice, sites_of
+    from .row_buffer import RowBuffer
     from .sink import TensorSink
     from .vllm_core import VllmCore, install_when_loaded
     from .vllm_front import VllmFront
@@ -39,6 +40,7 @@ _EXPORTS = {
     "EscapeCounter": "escapes", "warn_once": "escapes",
     "op_records": "op_records",
     "is_text": "prompt", "tokenize": "prompt",
+    "RowBuffer": "row_buffer",
     "VllmSteps": "vllm_steps", "VllmCore": "vllm_core", "install_when_loaded": "vllm_core",
     "VllmFront": "vllm_front",
 }
