@@ -14,7 +14,11 @@ op-level edits that edit none of these ops: by function (the mode on, each call 
 its type once) and by label (every call numbered as the trace would label it).
 Prints a markdown table: median ns per op and the cost over no trace.
 
-    python bench/op_overhead.py [--ops 200] [--iters 50] [--repeats 7]
+--op getitem runs x[1:3] instead (a Python call op records keep as an op of its own,
+python::__getitem__, around its aten::slice: _record/op_groups.py), with the setups that
+record no more than op records: what such a call adds over an ATen op.
+
+    python bench/op_overhead.py [--ops 200] [--iters 50] [--repeats 7] [--op add_|getitem]
 """
 
 import argparse
@@ -27,18 +31,25 @@ from torch import nn
 
 import tokentrace as tt
 
+SITES = {"add_": "aten::add_", "getitem": "python::__getitem__"}
+
 
 class OpLoop(nn.Module):
-    def __init__(self, n, iters):
+    def __init__(self, n, iters, op="add_"):
         super().__init__()
-        self.n, self.iters = n, iters
+        self.n, self.iters, self.op = n, iters, op
 
     def forward(self, x):
         one = torch.ones_like(x)  # a tensor operand: a Python scalar would add 4 more ops
         t0 = time.perf_counter_ns()
-        for _ in range(self.iters):
-            for _ in range(self.n):
-                x.add_(one)
+        if self.op == "getitem":
+            for _ in range(self.iters):
+                for _ in range(self.n):
+                    x[1:3]
+        else:
+            for _ in range(self.iters):
+                for _ in range(self.n):
+                    x.add_(one)
         self.forward_ns = time.perf_counter_ns() - t0  # the ops only
         return x
 
@@ -53,7 +64,7 @@ def run_trace(model, x, path, ops, **selectors):
     with torch.no_grad():
         trace = tt.trace(model, x, kernels="off", out=path, ops=ops, **selectors)
     if ops or set(selectors) - {"edits"}:  # every op recorded, nothing else inside the loop
-        assert trace["aten::add_"].num_calls == model.n * model.iters, trace.losses
+        assert trace[SITES[model.op]].num_calls == model.n * model.iters, trace.losses
     if selectors.get("save") is not None and "add" in repr(selectors["save"]):
         assert len(trace.find_sites(tt.func("add"))) == model.n * model.iters
     assert not trace.losses, trace.losses
@@ -66,10 +77,11 @@ def main():
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", default="/tmp/tt-op-overhead.sqlite")
+    parser.add_argument("--op", choices=sorted(SITES), default="add_")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # the label rule's "chose no op" warning, each run
-    model = OpLoop(args.ops, args.iters).eval()
+    model = OpLoop(args.ops, args.iters, args.op).eval()
     x = torch.zeros(4)
     n = args.ops * args.iters
     setups = {
@@ -88,6 +100,10 @@ def main():
             lambda: run_trace(model, x, args.out, False,
                               edits=tt.when(tt.label("mul_1_1"), tt.zero())),
     }
+    if args.op == "getitem":
+        setups = {name: fn for name, fn in list(setups.items())[:3]}
+        setups["tt.trace, sites=tt.func('getitem')"] = lambda: run_trace(
+            model, x, args.out, False, sites=tt.func("getitem"))
     for fn in setups.values():  # warm-up
         fn()
     samples = {name: [] for name in setups}
@@ -96,7 +112,8 @@ def main():
             samples[name].append(fn() / n)
     base = statistics.median(samples["no trace"])
     low = min(samples["no trace"])
-    print(f"{n} ops (aten::add_ on 4 floats) per run, {args.repeats} runs each, interleaved\n")
+    what = "x[1:3] of 4 floats" if args.op == "getitem" else "aten::add_ on 4 floats"
+    print(f"{n} ops ({what}) per run, {args.repeats} runs each, interleaved\n")
     print("| setup | ns per op: median (min, max) | added per op: median, min |")
     print("|---|---|---|")
     for name, values in samples.items():

@@ -110,13 +110,19 @@ uint32_t DtypeId(c10::ScalarType st) {
 uint32_t PathId(size_t index) {
   if (index >= t_state.path_ids.size()) return 0;
   uint32_t& id = t_state.path_ids[index];
-  if (id == 0) id = g_api.text(index == 0 ? "" : ("[" + std::to_string(index) + "]").c_str());
+  if (id == 0) {
+    std::string path;
+    if (index != 0) path.append("[").append(std::to_string(index)).append("]");
+    id = g_api.text(path.c_str());
+  }
   return id;
 }
 
-// The op's first tensor output (shape and dtype) goes on the op's call, which is still the
-// innermost open call here.
-void RecordFirstTensor(const at::RecordFunction& fn) {
+// The op's tensor outputs (shape and dtype), each under its path ("" for output 0, "[i]" for
+// output i), go on the op's call, which is still the innermost open call here. Most
+// ops return one; max/min/median with dim=, topk, sort return two, and the reader
+// (python/tokentrace/_read/op_sites.py) gives each its TorchLens label.
+void RecordTensors(const at::RecordFunction& fn) {
   const std::vector<c10::IValue>& outputs = fn.outputs();
   for (size_t i = 0; i < outputs.size() && i < t_state.path_ids.size(); ++i) {
     const c10::IValue& v = outputs[i];
@@ -126,13 +132,12 @@ void RecordFirstTensor(const at::RecordFunction& fn) {
     const auto sizes = t.sizes();
     g_api.output_current(PathId(i), DtypeId(t.scalar_type()), static_cast<int>(sizes.size()),
                          sizes.data());
-    return;
   }
 }
 
 void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   try {
-    RecordFirstTensor(fn);
+    RecordTensors(fn);
   } catch (...) {  // an odd tensor: the call stays, without its shape
   }
   if (ctx != nullptr && t_state.escape_depth > 0) --t_state.escape_depth;

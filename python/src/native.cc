@@ -474,6 +474,15 @@ NB_MODULE(_native, m) {
         [](const std::string& name, int kind) { return tokentrace_site(name.c_str(), kind); });
   m.def("push", [](uint32_t site) { tokentrace_push(site); });
   m.def("pop", [] { tokentrace_pop(); });
+  // Records `output`'s first tensor against the innermost open call, then closes it: a call
+  // opened by push that has an output (python/tokentrace/_record/op_groups.py).
+  m.def(
+      "pop_output",
+      [](nb::handle output) {
+        RecordOutput(output.ptr());
+        tokentrace_pop();
+      },
+      nb::arg("output").none());
   m.def("current", [] {
     uint64_t call_id = 0;
     uint32_t token = 0;

@@ -299,10 +299,18 @@ def test_live_labels_are_the_readers(case, gpt2, cnn):
     assert len(read) > 20 and len(seen) == len(read)
     for live, op in zip(seen, read):
         assert live[:5] == op[:5]
-        if live[5] is not None and op[5] is not None:  # op records keep no second output
+        if live[5] is not None and op[5] is not None:  # a second output's shape is not read
             assert live[5] == op[5]
-    if case == "indexing":  # ops with no value of their own: the output is the call's last op
-        assert ("select", None) in [(s[2], s[5]) for s in seen]
+    if case == "indexing":
+        # A Python call that runs several ATen ops (x[0, 1]: two aten::select) or none (a
+        # contiguous tensor's x.contiguous()) is one op, as TorchLens logs it; x[i] = v too,
+        # with no value an edit can change; max with dim= returns two tensors: two labels
+        types = [s[2] for s in seen]
+        assert "select" not in types and "liftfresh" not in types
+        assert types.count("getitem") == 15 and types.count("setitem") == 6
+        assert ("setitem", None) in [(s[2], s[5]) for s in seen]
+        assert [s[4] for s in seen if s[2] == "max"] == [0, 1]
+        assert types.count("contiguous") == 2 and "tensor" in types
 
 
 def _sample(trace, types):
@@ -397,13 +405,29 @@ def test_contains_and_regex_in_edits(cnn):
 
 
 def test_a_label_of_an_op_without_a_value_is_an_error_and_divergence_is_seen(cnn):
-    # x[0, 1] runs two aten::select in one Python call: the first one's output is never the
-    # model's, so an edit cannot change it
-    with pytest.raises(TokentraceError, match=r"tt.label\('select_2_3'\) chose select_2_3:1 "
-                                              r"\(aten select, op 3 of pass 1\), which "
-                                              r"__getitem__ runs inside one Python call"):
+    # 2 / x runs aten::reciprocal then aten::mul in one Python call: the reciprocal's output
+    # is never the model's, so an edit cannot change it
+    class Reciprocal(nn.Module):
+        def forward(self, x):
+            return 2 / x
+
+    with pytest.raises(TokentraceError, match=r"tt.label\('reciprocal_1_1'\) chose "
+                                              r"reciprocal_1_1:1 \(aten reciprocal, op 1 of "
+                                              r"pass 1\), which __rdiv__ runs inside one "
+                                              r"Python call"):
         with torch.no_grad():
-            tt.when(tt.label("select_2_3"), tt.zero()).bind(Indexing())(torch.randn(4, 4))
+            tt.when(tt.label("reciprocal_1_1"), tt.zero()).bind(Reciprocal())(torch.randn(4, 4))
+    # x[0] = 1.0 returns nothing: one op (setitem_1_2) with no output to edit
+    class Sets(nn.Module):
+        def forward(self, x):
+            y = x * 1
+            y[0] = 1.0
+            return y
+
+    with pytest.raises(TokentraceError, match=r"chose setitem_1_2:1 \(x\[index\] = v, op 2 "
+                                              r"of pass 1\), which returns nothing"):
+        with torch.no_grad():
+            tt.when(tt.label("setitem_1_2"), tt.zero()).bind(Sets())(torch.randn(4, 4))
 
     # F.normalize is one call to the edit but four ATen ops to the reader: the labels after it
     # differ (docs/python.md), so the reader's label of the relu after it never fires

@@ -84,6 +84,10 @@ class NativeBackend:
     def pop(self):
         self._n.pop()
 
+    def pop_output(self, output):
+        """Closes the innermost open call with `output`'s first tensor as its output."""
+        self._n.pop_output(output)
+
     def current(self):
         """(call id, token) of the innermost open call on this thread ((0, 0) when none)."""
         return self._n.current()

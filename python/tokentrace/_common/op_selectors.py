@@ -33,38 +33,31 @@ if TYPE_CHECKING:
 MODULE, OP = "module", "op"
 
 # A Python function's type (TorchLens's) -> the types of the ATen ops it runs, in order, where
-# that is not its own type alone: x / y is aten::div, 2 / x aten::reciprocal then aten::mul,
-# x.float() aten::to, torch.tensor(...) four ops. The last is the op whose output is the
-# function's. The one table of this fact: tt.func matches a function's output op by it, the op
-# saver intercepts the functions that may run a selected op by it (op_mode.py), and op edits
-# number the ops a function runs by it (_edit/op_labels.py; tests/python/test_op_sites.py
-# checks it against what torch runs).
-_TO = ("to",)
+# that is not its own type alone: x / y is aten::div, 2 / x aten::reciprocal then aten::mul.
+# The last is the op whose output is the function's. The one table of this fact: tt.func
+# matches a function's output op by it, the op saver intercepts the functions that may run a
+# selected op by it (op_mode.py), and op edits number the ops a function runs by it
+# (_edit/op_labels.py; tests/python/test_op_sites.py checks it against what torch runs). The
+# Python calls op records keep as ops of their own (x[i], torch.tensor, x.float(): see
+# _record/op_groups.py) are their own type.
 FUNCTION_ATEN = {
     "truediv": ("div",), "itruediv": ("div",), "rtruediv": ("reciprocal", "mul"),
     "rdiv": ("reciprocal", "mul"), "floordiv": ("floordivide",), "ifloordiv": ("floordivide",),
     "rfloordiv": ("floordivide",), "mod": ("remainder",), "imod": ("remainder",),
     "radd": ("add",), "iadd": ("add",), "rmul": ("mul",), "imul": ("mul",), "isub": ("sub",),
-    "rmatmul": ("matmul",), "invert": ("bitwisenot",),
-    "float": _TO, "double": _TO, "half": _TO, "bfloat16": _TO, "int": _TO, "long": _TO,
-    "short": _TO, "bool": _TO, "byte": _TO, "char": _TO, "cfloat": _TO, "cdouble": _TO,
-    "tensor": ("empty", "to", "liftfresh", "detach"), "crossentropy": ("crossentropyloss",),
+    "rmatmul": ("matmul",), "invert": ("bitwisenot",), "crossentropy": ("crossentropyloss",),
 }
-# Indexing runs ops that depend on the index (op_labels.py works them out per call): the types
-# whose output may be x[i]'s, or x[i] = v's.
-INDEXING_OUTPUT_TYPES = {"getitem": ("select", "slice", "index", "unsqueeze"),
-                         "setitem": ("copy", "fill", "indexput", "maskedfill")}
 
 
 def _output_types(kind: str) -> tuple[str, ...]:
     """The types of the op whose output is a function of type `kind`'s (besides its own)."""
     aten = FUNCTION_ATEN.get(kind)
-    return (aten[-1],) if aten else INDEXING_OUTPUT_TYPES.get(kind, ())
+    return (aten[-1],) if aten else ()
 
 
-# ATen ops that return a list of tensors and ones that return a tuple of a fixed count: the
-# reader (_read/op_sites.py) gives each piece a label, and so does an op-level edit numbering
-# the ops while the model runs (_edit/op_labels.py).
+# ATen ops that return a list of tensors: the reader (_read/op_sites.py) gives each piece a
+# label, counting the ops that cut them. Ops that return a tuple of this many tensors: op
+# records keep each output tensor, so these counts only serve files written before they did.
 LIST_OPS = frozenset(f"aten::{n}" for n in (
     "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "chunk",
     "unsafe_chunk", "tensor_split", "unbind", "hsplit", "vsplit", "dsplit"))
@@ -76,10 +69,16 @@ _ACCEPTED = ("tt.module(...), tt.func(...), tt.in_module(...), tt.label(...), tt
              "tt.where(...)")
 
 
+_PYTHON_NAMES = {"numpy_T": "T"}
+
+
 @functools.lru_cache(maxsize=4096)  # per op of a run: the names are the model's few functions
 def op_type(name: str) -> str:
     """TorchLens's layer type of an op named `name` ("aten::layer_norm" -> "layernorm")."""
     base = name.rpartition("::")[2].partition(".")[0]  # no namespace, no overload
+    # TorchLens names a function by its attribute: torch.linalg.vector_norm (ATen's
+    # linalg_vector_norm) is vectornorm, x.T (ATen's numpy_T) is t.
+    base = _PYTHON_NAMES.get(base, base.removeprefix("linalg_"))
     return base.lower().replace("_", "")
 
 

@@ -159,6 +159,11 @@ class OpEdits(OpMode):
             for op, path in (ops if by_label else [first] if first is not None else []):
                 if not selector.matches_live(op):
                     continue
+                if op.out is None and op.layer_type == "setitem":
+                    fail(f"{selector!r} chose {op.label} (x[index] = v, op {op.step_index} of "
+                         f"pass {token}), which returns nothing: it changes x in place and the "
+                         f"model gets no output of it, so an op-level edit cannot change it; "
+                         f"choose the op that made the value, or narrow the selector")
                 if op.out is None:
                     fail(f"{selector!r} chose {op.label} (aten {op.layer_type}, op "
                          f"{op.step_index} of pass {token}), which {name} runs inside one "

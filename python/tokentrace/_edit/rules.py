@@ -12,7 +12,6 @@ from typing import Any
 from .._common import ROOT, PathAt, Selector, as_selector, module, path_text
 from .._errors import fail
 from .calls import as_calls
-from .op_labels import setitem_rules
 from .operations import Op
 
 
@@ -133,8 +132,6 @@ def make_rule(selector, action, calls=None, input=None, output=None):
     selector = as_selector(selector, "tt.when selector")
     if selector.names_ops:
         _check_live(selector, input, output)
-        if selector.needs_labels():
-            setitem_rules()  # probed now, before any recording (op_labels.py)
     elif not isinstance(selector, Selector):  # tt.module(...) & / ~ ...: no JSON form, no plan
         fail(f"tt.when takes tt.module(...) selectors, joined with | ({selector!r} uses & or ~, "
              f"which select for reading: trace.find_sites(...), sites=, save=)")

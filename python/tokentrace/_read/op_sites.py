@@ -1,11 +1,14 @@
 """Op sites read back: TorchLens's labels for the ATen ops of a trace (trace["relu_1_2"],
 trace["relu_1_2:3"], trace["relu_1:3"]) and trace.find_sites(selector).
 
-Which ops are sites: the outermost ATen ops (an op not run by another op) inside a root call
-(`self:k`). TorchLens logs the outermost torch function calls of one forward; their ATen ops
-are what op records see (torch.relu is aten::relu, F.linear aten::linear, x + 1 aten::add).
-Ops that run outside the root's calls (generate's own, between tokens) and inner ops
-(aten::linear's aten::addmm) have no label.
+Which ops are sites: the outermost ops (an op not run by another op) inside a root call
+(`self:k`). TorchLens logs each call of a torch function or Tensor method of one forward;
+their ATen ops are what op records see (torch.relu is aten::relu, F.linear aten::linear,
+x + 1 aten::add), and the calls that run several ATen ops or none (x[i], x[i] = v,
+torch.tensor, x.contiguous(), x.float()) are recorded as ops of their own holding their ATen
+ops (_record/op_groups.py: "python::__getitem__", type getitem). Ops that run outside the
+root's calls (generate's own, between tokens) and inner ops (aten::linear's aten::addmm, the
+aten::select of an x[i]) have no label.
 
 The numbering is TorchLens's (its postprocess step "map raw labels to final labels"), within
 each root call: walking that call's ops in the order they started, step_index counts every op
@@ -17,9 +20,10 @@ f"{type}_{type_index}:{k}". Later passes inherit the first pass's step_index, as
 do: the n-th op of a type in pass k has the layer_label of the n-th op of that type in the
 first pass that ran one, so a token that runs fewer ops (no cache set-up after the prefill)
 keeps the labels of the ops it shares. An op with several output tensors takes a label each
-(a split's pieces, counted from the ops that cut them); an op with none (aten::is_nonzero) takes
-none. The calls of OP_SAVE_SITE (saved op outputs, _record/op_saver.py) and their ops are not
-the model's: they give their tensor to the op call before them and take no label; the calls
+(a split's pieces, counted from the ops that cut them; max with dim=, whose op records keep
+both tensors); an op with none (aten::is_nonzero) takes none. The calls of OP_SAVE_SITE (saved
+op outputs, _record/op_saver.py) and their ops are not the model's: they give their tensor to
+the op call before them (or to the op they are inside) and take no label; the calls
 of OP_EDIT_SITE (an op-level edit's own ops, _edit/op_edits.py) and their ops take none either.
 
     op_sites(trace)          every op site, in execution order (made once per Trace)
@@ -88,10 +92,11 @@ class OpSite:
 
     @property
     def out(self) -> Any:
-        """Its output tensor when saved (save= an op selector), else OutputMeta; None for an
-        output the op record does not keep (a split's other pieces, a topk's indices)."""
+        """Its output tensor when saved (save= an op selector), else OutputMeta; for a later
+        output tensor of its op (max's indices) its OutputMeta; None for an output the op
+        record does not keep (a split's pieces after the first)."""
         if self.output_index != 0:
-            return None
+            return self._trace._output(self.call_id, self.output_index)
         meta = self._trace._output(self.call_id)
         if self._saved_id is not None:
             # The tensor saved after this op: its own, unless the function that ran it
@@ -153,9 +158,8 @@ class OpLabel:
 # Ops that return a list of tensors (op records keep no output of theirs): TorchLens labels
 # each tensor, so they count one label per piece, the pieces being the inner ops that cut
 # them out (split runs one aten::narrow a piece, unbind one aten::select, chunk one split).
-# Ops that always return a tuple of this many tensors (op records keep the first one's shape).
-# max/min/median with dim= return two, without one; their name does not say which: one label.
-# (_common/op_selectors.py holds both lists: an op-level edit numbering ops live uses them.)
+# Any other op takes a label per output tensor op records kept (TUPLE_OPS: the counts of ops
+# that return a tuple, for files written while op records kept only the first tensor).
 _LIST_OPS, _TUPLE_OPS = LIST_OPS, TUPLE_OPS
 _PIECES = frozenset(("aten::narrow", "aten::select", "aten::slice"))
 
@@ -197,6 +201,11 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
             if top is None:
                 last_child[parent] = cid
             continue
+        if name == OP_SAVE_SITE and top is not None and top == parent:
+            # Saved inside the op: a Python call's, under a TorchFunctionMode (op_groups.py).
+            saved_as[parent] = cid
+            info[cid] = (root_k, top, chain)
+            continue
         if name == OP_EDIT_SITE and top is None:  # an op edit's own ops (_edit/op_edits.py)
             info[cid] = (root_k, cid, chain)  # the op before it keeps its saved copy
             continue
@@ -215,8 +224,8 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
             tensors = _pieces(cid, children) or 1
         elif cid not in trace._outputs:
             continue  # no tensor out (aten::is_nonzero, aten::item): TorchLens logs none
-        else:
-            tensors = _TUPLE_OPS.get(name, 1)
+        else:  # files written before op records kept every output tensor: TUPLE_OPS
+            tensors = max(1 + len(trace._more_outputs.get(cid, ())), _TUPLE_OPS.get(name, 1))
         out.append((cid, name, k, token, chain, root_k, tensors, saved_as.get(cid)))
     return out
 

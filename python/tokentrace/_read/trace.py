@@ -310,6 +310,7 @@ class Trace:
                 self._site_order.append(name)
         self._views: dict[str, Any] = {}
         self._outputs = None
+        self._more_outputs: dict[int, list[tuple[str, str, str]]] = {}
         self._input_rows = None
         self._saved: dict[int, tuple[str, str]] | None = None
         self._gpu = False
@@ -481,10 +482,16 @@ class Trace:
     def _load_outputs(self):
         if self._outputs is None:
             self._outputs = {}
+            # The first row is the call's output; an op returning several tensors (max with
+            # dim=) has a row for each, the others kept here in order.
+            self._more_outputs = {}
             if "call_outputs" in self._tables:
-                for cid, path, shape, dtype in self._q(
-                        "SELECT call_id, path, shape, dtype FROM call_outputs"):
-                    self._outputs[cid] = (path, shape, dtype)
+                for row in self._q("SELECT call_id, path, shape, dtype FROM call_outputs "
+                                   "ORDER BY rowid"):
+                    if row[0] in self._outputs:
+                        self._more_outputs.setdefault(row[0], []).append(row[1:])
+                    else:
+                        self._outputs[row[0]] = row[1:]
             self._saved = {}
             if "saved_outputs" in self._tables:
                 for cid, file, key in self._q("SELECT call_id, file, key FROM saved_outputs"):
@@ -495,15 +502,17 @@ class Trace:
         self._load_outputs()
         return bool(self._saved)
 
-    def _output(self, call_id):
+    def _output(self, call_id, index=0):
+        """The call's output (index 0), or the OutputMeta of its index-th output tensor."""
         self._load_outputs()
-        saved = self._saved.get(call_id)
+        saved = self._saved.get(call_id) if index == 0 else None
         if saved is not None:
             return self._tensor(*saved)
-        row = self._outputs.get(call_id)
-        if row is None:
+        rows = [self._outputs[call_id]] if call_id in self._outputs else []
+        rows += self._more_outputs.get(call_id, [])
+        if index >= len(rows):
             return None
-        path, shape, dtype = row
+        path, shape, dtype = rows[index]
         from .._common import parse_dtype  # imports torch
         return OutputMeta(json.loads(shape), parse_dtype(dtype), path)
 

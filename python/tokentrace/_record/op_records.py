@@ -23,6 +23,7 @@ import torch
 from .._backend import torch_library
 from .._compiled import kernel_map
 from .._errors import TokentraceError, fail
+from . import op_groups
 
 ESCAPE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
 
@@ -45,6 +46,8 @@ def start(backend, host_reads):
         fail(" ".join(str(exc).split()).removeprefix("tokentrace: "))
     # Compiled kernels become ops too, mapped to their modules (_compiled/kernel_map.py).
     kernel_map.start()
+    # Python calls TorchLens logs as one op (x[i], torch.tensor, ...): calls of their own.
+    op_groups.install(backend)
 
 
 _lib: dict[str, Any] = {}
@@ -54,6 +57,7 @@ def stop():
     """Turns the observer off; True if it was on. Through ctypes, not an op: an op would be
     recorded as a call of its own."""
     kernel_map.stop()
+    op_groups.remove()
     path = torch_library.load_library()
     if path not in _lib:
         _lib[path] = ctypes.CDLL(path)

@@ -7,9 +7,11 @@ The functions it keeps are the ones the selector may choose (by their type: save
 keeps relu calls only; a selector decided by labels, modules or a predicate keeps every call,
 as the label is numbered only when the trace is read). A kept call's first output tensor goes
 to the TensorSink inside a call of the range site OP_SAVE_SITE: that call comes right after the
-op calls the function ran, under the same parent, and holds the copy's own ops (detach, clone)
-apart from the model's. Reading it back (_read/op_sites.py), the saved tensor belongs to the
-last op call before it, when their shapes agree.
+op calls the function ran, under the same parent (or, for a Python call op records keep as an
+op of its own, _record/op_groups.py, inside that op's call, after its ops), and holds the
+copy's own ops (detach, clone) apart from the model's. Reading it back (_read/op_sites.py),
+the saved tensor belongs to the last op call before it, or to the op it is inside, when their
+shapes agree.
 """
 
 from .._common import OP_SAVE_SITE, OpMode
