@@ -15,8 +15,9 @@ its type once) and by label (every call numbered as the trace would label it).
 Prints a markdown table: median ns per op and the cost over no trace.
 
 --op getitem runs x[1:3] instead (a Python call op records keep as an op of its own,
-python::__getitem__, around its aten::slice: _record/op_groups.py), with the setups that
-record no more than op records: what such a call adds over an ATen op.
+python::__getitem__, around its aten::slice: _common/op_groups.py), with the setups that
+record no more than op records, and ops=True with op_groups not installed (x[1:3] recorded as
+its ATen ops only): what the Python call's own op adds.
 
     python bench/op_overhead.py [--ops 200] [--iters 50] [--repeats 7] [--op add_|getitem]
 """
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 
 import tokentrace as tt
+from tokentrace._common import op_groups
 
 SITES = {"add_": "aten::add_", "getitem": "python::__getitem__"}
 
@@ -64,11 +66,25 @@ def run_trace(model, x, path, ops, **selectors):
     with torch.no_grad():
         trace = tt.trace(model, x, kernels="off", out=path, ops=ops, **selectors)
     if ops or set(selectors) - {"edits"}:  # every op recorded, nothing else inside the loop
-        assert trace[SITES[model.op]].num_calls == model.n * model.iters, trace.losses
+        site = SITES[model.op] if op_groups.install is _INSTALL else "aten::slice"
+        assert trace[site].num_calls == model.n * model.iters, trace.losses
     if selectors.get("save") is not None and "add" in repr(selectors["save"]):
         assert len(trace.find_sites(tt.func("add"))) == model.n * model.iters
     assert not trace.losses, trace.losses
     return model.forward_ns
+
+
+_INSTALL = op_groups.install
+
+
+def run_without_python_call_ops(model, x, path):
+    """ops=True with x[i] left as its ATen ops (op_groups not installed): what the Python call
+    op itself adds."""
+    op_groups.install = lambda backend: None
+    try:
+        return run_trace(model, x, path, True)
+    finally:
+        op_groups.install = _INSTALL
 
 
 def main():
@@ -104,6 +120,8 @@ def main():
         setups = {name: fn for name, fn in list(setups.items())[:3]}
         setups["tt.trace, sites=tt.func('getitem')"] = lambda: run_trace(
             model, x, args.out, False, sites=tt.func("getitem"))
+        setups["tt.trace, ops=True, x[i] not an op of its own (its ATen ops only)"] = (
+            lambda: run_without_python_call_ops(model, x, args.out))
     for fn in setups.values():  # warm-up
         fn()
     samples = {name: [] for name in setups}

@@ -475,7 +475,7 @@ NB_MODULE(_native, m) {
   m.def("push", [](uint32_t site) { tokentrace_push(site); });
   m.def("pop", [] { tokentrace_pop(); });
   // Records `output`'s first tensor against the innermost open call, then closes it: a call
-  // opened by push that has an output (python/tokentrace/_record/op_groups.py).
+  // opened by push that has an output (python/tokentrace/_common/op_groups.py).
   m.def(
       "pop_output",
       [](nb::handle output) {

@@ -502,3 +502,23 @@ def test_record_takes_a_label_edit_and_saves_the_edited_op(cnn):
     relus = {s.pass_index: s.out for s in rec.find_sites(tt.func("relu"))}
     assert sorted(relus) == [1, 2, 3]
     assert not relus[2].any() and relus[1].any() and relus[3].any()
+
+
+def test_an_operator_is_known_by_its_torchlens_name_in_a_bound_model():
+    """x / y reaches the op mode as Tensor.div, as torch.div(x, y) does; TorchLens calls the
+    first truediv, and so do the labels and tt.func of a bound model (no trace, no op records:
+    op_groups.py marks the operator's call for the mode), and the entry points are torch's
+    own again after the call."""
+    class Divides(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            return y / 4 + torch.div(y, 4)
+
+    x = torch.randn(3)
+    truediv = torch.Tensor.__truediv__
+    with torch.no_grad():
+        by_label = tt.when(tt.label("truediv_1_2"), tt.zero()).bind(Divides())(x)
+        by_func = tt.when(tt.func("div"), tt.zero()).bind(Divides())(x)
+    assert torch.equal(by_label, torch.div(x * 2, 4))
+    assert torch.equal(by_func, (x * 2) / 4)
+    assert torch.Tensor.__truediv__ is truediv

@@ -27,8 +27,8 @@ class TinyCNN(nn.Module):
 # order; the type is the function name lower-cased without underscores), by hand for
 # TinyCNN: conv2d, relu (nn.ReLU), flatten, linear, torch.relu, `/`, `+`. TorchLens's input_1
 # and output_1 are its model input and output, not ops (the input takes step 0, the output
-# comes last), so they shift nothing. `/` is aten::div: TorchLens calls it truediv.
-CNN_LABELS = ["conv2d_1_1", "relu_1_2", "flatten_1_3", "linear_1_4", "relu_2_5", "div_1_6",
+# comes last), so they shift nothing. `/` is truediv (aten::div inside, as for torch.div).
+CNN_LABELS = ["conv2d_1_1", "relu_1_2", "flatten_1_3", "linear_1_4", "relu_2_5", "truediv_1_6",
               "add_1_7"]
 
 
@@ -90,7 +90,8 @@ def test_a_trace_without_op_records_says_how_to_get_labels(cnn):
     (lambda: tt.func("aten::relu"), ["relu_1_2", "relu_2_5"]),
     (lambda: tt.func("linear"), ["linear_1_4"]),
     (lambda: tt.func("conv2d"), ["conv2d_1_1"]),
-    (lambda: tt.func("truediv"), ["div_1_6"]),  # TorchLens's type of `/`
+    (lambda: tt.func("truediv"), ["truediv_1_6"]),  # TorchLens's type of `/`
+    (lambda: tt.func("div"), []),  # torch.div's: `/` is not
     (lambda: tt.func("__add__"), ["add_1_7"]),
     (lambda: tt.in_module("block"), ["conv2d_1_1", "relu_1_2"]),  # and its submodules
     (lambda: tt.in_module("block.1"), ["relu_1_2"]),
@@ -101,19 +102,19 @@ def test_a_trace_without_op_records_says_how_to_get_labels(cnn):
     (lambda: tt.label("relu_2:1"), ["relu_2_5"]),
     (lambda: tt.contains("RELU"), ["relu_1_2", "relu_2_5"]),
     (lambda: tt.contains("_1_"), ["conv2d_1_1", "relu_1_2", "flatten_1_3", "linear_1_4",
-                                  "div_1_6", "add_1_7"]),
-    (lambda: tt.where(lambda op: op.shape == [1, 3]), ["linear_1_4", "relu_2_5", "div_1_6",
+                                  "truediv_1_6", "add_1_7"]),
+    (lambda: tt.where(lambda op: op.shape == [1, 3]), ["linear_1_4", "relu_2_5", "truediv_1_6",
                                                        "add_1_7"]),
     (lambda: tt.in_module("block") & tt.func("relu"), ["relu_1_2"]),
     (lambda: tt.func("relu") & ~tt.in_module("block"), ["relu_2_5"]),
     (lambda: tt.func("relu") - tt.in_module("block"), ["relu_2_5"]),
     (lambda: tt.func("relu") | tt.func("linear"), ["relu_1_2", "linear_1_4", "relu_2_5"]),
-    (lambda: ~(tt.func("relu") | tt.func("linear")), ["conv2d_1_1", "flatten_1_3", "div_1_6",
+    (lambda: ~(tt.func("relu") | tt.func("linear")), ["conv2d_1_1", "flatten_1_3", "truediv_1_6",
                                                      "add_1_7"]),
     (lambda: tt.label("nothing_1_1"), []),
     (lambda: tt.regex("^relu_"), ["relu_1_2", "relu_2_5"]),
     (lambda: tt.regex("_1:1$"), ["conv2d_1_1", "relu_1_2", "flatten_1_3", "linear_1_4",
-                                 "div_1_6", "add_1_7"]),  # label_short: the first of a type
+                                 "truediv_1_6", "add_1_7"]),  # label_short: the first of a type
 ])
 def test_selectors_choose_ops(cnn_trace, query, labels):
     assert _labels(cnn_trace.find_sites(query())) == labels
@@ -374,17 +375,17 @@ class _Run(torch.nn.Module):
 
 # One Python call per kind of FUNCTION_ATEN that a forward can make (each in a module of its own).
 _FUNCTIONS = {
-    "truediv": lambda x, n, t: x / 3, "rtruediv": lambda x, n, t: 2 / x,
-    "floordiv": lambda x, n, t: x // 2, "mod": lambda x, n, t: x % 2,
+    "rtruediv": lambda x, n, t: 2 / x, "floordiv": lambda x, n, t: x // 2,
     "radd": lambda x, n, t: 2 + x, "rmul": lambda x, n, t: 3 * x,
-    "invert": lambda x, n, t: ~n,
     "crossentropy": lambda x, n, t: torch.nn.functional.cross_entropy(x, t),
-    # Python calls op records keep as ops of their own (_record/op_groups.py): their own type.
+    # Python calls op records keep as ops of their own (_common/op_groups.py): their own type.
     "double": lambda x, n, t: x.double(), "float": lambda x, n, t: x.float(),
     "half": lambda x, n, t: x.half(), "tensor": lambda x, n, t: torch.tensor([1.0, 2.0]),
     "astensor": lambda x, n, t: torch.as_tensor([1.0, 2.0]),
     "newtensor": lambda x, n, t: x.new_tensor([1.0]), "contiguous": lambda x, n, t: x.contiguous(),
     "getitem": lambda x, n, t: x[0, 1:], "setitem": lambda x, n, t: t.__setitem__(0, 0),
+    "truediv": lambda x, n, t: x / 3, "mod": lambda x, n, t: x % 2,
+    "invert": lambda x, n, t: ~n, "and": lambda x, n, t: n & 1,
 }
 
 

@@ -4,7 +4,9 @@ tensor of an output, the trace file, and finding the native extension.
 Files: naming.py (site names, the root `self`), selectors.py (tt.module), op_selectors.py
 (tt.func, tt.in_module, tt.label, tt.contains, tt.where, & | ~), values.py (the kinds
 of values inside a call's arguments and the walk over them), paths.py (the one parser of value
-paths such as "[0].logits"), outputs.py (the first tensor of an output, dtype names), store.py
+paths such as "[0].logits"), op_groups.py (the Python calls that are ops of their own,
+x[i], torch.tensor, x / y), op_mode.py (the TorchFunctionMode of op saves and edits),
+outputs.py (the first tensor of an output, dtype names), store.py
 (the trace file: schema and the Python layer's rows), loader.py (finds and loads the extension
 tokentrace._native), lazy.py (the faces' lazy import), torchlens_names.py (TorchLens names
 tokentrace lacks, for the errors that say so). Imports only _errors.py.
@@ -14,7 +16,7 @@ from .lazy import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
-    from . import loader
+    from . import loader, op_groups
     from .loader import PACKAGE_DIR
     from .naming import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
     from .op_mode import OpMode
@@ -74,7 +76,7 @@ _EXPORTS = {
     "SiteQuery": "op_selectors", "func": "op_selectors", "in_module": "op_selectors",
     "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
     "op_type": "op_selectors", "op_types_of": "op_selectors", "regex": "op_selectors",
-    "is_op_label": "op_selectors", "OpMode": "op_mode",
+    "is_op_label": "op_selectors", "OpMode": "op_mode", "op_groups": "op_groups",
     "LIST_OPS": "op_selectors", "TUPLE_OPS": "op_selectors", "FUNCTION_ATEN": "op_selectors",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",

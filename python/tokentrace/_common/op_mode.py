@@ -2,7 +2,10 @@
 (_record/op_saver.py) and editing them (_edit/op_edits.py).
 
 The mode sees each outermost torch function call (torch.relu, F.linear, x + 1, x[i]); nested
-calls (the ones the function itself makes, and the mode's own work) run with it off. After a
+calls (the ones the function itself makes, and the mode's own work) run with it off. A call
+is known by TorchLens's name of it: the function's, or the Python entry point's that torch
+dispatched from under another name (x / y reaches the mode as Tensor.div, and is truediv;
+op_groups.py marks these calls while a mode is on). After a
 call, when the function may be one the selector chooses (by its type, may_save: tt.func("relu")
 keeps relu calls only; a selector decided otherwise keeps every call), chosen(func, args,
 kwargs, out) runs and returns what the caller gets. It is entered on the model's thread only
@@ -18,6 +21,7 @@ runs its ops where no mode sees them, so its ops would be neither saved nor edit
 import torch
 from torch.overrides import TorchFunctionMode
 
+from . import op_groups
 from .op_selectors import op_types_of
 
 
@@ -34,6 +38,7 @@ class OpMode(TorchFunctionMode):
             self._eager = torch.compiler.set_stance("force_eager")
         except RuntimeError:
             self._eager = None
+        op_groups.install()  # the Python calls' names reach the mode (op_groups.py)
         self.__enter__()
         self.entered = True
 
@@ -41,25 +46,28 @@ class OpMode(TorchFunctionMode):
         if self.entered:
             self.entered = False
             self.__exit__(None, None, None)
+            op_groups.remove()
         if self._eager is not None:
             self._eager.__exit__(None, None, None)
             self._eager = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        # The call's name: TorchLens's, of the Python entry point that made it where torch
+        # dispatches under another (x / y reaches here as Tensor.div: op_groups.py)
+        name = op_groups.claim() or getattr(func, "__name__", None)
         out = func(*args, **kwargs)
-        try:
-            wanted = self._wanted.get(func)
-        except TypeError:  # an unhashable callable: decided each time
-            wanted = self._decide(func)
+        if not isinstance(name, str):
+            return out
+        wanted = self._wanted.get(name)
         if wanted is None:
-            wanted = self._wanted[func] = self._decide(func)
-        return self.chosen(func, args, kwargs, out) if wanted else out
+            wanted = self._wanted[name] = self._decide(name)
+        return self.chosen(func, name, args, kwargs, out) if wanted else out
 
-    def _decide(self, func):
-        name = getattr(func, "__name__", None)
-        return isinstance(name, str) and self.selector.may_save(op_types_of(name))
+    def _decide(self, name):
+        return self.selector.may_save(op_types_of(name))
 
-    def chosen(self, func, args, kwargs, out):
-        """What the call of `func` returns, given its output `out` (a subclass's work)."""
+    def chosen(self, func, name, args, kwargs, out):
+        """What the call of `func` (by TorchLens's name `name`) returns, given its output `out`
+        (a subclass's work)."""
         return out

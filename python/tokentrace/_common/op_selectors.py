@@ -12,9 +12,10 @@ module as well. `a - b` is `a & ~b`.
 An op's type (what tt.func matches, and the first part of its label) follows TorchLens's rule,
 the function name lower-cased with its underscores removed, applied to the ATen name without
 namespace and overload: aten::relu -> relu, aten::layer_norm -> layernorm, aten::add_ -> add,
-aten::add.Tensor -> add. Python operators reach ATen under ATen's names (x / y is aten::div),
-so tt.func("truediv") (TorchLens's type of `/`) also matches div: FUNCTION_ATEN lists the ATen
-ops such functions run, and tt.func matches the one whose output is the function's.
+aten::add.Tensor -> add. The Python calls TorchLens names otherwise (x / y truediv, x[i]
+getitem) are ops of their own by that name (op_groups.py); others reach ATen under other
+names (2 / x runs aten::reciprocal and aten::mul): FUNCTION_ATEN lists the ATen ops such
+functions run, and tt.func matches the one whose output is the function's.
 """
 
 from __future__ import annotations
@@ -33,19 +34,19 @@ if TYPE_CHECKING:
 MODULE, OP = "module", "op"
 
 # A Python function's type (TorchLens's) -> the types of the ATen ops it runs, in order, where
-# that is not its own type alone: x / y is aten::div, 2 / x aten::reciprocal then aten::mul.
-# The last is the op whose output is the function's. The one table of this fact: tt.func
-# matches a function's output op by it, the op saver intercepts the functions that may run a
-# selected op by it (op_mode.py), and op edits number the ops a function runs by it
-# (_edit/op_labels.py; tests/python/test_op_sites.py checks it against what torch runs). The
-# Python calls op records keep as ops of their own (x[i], torch.tensor, x.float(): see
-# _record/op_groups.py) are their own type.
+# that is not its own type alone: 2 / x is aten::reciprocal then aten::mul, x // y
+# aten::floor_divide. The last is the op whose output is the function's. The one table of
+# this fact: tt.func matches a function's output op by it, the op saver intercepts the
+# functions that may run a selected op by it (op_mode.py), and op edits number the ops a
+# function runs by it (_edit/op_labels.py; tests/python/test_op_sites.py checks it against
+# what torch runs). The Python calls that op records keep as ops of their own and op modes
+# know by name (x[i], torch.tensor, x.float(), x / y, x += y: op_groups.py) are their own
+# type.
 FUNCTION_ATEN = {
-    "truediv": ("div",), "itruediv": ("div",), "rtruediv": ("reciprocal", "mul"),
-    "rdiv": ("reciprocal", "mul"), "floordiv": ("floordivide",), "ifloordiv": ("floordivide",),
-    "rfloordiv": ("floordivide",), "mod": ("remainder",), "imod": ("remainder",),
-    "radd": ("add",), "iadd": ("add",), "rmul": ("mul",), "imul": ("mul",), "isub": ("sub",),
-    "rmatmul": ("matmul",), "invert": ("bitwisenot",), "crossentropy": ("crossentropyloss",),
+    "rtruediv": ("reciprocal", "mul"), "rdiv": ("reciprocal", "mul"),
+    "floordiv": ("floordivide",), "ifloordiv": ("floordivide",), "rfloordiv": ("floordivide",),
+    "imod": ("remainder",), "radd": ("add",), "rmul": ("mul",), "rmatmul": ("matmul",),
+    "crossentropy": ("crossentropyloss",),
 }
 
 

@@ -104,12 +104,12 @@ class OpEdits(OpMode):
         self.by_label = [sel.needs_labels() for _, sel, _ in rules]
         self.numbered = any(self.by_label)
 
-    def _decide(self, func):
-        return True if self.numbered else super()._decide(func)
+    def _decide(self, name):
+        return True if self.numbered else super()._decide(name)
 
-    def chosen(self, func, args, kwargs, out):
+    def chosen(self, func, name, args, kwargs, out):
         if self.numbered:
-            return self._chosen_numbered(func, args, kwargs, out)
+            return self._chosen_numbered(func, name, args, kwargs, out)
         values, path = first_tensor(out)
         if values is None:
             return out
@@ -117,7 +117,7 @@ class OpEdits(OpMode):
         modules = hooks.open_calls()
         if not modules:  # outside the root's calls (generate's own ops): not an op site
             return out
-        op = LiveOp(func.__name__, modules, hooks.token, values, args, kwargs)
+        op = LiveOp(name, modules, hooks.token, values, args, kwargs)
         new = values
         for _, selector, apply in self.rules:
             if not selector.matches_live(op):
@@ -128,15 +128,12 @@ class OpEdits(OpMode):
                 new = apply(new, op)
         return replace_in_output(out, path, new) if new is not values else out
 
-    def _chosen_numbered(self, func, args, kwargs, out):
+    def _chosen_numbered(self, func, name, args, kwargs, out):
         hooks = self.hooks
         modules = hooks.open_calls()
         # Outside the root's calls (generate's own ops; an encoder-decoder's encoder, which
         # runs before token 1; an assistant's calls between two tokens): no op site, no label
         if not modules or not modules[0].startswith(_ROOT_CALL):
-            return out
-        name = getattr(func, "__name__", None)
-        if not isinstance(name, str):
             return out
         found = live_ops(func, name, args, kwargs, out)
         if not found:

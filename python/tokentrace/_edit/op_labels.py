@@ -2,13 +2,14 @@
 (_read/op_sites.py), for op-level edits that select by label (op_edits.py).
 
 The reader numbers the outermost ops of each root call: ATen ops, and the Python calls that
-op records keep as ops of their own (_record/op_groups.py: x[i], x[i] = v, torch.tensor,
-x.contiguous(), x.float(), ...). The op mode sees the outermost torch function calls. Most
-functions run one ATen op of their own name (torch.relu is aten::relu, F.linear aten::linear,
-x + 1 aten::add), so each call is one op of its type. The ones that are not:
-- Python operators whose ATen op has another name (FUNCTION_ATEN): x / y is aten::div, 2 / x
-  is aten::reciprocal then aten::mul, x // y aten::floor_divide, x % y aten::remainder;
-  F.cross_entropy aten::cross_entropy_loss.
+op records keep as ops of their own (_common/op_groups.py: x[i], x[i] = v, torch.tensor,
+x.contiguous(), x.float(), x / y, x += y, ...). The op mode sees the outermost torch function
+calls, each by TorchLens's name (op_groups.py gives it the Python entry point's where torch
+dispatched under another: x / y is truediv, not div). Most functions run one ATen op of their
+own name (torch.relu is aten::relu, F.linear aten::linear, x + 1 aten::add), or are one op of
+their own, so each call is one op of its type. The ones that are not:
+- Python functions that run other ATen ops (FUNCTION_ATEN): 2 / x is aten::reciprocal then
+  aten::mul, x // y aten::floor_divide, F.cross_entropy aten::cross_entropy_loss.
 - An attribute (`__get__`): x.T runs aten::numpy_T (type t), x.data and the others none.
 - Outputs: an op takes one label per tensor it returns (max with dim= two, as op records
   keep each; x.split(2) one per piece, as the reader counts the pieces cut), but

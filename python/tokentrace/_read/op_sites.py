@@ -6,7 +6,7 @@ Which ops are sites: the outermost ops (an op not run by another op) inside a ro
 their ATen ops are what op records see (torch.relu is aten::relu, F.linear aten::linear,
 x + 1 aten::add), and the calls that run several ATen ops or none (x[i], x[i] = v,
 torch.tensor, x.contiguous(), x.float()) are recorded as ops of their own holding their ATen
-ops (_record/op_groups.py: "python::__getitem__", type getitem). Ops that run outside the
+ops (_common/op_groups.py: "python::__getitem__", type getitem). Ops that run outside the
 root's calls (generate's own, between tokens) and inner ops (aten::linear's aten::addmm, the
 aten::select of an x[i]) have no label.
 

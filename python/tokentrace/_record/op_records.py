@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from .._backend import torch_library
+from .._common import op_groups
 from .._compiled import kernel_map
 from .._errors import TokentraceError, fail
-from . import op_groups
 
 ESCAPE_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero")
 
@@ -46,7 +46,8 @@ def start(backend, host_reads):
         fail(" ".join(str(exc).split()).removeprefix("tokentrace: "))
     # Compiled kernels become ops too, mapped to their modules (_compiled/kernel_map.py).
     kernel_map.start()
-    # Python calls TorchLens logs as one op (x[i], torch.tensor, ...): calls of their own.
+    # Python calls TorchLens logs as one op (x[i], torch.tensor, x / y, ...): op calls of
+    # their own (_common/op_groups.py).
     op_groups.install(backend)
 
 
@@ -57,7 +58,7 @@ def stop():
     """Turns the observer off; True if it was on. Through ctypes, not an op: an op would be
     recorded as a call of its own."""
     kernel_map.stop()
-    op_groups.remove()
+    op_groups.remove(records=True)
     path = torch_library.load_library()
     if path not in _lib:
         _lib[path] = ctypes.CDLL(path)

@@ -8,7 +8,7 @@ keeps relu calls only; a selector decided by labels, modules or a predicate keep
 as the label is numbered only when the trace is read). A kept call's first output tensor goes
 to the TensorSink inside a call of the range site OP_SAVE_SITE: that call comes right after the
 op calls the function ran, under the same parent (or, for a Python call op records keep as an
-op of its own, _record/op_groups.py, inside that op's call, after its ops), and holds the
+op of its own, _common/op_groups.py, inside that op's call, after its ops), and holds the
 copy's own ops (detach, clone) apart from the model's. Reading it back (_read/op_sites.py),
 the saved tensor belongs to the last op call before it, or to the op it is inside, when their
 shapes agree.
@@ -24,7 +24,7 @@ class OpSaver(OpMode):
         self.site = backend.site(OP_SAVE_SITE, backend.site_kind("range"))
         self.errors = 0    # outputs that could not be saved (counted in save_failed)
 
-    def chosen(self, func, args, kwargs, out):
+    def chosen(self, func, name, args, kwargs, out):
         self._save(out)
         return out
 
