@@ -56,7 +56,18 @@ _patched: list[tuple[Any, str, Any, Any]] = []
 _users = {"marks": 0, "records": 0}
 # While op records are on: (push, pop, pop_output, {name: site id}); None otherwise
 _records: list[Any] = [None]
-_local = threading.local()  # .marks: [[name, claimed], ...], the calls open on this thread
+
+
+class _Marks(threading.local):
+    """Per thread: [[name, claimed], ...], the entries' calls open on it. Made on a thread's
+    first use, so reading it never misses (a missing attribute of a threading.local costs
+    ~0.4 µs, on every torch call an op mode sees)."""
+
+    def __init__(self) -> None:
+        self.stack: list[list[Any]] = []
+
+
+_local = _Marks()
 
 
 def site_name(name: str) -> str:
@@ -67,7 +78,7 @@ def site_name(name: str) -> str:
 def claim() -> str | None:
     """The name of the entry whose call is running on this thread, the first time an op mode
     asks during it (the mode's call is that entry's dispatch); None otherwise."""
-    marks = getattr(_local, "marks", None)
+    marks = _local.stack
     if marks and not marks[-1][1]:
         marks[-1][1] = True
         return marks[-1][0]
@@ -83,9 +94,7 @@ def _wrap(original: Any, name: str, setitem: bool) -> Any:
             return original(*args, **kwargs)
         records, marks = _records[0], None
         if _users["marks"]:
-            marks = getattr(_local, "marks", None)
-            if marks is None:
-                marks = _local.marks = []
+            marks = _local.stack
             marks.append([name, False])
         if records is not None:
             records[0](records[3][name])
