@@ -113,3 +113,30 @@ def test_op_records_on_cuda_carry_their_kernels(tmp_path):
     fc_ops = [op for op in trace["transformer.h.1.mlp.c_fc:2"].ops if op.name == "aten::addmm"]
     assert fc_ops and fc_ops[0].shape == [1, 128]
     assert not trace.losses
+
+
+def test_op_labels_on_cuda_are_the_live_labels_and_python_call_ops_carry_kernels(tmp_path):
+    """On CUDA, as on the CPU (tests/python/test_op_edits.py): an op edit's labels, numbered
+    while GPT-2 generates, are the trace's, op for op; and a Python call kept as an op of its
+    own (x[i], x / y: _common/op_groups.py) holds the kernels its ATen ops launched."""
+    _native_or_skip()
+    lm = _gpt2_cuda()
+    prompt = torch.tensor([[3, 17, 42, 8, 99]], device="cuda")
+    seen = []
+
+    def log(op):
+        seen.append((op.label, op.layer_type, op.module, op.output_index))
+        return False
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", tt.ScalarEscapeWarning)
+        trace = tt.trace(lm.generate, prompt, input_kwargs={"max_new_tokens": 3},
+                         kernels="full", ops=True, out=tmp_path / "labels.sqlite",
+                         edits=tt.when(tt.where(log), tt.zero()))
+    read = [(s.label, s.layer_type, s.module, s.output_index)
+            for s in trace.find_sites(tt.where(lambda op: True))]
+    assert len(read) > 50 and seen == read
+    ops = {t.name: t for t in trace.top_ops(n=200)}
+    python_ops = [n for n in ops if n.startswith("python::") and ops[n].kernels]
+    assert python_ops, sorted(ops)
+    assert not trace.losses

@@ -54,6 +54,7 @@ _OWNERS = {"Tensor": torch.Tensor, "torch": torch}
 # (owner, attribute, original or None where it was inherited, wrapper), while installed
 _patched: list[tuple[Any, str, Any, Any]] = []
 _users = {"marks": 0, "records": 0}
+_lock = threading.Lock()  # install and remove (bound models may run on several threads)
 # While op records are on: (push, pop, pop_output, {name: site id}); None otherwise
 _records: list[Any] = [None]
 
@@ -141,6 +142,11 @@ def _drop_builtin(wrapper: Any) -> None:
 def install(backend: Any = None) -> None:
     """One more user: op records (backend: the native backend, whose op sites the calls
     become) or an op mode (None: marks only). Patches the entry points at the first."""
+    with _lock:
+        _install(backend)
+
+
+def _install(backend: Any) -> None:
     if backend is not None:
         kind = backend.site_kind("op")
         sites = {name: backend.site(site_name(name), kind) for name in set(ENTRIES.values())}
@@ -165,6 +171,11 @@ def install(backend: Any = None) -> None:
 def remove(records: bool = False) -> None:
     """One user less: op records (records=True) or an op mode; the originals go back after
     the last."""
+    with _lock:
+        _remove(records)
+
+
+def _remove(records: bool) -> None:
     key = "records" if records else "marks"
     _users[key] = max(_users[key] - 1, 0)
     if not _users["records"]:
