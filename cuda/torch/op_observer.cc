@@ -54,7 +54,7 @@ struct CachedSite {
 struct ThreadState {
   std::unordered_map<const char*, CachedSite> sites;  // keyed by RecordFunction::name()
   std::array<uint32_t, 64> dtype_ids{};               // by ScalarType, 0 = not interned yet
-  std::array<uint32_t, 8> path_ids{};                 // "" then "[1]".."[7]"
+  std::array<uint32_t, 64> path_ids{};                // "" then "[1]".."[63]"
   int escape_depth = 0;                               // open escape ops on this thread
 };
 thread_local ThreadState t_state;
@@ -118,20 +118,32 @@ uint32_t PathId(size_t index) {
   return id;
 }
 
-// The op's tensor outputs (shape and dtype), each under its path ("" for output 0, "[i]" for
-// output i), go on the op's call, which is still the innermost open call here. Most
-// ops return one; max/min/median with dim=, topk, sort return two, and the reader
-// (python/tokentrace/_read/op_sites.py) gives each its TorchLens label.
+// Records one output tensor (shape and dtype) under output path `index` on the innermost open
+// call, which is the op's here. False for a tensor whose shape cannot be read.
+bool RecordTensor(const at::Tensor& t, size_t index) {
+  if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+  const auto sizes = t.sizes();
+  g_api.output_current(PathId(index), DtypeId(t.scalar_type()), static_cast<int>(sizes.size()),
+                       sizes.data());
+  return true;
+}
+
+// The op's tensor outputs go on its call, each under its path ("" for output 0, "[i]" for
+// output i): most ops return one; max/min/median with dim=, topk, sort return two, and a
+// split returns a list, whose pieces are recorded as the outputs [0], [1], ... (up to 64).
+// The reader (python/tokentrace/_read/op_sites.py) gives each tensor its TorchLens label.
 void RecordTensors(const at::RecordFunction& fn) {
   const std::vector<c10::IValue>& outputs = fn.outputs();
   for (size_t i = 0; i < outputs.size() && i < t_state.path_ids.size(); ++i) {
     const c10::IValue& v = outputs[i];
-    if (!v.isTensor()) continue;
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return;
-    const auto sizes = t.sizes();
-    g_api.output_current(PathId(i), DtypeId(t.scalar_type()), static_cast<int>(sizes.size()),
-                         sizes.data());
+    if (v.isTensor()) {
+      if (!RecordTensor(v.toTensor(), i)) return;
+    } else if (v.isTensorList() && outputs.size() == 1) {
+      const c10::List<at::Tensor> pieces = v.toTensorList();
+      for (size_t j = 0; j < pieces.size() && j < t_state.path_ids.size(); ++j) {
+        if (!RecordTensor(pieces.get(j), j)) return;
+      }
+    }
   }
 }
 

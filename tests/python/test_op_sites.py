@@ -287,7 +287,15 @@ def test_an_op_with_several_output_tensors_takes_a_label_each():
     assert _labels(trace.find_sites(tt.func("split", output=1))) == ["split_2_2"]
     assert trace["topk_1_4"].out.shape == (2, 2) and trace["topk_2_5"].out.shape == (2, 2)
     assert trace["topk_2_5"].out.dtype == torch.int64  # the indices, as op records keep them
-    assert trace["min_2_10"].out.shape == (2,) and trace["split_2_2"].out is None
+    assert trace["min_2_10"].out.shape == (2,) and trace["split_2_2"].out.shape == (2, 2)
+    # x.split([1, 3]) (aten::split_with_sizes): cut without inner ops, its pieces still counted
+    class Sizes(nn.Module):
+        def forward(self, x):
+            return [p * 1 for p in x.split([1, 2, 3], dim=1)]
+
+    sizes = tt.trace(Sizes(), torch.ones(2, 6), kernels="off", ops=True)
+    assert _labels(sizes.find_sites(tt.where(lambda op: True)))[:3] == [
+        "splitwithsizes_1_1", "splitwithsizes_2_2", "splitwithsizes_3_3"]
 
 
 @pytest.fixture(scope="module")
@@ -505,3 +513,24 @@ def test_torchscript_compiled_while_op_records_are_on_compiles():
     tt.trace(model, x, kernels="off", ops=True)
     assert torch.equal(model.out, x[0] + torch.tensor([1.0]))
     assert _builtins._get_builtin_table() == table
+
+
+def test_a_python_call_that_returns_a_parameter_is_no_op():
+    """p.float() of a float parameter returns the parameter itself: TorchLens logs no op for a
+    parameter (a source), and neither the trace nor an op edit's live labels number one; the
+    same call on an activation is an op."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.full((3,), 2.0))
+
+        def forward(self, x):
+            return x.float() * self.w.float()
+
+    seen = []
+    with torch.no_grad():
+        trace = tt.trace(Scaled(), torch.ones(3), kernels="off", ops=True,
+                         edits=tt.when(tt.where(lambda op: seen.append(op.label) or False),
+                                       tt.zero()))
+    labels = [s.label for s in trace.find_sites(tt.where(lambda op: True))]
+    assert labels == ["float_1_1:1", "mul_1_2:1"] and seen == labels

@@ -15,7 +15,8 @@ to. The three agree where a call runs one ATen op of its name, and not for these
 ENTRIES lists them with TorchLens's name of each. While installed, each is a wrapper that
 1. with op records on (install(backend)), makes the call a call of its own op site
    ("python::__getitem__", type getitem), holding the ATen ops it runs, with its output
-   recorded (_read/op_sites.py labels it as one op);
+   recorded (_read/op_sites.py labels it as one op; an output that is an nn.Parameter,
+   p.float() of a float parameter, is not recorded: TorchLens logs no op there);
 2. while an op mode is on (install(None) from OpMode.install), marks the call on its thread,
    so the mode, which the call reaches through torch's dispatch under another name, takes
    the entry's name (claim()): op edits number it, and savers decide, as the trace labels it.
@@ -50,6 +51,7 @@ ENTRIES: dict[tuple[str, str], str] = {
     ("torch", "tensor"): "tensor", ("torch", "as_tensor"): "as_tensor",
 }
 
+NAMES = frozenset(ENTRIES.values())
 _OWNERS = {"Tensor": torch.Tensor, "torch": torch}
 # (owner, attribute, original or None where it was inherited, wrapper), while installed
 _patched: list[tuple[Any, str, Any, Any]] = []
@@ -109,7 +111,11 @@ def _wrap(original: Any, name: str, setitem: bool) -> Any:
             if marks is not None:
                 marks.pop()
         if records is not None:
-            records[2](args[0] if setitem and args else out)
+            value = args[0] if setitem and args else out
+            if isinstance(value, torch.nn.Parameter):  # a source, not an op's: TorchLens
+                records[1]()                              # logs none (p.float() of a float p)
+            else:
+                records[2](value)
         return out
 
     call.__tokentrace_original__ = original  # type: ignore[attr-defined]
@@ -149,7 +155,7 @@ def install(backend: Any = None) -> None:
 def _install(backend: Any) -> None:
     if backend is not None:
         kind = backend.site_kind("op")
-        sites = {name: backend.site(site_name(name), kind) for name in set(ENTRIES.values())}
+        sites = {name: backend.site(site_name(name), kind) for name in NAMES}
         _records[0] = (backend.push, backend.pop, backend.pop_output, sites)
         _users["records"] += 1
     else:

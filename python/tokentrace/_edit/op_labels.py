@@ -11,10 +11,11 @@ their own, so each call is one op of its type. The ones that are not:
 - Python functions that run other ATen ops (FUNCTION_ATEN): 2 / x is aten::reciprocal then
   aten::mul, x // y aten::floor_divide, F.cross_entropy aten::cross_entropy_loss.
 - An attribute (`__get__`): x.T runs aten::numpy_T (type t), x.data and the others none.
-- Outputs: an op takes one label per tensor it returns (max with dim= two, as op records
-  keep each; x.split(2) one per piece, as the reader counts the pieces cut), but
-  x.split([1, 3]) (aten::split_with_sizes) takes one, as the reader's count of its pieces
-  gives. x[i] = v returns None: its op (setitem) has no value an edit can change.
+- Outputs: an op takes one label per tensor it returns (max with dim= two, a split one a
+  piece), as op records keep each; but a Python call kept as an op of its own whose output is
+  an nn.Parameter (a float parameter's p.float()) takes none, as TorchLens logs none and
+  op_groups.py records no output for it. x[i] = v returns None: its op (setitem) has no value
+  an edit can change.
 A Python function that runs several ATen ops yet is one call to the mode (F.normalize runs
 aten::linalg_vector_norm, clamp_min, expand_as, div) is numbered as one op of its own name:
 the labels after it in that root call then differ from the trace's (docs/python.md says so).
@@ -22,7 +23,7 @@ the labels after it in that root call then differ from the trace's (docs/python.
 
 import torch
 
-from .._common import FUNCTION_ATEN, op_type
+from .._common import FUNCTION_ATEN, op_groups, op_type
 
 
 def _split_type(args, kwargs):
@@ -35,8 +36,8 @@ def live_ops(func, name, args, kwargs, out):
     """The labelled ops of one call of `func` (named `name`) that returned `out`, as the
     reader counts them: [(type, output index, tensor or None, its path in out or None)]."""
     kind = op_type(name)
-    if kind == "setitem":
-        return [(kind, 0, None, None)]
+    if kind == "setitem":  # its output is x (x[i] = v), which may be a parameter
+        return [] if args and isinstance(args[0], torch.nn.Parameter) else [(kind, 0, None, None)]
     if name == "__get__":  # an attribute: x.T runs aten::numpy_T, x.data and others none
         owner = getattr(getattr(func, "__self__", None), "__name__", None)
         types = [op_type("numpy_T")] if owner == "T" else []
@@ -44,7 +45,9 @@ def live_ops(func, name, args, kwargs, out):
         types = [_split_type(args, kwargs)]
     else:
         types = list(FUNCTION_ATEN.get(kind, (kind,)))
-    if isinstance(out, torch.Tensor):
+    if isinstance(out, torch.nn.Parameter) and name in op_groups.NAMES:
+        tensors = []
+    elif isinstance(out, torch.Tensor):
         tensors = [(out, "")]
     elif isinstance(out, (tuple, list)):
         tensors = [(t, f"[{i}]") for i, t in enumerate(out) if isinstance(t, torch.Tensor)]
@@ -53,8 +56,7 @@ def live_ops(func, name, args, kwargs, out):
     if not tensors or not types:
         return []
     last = types.pop()
-    count = 1 if last == "splitwithsizes" else len(tensors)
-    return [(t, 0, None, None) for t in types] + [(last, i) + tensors[i] for i in range(count)]
+    return [(t, 0, None, None) for t in types] + [(last, i) + t for i, t in enumerate(tensors)]
 
 
 class LiveLabels:

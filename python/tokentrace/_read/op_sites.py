@@ -20,11 +20,11 @@ f"{type}_{type_index}:{k}". Later passes inherit the first pass's step_index, as
 do: the n-th op of a type in pass k has the layer_label of the n-th op of that type in the
 first pass that ran one, so a token that runs fewer ops (no cache set-up after the prefill)
 keeps the labels of the ops it shares. An op with several output tensors takes a label each
-(a split's pieces, counted from the ops that cut them; max with dim=, whose op records keep
-both tensors); an op with none (aten::is_nonzero) takes none. The calls of OP_SAVE_SITE (saved
-op outputs, _record/op_saver.py) and their ops are not the model's: they give their tensor to
-the op call before them (or to the op they are inside) and take no label; the calls
-of OP_EDIT_SITE (an op-level edit's own ops, _edit/op_edits.py) and their ops take none either.
+(a split's pieces, max with dim='s two tensors: op records keep each); an op with none
+(aten::is_nonzero) takes none. The calls of OP_SAVE_SITE (saved op outputs,
+_record/op_saver.py) and their ops are not the model's: they give their tensor to the op call
+before them (or to the op they are inside) and take no label; the calls of OP_EDIT_SITE (an
+op-level edit's own ops, _edit/op_edits.py) and their ops take none either.
 
     op_sites(trace)          every op site, in execution order (made once per Trace)
     lookup(trace, key)       the OpSite or OpLabel a label names, or None
@@ -93,8 +93,8 @@ class OpSite:
     @property
     def out(self) -> Any:
         """Its output tensor when saved (save= an op selector), else OutputMeta; for a later
-        output tensor of its op (max's indices) its OutputMeta; None for an output the op
-        record does not keep (a split's pieces after the first)."""
+        output tensor of its op (max's indices, a split's pieces) its OutputMeta; None for an
+        output the op record does not keep (files written before op records kept them)."""
         if self.output_index != 0:
             return self._trace._output(self.call_id, self.output_index)
         meta = self._trace._output(self.call_id)
@@ -155,11 +155,11 @@ class OpLabel:
         return f"<op label {self.layer_label}: {len(self.passes)} passes>"
 
 
-# Ops that return a list of tensors (op records keep no output of theirs): TorchLens labels
-# each tensor, so they count one label per piece, the pieces being the inner ops that cut
-# them out (split runs one aten::narrow a piece, unbind one aten::select, chunk one split).
-# Any other op takes a label per output tensor op records kept (TUPLE_OPS: the counts of ops
-# that return a tuple, for files written while op records kept only the first tensor).
+# TorchLens labels each tensor an op returns, and op records keep each: a label per output
+# row. Files written before they did kept none of a list's pieces, and only the first tensor
+# of a tuple: there a list op counts the inner ops that cut its pieces (split runs one
+# aten::narrow a piece, unbind one aten::select, chunk one split) and TUPLE_OPS gives the
+# tuple's count.
 _LIST_OPS, _TUPLE_OPS = LIST_OPS, TUPLE_OPS
 _PIECES = frozenset(("aten::narrow", "aten::select", "aten::slice"))
 
@@ -220,12 +220,13 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
     trace._load_outputs()
     out = []
     for cid, name, k, token, chain, root_k in found:
-        if name in _LIST_OPS:
-            tensors = _pieces(cid, children) or 1
+        rows = 1 + len(trace._more_outputs.get(cid, ())) if cid in trace._outputs else 0
+        if name in _LIST_OPS:  # op records keep each piece; files before counted cut pieces
+            tensors = max(rows, _pieces(cid, children)) or 1
         elif cid not in trace._outputs:
             continue  # no tensor out (aten::is_nonzero, aten::item): TorchLens logs none
         else:  # files written before op records kept every output tensor: TUPLE_OPS
-            tensors = max(1 + len(trace._more_outputs.get(cid, ())), _TUPLE_OPS.get(name, 1))
+            tensors = max(rows, _TUPLE_OPS.get(name, 1))
         out.append((cid, name, k, token, chain, root_k, tensors, saved_as.get(cid)))
     return out
 
