@@ -1,9 +1,11 @@
 // Op records (`ops=True`, TOKENTRACE_OPS): a RecordFunction observer that turns each ATen op
 // into a tokentrace call nested in whatever call is open on the thread (the module call that
 // issued it), so kernels launched inside an op attribute to the op and, through its parent, to
-// the module. A host read of a device value (aten::item, aten::_local_scalar_dense,
-// aten::is_nonzero) is then a call of that op: on CUDA the shim's synchronizing copy lands in
-// it; on the CPU (no CUPTI) the observer reports the read itself when asked to (host_reads).
+// the module. Each op's tensor arguments and outputs are recorded by identity (op_links: data
+// flow, which op's output fed which). A host read of a device value (aten::item,
+// aten::_local_scalar_dense, aten::is_nonzero) is then a call of that op: on CUDA the shim's
+// synchronizing copy lands in it; on the CPU (no CUPTI) the observer reports the read itself when
+// asked to (host_reads).
 //
 // Off costs nothing: the callback is added to torch's global list only by op_records_start and
 // removed by op_records_stop, and torch skips RecordFunction entirely while no callback is
@@ -24,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -35,9 +38,9 @@
 namespace tokentrace::torch_ops {
 namespace {
 
-// The part of the table we call: up to and including `escape`. A library with a longer table
+// The part of the table we call: up to and including `link`. A library with a longer table
 // (entries added at the end) still serves us; a shorter one or another API version does not.
-constexpr size_t kApiSizeNeeded = offsetof(tokentrace_api, escape) + sizeof(tokentrace_api::escape);
+constexpr size_t kApiSizeNeeded = offsetof(tokentrace_api, link) + sizeof(tokentrace_api::link);
 constexpr int kSiteKindOp = TOKENTRACE_SITE_OP;
 constexpr int kHostRead = 4;  // tokentrace_escape kind of a host read
 
@@ -77,9 +80,55 @@ uint32_t SiteOf(const char* name) {
 // Context handed from start to end: whether this op is an escape op (so end closes its depth).
 struct EscapeMark final : at::ObserverContext {};
 
+uint64_t Identity(const at::Tensor& t) {
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl()));
+}
+
+// Data flow: each tensor argument by its identity (op_links), on the op's call, which is
+// open. A list argument's tensors (aten::cat's, aten::index's optional indices) share its
+// slot. The reader joins each to the op that last returned the same tensor. The non-tensor
+// arguments (ints, floats, bools, int lists: x[:, t]'s aten::select index t) go as one hash,
+// under slot kArgsSlot: ops that differ in them are not passes of one layer (TorchLens's
+// loops compare them).
+constexpr uint32_t kArgsSlot = 0x7fffffff;
+
+uint64_t Mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }  // FNV-1a step
+
+void LinkInputs(const at::RecordFunction& fn) {
+  const c10::ArrayRef<const c10::IValue> inputs = fn.inputs();
+  uint64_t args = 0xcbf29ce484222325ull;
+  bool any_args = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const c10::IValue& v = inputs[i];
+    if (v.isTensor()) {
+      if (v.toTensor().defined()) g_api.link(0, static_cast<uint32_t>(i), Identity(v.toTensor()));
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor() && e.toTensor().defined()) {
+          g_api.link(0, static_cast<uint32_t>(i), Identity(e.toTensor()));
+        } else if (e.isInt()) {
+          args = Mix(Mix(args, i), static_cast<uint64_t>(e.toInt()));
+          any_args = true;
+        }
+      }
+    } else if (v.isInt() || v.isBool() || v.isDouble()) {
+      const uint64_t bits = v.isInt()    ? static_cast<uint64_t>(v.toInt())
+                            : v.isBool() ? static_cast<uint64_t>(v.toBool()) + 2
+                                         : std::hash<double>{}(v.toDouble());
+      args = Mix(Mix(args, i), bits);
+      any_args = true;
+    }
+  }
+  if (any_args) g_api.link(0, kArgsSlot, args & 0x7fffffffffffffffull);  // SQLite INTEGER
+}
+
 std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
   const char* name = fn.name();
   g_api.push(SiteOf(name));
+  try {
+    LinkInputs(fn);
+  } catch (...) {  // an odd argument: the op stays, without its data flow
+  }
   if (!IsEscapeOp(name)) return nullptr;
   // Nested escape ops (is_nonzero -> item -> _local_scalar_dense) are one read: report it once,
   // in the outermost, which names what the caller asked for.
@@ -118,10 +167,12 @@ uint32_t PathId(size_t index) {
   return id;
 }
 
-// Records one output tensor (shape and dtype) under output path `index` on the innermost open
-// call, which is the op's here. False for a tensor whose shape cannot be read.
+// Records one output tensor (shape and dtype, and its identity for data flow) under output
+// path `index` on the innermost open call, which is the op's here. False for a tensor whose
+// shape cannot be read.
 bool RecordTensor(const at::Tensor& t, size_t index) {
   if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+  g_api.link(1, static_cast<uint32_t>(index), Identity(t));
   const auto sizes = t.sizes();
   g_api.output_current(PathId(index), DtypeId(t.scalar_type()), static_cast<int>(sizes.size()),
                        sizes.data());
@@ -170,14 +221,15 @@ void Start(int64_t api_address, bool host_reads) {
               "; want struct_size >= ", kApiSizeNeeded, ", api_version ", TOKENTRACE_API_VERSION,
               "); rebuild both with scripts/setup.sh");
   TORCH_CHECK(api->site != nullptr && api->push != nullptr && api->pop != nullptr &&
-                  api->text != nullptr && api->output_current != nullptr && api->escape != nullptr,
+                  api->text != nullptr && api->output_current != nullptr &&
+                  api->escape != nullptr && api->link != nullptr,
               "tokentrace: the C API table has a null entry; rebuild with scripts/setup.sh");
   // Only the entries we need are copied: a longer table's tail may be a layout we do not know.
   std::memcpy(&g_api, api, kApiSizeNeeded);
   g_host_reads = host_reads;
   // ATen ops only (scope FUNCTION): not user record_function ranges, not autograd nodes.
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(OnOpStart, OnOpEnd)
-                                       .needsInputs(false)
+                                       .needsInputs(true)
                                        .needsOutputs(true)
                                        .scopes({at::RecordScope::FUNCTION}));
 }

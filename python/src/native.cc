@@ -483,6 +483,19 @@ NB_MODULE(_native, m) {
         tokentrace_pop();
       },
       nb::arg("output").none());
+  // Op data flow (tokentrace_link) of a Python call kept as an op (op_groups.py): a tensor
+  // it read (output 0) or returned (output 1), given by torch._C._tensor_impl_raw_handle(t)
+  // (a capsule of its TensorImpl's address, read without TorchFunctionMode dispatch, which
+  // Tensor._cdata is not). Anything else: nothing.
+  m.def("link", [](int output, uint32_t slot, nb::handle handle) {
+    if (!PyCapsule_CheckExact(handle.ptr())) return;
+    void* address = PyCapsule_GetPointer(handle.ptr(), nullptr);
+    if (address == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    tokentrace_link(output, slot, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address)));
+  });
   m.def("current", [] {
     uint64_t call_id = 0;
     uint32_t token = 0;

@@ -118,6 +118,16 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       out->outputs.push_back(std::move(row));
       break;
     }
+    case EventKind::kLink: {
+      // Packing: recorder.cc LinkOfCurrent.
+      LinkRow row;
+      row.call_id = e.call_id;
+      row.output = (e.site_id & recorder::kLinkOutput) != 0;
+      row.slot = e.site_id & ~recorder::kLinkOutput;
+      row.tensor = e.a;
+      out->links.push_back(row);
+      break;
+    }
     case EventKind::kGraphNodeCreated: {
       // Instantiation may report its nodes as created too (the dispatcher filters what it
       // can see): the clone event, which names the captured original, wins.

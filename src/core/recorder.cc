@@ -333,6 +333,16 @@ void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_
   WriteOutput(s, top->call_id, path_id, dtype_id, ndim, shape);
 }
 
+void LinkOfCurrent(bool output, uint32_t slot, uint64_t tensor) {
+  if (!g_active.load(std::memory_order_relaxed)) return;
+  ThreadState* s = t_state;
+  if (s == nullptr || s->generation != g_generation.load(std::memory_order_relaxed)) return;
+  const OpenCall* top = Top(s);
+  if (top == nullptr) return;
+  const uint32_t packed = (slot & ~kLinkOutput) | (output ? kLinkOutput : 0u);
+  Write(s, EventKind::kLink, top->call_id, tensor, 0, packed, 0, top->token);
+}
+
 CurrentCall Current() {
   CurrentCall c;
   if (!g_active.load(std::memory_order_relaxed)) return c;

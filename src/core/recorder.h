@@ -61,6 +61,12 @@ void Output(uint64_t call_id, const char* path, const char* dtype, int ndim, con
 // interned (sites::Intern(..., SiteKind::kText)): the Python hooks' per-call path, which
 // costs no string work. Nothing is recorded when no call is open.
 void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
+// A tensor the innermost open call on this thread (an op of op records) read or returned,
+// by its identity (the TensorImpl address): `output` false for argument `slot` (a list's
+// tensors share their argument's slot), true for output `slot`. The reader joins an input to
+// the op that last returned the same tensor (op data flow). Nothing when no call is open.
+constexpr uint32_t kLinkOutput = 0x80000000u;
+void LinkOfCurrent(bool output, uint32_t slot, uint64_t tensor);
 
 // Innermost open call on this thread (0 = none) and its token. For the Python layer.
 // There is no call number k here: calls are numbered per site by the background thread

@@ -124,6 +124,14 @@ struct OutputRow {
   std::string dtype;  // e.g. "float32"
 };
 
+// A tensor an op call read or returned (op data flow; recorder::LinkOfCurrent).
+struct LinkRow {
+  uint64_t call_id = 0;
+  bool output = false;
+  uint32_t slot = 0;
+  uint64_t tensor = 0;
+};
+
 struct EscapeRow {
   uint64_t call_id = 0;
   uint32_t token = 0;
@@ -141,12 +149,14 @@ struct Batch {
   std::vector<CallGpuDelta> call_gpu;
   std::vector<EscapeRow> escapes;
   std::vector<OutputRow> outputs;
+  std::vector<LinkRow> links;
   std::map<std::string, int64_t> losses;                  // kind -> count to add
   std::vector<std::pair<std::string, std::string>> meta;  // upserted
 
   bool empty() const {
     return sites.empty() && strings.empty() && calls.empty() && kernels.empty() &&
-           call_gpu.empty() && escapes.empty() && outputs.empty() && losses.empty() && meta.empty();
+           call_gpu.empty() && escapes.empty() && outputs.empty() && links.empty() &&
+           losses.empty() && meta.empty();
   }
 };
 

@@ -25,9 +25,9 @@ namespace tokentrace {
 struct Store::Statements {
   Statement begin, commit, rollback;
   Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape, output,
-      output_block, loss, token_stats, token_stats_block, find_call, site_stats, site_block,
-      site_block_block, site_stats_block, token_row, token_totals, token_hist, token_slowest,
-      token_slowest_floor, token_slowest_trim;
+      output_block, link, link_block, loss, token_stats, token_stats_block, find_call, site_stats,
+      site_block, site_block_block, site_stats_block, token_row, token_totals, token_hist,
+      token_slowest, token_slowest_floor, token_slowest_trim;
 };
 
 namespace {
@@ -54,6 +54,8 @@ constexpr int kOutputColumns = 4;
 constexpr char kCallsInsert[] = "INSERT OR REPLACE INTO calls VALUES";
 constexpr char kKernelsInsert[] = "INSERT INTO kernels VALUES";
 constexpr char kOutputsInsert[] = "INSERT INTO call_outputs VALUES";
+constexpr int kLinkColumns = 4;
+constexpr char kLinksInsert[] = "INSERT INTO op_links VALUES";
 
 // "<head> (?,?,..),(?,?,..)..." for `rows` rows of `columns` parameters.
 std::string InsertSql(const char* head, int rows, int columns) {
@@ -204,6 +206,13 @@ void BindOutput(Statement& o, int first, const OutputRow& r) {
   o.Bind(first + 1, r.path);
   o.Bind(first + 2, r.shape);
   o.Bind(first + 3, r.dtype);
+}
+
+void BindLink(Statement& o, int first, const LinkRow& r) {
+  o.Bind(first, static_cast<int64_t>(r.call_id));
+  o.Bind(first + 1, static_cast<int64_t>(r.output ? 1 : 0));
+  o.Bind(first + 2, static_cast<int64_t>(r.slot));
+  o.Bind(first + 3, static_cast<int64_t>(r.tensor));
 }
 
 // Binds one kernel row at parameters first .. first+10.
@@ -536,6 +545,9 @@ bool Store::Prepare(std::string* error) {
          s.output.Prepare(db_, InsertSql(kOutputsInsert, 1, kOutputColumns).c_str(), error) &&
          s.output_block.Prepare(db_, InsertSql(kOutputsInsert, kBlockRows, kOutputColumns).c_str(),
                                 error) &&
+         s.link.Prepare(db_, InsertSql(kLinksInsert, 1, kLinkColumns).c_str(), error) &&
+         s.link_block.Prepare(db_, InsertSql(kLinksInsert, kBlockRows, kLinkColumns).c_str(),
+                              error) &&
          s.loss.Prepare(db_,
                         "INSERT INTO losses VALUES(?1,?2) "
                         "ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
@@ -772,7 +784,8 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
     s.escape.BindStatic(5, EscapeKindName(r.kind));
     if (!s.escape.Run()) return fail();
   }
-  if (!WriteInBlocks(batch.outputs, kOutputColumns, s.output_block, s.output, BindOutput)) {
+  if (!WriteInBlocks(batch.outputs, kOutputColumns, s.output_block, s.output, BindOutput) ||
+      !WriteInBlocks(batch.links, kLinkColumns, s.link_block, s.link, BindLink)) {
     return fail();
   }
   for (const auto& [kind, count] : batch.losses) {

@@ -88,6 +88,12 @@ class NativeBackend:
         """Closes the innermost open call with `output`'s first tensor as its output."""
         self._n.pop_output(output)
 
+    def link(self, output, slot, handle):
+        """Op data flow: the innermost open call read (output 0: argument `slot`) or returned
+        (output 1) the tensor of `handle`, torch._C._tensor_impl_raw_handle(tensor)
+        (include/tokentrace/tokentrace.h tokentrace_link)."""
+        self._n.link(output, slot, handle)
+
     def current(self):
         """(call id, token) of the innermost open call on this thread ((0, 0) when none)."""
         return self._n.current()

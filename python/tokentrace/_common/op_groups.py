@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -57,8 +57,19 @@ _OWNERS = {"Tensor": torch.Tensor, "torch": torch}
 _patched: list[tuple[Any, str, Any, Any]] = []
 _users = {"marks": 0, "records": 0}
 _lock = threading.Lock()  # install and remove (bound models may run on several threads)
-# While op records are on: (push, pop, pop_output, {name: site id}); None otherwise
-_records: list[Any] = [None]
+
+
+class _Records(NamedTuple):
+    """The backend's entry points a wrapper calls while op records are on."""
+    push: Any
+    pop: Any
+    pop_output: Any
+    link: Any
+    sites: dict[str, int]  # {entry point name: its op site id}
+
+
+# While op records are on: _Records; None otherwise
+_records: list[_Records | None] = [None]
 
 
 class _Marks(threading.local):
@@ -88,6 +99,12 @@ def claim() -> str | None:
     return None
 
 
+# A tensor's identity as op records keep it (its TensorImpl's address, in a capsule), read
+# without TorchFunctionMode dispatch (Tensor._cdata would be a call an op mode sees); a torch
+# without it: no data flow for Python-call ops
+_handle = getattr(torch._C, "_tensor_impl_raw_handle", lambda tensor: None)
+
+
 def _wrap(original: Any, name: str, setitem: bool) -> Any:
     is_compiling = torch.compiler.is_compiling
 
@@ -100,12 +117,14 @@ def _wrap(original: Any, name: str, setitem: bool) -> Any:
             marks = _local.stack
             marks.append([name, False])
         if records is not None:
-            records[0](records[3][name])
+            records.push(records.sites[name])
+            if args and isinstance(args[0], torch.Tensor):  # its data flow: x of x[i] and
+                records.link(0, 0, _handle(args[0]))          # x.contiguous() (maybe no ATen op)
         try:
             out = original(*args, **kwargs)
         except BaseException:
             if records is not None:
-                records[1]()
+                records.pop()
             raise
         finally:
             if marks is not None:
@@ -113,9 +132,11 @@ def _wrap(original: Any, name: str, setitem: bool) -> Any:
         if records is not None:
             value = args[0] if setitem and args else out
             if isinstance(value, torch.nn.Parameter):  # a source, not an op's: TorchLens
-                records[1]()                              # logs none (p.float() of a float p)
+                records.pop()                             # logs none (p.float() of a float p)
             else:
-                records[2](value)
+                if isinstance(value, torch.Tensor):
+                    records.link(1, 0, _handle(value))
+                records.pop_output(value)
         return out
 
     call.__tokentrace_original__ = original  # type: ignore[attr-defined]
@@ -156,7 +177,8 @@ def _install(backend: Any) -> None:
     if backend is not None:
         kind = backend.site_kind("op")
         sites = {name: backend.site(site_name(name), kind) for name in NAMES}
-        _records[0] = (backend.push, backend.pop, backend.pop_output, sites)
+        _records[0] = _Records(backend.push, backend.pop, backend.pop_output, backend.link,
+                               sites)
         _users["records"] += 1
     else:
         _users["marks"] += 1

@@ -48,6 +48,7 @@ from .._common import (
     op_type,
 )
 from .._errors import fail
+from . import op_loops
 
 _LABEL = re.compile(r"^([a-z0-9]+)_(\d+)(?:_(\d+))?(?::(\d+))?$")
 
@@ -63,8 +64,8 @@ class OpSite:
     shape: that tensor (saved) or its OutputMeta."""
 
     def __init__(self, trace: Any, call_id: int, name: str, k: int, token: int,
-                 modules: tuple[str, ...], type_index: int, step_index: int,
-                 pass_index: int, output_index: int = 0, saved_id: int | None = None) -> None:
+                 modules: tuple[str, ...], root: int, output_index: int = 0,
+                 saved_id: int | None = None) -> None:
         self._trace = trace
         self._saved_id = saved_id
         self.call_id, self.name, self.k, self.token = call_id, name, k, token
@@ -72,17 +73,18 @@ class OpSite:
         self.layer_type = op_type(name)
         self.modules = modules
         self.module = modules[-1]
+        self.root = root  # the root call k it ran in
         self.output_index = output_index  # which output tensor of the op (split's pieces)
-        self.type_index, self.pass_index = type_index, pass_index
-        self.label_short = f"{self.layer_type}_{type_index}:{pass_index}"
-        self.inherit(step_index)
+        self.pass_index = root  # set by number(): the layer's pass
         self.num_passes = 1  # set once every root call is numbered
 
-    def inherit(self, step_index: int) -> None:
-        """Takes the step_index of this layer's first pass (its own, in the first pass)."""
-        self.step_index = step_index
-        self.layer_label = f"{self.layer_type}_{self.type_index}_{step_index}"
-        self.label = f"{self.layer_label}:{self.pass_index}"
+    def number(self, type_index: int, step_index: int, pass_index: int) -> None:
+        """Gives it its labels: its layer (the type_index-th of its type, step_index-th of
+        all, in the first root call that ran the layer) and its pass of that layer."""
+        self.type_index, self.step_index, self.pass_index = type_index, step_index, pass_index
+        self.layer_label = f"{self.layer_type}_{type_index}_{step_index}"
+        self.label = f"{self.layer_label}:{pass_index}"
+        self.label_short = f"{self.layer_type}_{type_index}:{pass_index}"
 
     @property
     def key(self) -> str:
@@ -174,11 +176,12 @@ def _pieces(cid: int, children: dict[int, list[tuple[int, str]]]) -> int:
     return count
 
 
-def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...], int, int,
-                                               int | None]]:
+def _outermost_ops(trace: Any, tops: dict[int, int]
+                   ) -> list[tuple[int, str, int, int, tuple[str, ...], int, int, int | None]]:
     """(call id, op name, k, token, module calls, root call k, output tensors, the call id its
     output is saved under or None) of each outermost op inside a root call that returned
-    tensors, in the order they started."""
+    tensors, in the order they started. Fills `tops`: each op call inside a root call -> the
+    outermost op (or saving or editing call) it runs in."""
     names = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
     # Per call: (the root call k it runs in or None, the outermost op it runs in or None, the
     # module calls it runs in). Children have larger ids than their parents (ids are handed
@@ -197,7 +200,10 @@ def _outermost_ops(trace: Any) -> list[tuple[int, str, int, int, tuple[str, ...]
                 children.setdefault(parent, []).append((cid, name))
             elif root_k is not None:
                 found.append((cid, name, k, token, chain, root_k))
-            info[cid] = (root_k, cid if top is None else top, chain)
+            outermost = cid if top is None else top
+            info[cid] = (root_k, outermost, chain)
+            if root_k is not None:
+                tops[cid] = outermost
             if top is None:
                 last_child[parent] = cid
             continue
@@ -237,26 +243,47 @@ def op_sites(trace: Any) -> list[OpSite]:
     if cached is not None:
         return cached
     sites: list[OpSite] = []
-    counters: dict[int, tuple[dict[str, int], list[int]]] = {}
-    for cid, name, k, token, chain, root_k, tensors, saved in _outermost_ops(trace):
-        by_type, step = counters.setdefault(root_k, ({}, [0]))
-        kind = op_type(name)
+    tops: dict[int, int] = {}
+    for cid, name, k, token, chain, root_k, tensors, saved in _outermost_ops(trace, tops):
         for index in range(tensors):  # TorchLens: one label per output tensor
-            step[0] += 1
-            by_type[kind] = by_type.get(kind, 0) + 1
-            sites.append(OpSite(trace, cid, name, k, token, chain, by_type[kind], step[0],
-                                root_k, index, saved if index == 0 else None))
-    # A later pass inherits the first pass's step_index (so its layer_label): TorchLens's rule
-    # for the passes of one layer, the layer here being the type_index-th op of its type.
-    first: dict[tuple[str, int], int] = {}
-    passes: dict[str, int] = {}
-    for site in sorted(sites, key=lambda s: s.pass_index):  # stable: call order within a pass
-        site.inherit(first.setdefault((site.layer_type, site.type_index), site.step_index))
-        passes[site.layer_label] = passes.get(site.layer_label, 0) + 1
-    for site in sites:
-        site.num_passes = passes[site.layer_label]
+            sites.append(OpSite(trace, cid, name, k, token, chain, root_k, index,
+                                saved if index == 0 else None))
+    _number(sites, *op_loops.group(trace, sites, tops))
     trace._views[_CACHE] = sites
     return sites
+
+
+def _number(sites: list[OpSite], leader: dict[tuple[int, int], tuple[int, int]],
+            position: dict[tuple[int, int], int]) -> None:
+    """TorchLens's numbering. Within a root call, walking its ops in order, step_index counts
+    layers from 1 and type_index each type's layers: an op that is a later pass of a layer
+    of that root call (op_loops.py) takes its first pass's numbers. A later root call's layer
+    takes the step_index of the first root call's layer of the same type and type_index. A
+    layer's pass: root call k, for a layer that runs at most once a root call; the count of
+    its runs so far, for one that runs more often (a loop)."""
+    counters: dict[int, tuple[dict[str, int], list[int]]] = {}
+    numbers: dict[tuple[int, int], tuple[int, int]] = {}
+    first: dict[tuple[str, int], int] = {}
+    for site in sorted(sites, key=lambda s: s.root):  # stable: call order within a root call
+        node = (site.call_id, site.output_index)
+        lead = leader.get(node, node)
+        if lead not in numbers:
+            by_type, step = counters.setdefault(site.root, ({}, [0]))
+            step[0] += 1
+            by_type[site.layer_type] = by_type.get(site.layer_type, 0) + 1
+            numbers[lead] = (by_type[site.layer_type], step[0])
+        type_index, step_index = numbers[lead]
+        site.number(type_index, first.setdefault((site.layer_type, type_index), step_index),
+                    site.root)
+    runs: dict[str, list[OpSite]] = {}
+    for site in sorted(sites, key=lambda s: s.root):
+        runs.setdefault(site.layer_label, []).append(site)
+    for passes in runs.values():
+        looped = any(position.get((s.call_id, s.output_index), 1) > 1 for s in passes)
+        for count, site in enumerate(passes, 1):
+            if looped:
+                site.number(site.type_index, site.step_index, count)
+            site.num_passes = len(passes)
 
 
 _CACHE = "\0op_sites"  # its key in trace._views, where no site name can be

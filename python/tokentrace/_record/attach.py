@@ -72,6 +72,7 @@ class Attachment:
         self.recorder = InputRecorder(backend.current, None, backend.settled_path)
         self.on_cpu = True
         self.ops_on = False
+        self.op_params = {}  # {TensorImpl address: parameter name}, while op records are on
 
     def attach(self, root):
         """Installs everything on root.model (and root.assistant's sites), before the call that
@@ -125,6 +126,10 @@ class Attachment:
             self.say(f"{exc}; ATen ops are not recorded")
             return
         self.ops_on = True
+        # The parameters by identity (as op records see tensors: their TensorImpl), for
+        # TorchLens's loops in op labels (_read/op_loops.py): ops that read the same ones are
+        # passes of one layer.
+        self.op_params = op_records.parameters(self.model)
 
     def _compiled_noted(self, message):
         if self.say is not None:
@@ -183,6 +188,8 @@ class Attachment:
             self.engine.close()
             meta.update(self.engine.meta())
             steps = self.engine.rows.take()
+        if self.op_params:
+            meta["op_params"] = json.dumps(self.op_params)
         if self.ops:  # compiled kernels' modules, and what they miss, in the same write
             compiled_meta, compiled_losses = compiled_rows(path)
             meta.update(compiled_meta)

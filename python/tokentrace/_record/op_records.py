@@ -10,6 +10,7 @@ RecordFunction at all. Reading them back is _read/op_records.py's.
     start(backend, host_reads)  turns the observer on (host_reads: report escape ops as host
                                 reads, for models on the CPU where CUPTI sees none)
     stop()                      turns it off
+    parameters(model)           {str(TensorImpl address): name} of its parameters (meta op_params)
     ring_for_ops(backend, ops)  the larger per-thread ring op records need, while a session starts
 """
 
@@ -32,6 +33,17 @@ def check(ops, where="ops="):
     if not isinstance(ops, bool):
         fail(f"{where} takes True or False (record every ATen op as a call), got {ops!r}")
     return ops
+
+
+def parameters(model):
+    """The model's parameters by identity as the observer records tensors (the address of
+    each one's TensorImpl, Tensor._cdata): {str(address): name}. Empty without a model."""
+    if model is None:
+        return {}
+    try:
+        return {str(p._cdata): name for name, p in model.named_parameters()}
+    except (AttributeError, RuntimeError, TypeError):  # an odd module: no loops, no failure
+        return {}
 
 
 def start(backend, host_reads):

@@ -1,0 +1,178 @@
+"""TorchLens's loops, in op labels: ops that run again within one root call are passes of one
+layer (a module called 3 times in a forward: linear_1_1:1, linear_1_1:2, linear_1_1:3).
+
+Op records keep each op's data flow (op_links: which tensors an op read and returned, by
+identity; cuda/torch/op_observer.cc) and the trace keeps the model's parameters by identity
+(meta op_params, written by _record/attach.py). From them, per root call:
+
+1. Parameter sharing. Ops of one type, output index and module addresses (the module calls
+   they ran in, without their call numbers) that read the same parameters are passes of one
+   layer, as TorchLens's: the same module (or the same weights) run again.
+2. Lockstep expansion. From each such layer, its passes' neighbours in the data flow (the ops
+   that read their outputs, then the ops whose outputs they read) are walked together: where
+   every pass has an op not yet in a layer with the same type, output index, module addresses,
+   output shape and dtype, those ops are passes of one layer too, and the walk goes on from
+   them. So the ops of a loop's body around a repeated module are its passes too (the relu
+   and add of `for _ in range(3): x = relu(lin(x)) + 1`), as TorchLens's isomorphic expansion
+   groups them.
+
+TorchLens groups some ops that no parameter anchors (its "param-free" rule: GPT-2's two
+residual adds of a block are add_3_36:1 and :2); that rule is not replicated here:
+docs/from-torchlens.md says so. A file without op_links (written before op records kept data
+flow) has no loops: each op is a layer of its own in its root call.
+
+    group(trace, sites, tops)  {site: its layer's first pass}, and each site's pass within
+                               its root call (1 for one that is its own layer)
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict, deque
+from typing import Any
+
+Node = tuple[int, int]  # (op call id, output index): one labelled tensor
+
+
+def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]
+          ) -> tuple[dict[Node, list[Node]], dict[int, frozenset[int]], dict[int, tuple[int, ...]]]:
+    """(the labelled tensors each labelled tensor's op read, per outermost op: the parameters
+    it read, and the hashes of its ATen ops' non-tensor arguments). An input is joined to the
+    op that last returned the same tensor; an op's own inner ops are the op."""
+    params = _params(trace)
+    producer: dict[int, Node] = {}
+    parents: dict[Node, list[Node]] = defaultdict(list)
+    uses: dict[int, set[int]] = defaultdict(set)
+    args: dict[int, list[int]] = defaultdict(list)
+    for cid, output, slot, tensor in trace._q(
+            "SELECT call_id, output, slot, tensor FROM op_links ORDER BY call_id, output, rowid"):
+        top = tops.get(cid)
+        if output:
+            if top is None:  # an op outside the model's calls made it: no site's tensor
+                producer.pop(tensor, None)
+                continue
+            node = (top, slot if cid == top else 0)
+            producer[tensor] = node if node in nodes else (top, 0)
+            continue
+        if top is None:
+            continue
+        if slot == _ARGS_SLOT:
+            args[top].append(tensor)
+            continue
+        if tensor in params:
+            uses[top].add(tensor)
+            continue
+        source = producer.get(tensor)
+        if source is None or source[0] == top or source not in nodes:
+            continue
+        for index in range(_MAX_OUTPUTS):  # every output of the op read it
+            node = (top, index)
+            if node not in nodes:
+                break
+            if source not in parents[node]:
+                parents[node].append(source)
+    return (parents, {cid: frozenset(ids) for cid, ids in uses.items()},
+            {cid: tuple(hashes) for cid, hashes in args.items()})
+
+
+_ARGS_SLOT = 0x7FFFFFFF  # an input row that holds the non-tensor arguments' hash (schema.sql)
+_MAX_OUTPUTS = 64  # output tensors op records keep per op (op_observer.cc path_ids)
+
+
+def _params(trace: Any) -> set[int]:
+    text = trace.meta.get("op_params")
+    if not text:
+        return set()
+    try:
+        return {int(address) for address in json.loads(text)}
+    except (ValueError, TypeError):
+        return set()
+
+
+def group(trace: Any, sites: list[Any], tops: dict[int, int]) -> tuple[dict[Node, Node],
+                                                                         dict[Node, int]]:
+    """({node: the first pass of its layer} for nodes in a layer of several passes,
+    {node: its pass within its root call}) for the OpSites `sites` (of every root call);
+    tops maps each op call inside a root call to its outermost op."""
+    if "op_links" not in trace._tables or not sites:
+        return {}, {}
+    nodes = {(s.call_id, s.output_index) for s in sites}
+    parents, uses, args = _flow(trace, tops, nodes)
+    children: dict[Node, list[Node]] = defaultdict(list)
+    for node in sorted(parents):
+        for source in parents[node]:
+            children[source].append(node)
+    leader: dict[Node, Node] = {}
+    position: dict[Node, int] = {}
+    by_root: dict[int, list[Any]] = defaultdict(list)
+    for s in sites:
+        by_root[s.root].append(s)
+    for root_sites in by_root.values():
+        _group_root(root_sites, parents, children, uses, args, leader, position)
+    return leader, position
+
+
+def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
+                children: dict[Node, list[Node]], uses: dict[int, frozenset[int]],
+                args: dict[int, tuple[int, ...]], leader: dict[Node, Node],
+                position: dict[Node, int]) -> None:
+    site_of = {(s.call_id, s.output_index): s for s in sites}
+    order = {node: i for i, node in enumerate(site_of)}
+
+    def key(node: Node) -> tuple[Any, ...]:
+        s = site_of[node]
+        return (s.layer_type, s.output_index, _addresses(s), args.get(s.call_id), _shape(s))
+
+    shared: dict[tuple[Any, ...], list[Node]] = defaultdict(list)
+    for node, s in site_of.items():
+        params = uses.get(s.call_id)
+        if params:
+            shared[(s.layer_type, s.output_index, _addresses(s), args.get(s.call_id),
+                    params)].append(node)
+
+    def assign(members: list[Node]) -> None:
+        members.sort(key=order.__getitem__)
+        for i, member in enumerate(members, 1):
+            leader[member], position[member] = members[0], i
+
+    # Every layer that parameters anchor first, then the walks from each: a walk never takes
+    # an op that runs the same parameters as others (those are their own layer's passes).
+    seeds = [members for members in shared.values() if len(members) > 1]
+    for members in seeds:
+        assign(members)
+    for members in seeds:
+        walk = deque([members])
+        while walk:
+            passes = walk.popleft()
+            for edges in (children, parents):
+                # Each key's first free neighbour of each pass that has one: two or more are
+                # passes of one layer (a loop's last pass may lack the op that feeds the next)
+                found: dict[tuple[Any, ...], list[Node]] = {}
+                for member in passes:
+                    taken: set[tuple[Any, ...]] = set()
+                    for n in edges.get(member, ()):
+                        if n not in site_of or n in leader:
+                            continue
+                        k = key(n)
+                        if k in taken or n in found.get(k, ()):
+                            continue
+                        taken.add(k)
+                        found.setdefault(k, []).append(n)
+                for picked in found.values():
+                    picked = [n for n in picked if n not in leader]
+                    if len(picked) > 1:
+                        assign(picked)
+                        walk.append(picked)
+
+
+def _shape(site: Any) -> tuple[str, str] | None:
+    """The recorded shape and dtype of a site's tensor, as stored (no tensor is loaded)."""
+    trace = site._trace
+    rows = ([trace._outputs[site.call_id]] if site.call_id in trace._outputs else []) + \
+        trace._more_outputs.get(site.call_id, [])
+    return rows[site.output_index][1:] if site.output_index < len(rows) else None
+
+
+def _addresses(site: Any) -> tuple[str, ...]:
+    """The module addresses of an op's module calls, without their call numbers."""
+    return tuple(call.rsplit(":", 1)[0] for call in site.modules)
