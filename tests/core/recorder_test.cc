@@ -356,5 +356,35 @@ TEST_F(RecorderTest, ClonesOfTokenGraphsReplayAsTokens) {
   EXPECT_EQ(TokensOfLaunches({2001, 2002, 2003}), (std::vector<uint32_t>{2, 3, 3}));
 }
 
+// Op data flow: each tensor an op read or returned, by identity, on the innermost open call;
+// the slot keeps its index and whether it was an output (bit 31 of the event, a flag in the
+// row); a tensor identity of 64 bits survives; nothing when no call is open.
+TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
+  const uint32_t outer = sites::Intern("rec.link_outer", SiteKind::kModule);
+  const uint32_t op = sites::Intern("aten::add", SiteKind::kOp);
+  recorder::LinkOfCurrent(false, 0, 7);  // no call open: dropped
+  recorder::Push(outer);
+  recorder::Push(op);
+  const uint64_t op_call = recorder::Current().call_id;
+  recorder::LinkOfCurrent(false, 0, 0x7f00deadbeef0010ull);
+  recorder::LinkOfCurrent(false, 2, 0x7f00deadbeef0020ull);
+  recorder::LinkOfCurrent(true, 1, 0x7f00deadbeef0030ull);
+  recorder::Pop();
+  recorder::Pop();
+  Joiner joiner(Mode(KernelMode::kOff));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  ASSERT_EQ(batch.links.size(), 3u);
+  for (const LinkRow& row : batch.links) EXPECT_EQ(row.call_id, op_call);
+  EXPECT_FALSE(batch.links[0].output);
+  EXPECT_EQ(batch.links[0].slot, 0u);
+  EXPECT_EQ(batch.links[0].tensor, 0x7f00deadbeef0010ull);
+  EXPECT_FALSE(batch.links[1].output);
+  EXPECT_EQ(batch.links[1].slot, 2u);
+  EXPECT_TRUE(batch.links[2].output);
+  EXPECT_EQ(batch.links[2].slot, 1u);
+  EXPECT_EQ(batch.links[2].tensor, 0x7f00deadbeef0030ull);
+}
+
 }  // namespace
 }  // namespace tokentrace

@@ -1,11 +1,14 @@
 """Op labels against TorchLens itself: the same model and input traced by TorchLens (in a
 process of its own, as its users run it) and by tokentrace give the same labels, in the same
-order, but for one difference, which docs/from-torchlens.md lists: TorchLens merges ops it
-finds repeating within one forward into passes of one layer (GPT-2's two residual adds of a
-block are add_3_36:1 and add_3_36:2); tokentrace's passes are root calls, so from the first
-such op on the step numbers differ (the types do not).
-Compared: a module of the Python calls whose ATen ops are several or none, a CNN, and tiny
-GPT-2, Llama, BERT, T5, Mixtral (MoE) and Qwen2 forwards.
+order, with the same passes (TorchLens's loops: a module or a loop body that runs again in
+one forward), but for one difference, which docs/from-torchlens.md lists: TorchLens also
+merges some ops that no parameter anchors (GPT-2's two residual adds of a block are
+add_3_36:1 and add_3_36:2), which tokentrace does not, so from the first such op on the step
+numbers differ (the types do not).
+Compared: a module of the Python calls whose ATen ops are several or none, a CNN, loops (a
+Linear in a loop, a block called three times, a GRU cell over time steps), and tiny GPT-2,
+Llama, BERT, T5, Mixtral (MoE), Qwen2 and ALBERT (one layer's parameters shared by all its
+layers) forwards.
 
 TorchLens is a test requirement (scripts/requirements.txt); the test skips where it is not
 installed (the GPU machine's preinstalled environment)."""
@@ -65,6 +68,54 @@ class Cnn(nn.Module):
         return torch.softmax(self.head(torch.flatten(x, 1)), dim=-1)
 
 
+class _Loop(nn.Module):
+    """A Linear run three times in a loop whose body has no module, then a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.head = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        for _ in range(3):
+            x = torch.relu(self.lin(x)) + 1
+        return self.head(x).sum()
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2
+
+
+class _Reused(nn.Module):
+    """One block called three times, with other ops between its calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.block, self.head = _Block(), nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.block(x)
+        x = self.block(torch.sigmoid(x))
+        x = self.block(x + 1)
+        return self.head(x)
+
+
+class _OverTime(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell, self.out = nn.GRUCell(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.zeros(x.shape[0], 4)
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+        return self.out(h)
+
+
 def _gpt2():
     import transformers
     config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50,
@@ -110,6 +161,16 @@ def _case(name):
             vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
             num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
             num_experts_per_tok=2)).eval(), ids
+    if name == "loop":
+        return _Loop().eval(), torch.randn(2, 4)
+    if name == "reused":
+        return _Reused().eval(), torch.randn(2, 4)
+    if name == "rnn":
+        return _OverTime().eval(), torch.randn(2, 3, 4)
+    if name == "albert":  # one layer's parameters shared by its three layers
+        return transformers.AlbertModel(transformers.AlbertConfig(
+            vocab_size=64, embedding_size=8, hidden_size=16, num_hidden_layers=3,
+            num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)).eval(), ids
     if name == "qwen2":
         return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
             vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -117,10 +178,11 @@ def _case(name):
     return _gpt2(), ids
 
 
-_CASES = ("zoo", "cnn", "gpt2", "llama", "bert", "t5", "mixtral", "qwen2")
-# TorchLens finds repeating ops in these (GPT-2's residual adds, BERT's embedding adds,
-# Qwen2's rotary casts)
-_MERGES = ("gpt2", "bert", "qwen2")
+_CASES = ("zoo", "cnn", "gpt2", "llama", "bert", "t5", "mixtral", "qwen2", "loop", "reused",
+          "rnn", "albert")
+# TorchLens merges ops no parameter anchors in these, which tokentrace does not (GPT-2's
+# residual adds, BERT's and ALBERT's embedding adds, Qwen2's rotary casts)
+_MERGES = ("gpt2", "bert", "qwen2", "albert")
 
 # Run as a script: TorchLens's labels of every case, as JSON: [(label, type, passes)] per op
 # call, in execution order (its layer_list: one entry per pass).
@@ -154,20 +216,24 @@ def _ours(name):
     model, x = _case(name)
     with torch.no_grad():
         trace = tt.trace(model, x, kernels="off", ops=True)
-    return [(s.layer_label, s.layer_type) for s in trace.find_sites(tt.where(lambda op: True))]
+    return [(s.layer_label, s.layer_type, s.num_passes)
+            for s in trace.find_sites(tt.where(lambda op: True))]
 
 
 @pytest.mark.parametrize("name", _CASES)
 def test_op_labels_are_torchlens_labels(name, torchlens_labels):
+    """Label for label, passes included; in _MERGES up to the first op TorchLens merges with
+    another that no parameter anchors (the numbers after it differ, the types do not)."""
     theirs = torchlens_labels[name]
     ours = _ours(name)
     assert len(ours) == len(theirs), (ours, theirs)
-    merged = False  # from TorchLens's first op of a layer it merged within the forward on
-    for (label, kind), (their_label, their_kind, passes) in zip(ours, theirs):
+    differed = False
+    for (label, kind, passes), (their_label, their_kind, their_passes) in zip(ours, theirs):
         assert kind == their_kind, (name, label, their_label)
-        merged = merged or passes > 1
-        if not merged:
+        if name not in _MERGES:
+            assert (label, passes) == (their_label, their_passes), (name, label, their_label)
+        differed = differed or (label, passes) != (their_label, their_passes)
+        if not differed:
             assert label == their_label, (name, label, their_label)
-    # Those without ops TorchLens merges compare label for label, to the end (Qwen2's rotary
-    # casts merge with transformers 5.17, not 5.24)
-    assert not merged or name in _MERGES
+    # Qwen2's rotary casts merge with transformers 5.17, not 5.24
+    assert differed or name in ("qwen2",) or name not in _MERGES

@@ -29,6 +29,7 @@ the token is the root call, as for module rules; calls= selects among them in th
 
 import functools
 import operator
+import warnings
 
 from .._common import ROOT, OpMode, first_tensor, op_type, op_types_of, replace_in_output
 from .._errors import fail
@@ -140,6 +141,14 @@ class OpEdits(OpMode):
             return out
         token, numbering = hooks.token, hooks.live_labels
         numbers = [numbering.number(token, kind) for kind, _, _, _ in found]
+        if numbering.looped(token, name, modules, args):
+            warnings.warn(
+                f"tokentrace: {name} in {modules[-1]} runs parameters it ran already in root "
+                f"call {token} (a loop): the trace numbers such ops as TorchLens does, passes "
+                f"of one layer, while an op-level edit that selects by label numbers each op "
+                f"as it runs, so from this op on the labels it selects by are not the trace's "
+                f"(select by tt.func(...) & tt.in_module(...) instead; docs/python.md)",
+                RuntimeWarning, stacklevel=2)
         # Numbered; when no rule can choose an op of these types (a label names its type, a
         # function its own), nothing more to do: most calls end here
         types = op_types_of(name).union([kind for kind, _, _, _ in found])

@@ -60,13 +60,37 @@ def live_ops(func, name, args, kwargs, out):
 
 
 class LiveLabels:
-    """The numbering of one run, as the reader's: per pass (root call), step_index counts every
-    op from 1 and type_index each type's; a later pass takes the step_index of the first pass's
-    op of the same type and type_index."""
+    """The numbering of one run, as the reader's for a model without loops: per pass (root
+    call), step_index counts every op from 1 and type_index each type's; a later pass takes
+    the step_index of the first pass's op of the same type and type_index.
+
+    The reader also follows TorchLens's loops (_read/op_loops.py: ops that run the same
+    parameters again in one root call are passes of one layer), which takes the data flow of
+    the whole root call; here each op is numbered as it runs, so the labels of a model with
+    loops differ from the trace's from the first loop on. looped() finds that first op: it
+    runs parameters an op of the same function and module ran already in this root call."""
 
     def __init__(self):
         self._passes = {}  # pass -> ({type: ops so far}, [ops so far])
         self._first = {}   # (type, type_index) -> step_index in the first pass that ran it
+        self._ran = {}     # pass -> {(function, module addresses, parameter ids)}
+        self._looped = False
+
+    def looped(self, pass_index, name, modules, args):
+        """True once a run: for the first op that runs again, in root call `pass_index`, the
+        parameters an op of function `name` in the same modules ran already (a loop)."""
+        if self._looped:
+            return False
+        params = tuple(id(a) for a in args if isinstance(a, torch.nn.Parameter))
+        if not params:
+            return False
+        key = (name, tuple(m.rsplit(":", 1)[0] for m in modules), params)
+        ran = self._ran.setdefault(pass_index, set())
+        if key in ran:
+            self._looped = True
+            return True
+        ran.add(key)
+        return False
 
     def number(self, pass_index, kind):
         """(type_index, step_index) of the next op of type `kind` in pass `pass_index`."""

@@ -10,16 +10,19 @@ ops (_common/op_groups.py: "python::__getitem__", type getitem). Ops that run ou
 root's calls (generate's own, between tokens) and inner ops (aten::linear's aten::addmm, the
 aten::select of an x[i]) have no label.
 
-The numbering is TorchLens's (its postprocess step "map raw labels to final labels"), within
-each root call: walking that call's ops in the order they started, step_index counts every op
-from 1 and type_index counts the ops of each type from 1; layer_label is
-f"{type}_{type_index}_{step_index}". A pass is a root call: TorchLens numbers the passes of a
-layer that runs again in one forward; a generation runs the model again at every token, so
-pass k is root call k (token k for generate), label is f"{layer_label}:{k}" and label_short
-f"{type}_{type_index}:{k}". Later passes inherit the first pass's step_index, as TorchLens's
-do: the n-th op of a type in pass k has the layer_label of the n-th op of that type in the
-first pass that ran one, so a token that runs fewer ops (no cache set-up after the prefill)
-keeps the labels of the ops it shares. An op with several output tensors takes a label each
+The numbering is TorchLens's (its postprocess steps "detect loops" and "map raw labels to
+final labels"), within each root call. First its loops (op_loops.py): ops that run the same
+parameters again in the root call, and the ops in lockstep with them in the data flow, are
+passes of one layer. Then, walking that call's ops in the order they started, step_index
+counts layers from 1 and type_index each type's layers from 1; layer_label is
+f"{type}_{type_index}_{step_index}", label f"{layer_label}:{pass}" and label_short
+f"{type}_{type_index}:{pass}". A generation runs the model again at every token: a layer's
+pass is root call k (token k for generate) when it runs once a root call, and counts its runs
+over the trace when it runs more often (a loop: passes 1..3 in root call 1, 4..6 in root
+call 2). Later root calls inherit the first's step_index, as TorchLens's passes do: the n-th
+layer of a type in root call k has the layer_label of the n-th layer of that type in the
+first root call that ran one, so a token that runs fewer ops (no cache set-up after the
+prefill) keeps the labels of the ops it shares. An op with several output tensors takes a label each
 (a split's pieces, max with dim='s two tensors: op records keep each); an op with none
 (aten::is_nonzero) takes none. The calls of OP_SAVE_SITE (saved op outputs,
 _record/op_saver.py) and their ops are not the model's: they give their tensor to the op call
@@ -57,8 +60,9 @@ class OpSite:
     """One op of one root call, with its TorchLens labels (the view tt.where predicates get).
 
     func_name: the ATen name ("aten::relu"); layer_type: its type ("relu"); type_index,
-    step_index, pass_index (the root call k); layer_label "relu_1_2", label "relu_1_2:k",
-    label_short "relu_1:k"; name, k: the op call (trace[f"{name}:{k}"] is it); token;
+    step_index, pass_index (its layer's pass: the root call k, or for a loop's layer the count
+    of its runs); root: the root call k; layer_label "relu_1_2", label "relu_1_2:p",
+    label_short "relu_1:p"; name, k: the op call (trace[f"{name}:{k}"] is it); token;
     module: the innermost module call ("site:k"); modules: the module calls it ran in,
     outermost (the root call) first; output_index: which output tensor of the op it is; out,
     shape: that tensor (saved) or its OutputMeta."""
@@ -145,8 +149,8 @@ class OpLabel:
     def out(self) -> Any:
         if len(self.passes) != 1:
             first, last = self.passes[0].pass_index, self.passes[-1].pass_index
-            fail(f"{self.layer_label} ran in {len(self.passes)} root calls (passes {first}.."
-                 f"{last}); take one with trace['{self.layer_label}:k'], or all with .outs")
+            fail(f"{self.layer_label} ran {len(self.passes)} times (passes {first}..{last}); "
+                 f"take one with trace['{self.layer_label}:k'], or all with .outs")
         return self.passes[0].out
 
     @property
