@@ -180,7 +180,8 @@ def test_data_flow_joins_each_op_to_the_ops_that_fed_it():
     trace = _trace(model, torch.randn(2, 4))
     db = sqlite3.connect(trace.path)
     rows = db.execute("SELECT s.name, l.output, l.tensor FROM op_links l JOIN calls c ON "
-                      "c.id = l.call_id JOIN sites s ON s.id = c.site_id ORDER BY l.rowid").fetchall()
+                      "c.id = l.call_id JOIN sites s ON s.id = c.site_id "
+                      "ORDER BY l.rowid").fetchall()
     db.close()
     made, read = {}, set()  # tensor -> the op that returned it last; (reader, its maker)
     for name, output, tensor in rows:
