@@ -131,8 +131,8 @@ void tokentrace_output_current(uint32_t path_id, uint32_t dtype_id, int ndim,
   recorder::OutputOfCurrent(path_id, dtype_id, ndim, shape);
 }
 
-void tokentrace_link(int output, uint32_t slot, uint64_t tensor) {
-  recorder::LinkOfCurrent(output != 0, slot, tensor);
+void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors) {
+  recorder::LinksOfCurrent(n, slots, tensors);
 }
 
 void tokentrace_escape(int kind) {
@@ -187,7 +187,7 @@ const tokentrace_api* tokentrace_get_api(void) {
   static const tokentrace_api api = {
       sizeof(tokentrace_api),     TOKENTRACE_API_VERSION, &tokentrace_site,
       &tokentrace_push,           &tokentrace_pop,        &tokentrace_text,
-      &tokentrace_output_current, &tokentrace_escape,     &tokentrace_link,
+      &tokentrace_output_current, &tokentrace_escape,     &tokentrace_links,
   };
   return &api;
 }

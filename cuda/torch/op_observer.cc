@@ -40,7 +40,7 @@ namespace {
 
 // The part of the table we call: up to and including `link`. A library with a longer table
 // (entries added at the end) still serves us; a shorter one or another API version does not.
-constexpr size_t kApiSizeNeeded = offsetof(tokentrace_api, link) + sizeof(tokentrace_api::link);
+constexpr size_t kApiSizeNeeded = offsetof(tokentrace_api, links) + sizeof(tokentrace_api::links);
 constexpr int kSiteKindOp = TOKENTRACE_SITE_OP;
 constexpr int kHostRead = 4;  // tokentrace_escape kind of a host read
 
@@ -59,6 +59,7 @@ struct ThreadState {
   std::array<uint32_t, 64> dtype_ids{};               // by ScalarType, 0 = not interned yet
   std::array<uint32_t, 64> path_ids{};                // "" then "[1]".."[63]"
   int escape_depth = 0;                               // open escape ops on this thread
+  int op_depth = 0;  // open ops on this thread: data flow is recorded for the outermost only
 };
 thread_local ThreadState t_state;
 
@@ -90,22 +91,74 @@ uint64_t Identity(const at::Tensor& t) {
 // arguments (ints, floats, bools, int lists: x[:, t]'s aten::select index t) go as one hash,
 // under slot kArgsSlot: ops that differ in them are not passes of one layer (TorchLens's
 // loops compare them).
-constexpr uint32_t kArgsSlot = 0x7fffffff;
+constexpr uint32_t kArgsSlot = TOKENTRACE_LINK_ARGS;
 
 uint64_t Mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }  // FNV-1a step
 
+// Entries for g_api.links, sent in batches (two go in one ring event).
+class Links {
+ public:
+  ~Links() { Flush(); }
+  void Add(uint32_t slot, uint64_t tensor) {
+    if (n_ == kBatch) Flush();
+    slots_[n_] = slot;
+    tensors_[n_++] = tensor;
+  }
+  void Flush() {
+    if (n_ > 0) g_api.links(n_, slots_.data(), tensors_.data());
+    n_ = 0;
+  }
+
+ private:
+  static constexpr int kBatch = 16;
+  std::array<uint32_t, kBatch> slots_{};
+  std::array<uint64_t, kBatch> tensors_{};
+  int n_ = 0;
+};
+
+// The bits of a wrapped number (a CPU scalar tensor of a Python int, float or bool), read
+// without an op (aten::item would be recorded, inside the observer).
+uint64_t WrappedValue(const at::Tensor& t) {
+  uint64_t bits = static_cast<uint64_t>(t.scalar_type()) << 56;
+  const void* data = t.const_data_ptr();
+  if (data == nullptr) return bits;
+  switch (t.scalar_type()) {
+    case at::kDouble:
+    case at::kLong: {
+      uint64_t word = 0;
+      std::memcpy(&word, data, sizeof(word));
+      return bits ^ word;
+    }
+    case at::kBool:
+      return bits ^ static_cast<uint64_t>(*static_cast<const bool*>(data));
+    default:
+      return bits;
+  }
+}
+
 void LinkInputs(const at::RecordFunction& fn) {
   const c10::ArrayRef<const c10::IValue> inputs = fn.inputs();
+  Links links;
   uint64_t args = 0xcbf29ce484222325ull;
   bool any_args = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const c10::IValue& v = inputs[i];
     if (v.isTensor()) {
-      if (v.toTensor().defined()) g_api.link(0, static_cast<uint32_t>(i), Identity(v.toTensor()));
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) continue;
+      if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        // x + 1's 1, made a tensor for the op by torch's argument parser, not an op: a value,
+        // not data flow (its address may be a freed tensor's, which would join it to that
+        // tensor's op)
+        args = Mix(Mix(args, i), WrappedValue(t));
+        any_args = true;
+      } else {
+        links.Add(static_cast<uint32_t>(i), Identity(t));
+      }
     } else if (v.isList()) {
       for (const c10::IValue& e : v.toListRef()) {
         if (e.isTensor() && e.toTensor().defined()) {
-          g_api.link(0, static_cast<uint32_t>(i), Identity(e.toTensor()));
+          links.Add(static_cast<uint32_t>(i), Identity(e.toTensor()));
         } else if (e.isInt()) {
           args = Mix(Mix(args, i), static_cast<uint64_t>(e.toInt()));
           any_args = true;
@@ -119,15 +172,19 @@ void LinkInputs(const at::RecordFunction& fn) {
       any_args = true;
     }
   }
-  if (any_args) g_api.link(0, kArgsSlot, args & 0x7fffffffffffffffull);  // SQLite INTEGER
+  if (any_args) links.Add(kArgsSlot, args & 0x7fffffffffffffffull);  // a SQLite INTEGER
 }
 
 std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
   const char* name = fn.name();
   g_api.push(SiteOf(name));
-  try {
-    LinkInputs(fn);
-  } catch (...) {  // an odd argument: the op stays, without its data flow
+  // Data flow of the outermost ops only: an op's inner ops (aten::linear's aten::t and
+  // aten::addmm) are part of it to the reader, and their links would double what is written
+  if (t_state.op_depth++ == 0) {
+    try {
+      LinkInputs(fn);
+    } catch (...) {  // an odd argument: the op stays, without its data flow
+    }
   }
   if (!IsEscapeOp(name)) return nullptr;
   // Nested escape ops (is_nonzero -> item -> _local_scalar_dense) are one read: report it once,
@@ -167,12 +224,13 @@ uint32_t PathId(size_t index) {
   return id;
 }
 
-// Records one output tensor (shape and dtype, and its identity for data flow) under output
-// path `index` on the innermost open call, which is the op's here. False for a tensor whose
-// shape cannot be read.
-bool RecordTensor(const at::Tensor& t, size_t index) {
+// Records one output tensor (shape and dtype, and its identity for data flow in `links`, when
+// given) under output path `index` on the innermost open call, which is the op's here. False
+// for a tensor whose shape cannot be read.
+bool RecordTensor(const at::Tensor& t, size_t index, Links* links) {
   if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
-  g_api.link(1, static_cast<uint32_t>(index), Identity(t));
+  if (links != nullptr)
+    links->Add(TOKENTRACE_LINK_OUTPUT | static_cast<uint32_t>(index), Identity(t));
   const auto sizes = t.sizes();
   g_api.output_current(PathId(index), DtypeId(t.scalar_type()), static_cast<int>(sizes.size()),
                        sizes.data());
@@ -183,24 +241,28 @@ bool RecordTensor(const at::Tensor& t, size_t index) {
 // output i): most ops return one; max/min/median with dim=, topk, sort return two, and a
 // split returns a list, whose pieces are recorded as the outputs [0], [1], ... (up to 64).
 // The reader (python/tokentrace/_read/op_sites.py) gives each tensor its TorchLens label.
-void RecordTensors(const at::RecordFunction& fn) {
+void RecordTensors(const at::RecordFunction& fn, bool outermost) {
   const std::vector<c10::IValue>& outputs = fn.outputs();
+  Links links;  // sent when it goes out of scope, before the op's pop
+  Links* flow = outermost ? &links : nullptr;
   for (size_t i = 0; i < outputs.size() && i < t_state.path_ids.size(); ++i) {
     const c10::IValue& v = outputs[i];
     if (v.isTensor()) {
-      if (!RecordTensor(v.toTensor(), i)) return;
+      if (!RecordTensor(v.toTensor(), i, flow)) return;
     } else if (v.isTensorList() && outputs.size() == 1) {
       const c10::List<at::Tensor> pieces = v.toTensorList();
       for (size_t j = 0; j < pieces.size() && j < t_state.path_ids.size(); ++j) {
-        if (!RecordTensor(pieces.get(j), j)) return;
+        if (!RecordTensor(pieces.get(j), j, flow)) return;
       }
     }
   }
 }
 
 void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  const bool outermost = t_state.op_depth <= 1;
+  if (t_state.op_depth > 0) --t_state.op_depth;
   try {
-    RecordTensors(fn);
+    RecordTensors(fn, outermost);
   } catch (...) {  // an odd tensor: the call stays, without its shape
   }
   if (ctx != nullptr && t_state.escape_depth > 0) --t_state.escape_depth;
@@ -222,7 +284,7 @@ void Start(int64_t api_address, bool host_reads) {
               "); rebuild both with scripts/setup.sh");
   TORCH_CHECK(api->site != nullptr && api->push != nullptr && api->pop != nullptr &&
                   api->text != nullptr && api->output_current != nullptr &&
-                  api->escape != nullptr && api->link != nullptr,
+                  api->escape != nullptr && api->links != nullptr,
               "tokentrace: the C API table has a null entry; rebuild with scripts/setup.sh");
   // Only the entries we need are copied: a longer table's tail may be a layout we do not know.
   std::memcpy(&g_api, api, kApiSizeNeeded);

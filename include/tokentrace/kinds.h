@@ -45,7 +45,14 @@
   X(TOKENTRACE_LOSS_INPUTS_FAILED, 17, "inputs_failed") /* counted by the Python layer */  \
   X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")                                \
   X(TOKENTRACE_LOSS_COMPILED_UNATTRIBUTED, 19, "compiled_unattributed") /* Python layer */ \
-  X(TOKENTRACE_LOSS_NO_MEMORY, 20, "no_memory")
+  X(TOKENTRACE_LOSS_NO_MEMORY, 20, "no_memory")                                            \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_LINKS, 21, "write_failed_links")
+
+/* Op data flow (tokentrace_links, the op_links table): a slot with this bit is an output's
+ * index, without it an argument's; the argument slot TOKENTRACE_LINK_ARGS holds no tensor but
+ * a hash of the op's non-tensor arguments. */
+#define TOKENTRACE_LINK_OUTPUT 0x80000000u
+#define TOKENTRACE_LINK_ARGS 0x7fffffffu
 
 #define TOKENTRACE_KIND_ENUMERATOR_(name, value, text) name = value,
 enum tokentrace_site_kind { TOKENTRACE_SITE_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };

@@ -101,11 +101,12 @@ TOKENTRACE_EXPORT void tokentrace_output_current(uint32_t path_id, uint32_t dtyp
 /* Records a host read of device state (kind 4: reported by the Python layer or, with op
  * records on a CPU model, by the op observer). */
 TOKENTRACE_EXPORT void tokentrace_escape(int kind);
-/* Op data flow (op records): the innermost open call on the calling thread read (`output` 0:
- * argument `slot`) or returned (`output` 1: output `slot`, slot < 2^31) the tensor whose
- * identity is `tensor` (its TensorImpl address). Stored in op_links; a reader joins each
- * input to the op that last returned the same tensor. Does nothing when no call is open. */
-TOKENTRACE_EXPORT void tokentrace_link(int output, uint32_t slot, uint64_t tensor);
+/* Op data flow (op records): the innermost open call on the calling thread read or returned
+ * the `n` tensors whose identities (TensorImpl addresses) are tensors[i], in slots[i]: an
+ * argument's index (a list's tensors share it), or TOKENTRACE_LINK_OUTPUT (kinds.h) | an output's
+ * index (below 2^31 - 1). Stored in op_links (two a ring event); a reader joins each input to the
+ * op that last returned the same tensor. Does nothing when no call is open. */
+TOKENTRACE_EXPORT void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors);
 
 /* Kernel modes: "off" | "summary" | "full" | "sample:N" (N >= 1). The recorder's parser is the
  * one judge of a mode; the Python layer asks it through these. Both strings are static. */
@@ -139,7 +140,7 @@ TOKENTRACE_EXPORT int tokentrace_file_being_written(const char* path);
  * New entries go at the end; a changed signature bumps TOKENTRACE_API_VERSION.
  *
  *   offset  0  struct_size, api_version (uint32_t each)
- *   offset  8  site, push, pop, text, output_current, escape, link (one pointer each)
+ *   offset  8  site, push, pop, text, output_current, escape, links (one pointer each)
  */
 typedef struct tokentrace_api {
   uint32_t struct_size; /* sizeof(tokentrace_api) of the library */
@@ -150,7 +151,7 @@ typedef struct tokentrace_api {
   uint32_t (*text)(const char* text);
   void (*output_current)(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
   void (*escape)(int kind);
-  void (*link)(int output, uint32_t slot, uint64_t tensor); /* added after escape */
+  void (*links)(int n, const uint32_t* slots, const uint64_t* tensors); /* after escape */
 } tokentrace_api;
 
 /* The library's table: static, never NULL, valid for the life of the process. */

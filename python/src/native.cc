@@ -423,6 +423,7 @@ NB_MODULE(_native, m) {
   m.attr("TOKENS_SCAN_SQL") = tokentrace_tokens_scan_sql();
   m.attr("META_SUMMARIES") = tokentrace_meta_summaries();
   m.attr("SCHEMA_VERSION") = tokentrace_schema_version();
+  m.attr("LINK_ARGS") = TOKENTRACE_LINK_ARGS;  // op_links' slot of the non-tensor arguments' hash
   m.attr("OLDEST_READABLE_SCHEMA") = tokentrace_oldest_readable_schema();
   // Whether a writer holds the trace file open (its shared flock): the C++ store's own test.
   m.def(
@@ -494,7 +495,9 @@ NB_MODULE(_native, m) {
       PyErr_Clear();
       return;
     }
-    tokentrace_link(output, slot, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address)));
+    const uint32_t entry = (output != 0 ? TOKENTRACE_LINK_OUTPUT : 0u) | slot;
+    const uint64_t tensor = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address));
+    tokentrace_links(1, &entry, &tensor);
   });
   m.def("current", [] {
     uint64_t call_id = 0;

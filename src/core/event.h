@@ -31,9 +31,8 @@ enum class EventKind : uint8_t {
   kGraphNodeCloned = 8,
   kOutput = 9,  // call_id; a = dims 0,1 and b = dims 2,3 (int32 pairs); token = dim 4;
                 // site_id = path text id; k = dtype text id | ndim << 24
-  kLink = 10,   // call_id; a = the tensor's identity (its TensorImpl address); site_id = slot:
-                // bit 31 set for an output (low bits its index), clear for an input (its
-                // argument's index)
+  kLink = 10,   // call_id; a, b = two tensors' identities (TensorImpl addresses); site_id,
+                // k = their slots (recorder.h kLinkOutput, kNoLink: b holds none)
 };
 
 struct Event {

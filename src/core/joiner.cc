@@ -63,6 +63,7 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       stack[index].cpu_end_ns = end;
       out->calls.push_back(stack[index]);
       written_open_.erase(stack[index].id);
+      if (!links_.empty()) EmitLinks(stack[index].id, out);
       stack.resize(index);
       break;
     }
@@ -119,13 +120,18 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       break;
     }
     case EventKind::kLink: {
-      // Packing: recorder.cc LinkOfCurrent.
-      LinkRow row;
+      // Packing: recorder.cc LinksOfCurrent (two entries; the second's slot kNoLink: none).
+      const uint32_t slots[2] = {e.site_id, e.k};
+      const uint64_t tensors[2] = {e.a, e.b};
+      LinkRow& row = links_[e.call_id];
       row.call_id = e.call_id;
-      row.output = (e.site_id & recorder::kLinkOutput) != 0;
-      row.slot = e.site_id & ~recorder::kLinkOutput;
-      row.tensor = e.a;
-      out->links.push_back(row);
+      for (int i = 0; i < 2 && slots[i] != recorder::kNoLink; ++i) {
+        std::string& to = (slots[i] & recorder::kLinkOutput) != 0 ? row.outputs : row.inputs;
+        if (!to.empty()) to += ' ';
+        to += std::to_string(slots[i] & ~recorder::kLinkOutput);
+        to += ':';
+        to += std::to_string(tensors[i]);
+      }
       break;
     }
     case EventKind::kGraphNodeCreated: {
@@ -250,7 +256,17 @@ void Joiner::EmitSummaries(Batch* out) {
   summaries_.clear();
 }
 
+void Joiner::EmitLinks(uint64_t call_id, Batch* out) {
+  auto it = links_.find(call_id);
+  if (it == links_.end()) return;
+  out->links.push_back(std::move(it->second));
+  links_.erase(it);
+}
+
 void Joiner::EndDrain(Batch* out) {
+  // Data flow of calls still open (or whose pop was lost): written now, the rest later
+  for (auto& [call_id, row] : links_) out->links.push_back(std::move(row));
+  links_.clear();
   // Records that arrived before their launch event: retry now that more events are in.
   std::vector<Pending> still;
   for (Pending& p : pending_) {

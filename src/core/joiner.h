@@ -116,6 +116,10 @@ class Joiner {
   // Open token calls already written open (cpu_end NULL), so a job killed mid-token leaves a
   // token that reads as unfinished; the row is replaced when the call closes.
   std::unordered_set<uint64_t> written_open_;
+  // Op data flow of calls still open (recorder::LinksOfCurrent), written when the call closes
+  // or the drain ends, whichever is first: one row a call, memory bounded by one drain.
+  std::unordered_map<uint64_t, LinkRow> links_;
+  void EmitLinks(uint64_t call_id, Batch* out);
   std::unordered_map<uint64_t, Correlation> correlations_;
   std::unordered_map<uint64_t, NodeOwner> node_calls_;  // graph node id -> owning call
   std::vector<Pending> pending_;

@@ -333,14 +333,30 @@ void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_
   WriteOutput(s, top->call_id, path_id, dtype_id, ndim, shape);
 }
 
-void LinkOfCurrent(bool output, uint32_t slot, uint64_t tensor) {
-  if (!g_active.load(std::memory_order_relaxed)) return;
+void LinksOfCurrent(int n, const uint32_t* slots, const uint64_t* tensors) {
+  if (!g_active.load(std::memory_order_relaxed) || n <= 0 || slots == nullptr ||
+      tensors == nullptr) {
+    return;
+  }
   ThreadState* s = t_state;
   if (s == nullptr || s->generation != g_generation.load(std::memory_order_relaxed)) return;
   const OpenCall* top = Top(s);
   if (top == nullptr) return;
-  const uint32_t packed = (slot & ~kLinkOutput) | (output ? kLinkOutput : 0u);
-  Write(s, EventKind::kLink, top->call_id, tensor, 0, packed, 0, top->token);
+  uint32_t held_slot = kNoLink;  // an entry waiting for a second in its event
+  uint64_t held = 0;
+  for (int i = 0; i < n; ++i) {
+    if (slots[i] == kNoLink) continue;  // no entry's slot (an output's index is below 2^31 - 1)
+    if (held_slot == kNoLink) {
+      held_slot = slots[i];
+      held = tensors[i];
+      continue;
+    }
+    Write(s, EventKind::kLink, top->call_id, held, tensors[i], held_slot, slots[i], top->token);
+    held_slot = kNoLink;
+  }
+  if (held_slot != kNoLink) {
+    Write(s, EventKind::kLink, top->call_id, held, 0, held_slot, kNoLink, top->token);
+  }
 }
 
 CurrentCall Current() {

@@ -124,12 +124,14 @@ struct OutputRow {
   std::string dtype;  // e.g. "float32"
 };
 
-// A tensor an op call read or returned (op data flow; recorder::LinkOfCurrent).
+// The tensors an op call read and returned (op data flow; recorder::LinksOfCurrent), as
+// space-separated "slot:identity" entries (an argument's slot, or TOKENTRACE_LINK_ARGS with
+// the non-tensor arguments' hash; an output's index). One row a call, or more when a drain
+// ended while the call was open (a reader joins them).
 struct LinkRow {
   uint64_t call_id = 0;
-  bool output = false;
-  uint32_t slot = 0;
-  uint64_t tensor = 0;
+  std::string inputs;
+  std::string outputs;
 };
 
 struct EscapeRow {

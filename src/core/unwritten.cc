@@ -32,7 +32,9 @@ void Unwritten::Add(Batch&& failed) {
       {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES),
        static_cast<int64_t>(failed.escapes.size())},
       {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS),
-       static_cast<int64_t>(failed.outputs.size())}};
+       static_cast<int64_t>(failed.outputs.size())},
+      {LossKindName(TOKENTRACE_LOSS_WRITE_FAILED_LINKS),
+       static_cast<int64_t>(failed.links.size())}};
   for (const auto& [kind, n] : rows) {
     if (n > 0) kept_.losses[kind] += n;
   }

@@ -1,5 +1,6 @@
 // What a failed write (a full disk) could not store. The rows are gone; they are counted as
-// losses ("write_failed_calls", ..._kernels, ..._escapes, ..._outputs) and the counts, the
+// losses ("write_failed_calls", ..._kernels, ..._escapes, ..._outputs,
+// ..._links) and the counts, the
 // loss counters the batch carried and the rows that later rows refer to (sites, kernel
 // names) are kept for the next write, so a file written after space returns, or at exit in
 // the smallest write that fits, still says what is missing.

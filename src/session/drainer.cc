@@ -78,7 +78,8 @@ void Drainer::DrainSteps(DrainBudget* budget) {
 bool Drainer::Write(Batch& batch, std::string* error) {
   // Sites are emitted only once the file exists (preload creates it on first use).
   const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() ||
-                        !batch.outputs.empty() || !batch.call_gpu.empty() || !batch.losses.empty();
+                        !batch.outputs.empty() || !batch.links.empty() || !batch.call_gpu.empty() ||
+                        !batch.losses.empty();
   if (!store_) {
     if (!has_work) return true;
     store_ = parts_.open_store(error);

@@ -95,15 +95,15 @@ CREATE TABLE IF NOT EXISTS token_hist(phase INTEGER, what INTEGER, bucket INTEGE
 CREATE TABLE IF NOT EXISTS token_slowest(token INTEGER PRIMARY KEY, cpu_ns INTEGER);
 -- Each call's first output tensor (shape as JSON), streamed by the Python hooks.
 CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
--- Since version 7. Op data flow, from op records: each tensor an op call read (output 0,
--- `slot` its argument's index; a list's tensors share it) or returned (output 1, `slot` its
--- output's index), by its identity `tensor` (the address of its TensorImpl while it lived).
--- An input comes from the op call with the largest id below the reader's that returned the
--- same tensor; none: a model input, a parameter or a buffer. An input row with slot
--- 2147483647 is no tensor: `tensor` is a hash of the op's non-tensor arguments (ints,
--- floats, bools, int lists), which tells ops that differ in them apart.
-CREATE TABLE IF NOT EXISTS op_links(call_id INTEGER, output INTEGER, slot INTEGER,
-                                    tensor INTEGER);
+-- Since version 7. Op data flow, from op records (outermost ATen ops): the tensors an op
+-- call read (`inputs`) and returned (`outputs`), as space-separated "slot:identity" entries:
+-- an argument's index (a list's tensors share it) or an output's, and the tensor's identity
+-- (the address of its TensorImpl while it lived). An input comes from the op call with the
+-- largest id below the reader's that returned the same tensor; none: a model input, a
+-- parameter or a buffer. The input slot 2147483647 holds no tensor: its value is a hash of
+-- the op's non-tensor arguments (ints, floats, bools, int lists), which tells ops that
+-- differ in them apart. A call has one row, or more when a drain ended while it was open.
+CREATE TABLE IF NOT EXISTS op_links(call_id INTEGER, inputs TEXT, outputs TEXT);
 -- Since version 2. One row per leaf of a call's arguments, written by the Python layer: kind
 -- 'tensor' (shape as JSON, dtype, device), 'value' (a non-tensor: its type, and `value` as a
 -- Python literal for small scalars) or 'object' (a container not looked into: its type).

@@ -54,7 +54,7 @@ constexpr int kOutputColumns = 4;
 constexpr char kCallsInsert[] = "INSERT OR REPLACE INTO calls VALUES";
 constexpr char kKernelsInsert[] = "INSERT INTO kernels VALUES";
 constexpr char kOutputsInsert[] = "INSERT INTO call_outputs VALUES";
-constexpr int kLinkColumns = 4;
+constexpr int kLinkColumns = 3;
 constexpr char kLinksInsert[] = "INSERT INTO op_links VALUES";
 
 // "<head> (?,?,..),(?,?,..)..." for `rows` rows of `columns` parameters.
@@ -210,9 +210,8 @@ void BindOutput(Statement& o, int first, const OutputRow& r) {
 
 void BindLink(Statement& o, int first, const LinkRow& r) {
   o.Bind(first, static_cast<int64_t>(r.call_id));
-  o.Bind(first + 1, static_cast<int64_t>(r.output ? 1 : 0));
-  o.Bind(first + 2, static_cast<int64_t>(r.slot));
-  o.Bind(first + 3, static_cast<int64_t>(r.tensor));
+  o.Bind(first + 1, r.inputs);
+  o.Bind(first + 2, r.outputs);
 }
 
 // Binds one kernel row at parameters first .. first+10.

@@ -357,33 +357,52 @@ TEST_F(RecorderTest, ClonesOfTokenGraphsReplayAsTokens) {
 }
 
 // Op data flow: each tensor an op read or returned, by identity, on the innermost open call;
-// the slot keeps its index and whether it was an output (bit 31 of the event, a flag in the
-// row); a tensor identity of 64 bits survives; nothing when no call is open.
+// entries go two to an event and come out as one row a call, written when it closes, inputs
+// and outputs apart, each with its slot; a tensor identity of 64 bits survives, an entry
+// without a slot (kNoLink) is skipped; nothing when no call is open. A call still open when
+// the drain ends has its entries so far written then, the rest in a row of its own later.
 TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
   const uint32_t outer = sites::Intern("rec.link_outer", SiteKind::kModule);
   const uint32_t op = sites::Intern("aten::add", SiteKind::kOp);
-  recorder::LinkOfCurrent(false, 0, 7);  // no call open: dropped
+  const uint32_t none_slots[] = {0};
+  const uint64_t none_tensors[] = {7};
+  recorder::LinksOfCurrent(1, none_slots, none_tensors);  // no call open: dropped
   recorder::Push(outer);
   recorder::Push(op);
   const uint64_t op_call = recorder::Current().call_id;
-  recorder::LinkOfCurrent(false, 0, 0x7f00deadbeef0010ull);
-  recorder::LinkOfCurrent(false, 2, 0x7f00deadbeef0020ull);
-  recorder::LinkOfCurrent(true, 1, 0x7f00deadbeef0030ull);
+  const uint32_t slots[] = {0, recorder::kNoLink, 2, TOKENTRACE_LINK_ARGS,
+                            recorder::kLinkOutput | 1};
+  const uint64_t tensors[] = {0x7f00deadbeef0010ull, 99, 0x7f00deadbeef0020ull, 12345,
+                              0x7f00deadbeef0030ull};
+  recorder::LinksOfCurrent(5, slots, tensors);
+  recorder::LinksOfCurrent(0, slots, tensors);  // nothing
   recorder::Pop();
-  recorder::Pop();
+  recorder::Push(op);  // open across the end of the drain
+  const uint64_t open_call = recorder::Current().call_id;
+  const uint32_t in_slot[] = {0};
+  recorder::LinksOfCurrent(1, in_slot, tensors);
   Joiner joiner(Mode(KernelMode::kOff));
   Batch batch;
   DrainInto(joiner, &batch);
-  ASSERT_EQ(batch.links.size(), 3u);
-  for (const LinkRow& row : batch.links) EXPECT_EQ(row.call_id, op_call);
-  EXPECT_FALSE(batch.links[0].output);
-  EXPECT_EQ(batch.links[0].slot, 0u);
-  EXPECT_EQ(batch.links[0].tensor, 0x7f00deadbeef0010ull);
-  EXPECT_FALSE(batch.links[1].output);
-  EXPECT_EQ(batch.links[1].slot, 2u);
-  EXPECT_TRUE(batch.links[2].output);
-  EXPECT_EQ(batch.links[2].slot, 1u);
-  EXPECT_EQ(batch.links[2].tensor, 0x7f00deadbeef0030ull);
+  joiner.EndDrain(&batch);
+  ASSERT_EQ(batch.links.size(), 2u);
+  EXPECT_EQ(batch.links[0].call_id, op_call);
+  EXPECT_EQ(batch.links[0].inputs, "0:" + std::to_string(0x7f00deadbeef0010ull) + " 2:" +
+                                       std::to_string(0x7f00deadbeef0020ull) + " 2147483647:12345");
+  EXPECT_EQ(batch.links[0].outputs, "1:" + std::to_string(0x7f00deadbeef0030ull));
+  EXPECT_EQ(batch.links[1].call_id, open_call);
+  EXPECT_EQ(batch.links[1].outputs, "");
+  const uint32_t out_slot[] = {recorder::kLinkOutput};
+  recorder::LinksOfCurrent(1, out_slot, tensors);
+  recorder::Pop();
+  recorder::Pop();
+  Batch later;
+  DrainInto(joiner, &later);
+  joiner.EndDrain(&later);
+  ASSERT_EQ(later.links.size(), 1u);
+  EXPECT_EQ(later.links[0].call_id, open_call);
+  EXPECT_EQ(later.links[0].inputs, "");
+  EXPECT_EQ(later.links[0].outputs, "0:" + std::to_string(0x7f00deadbeef0010ull));
 }
 
 }  // namespace

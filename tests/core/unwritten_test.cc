@@ -13,6 +13,7 @@ TEST(UnwrittenTest, CountsFailedRowsAndCarriesCountersToTheNextWrite) {
   for (uint64_t id = 1; id <= 3; ++id) failed.calls.push_back(CallRow{id, 2, 1, 1, 0, 0, 10, 20});
   failed.call_gpu.push_back(CallGpuDelta{1, 1, 5, 0, 0, 0});
   failed.escapes.resize(2);
+  failed.links.resize(4);
   failed.losses["buffer_full"] = 7;
   failed.sites.push_back(SiteRow{4, "self", SiteKind::kRoot, true});
   failed.meta = {{"kernels_status", "old"}};
@@ -31,6 +32,7 @@ TEST(UnwrittenTest, CountsFailedRowsAndCarriesCountersToTheNextWrite) {
   EXPECT_EQ(next.losses["write_failed_calls"], 3);
   EXPECT_EQ(next.losses["write_failed_kernels"], 5);
   EXPECT_EQ(next.losses["write_failed_escapes"], 2);
+  EXPECT_EQ(next.losses["write_failed_links"], 4);
   EXPECT_EQ(next.losses.count("write_failed_outputs"), 0u);
   ASSERT_EQ(next.sites.size(), 1u);
   EXPECT_EQ(next.sites[0].name, "self");

@@ -179,10 +179,14 @@ def test_data_flow_joins_each_op_to_the_ops_that_fed_it():
     model = Flow().eval()
     trace = _trace(model, torch.randn(2, 4))
     db = sqlite3.connect(trace.path)
-    rows = db.execute("SELECT s.name, l.output, l.tensor FROM op_links l JOIN calls c ON "
-                      "c.id = l.call_id JOIN sites s ON s.id = c.site_id "
-                      "ORDER BY l.rowid").fetchall()
+    found = db.execute("SELECT s.name, l.inputs, l.outputs FROM op_links l JOIN calls c ON "
+                       "c.id = l.call_id JOIN sites s ON s.id = c.site_id "
+                       "ORDER BY l.call_id").fetchall()
     db.close()
+    rows = []  # (op, is an output, identity), inputs before outputs
+    for name, inputs, outputs in found:
+        for text, output in ((inputs, False), (outputs, True)):
+            rows += [(name, output, int(e.split(":")[1])) for e in text.split()]
     made, read = {}, set()  # tensor -> the op that returned it last; (reader, its maker)
     for name, output, tensor in rows:
         if output:

@@ -31,6 +31,8 @@ import json
 from collections import defaultdict, deque
 from typing import Any
 
+from .._common import loader
+
 Node = tuple[int, int]  # (op call id, output index): one labelled tensor
 
 
@@ -40,12 +42,12 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]
     it read, and the hashes of its ATen ops' non-tensor arguments). An input is joined to the
     op that last returned the same tensor; an op's own inner ops are the op."""
     params = _params(trace)
+    args_slot = loader.load().LINK_ARGS  # the slot of a non-tensor arguments' hash (kinds.h)
     producer: dict[int, Node] = {}
     parents: dict[Node, list[Node]] = defaultdict(list)
     uses: dict[int, set[int]] = defaultdict(set)
     args: dict[int, list[int]] = defaultdict(list)
-    for cid, output, slot, tensor in trace._q(
-            "SELECT call_id, output, slot, tensor FROM op_links ORDER BY call_id, output, rowid"):
+    for cid, slot, tensor, output in _entries(trace):
         top = tops.get(cid)
         if output:
             if top is None:  # an op outside the model's calls made it: no site's tensor
@@ -56,7 +58,7 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]
             continue
         if top is None:
             continue
-        if slot == _ARGS_SLOT:
+        if slot == args_slot:
             args[top].append(tensor)
             continue
         if tensor in params:
@@ -75,8 +77,29 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]
             {cid: tuple(hashes) for cid, hashes in args.items()})
 
 
-_ARGS_SLOT = 0x7FFFFFFF  # an input row that holds the non-tensor arguments' hash (schema.sql)
 _MAX_OUTPUTS = 64  # output tensors op records keep per op (op_observer.cc path_ids)
+
+
+def _entries(trace: Any) -> list[tuple[int, int, int, bool]]:
+    """(call id, slot, identity, is an output) of every op_links entry, in the order they
+    happened: by call (ids are handed out as calls open), an op's inputs before its outputs,
+    a call's rows in the order written."""
+    rows: dict[int, tuple[list[str], list[str]]] = {}
+    for cid, inputs, outputs in trace._q("SELECT call_id, inputs, outputs FROM op_links "
+                                         "ORDER BY rowid"):
+        ins, outs = rows.setdefault(cid, ([], []))
+        ins += (inputs or "").split()
+        outs += (outputs or "").split()
+    out = []
+    for cid in sorted(rows):
+        for entries, is_output in zip(rows[cid], (False, True)):
+            for entry in entries:
+                slot, _, tensor = entry.partition(":")
+                try:
+                    out.append((cid, int(slot), int(tensor), is_output))
+                except ValueError:  # a malformed entry (a file written by hand): skipped
+                    continue
+    return out
 
 
 def _params(trace: Any) -> set[int]:
@@ -135,34 +158,46 @@ def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
         for i, member in enumerate(members, 1):
             leader[member], position[member] = members[0], i
 
-    # Every layer that parameters anchor first, then the walks from each: a walk never takes
-    # an op that runs the same parameters as others (those are their own layer's passes).
-    seeds = [members for members in shared.values() if len(members) > 1]
+    # Every layer that parameters anchor first. Then, from each in the order of its first
+    # pass, walks that grow it to the end before the next one's: forward (to the ops that read
+    # its passes' outputs) until no pass has a new neighbour, then backward (to the ops whose
+    # outputs they read), and again while a walk finds a layer. A walk never takes an op that
+    # runs the same parameters as others: those are their own layer's.
+    seeds = sorted((m for m in shared.values() if len(m) > 1), key=lambda m: order[m[0]])
     for members in seeds:
         assign(members)
     for members in seeds:
-        walk = deque([members])
-        while walk:
-            passes = walk.popleft()
+        layers = [members]
+        grown = True
+        while grown:
+            grown = False
             for edges in (children, parents):
-                # Each key's first free neighbour of each pass that has one: two or more are
-                # passes of one layer (a loop's last pass may lack the op that feeds the next)
-                found: dict[tuple[Any, ...], list[Node]] = {}
-                for member in passes:
-                    taken: set[tuple[Any, ...]] = set()
-                    for n in edges.get(member, ()):
-                        if n not in site_of or n in leader:
-                            continue
-                        k = key(n)
-                        if k in taken or n in found.get(k, ()):
-                            continue
-                        taken.add(k)
-                        found.setdefault(k, []).append(n)
-                for picked in found.values():
-                    picked = [n for n in picked if n not in leader]
-                    if len(picked) > 1:
+                walk = deque(layers)
+                while walk:
+                    for picked in _lockstep(walk.popleft(), edges, site_of, leader, key):
                         assign(picked)
+                        layers.append(picked)
                         walk.append(picked)
+                        grown = True
+
+
+def _lockstep(passes: list[Node], edges: dict[Node, list[Node]], site_of: dict[Node, Any],
+              leader: dict[Node, Node], key: Any) -> list[list[Node]]:
+    """The new layers next to a layer's passes along `edges`: per key, the first free
+    neighbour of each pass that has one; two or more make a layer (a loop's last pass may
+    lack the op that feeds the next, its first the op before it)."""
+    found: dict[tuple[Any, ...], list[Node]] = {}
+    for member in passes:
+        taken: set[tuple[Any, ...]] = set()
+        for n in edges.get(member, ()):
+            if n not in site_of or n in leader:
+                continue
+            k = key(n)
+            if k in taken or n in found.get(k, ()):
+                continue
+            taken.add(k)
+            found.setdefault(k, []).append(n)
+    return [picked for picked in found.values() if len(picked) > 1]
 
 
 def _shape(site: Any) -> tuple[str, str] | None:
