@@ -135,6 +135,8 @@ void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors) {
   recorder::LinksOfCurrent(n, slots, tensors);
 }
 
+void tokentrace_pop_linked(uint64_t output) { recorder::PopWithOutput(output); }
+
 void tokentrace_escape(int kind) {
   // Any other value is one of the four device escapes (the low bits), never out of range.
   recorder::Escape(0, kind == TOKENTRACE_ESCAPE_HOST_READ ? EscapeKind::kHostRead
@@ -188,6 +190,7 @@ const tokentrace_api* tokentrace_get_api(void) {
       sizeof(tokentrace_api),     TOKENTRACE_API_VERSION, &tokentrace_site,
       &tokentrace_push,           &tokentrace_pop,        &tokentrace_text,
       &tokentrace_output_current, &tokentrace_escape,     &tokentrace_links,
+      &tokentrace_pop_linked,
   };
   return &api;
 }

@@ -38,9 +38,10 @@
 namespace tokentrace::torch_ops {
 namespace {
 
-// The part of the table we call: up to and including `link`. A library with a longer table
+// The part of the table we call: up to and including `pop_linked`. A library with a longer table
 // (entries added at the end) still serves us; a shorter one or another API version does not.
-constexpr size_t kApiSizeNeeded = offsetof(tokentrace_api, links) + sizeof(tokentrace_api::links);
+constexpr size_t kApiSizeNeeded =
+    offsetof(tokentrace_api, pop_linked) + sizeof(tokentrace_api::pop_linked);
 constexpr int kSiteKindOp = TOKENTRACE_SITE_OP;
 constexpr int kHostRead = 4;  // tokentrace_escape kind of a host read
 
@@ -227,10 +228,13 @@ uint32_t PathId(size_t index) {
 // Records one output tensor (shape and dtype, and its identity for data flow in `links`, when
 // given) under output path `index` on the innermost open call, which is the op's here. False
 // for a tensor whose shape cannot be read.
-bool RecordTensor(const at::Tensor& t, size_t index, Links* links) {
+bool RecordTensor(const at::Tensor& t, size_t index, Links* links, uint64_t* first) {
   if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
-  if (links != nullptr)
+  if (links != nullptr && index == 0) {
+    *first = Identity(t);  // goes with the pop (pop_linked)
+  } else if (links != nullptr) {
     links->Add(TOKENTRACE_LINK_OUTPUT | static_cast<uint32_t>(index), Identity(t));
+  }
   const auto sizes = t.sizes();
   g_api.output_current(PathId(index), DtypeId(t.scalar_type()), static_cast<int>(sizes.size()),
                        sizes.data());
@@ -241,32 +245,40 @@ bool RecordTensor(const at::Tensor& t, size_t index, Links* links) {
 // output i): most ops return one; max/min/median with dim=, topk, sort return two, and a
 // split returns a list, whose pieces are recorded as the outputs [0], [1], ... (up to 64).
 // The reader (python/tokentrace/_read/op_sites.py) gives each tensor its TorchLens label.
-void RecordTensors(const at::RecordFunction& fn, bool outermost) {
+// Returns the identity of output 0 for the outermost op's pop (0: none).
+uint64_t RecordTensors(const at::RecordFunction& fn, bool outermost) {
   const std::vector<c10::IValue>& outputs = fn.outputs();
   Links links;  // sent when it goes out of scope, before the op's pop
   Links* flow = outermost ? &links : nullptr;
+  uint64_t first = 0;
   for (size_t i = 0; i < outputs.size() && i < t_state.path_ids.size(); ++i) {
     const c10::IValue& v = outputs[i];
     if (v.isTensor()) {
-      if (!RecordTensor(v.toTensor(), i, flow)) return;
+      if (!RecordTensor(v.toTensor(), i, flow, &first)) return first;
     } else if (v.isTensorList() && outputs.size() == 1) {
       const c10::List<at::Tensor> pieces = v.toTensorList();
       for (size_t j = 0; j < pieces.size() && j < t_state.path_ids.size(); ++j) {
-        if (!RecordTensor(pieces.get(j), j, flow)) return;
+        if (!RecordTensor(pieces.get(j), j, flow, &first)) return first;
       }
     }
   }
+  return first;
 }
 
 void OnOpEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   const bool outermost = t_state.op_depth <= 1;
   if (t_state.op_depth > 0) --t_state.op_depth;
+  uint64_t first = 0;
   try {
-    RecordTensors(fn, outermost);
+    first = RecordTensors(fn, outermost);
   } catch (...) {  // an odd tensor: the call stays, without its shape
   }
   if (ctx != nullptr && t_state.escape_depth > 0) --t_state.escape_depth;
-  g_api.pop();
+  if (first != 0) {
+    g_api.pop_linked(first);
+  } else {
+    g_api.pop();
+  }
 }
 
 // `api_address`: tokentrace_get_api() of libtokentrace.so, from _native.api_address().
@@ -284,7 +296,7 @@ void Start(int64_t api_address, bool host_reads) {
               "); rebuild both with scripts/setup.sh");
   TORCH_CHECK(api->site != nullptr && api->push != nullptr && api->pop != nullptr &&
                   api->text != nullptr && api->output_current != nullptr &&
-                  api->escape != nullptr && api->links != nullptr,
+                  api->escape != nullptr && api->links != nullptr && api->pop_linked != nullptr,
               "tokentrace: the C API table has a null entry; rebuild with scripts/setup.sh");
   // Only the entries we need are copied: a longer table's tail may be a layout we do not know.
   std::memcpy(&g_api, api, kApiSizeNeeded);

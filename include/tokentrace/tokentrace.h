@@ -38,11 +38,11 @@ extern "C" {
 #define TOKENTRACE_NVTX_CATEGORY_MODULE 1
 #define TOKENTRACE_NVTX_CATEGORY_ROOT 2
 
-/* Op records push and pop a call per ATen op (3 ring events with its output): a decode step
- * can make thousands. With op records on and TOKENTRACE_BUFFER_EVENTS unset, the per-thread
- * ring gets this many events (48 B each, 24 MiB) instead of the default, so a 200 ms flush
- * period holds some 170,000 ops. */
-#define TOKENTRACE_OPS_BUFFER_EVENTS (1u << 19)
+/* Op records push and pop a call per ATen op (3 ring events with its output, 4 to 5 with its
+ * data flow): a decode step can make thousands. With op records on and
+ * TOKENTRACE_BUFFER_EVENTS unset, the per-thread ring gets this many events (48 B each,
+ * 48 MiB) instead of the default, so a 200 ms flush period holds some 200,000 ops. */
+#define TOKENTRACE_OPS_BUFFER_EVENTS (1u << 20)
 /* The largest call number k and token number: both are 32 bits in the recorder's events and
  * in the patch table's call selectors (cuda/patch_table.h), numbered from 1. */
 #define TOKENTRACE_MAX_CALL_NUMBER 4294967295u
@@ -107,6 +107,9 @@ TOKENTRACE_EXPORT void tokentrace_escape(int kind);
  * index (below 2^31 - 1). Stored in op_links (two a ring event); a reader joins each input to the
  * op that last returned the same tensor. Does nothing when no call is open. */
 TOKENTRACE_EXPORT void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors);
+/* tokentrace_pop for an op whose output 0 is the tensor of identity `output` (0: none): its
+ * data flow entry TOKENTRACE_LINK_OUTPUT | 0 rides in the pop's ring event. */
+TOKENTRACE_EXPORT void tokentrace_pop_linked(uint64_t output);
 
 /* Kernel modes: "off" | "summary" | "full" | "sample:N" (N >= 1). The recorder's parser is the
  * one judge of a mode; the Python layer asks it through these. Both strings are static. */
@@ -140,7 +143,8 @@ TOKENTRACE_EXPORT int tokentrace_file_being_written(const char* path);
  * New entries go at the end; a changed signature bumps TOKENTRACE_API_VERSION.
  *
  *   offset  0  struct_size, api_version (uint32_t each)
- *   offset  8  site, push, pop, text, output_current, escape, links (one pointer each)
+ *   offset  8  site, push, pop, text, output_current, escape, links, pop_linked (one pointer
+ *              each)
  */
 typedef struct tokentrace_api {
   uint32_t struct_size; /* sizeof(tokentrace_api) of the library */
@@ -152,6 +156,7 @@ typedef struct tokentrace_api {
   void (*output_current)(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
   void (*escape)(int kind);
   void (*links)(int n, const uint32_t* slots, const uint64_t* tensors); /* after escape */
+  void (*pop_linked)(uint64_t output);
 } tokentrace_api;
 
 /* The library's table: static, never NULL, valid for the life of the process. */

@@ -4,7 +4,7 @@
 //   offset  field      push/mark        pop        launch/escape/graph launch   node created / cloned
 //   0       ticks      raw clock ticks (core/clock.h), converted on the background thread
 //   8       call_id    the new call     the call   innermost open call (0 none) innermost open call
-//   16      a          parent call id   -          correlation id               node id / original node id
+//   16      a          parent call id   output 0 *   correlation id               node id / original node id
 //   24      b          -                -          -                            - / new node id
 //   32      site_id    site             site       graph exec id (graph launch) graph id / graph exec id
 //   36      k          0 (see below)    -          escape kind (escape)         -
@@ -12,6 +12,8 @@
 //   44      kind       EventKind
 //   45      generation low 8 bits of the session generation (stale events are skipped)
 // clang-format on
+// * A pop's a: the identity of an op's output tensor 0 (op data flow; recorder::PopWithOutput),
+// or 0.
 // A push or mark writes k = 0: calls are numbered per site by the joiner (core/joiner.h), on
 // the background thread, so the hot path needs no per-site counter.
 #pragma once

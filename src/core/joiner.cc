@@ -63,6 +63,11 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       stack[index].cpu_end_ns = end;
       out->calls.push_back(stack[index]);
       written_open_.erase(stack[index].id);
+      if (e.a != 0) {  // its output 0's identity (recorder::PopWithOutput)
+        LinkRow& row = links_[e.call_id];
+        row.call_id = e.call_id;
+        row.outputs.insert(0, "0:" + std::to_string(e.a) + (row.outputs.empty() ? "" : " "));
+      }
       if (!links_.empty()) EmitLinks(stack[index].id, out);
       stack.resize(index);
       break;

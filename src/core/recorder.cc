@@ -201,7 +201,9 @@ void Push(uint32_t site_id) {
   Write(s, EventKind::kPush, id, parent_id, 0, site_id, k, token);
 }
 
-void Pop() {
+void Pop() { PopWithOutput(0); }
+
+void PopWithOutput(uint64_t output) {
   if (!g_active.load(std::memory_order_relaxed)) return;
   ThreadState* s = State();
   if (s == nullptr) return;
@@ -213,7 +215,7 @@ void Pop() {
   if (s->depth >= kMaxDepth) return;  // its push was not stored either
   const OpenCall& c = s->stack[s->depth];
   if (c.is_token && s->token_depth > 0) --s->token_depth;
-  Write(s, EventKind::kPop, c.call_id, 0, 0, c.site_id, 0, c.token);
+  Write(s, EventKind::kPop, c.call_id, output, 0, c.site_id, 0, c.token);
 }
 
 void Mark(uint32_t site_id) {

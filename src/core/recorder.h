@@ -22,6 +22,10 @@ bool Active();
 void Push(uint32_t site_id);
 // Closes this thread's innermost call. With no open call, counts an "unbalanced_pop" loss.
 void Pop();
+// The same for an op of op records whose output 0 is the tensor of identity `output` (its
+// data flow, as LinksOfCurrent's entry kLinkOutput | 0 would say, in the pop's event: one
+// event fewer an op). 0: none.
+void PopWithOutput(uint64_t output);
 // A named NVTX mark: recorded as a zero-length call of the site.
 void Mark(uint32_t site_id);
 

@@ -361,6 +361,7 @@ TEST_F(RecorderTest, ClonesOfTokenGraphsReplayAsTokens) {
 // and outputs apart, each with its slot; a tensor identity of 64 bits survives, an entry
 // without a slot (kNoLink) is skipped; nothing when no call is open. A call still open when
 // the drain ends has its entries so far written then, the rest in a row of its own later.
+// An op's output 0 may come with its pop (PopWithOutput), first among its outputs.
 TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
   const uint32_t outer = sites::Intern("rec.link_outer", SiteKind::kModule);
   const uint32_t op = sites::Intern("aten::add", SiteKind::kOp);
@@ -375,9 +376,9 @@ TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
   const uint64_t tensors[] = {0x7f00deadbeef0010ull, 99, 0x7f00deadbeef0020ull, 12345,
                               0x7f00deadbeef0030ull};
   recorder::LinksOfCurrent(5, slots, tensors);
-  recorder::LinksOfCurrent(0, slots, tensors);  // nothing
-  recorder::Pop();
-  recorder::Push(op);  // open across the end of the drain
+  recorder::LinksOfCurrent(0, slots, tensors);     // nothing
+  recorder::PopWithOutput(0x7f00deadbeef0040ull);  // output 0, in the pop's event
+  recorder::Push(op);                              // open across the end of the drain
   const uint64_t open_call = recorder::Current().call_id;
   const uint32_t in_slot[] = {0};
   recorder::LinksOfCurrent(1, in_slot, tensors);
@@ -389,7 +390,8 @@ TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
   EXPECT_EQ(batch.links[0].call_id, op_call);
   EXPECT_EQ(batch.links[0].inputs, "0:" + std::to_string(0x7f00deadbeef0010ull) + " 2:" +
                                        std::to_string(0x7f00deadbeef0020ull) + " 2147483647:12345");
-  EXPECT_EQ(batch.links[0].outputs, "1:" + std::to_string(0x7f00deadbeef0030ull));
+  EXPECT_EQ(batch.links[0].outputs, "0:" + std::to_string(0x7f00deadbeef0040ull) +
+                                        " 1:" + std::to_string(0x7f00deadbeef0030ull));
   EXPECT_EQ(batch.links[1].call_id, open_call);
   EXPECT_EQ(batch.links[1].outputs, "");
   const uint32_t out_slot[] = {recorder::kLinkOutput};

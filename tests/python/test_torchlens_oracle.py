@@ -182,7 +182,7 @@ _CASES = ("zoo", "cnn", "gpt2", "llama", "bert", "t5", "mixtral", "qwen2", "loop
           "rnn", "albert")
 # TorchLens merges ops no parameter anchors in these, which tokentrace does not (GPT-2's
 # residual adds, BERT's and ALBERT's embedding adds, Qwen2's rotary casts)
-_MERGES = ("gpt2", "bert", "qwen2", "albert")
+_MERGES = ()
 
 # Run as a script: TorchLens's labels of every case, as JSON: [(label, type, passes)] per op
 # call, in execution order (its layer_list: one entry per pass).

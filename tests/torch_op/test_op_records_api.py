@@ -11,7 +11,7 @@ import torch
 
 _HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "include", "tokentrace", "tokentrace.h")
-_ENTRIES = ("site", "push", "pop", "text", "output_current", "escape", "links")
+_ENTRIES = ("site", "push", "pop", "text", "output_current", "escape", "links", "pop_linked")
 
 
 class _Table(ctypes.Structure):
@@ -51,7 +51,7 @@ def _mismatch(got_size, got_version):
 
 
 def test_a_shorter_table_is_refused(tto):
-    short = ctypes.sizeof(_Table) - ctypes.sizeof(ctypes.c_void_p)  # no `links`
+    short = ctypes.sizeof(_Table) - ctypes.sizeof(ctypes.c_void_p)  # no `pop_linked`
     message = _refused(_table(struct_size=short))
     assert message.startswith(_mismatch(short, _api_version())), message
     assert "\n" not in message

@@ -59,6 +59,13 @@ def live_ops(func, name, args, kwargs, out):
     return [(t, 0, None, None) for t in types] + [(last, i) + t for i, t in enumerate(tensors)]
 
 
+_Tensor = torch.Tensor
+
+
+def _is_param(value):
+    return isinstance(value, torch.nn.Parameter)
+
+
 class LiveLabels:
     """The numbering of one run, as the reader's for a model without loops: per pass (root
     call), step_index counts every op from 1 and type_index each type's; a later pass takes
@@ -81,9 +88,12 @@ class LiveLabels:
         parameters an op of function `name` in the same modules ran already (a loop)."""
         if self._looped:
             return False
-        params = tuple(id(a) for a in args if isinstance(a, torch.nn.Parameter))
-        if not params:
+        for a in args:  # most calls read no parameter: one pass, no generator, and a plain
+            if type(a) is not _Tensor and _is_param(a):  # tensor skips Parameter's slow
+                break                                     # __instancecheck__
+        else:
             return False
+        params = tuple(id(a) for a in args if type(a) is not _Tensor and _is_param(a))
         key = (name, tuple(m.rsplit(":", 1)[0] for m in modules), params)
         ran = self._ran.setdefault(pass_index, set())
         if key in ran:

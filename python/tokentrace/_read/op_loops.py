@@ -166,7 +166,8 @@ def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
     seeds = sorted((m for m in shared.values() if len(m) > 1), key=lambda m: order[m[0]])
     for members in seeds:
         assign(members)
-    for members in seeds:
+
+    def grow(members: list[Node]) -> None:
         layers = [members]
         grown = True
         while grown:
@@ -179,6 +180,51 @@ def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
                         layers.append(picked)
                         walk.append(picked)
                         grown = True
+
+    for members in seeds:
+        grow(members)
+    # Then what no parameter anchors: chains of one op reused in a module, and the ops in
+    # lockstep with them (the module calls that feed a block's two residual adds)
+    chains = _chains(site_of, parents, uses, leader, key)
+    for chain in chains:
+        assign(chain)
+    for chain in chains:
+        grow(chain)
+
+
+def _chains(site_of: dict[Node, Any], parents: dict[Node, list[Node]],
+            uses: dict[int, frozenset[int]], leader: dict[Node, Node], key: Any
+            ) -> list[list[Node]]:
+    """Chains of ops in a layer of their own, inside a module, that read no parameter, where
+    each feeds the next directly and all have one key (a block's two residual adds, an
+    embedding's sum of three): TorchLens takes them for passes of one op reused."""
+    head: dict[Node, Node] = {}
+
+    def find(node: Node) -> Node:
+        while head.get(node, node) != node:
+            node = head[node]
+        return node
+
+    def free(node: Node) -> bool:
+        s = site_of.get(node)
+        return (s is not None and node not in leader and len(s.modules) > 1
+                and not uses.get(s.call_id))
+
+    for node in site_of:
+        if not free(node):
+            continue
+        for parent in parents.get(node, ()):
+            if free(parent) and key(parent) == key(node):
+                a, b = find(parent), find(node)
+                if a != b:
+                    head[b] = a
+    chains: dict[Node, list[Node]] = defaultdict(list)
+    for node in head:
+        chains[find(node)].append(node)
+    for first, members in chains.items():
+        if first not in members:
+            members.append(first)
+    return [members for members in chains.values() if len(members) > 1]
 
 
 def _lockstep(passes: list[Node], edges: dict[Node, list[Node]], site_of: dict[Node, Any],
