@@ -314,22 +314,33 @@ def gpt2_trace(gpt2):
 
 def test_gpt2_each_root_call_is_a_pass_numbered_by_the_rule(gpt2_trace):
     every = list(gpt2_trace.find_sites(tt.where(lambda op: True)))
-    assert sorted({s.pass_index for s in every}) == [1, 2, 3]  # one pass per token
-    first = [s for s in every if s.pass_index == 1]
-    # Pass 1 by the rule: step_index counts every op from 1, type_index each type's ops.
-    assert [s.step_index for s in first] == list(range(1, len(first) + 1))
+    assert sorted({s.root for s in every}) == [1, 2, 3]  # one root call per token
+    first = [s for s in every if s.root == 1]
+    # Root call 1 by the rule: step_index counts layers from 1, type_index each type's
+    # layers; a block's two residual adds are one layer of two passes (TorchLens's loops)
+    layers = list(dict.fromkeys((s.layer_type, s.type_index, s.step_index) for s in first))
+    assert [step for _, _, step in layers] == list(range(1, len(layers) + 1))
     seen = {}
-    for s in first:
-        seen[s.layer_type] = seen.get(s.layer_type, 0) + 1
-        assert s.type_index == seen[s.layer_type]
-        assert s.layer_label == f"{s.layer_type}_{s.type_index}_{s.step_index}"
-    # Later passes inherit the layer_label of the first pass's op of the same type and index.
+    for kind, type_index, _ in layers:
+        seen[kind] = seen.get(kind, 0) + 1
+        assert type_index == seen[kind]
+    looped = [s for s in first if s.num_passes > 3]
+    assert [(s.layer_type, s.module, s.pass_index) for s in looped] == [
+        ("add", "transformer.h.0:1", 1), ("add", "transformer.h.0:1", 2),
+        ("add", "transformer.h.1:1", 1), ("add", "transformer.h.1:1", 2)]
+    # Later root calls inherit the layer_label of the first's layer of the same type and
+    # index; a layer that runs once a root call has pass k in root call k, a looped one
+    # counts its runs on (the residual adds' passes 3 and 4 in root call 2)
     by_key = {(s.layer_type, s.type_index): s.layer_label for s in first}
     for s in every:
-        if s.pass_index > 1 and (s.layer_type, s.type_index) in by_key:
+        if (s.layer_type, s.type_index) in by_key:
             assert s.layer_label == by_key[(s.layer_type, s.type_index)]
         assert s.label == f"{s.layer_label}:{s.pass_index}"
         assert s.label_short == f"{s.layer_type}_{s.type_index}:{s.pass_index}"
+        if s.num_passes == 3:
+            assert s.pass_index == s.root
+    assert [s.pass_index for s in every if s.layer_label == looped[0].layer_label] == [
+        1, 2, 3, 4, 5, 6]
     # Each split of c_attn's output is three labels (query, key, value), one per layer.
     splits = [s for s in first if s.layer_type == "split"]
     assert [s.type_index for s in splits] == [1, 2, 3, 4, 5, 6]
@@ -347,7 +358,7 @@ def test_gpt2_pass_qualified_labels_and_selectors(gpt2_trace):
     assert gpt2_trace[f"{label}:3"].token == 3
     assert gpt2_trace["linear_1:2"].shape == [1, 1, 64]
     assert gpt2_trace[label].num_passes == 3
-    with pytest.raises(TokentraceError, match=r"ran in 3 root calls \(passes 1..3\)"):
+    with pytest.raises(TokentraceError, match=r"ran 3 times \(passes 1..3\)"):
         gpt2_trace[label].out
     assert [list(o.shape) for o in gpt2_trace[label].outs] == [[1, 1, 64]] * 3
     mlp = gpt2_trace.find_sites(tt.in_module("transformer.h.1.mlp:2") & tt.func("addmm"))

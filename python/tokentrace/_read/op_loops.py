@@ -29,19 +29,26 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict, deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._common import loader
 
 Node = tuple[int, int]  # (op call id, output index): one labelled tensor
 
 
-def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]
-          ) -> tuple[dict[Node, list[Node]], dict[int, frozenset[int]], dict[int, tuple[int, ...]]]:
-    """(the labelled tensors each labelled tensor's op read, per outermost op: the parameters
-    it read, and the hashes of its ATen ops' non-tensor arguments). An input is joined to the
-    op that last returned the same tensor; an op's own inner ops are the op."""
+class Flow(NamedTuple):
+    """What op_links say of the labelled tensors of a trace."""
+    parents: dict[Node, list[Node]]      # the labelled tensors each one's op read
+    uses: dict[int, frozenset[int]]      # per outermost op: the parameters it read
+    args: dict[int, tuple[int, ...]]     # per outermost op: its non-tensor arguments' hashes
+    sources: set[Node]                   # labelled tensors that are a parameter itself
+
+
+def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]) -> Flow:
+    """The data flow of the labelled tensors `nodes`. An input is joined to the op that last
+    returned the same tensor; an op's own inner ops are the op."""
     params = _params(trace)
+    sources: set[Node] = set()
     args_slot = loader.load().LINK_ARGS  # the slot of a non-tensor arguments' hash (kinds.h)
     producer: dict[int, Node] = {}
     parents: dict[Node, list[Node]] = defaultdict(list)
@@ -54,6 +61,10 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]
                 producer.pop(tensor, None)
                 continue
             node = (top, slot if cid == top else 0)
+            if tensor in params:  # p.to(dtype) of a parameter of that dtype returns p
+                if cid == top and node in nodes:
+                    sources.add(node)
+                continue
             producer[tensor] = node if node in nodes else (top, 0)
             continue
         if top is None:
@@ -73,8 +84,8 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]
                 break
             if source not in parents[node]:
                 parents[node].append(source)
-    return (parents, {cid: frozenset(ids) for cid, ids in uses.items()},
-            {cid: tuple(hashes) for cid, hashes in args.items()})
+    return Flow(parents, {cid: frozenset(ids) for cid, ids in uses.items()},
+                {cid: tuple(hashes) for cid, hashes in args.items()}, sources)
 
 
 _MAX_OUTPUTS = 64  # output tensors op records keep per op (op_observer.cc path_ids)
@@ -112,15 +123,19 @@ def _params(trace: Any) -> set[int]:
         return set()
 
 
-def group(trace: Any, sites: list[Any], tops: dict[int, int]) -> tuple[dict[Node, Node],
-                                                                         dict[Node, int]]:
+def group(trace: Any, sites: list[Any], tops: dict[int, int]
+          ) -> tuple[dict[Node, Node], dict[Node, int], set[Node]]:
     """({node: the first pass of its layer} for nodes in a layer of several passes,
-    {node: its pass within its root call}) for the OpSites `sites` (of every root call);
+    {node: its pass within its root call}, the nodes that are no op: an ATen op that returned
+    a parameter, which TorchLens logs none of) for the OpSites `sites` (of every root call);
     tops maps each op call inside a root call to its outermost op."""
     if "op_links" not in trace._tables or not sites:
-        return {}, {}
+        return {}, {}, set()
     nodes = {(s.call_id, s.output_index) for s in sites}
-    parents, uses, args = _flow(trace, tops, nodes)
+    parents, uses, args, sources = _flow(trace, tops, nodes)
+    if not parents and not uses and not args and not sources:
+        _say_no_flow(trace)
+    sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
     children: dict[Node, list[Node]] = defaultdict(list)
     for node in sorted(parents):
         for source in parents[node]:
@@ -132,7 +147,16 @@ def group(trace: Any, sites: list[Any], tops: dict[int, int]) -> tuple[dict[Node
         by_root[s.root].append(s)
     for root_sites in by_root.values():
         _group_root(root_sites, parents, children, uses, args, leader, position)
-    return leader, position
+    return leader, position, sources
+
+
+def _say_no_flow(trace: Any) -> None:
+    """Op records without data flow: the torch ops library that wrote them is older than the
+    schema that has it (built before it; scripts/setup.sh rebuilds it)."""
+    import warnings
+    warnings.warn(f"tokentrace: {trace.path} has op records but no data flow of them (its torch "
+                  f"ops library predates it: rebuild with scripts/setup.sh); its op labels are "
+                  f"numbered without TorchLens's loops", RuntimeWarning, stacklevel=4)
 
 
 def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
@@ -143,8 +167,12 @@ def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
     order = {node: i for i, node in enumerate(site_of)}
 
     def key(node: Node) -> tuple[Any, ...]:
+        """What two ops must share to be passes of one layer, as TorchLens's equivalence
+        class: type, output index, module addresses, non-tensor arguments, and the shapes
+        (not dtypes) of the tensors they read that ops made."""
         s = site_of[node]
-        return (s.layer_type, s.output_index, _addresses(s), args.get(s.call_id), _shape(s))
+        read = tuple(_shape(site_of[p]) if p in site_of else None for p in parents.get(node, ()))
+        return (s.layer_type, s.output_index, _addresses(s), args.get(s.call_id), read)
 
     shared: dict[tuple[Any, ...], list[Node]] = defaultdict(list)
     for node, s in site_of.items():
@@ -246,12 +274,12 @@ def _lockstep(passes: list[Node], edges: dict[Node, list[Node]], site_of: dict[N
     return [picked for picked in found.values() if len(picked) > 1]
 
 
-def _shape(site: Any) -> tuple[str, str] | None:
-    """The recorded shape and dtype of a site's tensor, as stored (no tensor is loaded)."""
+def _shape(site: Any) -> str | None:
+    """The recorded shape of a site's tensor, as stored (no tensor is loaded)."""
     trace = site._trace
     rows = ([trace._outputs[site.call_id]] if site.call_id in trace._outputs else []) + \
         trace._more_outputs.get(site.call_id, [])
-    return rows[site.output_index][1:] if site.output_index < len(rows) else None
+    return rows[site.output_index][1] if site.output_index < len(rows) else None
 
 
 def _addresses(site: Any) -> tuple[str, ...]:

@@ -252,7 +252,10 @@ def op_sites(trace: Any) -> list[OpSite]:
         for index in range(tensors):  # TorchLens: one label per output tensor
             sites.append(OpSite(trace, cid, name, k, token, chain, root_k, index,
                                 saved if index == 0 else None))
-    _number(sites, *op_loops.group(trace, sites, tops))
+    leader, position, sources = op_loops.group(trace, sites, tops)
+    if sources:  # an ATen op that returned a parameter (p.to(dtype)): TorchLens logs none
+        sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
+    _number(sites, leader, position)
     trace._views[_CACHE] = sites
     return sites
 
