@@ -211,48 +211,99 @@ def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
 
     for members in seeds:
         grow(members)
-    # Then what no parameter anchors: chains of one op reused in a module, and the ops in
-    # lockstep with them (the module calls that feed a block's two residual adds)
-    chains = _chains(site_of, parents, uses, leader, key)
-    for chain in chains:
-        assign(chain)
-    for chain in chains:
-        grow(chain)
+    # Then what no parameter anchors: loops of ops in a module (a block's two residual adds,
+    # a scan's steps), and the ops in lockstep with them (the module calls that feed the adds)
+    loops = _recurrences(site_of, parents, children, uses, leader, key)
+    for members in loops:
+        assign(members)
+    for members in loops:
+        grow(members)
 
 
-def _chains(site_of: dict[Node, Any], parents: dict[Node, list[Node]],
-            uses: dict[int, frozenset[int]], leader: dict[Node, Node], key: Any
-            ) -> list[list[Node]]:
-    """Chains of ops in a layer of their own, inside a module, that read no parameter, where
-    each feeds the next directly and all have one key (a block's two residual adds, an
-    embedding's sum of three): TorchLens takes them for passes of one op reused."""
-    head: dict[Node, Node] = {}
-
-    def find(node: Node) -> Node:
-        while head.get(node, node) != node:
-            node = head[node]
-        return node
-
+def _recurrences(site_of: dict[Node, Any], parents: dict[Node, list[Node]],
+                 children: dict[Node, list[Node]], uses: dict[int, frozenset[int]],
+                 leader: dict[Node, Node], key: Any) -> list[list[Node]]:
+    """Loops that no parameter anchors, inside a module: ops of one key, not yet in a layer,
+    that read no parameter, where each reads what the one before it or the ops after it
+    made (a block's two residual adds, an embedding's sum of three, the steps of a scan
+    `for i in ...: h = a[i] * h + b[i]`). TorchLens takes them and the ops after them, walked
+    in lockstep, for passes of one layer each. The layers found, in order."""
     def free(node: Node) -> bool:
         s = site_of.get(node)
         return (s is not None and node not in leader and len(s.modules) > 1
                 and not uses.get(s.call_id))
 
+    classes: dict[tuple[Any, ...], list[Node]] = defaultdict(list)
     for node in site_of:
-        if not free(node):
+        if free(node):
+            classes[key(node)].append(node)
+
+    def loops_of(members: list[Node], taken: set[Node]
+                 ) -> list[tuple[list[int], list[dict[int, Node]], dict[Node, int]]]:
+        """The loops among `members`: (the members that are its passes, by index; the steps
+        of their bodies, {member index: op}; each walked op's member index)."""
+        # Each member's body: the ops after it, walked forward in lockstep with the others'
+        owner = {m: j for j, m in enumerate(members)}
+        steps: list[dict[int, Node]] = []
+        walk = deque([dict(enumerate(members))])
+        while walk:
+            picked_by_key: dict[tuple[Any, ...], dict[int, Node]] = {}
+            seen: set[Node] = set()  # an op that reads several passes goes to the first
+            for j, member in walk.popleft().items():
+                for n in children.get(member, ()):
+                    if n not in site_of or n in owner or n in taken or n in leader or n in seen:
+                        continue
+                    picked = picked_by_key.setdefault(key(n), {})
+                    if j not in picked:
+                        picked[j] = n
+                        seen.add(n)
+            for picked in picked_by_key.values():
+                if len(picked) > 1:
+                    owner.update({n: j for j, n in picked.items()})
+                    steps.append(picked)
+                    walk.append(picked)
+        # A member that reads what an earlier one or its body made is its next pass; the
+        # members so joined (two chains may interleave: a[0], b[0], a[1], b[1]) are a loop
+        head = list(range(len(members)))
+
+        def find(i: int) -> int:
+            while head[i] != i:
+                i = head[i]
+            return i
+
+        for j, member in enumerate(members):
+            for p in parents.get(member, ()):
+                i = owner.get(p)
+                if i is not None and i < j and find(i) != find(j):
+                    head[find(j)] = find(i)
+        joined: dict[int, list[int]] = defaultdict(list)
+        for j in range(len(members)):
+            joined[find(j)].append(j)
+        return [(passes, steps, owner) for passes in joined.values() if len(passes) > 1]
+
+    # A loop's passes begin at the first op of its body: classes are taken in the order their
+    # loops begin (a scan's `a[i] * h` before the `h.to(dtype)` after it, whose class may
+    # have an earlier member outside the loop)
+    def begins(members: list[Node]) -> int:
+        starts = [order[members[passes[0]]] for passes, _, _ in loops_of(members, set())]
+        return min(starts, default=len(order))
+
+    order = {node: i for i, node in enumerate(site_of)}
+    candidates = [m for m in classes.values() if len(m) > 1]
+    found: list[list[Node]] = []
+    taken: set[Node] = set()
+    for members in sorted(candidates, key=begins):
+        members = [m for m in members if m not in taken]
+        if len(members) < 2:
             continue
-        for parent in parents.get(node, ()):
-            if free(parent) and key(parent) == key(node):
-                a, b = find(parent), find(node)
-                if a != b:
-                    head[b] = a
-    chains: dict[Node, list[Node]] = defaultdict(list)
-    for node in head:
-        chains[find(node)].append(node)
-    for first, members in chains.items():
-        if first not in members:
-            members.append(first)
-    return [members for members in chains.values() if len(members) > 1]
+        for passes, steps, owner in loops_of(members, taken):
+            found.append([members[i] for i in passes])
+            for picked in steps:
+                layer = [picked[i] for i in passes if i in picked]
+                if len(layer) > 1:
+                    found.append(layer)
+            taken.update(n for n, i in owner.items() if i in passes)
+    return found
 
 
 def _lockstep(passes: list[Node], edges: dict[Node, list[Node]], site_of: dict[Node, Any],
