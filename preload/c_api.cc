@@ -131,8 +131,9 @@ void tokentrace_output_current(uint32_t path_id, uint32_t dtype_id, int ndim,
   recorder::OutputOfCurrent(path_id, dtype_id, ndim, shape);
 }
 
-void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors) {
-  recorder::LinksOfCurrent(n, slots, tensors);
+void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors,
+                      const uint32_t* shapes) {
+  recorder::LinksOfCurrent(n, slots, tensors, shapes);
 }
 
 void tokentrace_pop_linked(uint64_t output) { recorder::PopWithOutput(output); }

@@ -100,22 +100,34 @@ uint64_t Mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }  // 
 class Links {
  public:
   ~Links() { Flush(); }
-  void Add(uint32_t slot, uint64_t tensor) {
+  void Add(uint32_t slot, uint64_t tensor, uint32_t shape = 0) {
     if (n_ == kBatch) Flush();
     slots_[n_] = slot;
+    shapes_[n_] = shape;
     tensors_[n_++] = tensor;
   }
   void Flush() {
-    if (n_ > 0) g_api.links(n_, slots_.data(), tensors_.data());
+    if (n_ > 0) g_api.links(n_, slots_.data(), tensors_.data(), shapes_.data());
     n_ = 0;
   }
 
  private:
   static constexpr int kBatch = 16;
   std::array<uint32_t, kBatch> slots_{};
+  std::array<uint32_t, kBatch> shapes_{};
   std::array<uint64_t, kBatch> tensors_{};
   int n_ = 0;
 };
+
+// A hash of a tensor's shape (its sizes, and how many), never 0 (0 says "not known"): ops that
+// read tensors of other shapes are not passes of one layer (TorchLens's equivalence class).
+uint32_t ShapeHash(const at::Tensor& t) {
+  if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return 1;
+  uint64_t h = Mix(0xcbf29ce484222325ull, static_cast<uint64_t>(t.dim()));
+  for (const int64_t size : t.sizes()) h = Mix(h, static_cast<uint64_t>(size));
+  const auto folded = static_cast<uint32_t>(h ^ (h >> 32));
+  return folded != 0 ? folded : 2;
+}
 
 // The bits of a wrapped number (a CPU scalar tensor of a Python int, float or bool), read
 // without an op (aten::item would be recorded, inside the observer).
@@ -154,12 +166,12 @@ void LinkInputs(const at::RecordFunction& fn) {
         args = Mix(Mix(args, i), WrappedValue(t));
         any_args = true;
       } else {
-        links.Add(static_cast<uint32_t>(i), Identity(t));
+        links.Add(static_cast<uint32_t>(i), Identity(t), ShapeHash(t));
       }
     } else if (v.isList()) {
       for (const c10::IValue& e : v.toListRef()) {
         if (e.isTensor() && e.toTensor().defined()) {
-          links.Add(static_cast<uint32_t>(i), Identity(e.toTensor()));
+          links.Add(static_cast<uint32_t>(i), Identity(e.toTensor()), ShapeHash(e.toTensor()));
         } else if (e.isInt()) {
           args = Mix(Mix(args, i), static_cast<uint64_t>(e.toInt()));
           any_args = true;

@@ -103,10 +103,12 @@ TOKENTRACE_EXPORT void tokentrace_output_current(uint32_t path_id, uint32_t dtyp
 TOKENTRACE_EXPORT void tokentrace_escape(int kind);
 /* Op data flow (op records): the innermost open call on the calling thread read or returned
  * the `n` tensors whose identities (TensorImpl addresses) are tensors[i], in slots[i]: an
- * argument's index (a list's tensors share it), or TOKENTRACE_LINK_OUTPUT (kinds.h) | an output's
- * index (below 2^31 - 1). Stored in op_links (two a ring event); a reader joins each input to the
- * op that last returned the same tensor. Does nothing when no call is open. */
-TOKENTRACE_EXPORT void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors);
+ * argument's index (a list's tensors share it), or TOKENTRACE_LINK_OUTPUT (kinds.h) | an
+ * output's index (below 2^31 - 1); shapes[i] is a hash of an input's shape (0: not known;
+ * `shapes` may be NULL). Stored in op_links (two a ring event); a reader joins each input to
+ * the op that last returned the same tensor. Does nothing when no call is open. */
+TOKENTRACE_EXPORT void tokentrace_links(int n, const uint32_t* slots, const uint64_t* tensors,
+                                        const uint32_t* shapes);
 /* tokentrace_pop for an op whose output 0 is the tensor of identity `output` (0: none): its
  * data flow entry TOKENTRACE_LINK_OUTPUT | 0 rides in the pop's ring event. */
 TOKENTRACE_EXPORT void tokentrace_pop_linked(uint64_t output);
@@ -155,7 +157,8 @@ typedef struct tokentrace_api {
   uint32_t (*text)(const char* text);
   void (*output_current)(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
   void (*escape)(int kind);
-  void (*links)(int n, const uint32_t* slots, const uint64_t* tensors); /* after escape */
+  void (*links)(int n, const uint32_t* slots, const uint64_t* tensors,
+                const uint32_t* shapes); /* after escape */
   void (*pop_linked)(uint64_t output);
 } tokentrace_api;
 

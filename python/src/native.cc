@@ -497,7 +497,7 @@ NB_MODULE(_native, m) {
     }
     const uint32_t entry = (output != 0 ? TOKENTRACE_LINK_OUTPUT : 0u) | slot;
     const uint64_t tensor = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address));
-    tokentrace_links(1, &entry, &tensor);
+    tokentrace_links(1, &entry, &tensor, nullptr);
   });
   m.def("current", [] {
     uint64_t call_id = 0;

@@ -264,6 +264,8 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
         if ending_error is None:
             raise
         fail(str(ending_error))  # nothing readable was left
+    if attached.edits is not None and attached.ops:
+        attached.edits.warn_label_drift(result, user)
     if ending_error is not None:
         message = str(ending_error).removeprefix("tokentrace: ")
         counted = (", and its losses count the rest" if result.losses

@@ -34,7 +34,8 @@ enum class EventKind : uint8_t {
   kOutput = 9,  // call_id; a = dims 0,1 and b = dims 2,3 (int32 pairs); token = dim 4;
                 // site_id = path text id; k = dtype text id | ndim << 24
   kLink = 10,   // call_id; a, b = two tensors' identities (TensorImpl addresses); site_id,
-                // k = their slots (recorder.h kLinkOutput, kNoLink: b holds none)
+                // k = their slots (recorder.h kLinkOutput, kNoLink: b holds none); ticks =
+                // their shape hashes (a's in the low 32 bits; 0: none), not a time
 };
 
 struct Event {

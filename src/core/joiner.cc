@@ -128,14 +128,21 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       // Packing: recorder.cc LinksOfCurrent (two entries; the second's slot kNoLink: none).
       const uint32_t slots[2] = {e.site_id, e.k};
       const uint64_t tensors[2] = {e.a, e.b};
+      const uint32_t shapes[2] = {static_cast<uint32_t>(e.ticks),
+                                  static_cast<uint32_t>(e.ticks >> 32)};
       LinkRow& row = links_[e.call_id];
       row.call_id = e.call_id;
       for (int i = 0; i < 2 && slots[i] != recorder::kNoLink; ++i) {
-        std::string& to = (slots[i] & recorder::kLinkOutput) != 0 ? row.outputs : row.inputs;
+        const bool output = (slots[i] & recorder::kLinkOutput) != 0;
+        std::string& to = output ? row.outputs : row.inputs;
         if (!to.empty()) to += ' ';
         to += std::to_string(slots[i] & ~recorder::kLinkOutput);
         to += ':';
         to += std::to_string(tensors[i]);
+        if (!output) {  // an input's shape hash
+          to += ':';
+          to += std::to_string(shapes[i]);
+        }
       }
       break;
     }

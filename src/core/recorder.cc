@@ -335,7 +335,7 @@ void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_
   WriteOutput(s, top->call_id, path_id, dtype_id, ndim, shape);
 }
 
-void LinksOfCurrent(int n, const uint32_t* slots, const uint64_t* tensors) {
+void LinksOfCurrent(int n, const uint32_t* slots, const uint64_t* tensors, const uint32_t* shapes) {
   if (!g_active.load(std::memory_order_relaxed) || n <= 0 || slots == nullptr ||
       tensors == nullptr) {
     return;
@@ -344,21 +344,28 @@ void LinksOfCurrent(int n, const uint32_t* slots, const uint64_t* tensors) {
   if (s == nullptr || s->generation != g_generation.load(std::memory_order_relaxed)) return;
   const OpenCall* top = Top(s);
   if (top == nullptr) return;
+  // The two entries' shape hashes ride in the event's ticks (a link has no time of its own)
+  const auto write = [&](uint64_t a, uint64_t b, uint32_t slot_a, uint32_t slot_b,
+                         uint64_t hashes) {
+    s->ring->Append(MakeEvent(EventKind::kLink, hashes, top->call_id, a, b, slot_a, slot_b,
+                              top->token, static_cast<uint8_t>(s->generation)));
+  };
   uint32_t held_slot = kNoLink;  // an entry waiting for a second in its event
   uint64_t held = 0;
+  uint32_t held_shape = 0;
   for (int i = 0; i < n; ++i) {
     if (slots[i] == kNoLink) continue;  // no entry's slot (an output's index is below 2^31 - 1)
+    const uint32_t shape = shapes != nullptr ? shapes[i] : 0;
     if (held_slot == kNoLink) {
       held_slot = slots[i];
       held = tensors[i];
+      held_shape = shape;
       continue;
     }
-    Write(s, EventKind::kLink, top->call_id, held, tensors[i], held_slot, slots[i], top->token);
+    write(held, tensors[i], held_slot, slots[i], held_shape | (static_cast<uint64_t>(shape) << 32));
     held_slot = kNoLink;
   }
-  if (held_slot != kNoLink) {
-    Write(s, EventKind::kLink, top->call_id, held, 0, held_slot, kNoLink, top->token);
-  }
+  if (held_slot != kNoLink) write(held, 0, held_slot, kNoLink, held_shape);
 }
 
 CurrentCall Current() {

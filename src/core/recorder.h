@@ -67,12 +67,14 @@ void Output(uint64_t call_id, const char* path, const char* dtype, int ndim, con
 void OutputOfCurrent(uint32_t path_id, uint32_t dtype_id, int ndim, const int64_t* shape);
 // The tensors the innermost open call on this thread (an op of op records) read or returned,
 // by identity (the TensorImpl address): entry i is tensors[i] in slots[i], an argument's
-// index (a list's tensors share their argument's), or kLinkOutput | an output's index. Two
-// entries go in one event. The reader joins an input to the op that last returned the same
-// tensor (op data flow). Nothing when no call is open; n <= 0 or null arrays: nothing.
+// index (a list's tensors share their argument's), or kLinkOutput | an output's index, with
+// shapes[i] a hash of an input's shape (0: not known; shapes may be null). Two entries go in
+// one event (their shape hashes in its ticks). The reader joins an input to the op that last
+// returned the same tensor (op data flow). Nothing when no call is open; n <= 0 or null
+// slots or tensors: nothing.
 constexpr uint32_t kLinkOutput = TOKENTRACE_LINK_OUTPUT;
 constexpr uint32_t kNoLink = 0xffffffffu;  // an event's second slot when it holds one entry
-void LinksOfCurrent(int n, const uint32_t* slots, const uint64_t* tensors);
+void LinksOfCurrent(int n, const uint32_t* slots, const uint64_t* tensors, const uint32_t* shapes);
 
 // Innermost open call on this thread (0 = none) and its token. For the Python layer.
 // There is no call number k here: calls are numbered per site by the background thread

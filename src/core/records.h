@@ -125,9 +125,9 @@ struct OutputRow {
 };
 
 // The tensors an op call read and returned (op data flow; recorder::LinksOfCurrent), as
-// space-separated "slot:identity" entries (an argument's slot, or TOKENTRACE_LINK_ARGS with
-// the non-tensor arguments' hash; an output's index). One row a call, or more when a drain
-// ended while the call was open (a reader joins them).
+// space-separated entries: inputs "slot:identity:shape hash" (an argument's slot, or
+// TOKENTRACE_LINK_ARGS with the non-tensor arguments' hash), outputs "index:identity". One row a
+// call, or more when a drain ended while the call was open (a reader joins them).
 struct LinkRow {
   uint64_t call_id = 0;
   std::string inputs;

@@ -96,9 +96,10 @@ CREATE TABLE IF NOT EXISTS token_slowest(token INTEGER PRIMARY KEY, cpu_ns INTEG
 -- Each call's first output tensor (shape as JSON), streamed by the Python hooks.
 CREATE TABLE IF NOT EXISTS call_outputs(call_id INTEGER, path TEXT, shape TEXT, dtype TEXT);
 -- Since version 7. Op data flow, from op records (outermost ATen ops): the tensors an op
--- call read (`inputs`) and returned (`outputs`), as space-separated "slot:identity" entries:
--- an argument's index (a list's tensors share it) or an output's, and the tensor's identity
--- (the address of its TensorImpl while it lived). An input comes from the op call with the
+-- call read (`inputs`, "slot:identity:shape" entries) and returned (`outputs`,
+-- "slot:identity"), space-separated: an argument's index (a list's tensors share it) or an
+-- output's, the tensor's identity (the address of its TensorImpl while it lived), and a hash
+-- of an input's shape (0: not known). An input comes from the op call with the
 -- largest id below the reader's that returned the same tensor; none: a model input, a
 -- parameter or a buffer. The input slot 2147483647 holds no tensor: its value is a hash of
 -- the op's non-tensor arguments (ints, floats, bools, int lists), which tells ops that

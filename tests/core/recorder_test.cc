@@ -361,13 +361,14 @@ TEST_F(RecorderTest, ClonesOfTokenGraphsReplayAsTokens) {
 // and outputs apart, each with its slot; a tensor identity of 64 bits survives, an entry
 // without a slot (kNoLink) is skipped; nothing when no call is open. A call still open when
 // the drain ends has its entries so far written then, the rest in a row of its own later.
-// An op's output 0 may come with its pop (PopWithOutput), first among its outputs.
+// An op's output 0 may come with its pop (PopWithOutput), first among its outputs. An input
+// keeps its shape hash (0 without one).
 TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
   const uint32_t outer = sites::Intern("rec.link_outer", SiteKind::kModule);
   const uint32_t op = sites::Intern("aten::add", SiteKind::kOp);
   const uint32_t none_slots[] = {0};
   const uint64_t none_tensors[] = {7};
-  recorder::LinksOfCurrent(1, none_slots, none_tensors);  // no call open: dropped
+  recorder::LinksOfCurrent(1, none_slots, none_tensors, nullptr);  // no call open: dropped
   recorder::Push(outer);
   recorder::Push(op);
   const uint64_t op_call = recorder::Current().call_id;
@@ -375,27 +376,30 @@ TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
                             recorder::kLinkOutput | 1};
   const uint64_t tensors[] = {0x7f00deadbeef0010ull, 99, 0x7f00deadbeef0020ull, 12345,
                               0x7f00deadbeef0030ull};
-  recorder::LinksOfCurrent(5, slots, tensors);
-  recorder::LinksOfCurrent(0, slots, tensors);     // nothing
-  recorder::PopWithOutput(0x7f00deadbeef0040ull);  // output 0, in the pop's event
-  recorder::Push(op);                              // open across the end of the drain
+  const uint32_t shapes[] = {0xfffffff0u, 5, 77, 0, 9};
+  recorder::LinksOfCurrent(5, slots, tensors, shapes);
+  recorder::LinksOfCurrent(0, slots, tensors, shapes);  // nothing
+  recorder::PopWithOutput(0x7f00deadbeef0040ull);       // output 0, in the pop's event
+  recorder::Push(op);                                   // open across the end of the drain
   const uint64_t open_call = recorder::Current().call_id;
   const uint32_t in_slot[] = {0};
-  recorder::LinksOfCurrent(1, in_slot, tensors);
+  recorder::LinksOfCurrent(1, in_slot, tensors, nullptr);
   Joiner joiner(Mode(KernelMode::kOff));
   Batch batch;
   DrainInto(joiner, &batch);
   joiner.EndDrain(&batch);
   ASSERT_EQ(batch.links.size(), 2u);
   EXPECT_EQ(batch.links[0].call_id, op_call);
-  EXPECT_EQ(batch.links[0].inputs, "0:" + std::to_string(0x7f00deadbeef0010ull) + " 2:" +
-                                       std::to_string(0x7f00deadbeef0020ull) + " 2147483647:12345");
+  EXPECT_EQ(batch.links[0].inputs, "0:" + std::to_string(0x7f00deadbeef0010ull) +
+                                       ":4294967280 2:" + std::to_string(0x7f00deadbeef0020ull) +
+                                       ":77 2147483647:12345:0");
   EXPECT_EQ(batch.links[0].outputs, "0:" + std::to_string(0x7f00deadbeef0040ull) +
                                         " 1:" + std::to_string(0x7f00deadbeef0030ull));
   EXPECT_EQ(batch.links[1].call_id, open_call);
+  EXPECT_EQ(batch.links[1].inputs, "0:" + std::to_string(0x7f00deadbeef0010ull) + ":0");
   EXPECT_EQ(batch.links[1].outputs, "");
   const uint32_t out_slot[] = {recorder::kLinkOutput};
-  recorder::LinksOfCurrent(1, out_slot, tensors);
+  recorder::LinksOfCurrent(1, out_slot, tensors, nullptr);
   recorder::Pop();
   recorder::Pop();
   Batch later;

@@ -291,11 +291,15 @@ def _compare(case, model):
     return seen, read, trace
 
 
-@pytest.mark.parametrize("case", ["gpt2", "cnn", "indexing", "t5", "llama"])
-def test_live_labels_are_the_readers(case, gpt2, cnn):
-    model = {"gpt2": gpt2, "cnn": cnn, "indexing": Indexing, "t5": _t5, "llama": _llama}[case]
+@pytest.mark.parametrize("case", ["cnn", "indexing", "t5"])
+def test_live_labels_are_the_readers(case, cnn):
+    """Where the trace has no loops and no orphans (TorchLens's, which take the whole run),
+    the labels an edit numbers while the model runs are the trace's, op for op."""
+    model = {"cnn": cnn, "indexing": Indexing, "t5": _t5}[case]
     model = model() if callable(model) and not isinstance(model, nn.Module) else model
-    seen, read, _ = _compare(case, model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no drift said
+        seen, read, _ = _compare(case, model)
     assert len(read) > 20 and len(seen) == len(read)
     for live, op in zip(seen, read):
         assert live[:5] == op[:5]
@@ -313,6 +317,27 @@ def test_live_labels_are_the_readers(case, gpt2, cnn):
         assert types.count("contiguous") == 2 and "tensor" in types
 
 
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_live_labels_that_loops_or_orphans_renumber_are_said(case, gpt2):
+    """GPT-2's residual adds are a loop of each block; Llama's generate on a padded batch has
+    orphans (a mask made only to be read on the host). The trace numbers them as TorchLens
+    does, which takes the whole run: the labels numbered while the model ran differ from
+    there on, and one warning says how many and the first; before it they are the trace's."""
+    model = gpt2 if case == "gpt2" else _llama()
+    with pytest.warns(RuntimeWarning, match=r"tokentrace: \d+ of the \d+ ops numbered while "
+                                            r"the model ran for an op edit by label have "
+                                            r"another label in this trace \(first: "):
+        seen, read, trace = _compare(case, model)
+    sites = list(trace.find_sites(tt.where(lambda op: True)))
+    renumbered = [s for s in sites if s.num_passes > len({x.root for x in sites})]
+    first = next(i for i, (live, op) in enumerate(zip(seen, read)) if live[:5] != op[:5])
+    assert first > 0 and [s[:5] for s in seen[:first]] == [s[:5] for s in read[:first]]
+    if case == "gpt2":
+        assert renumbered and renumbered[0].layer_type == "add"
+    else:
+        assert len(seen) > len(read)  # the orphans have live labels, no trace labels
+
+
 def _sample(trace, types):
     """For each type, its first op in pass 1 and in pass 3 (reader's OpSites)."""
     sites = list(trace.find_sites(tt.where(lambda op: True)))
@@ -323,8 +348,7 @@ def _sample(trace, types):
     return out
 
 
-@pytest.mark.parametrize("case, types", [("gpt2", ("addmm", "add", "layernorm", "linear")),
-                                         ("cnn", ("conv2d", "relu", "linear", "softmax",
+@pytest.mark.parametrize("case, types", [("cnn", ("conv2d", "relu", "linear", "softmax",
                                                   "add"))])
 def test_a_label_edit_fires_on_the_op_the_reader_labels(case, types, gpt2, cnn):
     model = gpt2 if case == "gpt2" else cnn
@@ -358,12 +382,14 @@ def test_a_label_edit_fires_on_the_op_the_reader_labels(case, types, gpt2, cnn):
 def test_a_label_edit_is_the_same_edit_as_func_and_in_module(gpt2, cnn):
     with torch.no_grad():
         reader = _run("gpt2", gpt2, ops=True)
+        # the first addmm, before the first loop (a block's residual adds): its label while
+        # the model runs is the trace's
         site = reader.find_sites(tt.func("addmm") &
-                                 tt.in_module("transformer.h.1.mlp.c_fc:2")).first()
+                                 tt.in_module("transformer.h.0.attn.c_attn:2")).first()
         by_label = _run("gpt2", gpt2, save="lm_head", edits=tt.when(tt.label(site.label),
                                                                    tt.scale(-3.0)))
         by_module = _run("gpt2", gpt2, save="lm_head", edits=tt.when(
-            tt.func("addmm") & tt.in_module("transformer.h.1.mlp.c_fc:2"), tt.scale(-3.0)))
+            tt.func("addmm") & tt.in_module("transformer.h.0.attn.c_attn:2"), tt.scale(-3.0)))
         plain = _run("gpt2", gpt2, save="lm_head")
     for k in (1, 2, 3):
         assert torch.equal(by_label[f"lm_head:{k}"].out, by_module[f"lm_head:{k}"].out)

@@ -99,10 +99,11 @@ def claim() -> str | None:
     return None
 
 
-# A tensor's identity as op records keep it (its TensorImpl's address, in a capsule), read
-# without TorchFunctionMode dispatch (Tensor._cdata would be a call an op mode sees); a torch
-# without it: no data flow for Python-call ops
-_handle = getattr(torch._C, "_tensor_impl_raw_handle", lambda tensor: None)
+# A tensor's identity as op records keep it (its TensorImpl's address, in a capsule, for
+# backend.link), read without TorchFunctionMode dispatch (Tensor._cdata would be a call an op
+# mode sees); a torch without it: None, and no data flow for Python-call ops
+tensor_handle = getattr(torch._C, "_tensor_impl_raw_handle", lambda tensor: None)
+_handle = tensor_handle
 
 
 def _wrap(original: Any, name: str, setitem: bool) -> Any:

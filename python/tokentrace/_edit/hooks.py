@@ -32,6 +32,7 @@ Where the call number k is counted, and why each place must:
 
 import contextlib
 import threading
+import warnings
 
 import torch
 
@@ -233,6 +234,22 @@ class EditHooks:
         if unfired:
             self._warned_unfired = True
             warn_unfired(unfired, stacklevel)
+
+    def warn_label_drift(self, trace, stacklevel=None):
+        """One RuntimeWarning when op rules numbered ops by label in this run and the run's
+        trace (with op records) labels some of them otherwise: TorchLens's loops and orphans
+        take the whole run, the live numbering (op_labels.py) only what ran so far."""
+        if not self.live_labels.given:
+            return
+        count, example = self.live_labels.drift(trace)
+        if count:
+            warnings.warn(
+                f"tokentrace: {count} of the {len(self.live_labels.given)} ops numbered while "
+                f"the model ran for an op edit by label have another label in this trace "
+                f"(first: {example}): the trace follows TorchLens's loops and drops its "
+                f"orphans, which take the whole run; the edit chose by the numbering it had. "
+                f"Select those ops by tt.func(...) & tt.in_module(...) (docs/python.md)",
+                RuntimeWarning, stacklevel=stacklevel or 2)
 
     def unfired_label_rules(self):
         """The rules selecting ops by label text that chose no op in this run (their text)."""

@@ -82,6 +82,7 @@ class LiveLabels:
         self._first = {}   # (type, type_index) -> step_index in the first pass that ran it
         self._ran = {}     # pass -> {(function, module addresses, parameter ids)}
         self._looped = False
+        self.given = {}    # (pass, its n-th op) -> the layer_label given it, for drift()
 
     def looped(self, pass_index, name, modules, args):
         """True once a run: for the first op that runs again, in root call `pass_index`, the
@@ -107,4 +108,19 @@ class LiveLabels:
         by_type, step = self._passes.setdefault(pass_index, ({}, [0]))
         step[0] += 1
         type_index = by_type[kind] = by_type.get(kind, 0) + 1
-        return type_index, self._first.setdefault((kind, type_index), step[0])
+        first = self._first.setdefault((kind, type_index), step[0])
+        self.given[(pass_index, step[0])] = f"{kind}_{type_index}_{first}"
+        return type_index, first
+
+    def drift(self, trace):
+        """(how many ops this run numbered have another layer_label, or none, in `trace`, the
+        same run's trace, one of them as 'live -> trace'): TorchLens's loops and orphans,
+        which take the whole run, renumber the trace's. (0, None) for a trace without op
+        records."""
+        from .._read.op_sites import op_sites
+        read = {(s.root, s.raw_step): s.layer_label for s in op_sites(trace)}
+        if not read:
+            return 0, None
+        wrong = [(live, read.get(key, "no label (an orphan)"))
+                 for key, live in self.given.items() if read.get(key) != live]
+        return len(wrong), (f"{wrong[0][0]} -> {wrong[0][1]}" if wrong else None)

@@ -42,21 +42,37 @@ class Flow(NamedTuple):
     uses: dict[int, frozenset[int]]      # per outermost op: the parameters it read
     args: dict[int, tuple[int, ...]]     # per outermost op: its non-tensor arguments' hashes
     sources: set[Node]                   # labelled tensors that are a parameter itself
+    reads: dict[int, tuple[int, ...]]    # per outermost op: the shape hashes of what it read
+    finals: dict[int, set[Node]]         # per root call k: the labelled tensors it returned
+    #                                      (absent: its output was not recorded)
+    outside: set[int]                    # outermost ops that read a tensor no op made (a
+    #                                      model input, a buffer), parameters aside
 
 
-def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]) -> Flow:
-    """The data flow of the labelled tensors `nodes`. An input is joined to the op that last
-    returned the same tensor; an op's own inner ops are the op."""
+def _flow(trace: Any, tops: dict[int, int], root_of: dict[Node, int]) -> Flow:
+    """The data flow of the labelled tensors (root_of: each one's root call k). An input is
+    joined to the op that last returned the same tensor; an op's own inner ops are the op. A
+    root call's output tensors (linked by the hooks, _record/hooks.py) are joined to the last
+    op of that root call that returned them."""
+    nodes = root_of.keys()
     params = _params(trace)
+    roots = _root_calls(trace)  # root call id -> k
+    history: dict[int, list[Node]] = defaultdict(list)  # tensor -> the nodes that returned it
+    returned: list[tuple[int, int]] = []  # (root call k, tensor) of each root output
+    outside: set[int] = set()
     sources: set[Node] = set()
     args_slot = loader.load().LINK_ARGS  # the slot of a non-tensor arguments' hash (kinds.h)
     producer: dict[int, Node] = {}
     parents: dict[Node, list[Node]] = defaultdict(list)
     uses: dict[int, set[int]] = defaultdict(set)
     args: dict[int, list[int]] = defaultdict(list)
-    for cid, slot, tensor, output in _entries(trace):
+    reads: dict[int, list[int]] = defaultdict(list)
+    for cid, slot, tensor, output, shape in _entries(trace):
         top = tops.get(cid)
         if output:
+            if cid in roots:  # the model returned it (joined below: the root's id is first)
+                returned.append((roots[cid], tensor))
+                continue
             if top is None:  # an op outside the model's calls made it: no site's tensor
                 producer.pop(tensor, None)
                 continue
@@ -66,6 +82,8 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]) -> Flow:
                     sources.add(node)
                 continue
             producer[tensor] = node if node in nodes else (top, 0)
+            if producer[tensor] in nodes:
+                history[tensor].append(producer[tensor])
             continue
         if top is None:
             continue
@@ -75,8 +93,12 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]) -> Flow:
         if tensor in params:
             uses[top].add(tensor)
             continue
+        reads[top].append(shape)
         source = producer.get(tensor)
-        if source is None or source[0] == top or source not in nodes:
+        if source is None:
+            outside.add(top)
+            continue
+        if source[0] == top or source not in nodes:
             continue
         for index in range(_MAX_OUTPUTS):  # every output of the op read it
             node = (top, index)
@@ -84,17 +106,31 @@ def _flow(trace: Any, tops: dict[int, int], nodes: set[Node]) -> Flow:
                 break
             if source not in parents[node]:
                 parents[node].append(source)
+    finals: dict[int, set[Node]] = defaultdict(set)
+    for k, tensor in returned:
+        made = [n for n in history.get(tensor, ()) if root_of[n] == k]
+        finals[k].update(made[-1:])  # none: a model input or a parameter returned as is
     return Flow(parents, {cid: frozenset(ids) for cid, ids in uses.items()},
-                {cid: tuple(hashes) for cid, hashes in args.items()}, sources)
+                {cid: tuple(hashes) for cid, hashes in args.items()}, sources,
+                {cid: tuple(shapes) for cid, shapes in reads.items()}, dict(finals), outside)
+
+
+def _root_calls(trace: Any) -> dict[int, int]:
+    """{call id: k} of the root's calls (the tokens)."""
+    from .._common import ROOT
+    site = trace._sites.get(ROOT)
+    if site is None:
+        return {}
+    return dict(trace._q("SELECT id, k FROM calls WHERE site_id = ?", (site[0],)))
 
 
 _MAX_OUTPUTS = 64  # output tensors op records keep per op (op_observer.cc path_ids)
 
 
-def _entries(trace: Any) -> list[tuple[int, int, int, bool]]:
-    """(call id, slot, identity, is an output) of every op_links entry, in the order they
-    happened: by call (ids are handed out as calls open), an op's inputs before its outputs,
-    a call's rows in the order written."""
+def _entries(trace: Any) -> list[tuple[int, int, int, bool, int]]:
+    """(call id, slot, identity, is an output, shape hash or 0) of every op_links entry, in
+    the order they happened: by call (ids are handed out as calls open), an op's inputs
+    before its outputs, a call's rows in the order written."""
     rows: dict[int, tuple[list[str], list[str]]] = {}
     for cid, inputs, outputs in trace._q("SELECT call_id, inputs, outputs FROM op_links "
                                          "ORDER BY rowid"):
@@ -105,10 +141,11 @@ def _entries(trace: Any) -> list[tuple[int, int, int, bool]]:
     for cid in sorted(rows):
         for entries, is_output in zip(rows[cid], (False, True)):
             for entry in entries:
-                slot, _, tensor = entry.partition(":")
+                fields = entry.split(":")
                 try:
-                    out.append((cid, int(slot), int(tensor), is_output))
-                except ValueError:  # a malformed entry (a file written by hand): skipped
+                    out.append((cid, int(fields[0]), int(fields[1]), is_output,
+                                int(fields[2]) if len(fields) > 2 else 0))
+                except (ValueError, IndexError):  # a malformed entry (a hand-made file)
                     continue
     return out
 
@@ -131,11 +168,12 @@ def group(trace: Any, sites: list[Any], tops: dict[int, int]
     tops maps each op call inside a root call to its outermost op."""
     if "op_links" not in trace._tables or not sites:
         return {}, {}, set()
-    nodes = {(s.call_id, s.output_index) for s in sites}
-    parents, uses, args, sources = _flow(trace, tops, nodes)
-    if not parents and not uses and not args and not sources:
+    parents, uses, args, sources, reads, finals, outside = _flow(
+        trace, tops, {(s.call_id, s.output_index): s.root for s in sites})
+    if not parents and not uses and not args and not sources and not reads:
         _say_no_flow(trace)
-    sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
+    dropped = sources | _orphans(sites, parents, finals, outside)
+    sites = [s for s in sites if (s.call_id, s.output_index) not in dropped]
     children: dict[Node, list[Node]] = defaultdict(list)
     for node in sorted(parents):
         for source in parents[node]:
@@ -146,8 +184,35 @@ def group(trace: Any, sites: list[Any], tops: dict[int, int]
     for s in sites:
         by_root[s.root].append(s)
     for root_sites in by_root.values():
-        _group_root(root_sites, parents, children, uses, args, leader, position)
-    return leader, position, sources
+        _group_root(root_sites, parents, children, uses, args, reads, leader, position)
+    return leader, position, dropped
+
+
+def _orphans(sites: list[Any], parents: dict[Node, list[Node]], finals: dict[int, set[Node]],
+             outside: set[int]) -> set[Node]:
+    """The labelled tensors of root calls whose output was recorded that are not connected,
+    reading or read, to the model's output or to a tensor from outside the root call's ops (a
+    model input, a buffer): a mask made from torch.ones only to be read on the host. TorchLens
+    drops them (keep_orphans=False, its default). An op any of whose outputs is connected is
+    kept whole. A root call none of whose output an op made (a compiled or replayed forward,
+    whose ops op records do not see) drops none."""
+    linked: dict[Node, list[Node]] = defaultdict(list)
+    for node, sources in parents.items():
+        for source in sources:
+            linked[node].append(source)
+            linked[source].append(node)
+    walk = [n for k in finals for n in finals[k]]
+    walk += [(s.call_id, s.output_index) for s in sites if s.call_id in outside]
+    reached: set[Node] = set()
+    while walk:
+        node = walk.pop()
+        if node in reached:
+            continue
+        reached.add(node)
+        walk.extend(linked.get(node, ()))
+    kept = {cid for cid, _ in reached}
+    return {(s.call_id, s.output_index) for s in sites
+            if finals.get(s.root) and s.call_id not in kept}
 
 
 def _say_no_flow(trace: Any) -> None:
@@ -161,18 +226,18 @@ def _say_no_flow(trace: Any) -> None:
 
 def _group_root(sites: list[Any], parents: dict[Node, list[Node]],
                 children: dict[Node, list[Node]], uses: dict[int, frozenset[int]],
-                args: dict[int, tuple[int, ...]], leader: dict[Node, Node],
-                position: dict[Node, int]) -> None:
+                args: dict[int, tuple[int, ...]], reads: dict[int, tuple[int, ...]],
+                leader: dict[Node, Node], position: dict[Node, int]) -> None:
     site_of = {(s.call_id, s.output_index): s for s in sites}
     order = {node: i for i, node in enumerate(site_of)}
 
     def key(node: Node) -> tuple[Any, ...]:
         """What two ops must share to be passes of one layer, as TorchLens's equivalence
         class: type, output index, module addresses, non-tensor arguments, and the shapes
-        (not dtypes) of the tensors they read that ops made."""
+        (not dtypes) of the tensors they read, parameters aside."""
         s = site_of[node]
-        read = tuple(_shape(site_of[p]) if p in site_of else None for p in parents.get(node, ()))
-        return (s.layer_type, s.output_index, _addresses(s), args.get(s.call_id), read)
+        return (s.layer_type, s.output_index, _addresses(s), args.get(s.call_id),
+                reads.get(s.call_id))
 
     shared: dict[tuple[Any, ...], list[Node]] = defaultdict(list)
     for node, s in site_of.items():
@@ -323,14 +388,6 @@ def _lockstep(passes: list[Node], edges: dict[Node, list[Node]], site_of: dict[N
             taken.add(k)
             found.setdefault(k, []).append(n)
     return [picked for picked in found.values() if len(picked) > 1]
-
-
-def _shape(site: Any) -> str | None:
-    """The recorded shape of a site's tensor, as stored (no tensor is loaded)."""
-    trace = site._trace
-    rows = ([trace._outputs[site.call_id]] if site.call_id in trace._outputs else []) + \
-        trace._more_outputs.get(site.call_id, [])
-    return rows[site.output_index][1] if site.output_index < len(rows) else None
 
 
 def _addresses(site: Any) -> tuple[str, ...]:

@@ -80,6 +80,7 @@ class OpSite:
         self.root = root  # the root call k it ran in
         self.output_index = output_index  # which output tensor of the op (split's pieces)
         self.pass_index = root  # set by number(): the layer's pass
+        self.raw_step = 0  # its place among its root call's ops, loops and orphans included
         self.num_passes = 1  # set once every root call is numbered
 
     def number(self, type_index: int, step_index: int, pass_index: int) -> None:
@@ -248,10 +249,13 @@ def op_sites(trace: Any) -> list[OpSite]:
         return cached
     sites: list[OpSite] = []
     tops: dict[int, int] = {}
+    raw: dict[int, int] = {}  # root call k -> its labelled tensors so far
     for cid, name, k, token, chain, root_k, tensors, saved in _outermost_ops(trace, tops):
         for index in range(tensors):  # TorchLens: one label per output tensor
-            sites.append(OpSite(trace, cid, name, k, token, chain, root_k, index,
-                                saved if index == 0 else None))
+            site = OpSite(trace, cid, name, k, token, chain, root_k, index,
+                          saved if index == 0 else None)
+            raw[root_k] = site.raw_step = raw.get(root_k, 0) + 1
+            sites.append(site)
     leader, position, sources = op_loops.group(trace, sites, tops)
     if sources:  # an ATen op that returned a parameter (p.to(dtype)): TorchLens logs none
         sites = [s for s in sites if (s.call_id, s.output_index) not in sources]

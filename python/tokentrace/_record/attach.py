@@ -94,7 +94,8 @@ class Attachment:
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
         self.hooks = HookSet(self.backend, model, hooked, saved, self.sink, self.inputs,
-                             self.recorder, names=names, root_is_token=root.token is None)
+                             self.recorder, names=names, root_is_token=root.token is None,
+                             link_outputs=self.ops)
         if self.engine is not None:
             self.engine.install()
         if self.edits is not None:

@@ -28,9 +28,11 @@ import functools
 import threading
 import warnings
 
+import torch
 from torch.nn import DataParallel
 
 from .._common import ROOT, site_names
+from .._common.op_groups import tensor_handle
 from .._compiled import compiled_layout
 
 _MISSING = object()
@@ -51,10 +53,35 @@ def _carrying(native, compiled):
     return functools.update_wrapper(held, compiled)
 
 
+def _output_tensors(value, depth=0, found=None):
+    """The tensors in a module's output: in tuples, lists, dict values (a ModelOutput) and the
+    attributes of other objects (a KV cache), depth-first, at most 5 deep and 4096 tensors."""
+    found = [] if found is None else found
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+        return found
+    if depth >= 5 or len(found) >= 4096 or isinstance(value, (str, bytes, int, float, bool)):
+        return found
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    elif isinstance(value, torch.nn.Module) or not hasattr(value, "__dict__"):
+        items = []
+    else:
+        items = list(vars(value).values())
+    for item in items:
+        _output_tensors(item, depth + 1, found)
+    return found
+
+
 class HookSet:
     def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None,
-                 names=None, root_is_token=True):
+                 names=None, root_is_token=True, link_outputs=False):
         self.backend = backend
+        # With op records: the root's output tensors by identity (the ops whose outputs never
+        # reach them are orphans to op labels, as TorchLens's: _read/op_loops.py)
+        self.link_outputs = link_outputs
         # False: the tokens are another site's calls (RootChoice.token), the model's are plain
         self.root_is_token = root_is_token
         self.model = model
@@ -107,6 +134,8 @@ class HookSet:
                 sid = self.backend.site(name, kind)
                 self.site_ids[name] = sid
                 saver = self._saver(name) if name in self.saved and self.sink is not None else None
+                if name == ROOT and self.link_outputs:
+                    saver = self._output_links(saver)
                 on_input = (self.recorder.hook(mod.forward, name in self.saved)
                             if name in self.inputs else None)
                 wrapped = False
@@ -160,6 +189,22 @@ class HookSet:
             self.handles.append(mod.register_forward_pre_hook(record_inputs, with_kwargs=True))
         self.handles.append(mod.register_forward_pre_hook(pre, prepend=True))
         self.handles.append(mod.register_forward_hook(post, always_call=True))
+
+    def _output_links(self, saver):
+        """`saver` (or None) after linking the call's output tensors: every tensor in its
+        tuples, lists and dicts (a ModelOutput is one), outputs [0], [1], ... of the open
+        call."""
+        link = self.backend.link
+
+        def save(output):
+            try:
+                for index, tensor in enumerate(_output_tensors(output)):
+                    link(1, index, tensor_handle(tensor))
+            except Exception:  # an odd output: no orphans found, the job runs on
+                pass
+            if saver is not None:
+                saver(output)
+        return save
 
     def _saver(self, site):
         current = self.backend.current
