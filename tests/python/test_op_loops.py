@@ -224,3 +224,100 @@ def test_an_op_edit_by_label_on_a_model_with_loops_says_its_labels_differ():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _trace(Once().eval(), x, edits=tt.when(tt.label("relu_1_2"), tt.zero()))
+
+
+class _Orphans(nn.Module):
+    """A mask made from torch.ones only to be read on the host (an orphan), and a check of
+    the input read on the host (connected to the input: kept)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        mask = torch.ones(2, 4).sum()
+        if mask.item() > 0 and bool(x.ne(0).any()):
+            x = x + 1
+        return self.lin(x)
+
+
+def test_orphans_take_no_label_and_ops_read_from_the_input_keep_theirs():
+    trace = _trace(_Orphans().eval(), torch.randn(2, 4))
+    assert [label for label, _ in _labels(trace)] == [
+        "ne_1_1", "any_1_2", "add_1_3", "linear_1_4"]
+    assert trace["self:1"].ops[0].name == "aten::ones"  # recorded, only unlabelled
+
+
+def test_an_aten_op_that_returns_a_parameter_is_no_op():
+    """p.to(float32) of a float32 parameter returns p: TorchLens logs no op for it."""
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            return x * self.w.to(torch.float32)
+
+    trace = _trace(Scale().eval(), torch.randn(2, 4))
+    assert [label for label, _ in _labels(trace)] == ["mul_1_1"]
+
+
+class _Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = x + self.a(x)
+        return x + self.b(x)
+
+
+class _Scan(nn.Module):
+    def forward(self, a, b):
+        h = torch.zeros(2, 4)
+        for i in range(3):
+            h = a[:, i] * h + b[:, i]
+        return h
+
+
+class _Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block, self.scan = _Residual(), _Scan()
+
+    def forward(self, x):
+        return self.scan(self.block(x).unsqueeze(1).expand(2, 3, 4),
+                         (x.unsqueeze(1) + 0.5).expand(2, 3, 4))
+
+
+def test_loops_no_parameter_anchors_a_residual_chain_and_a_scan():
+    """A block's two residual adds, the second reading the first: one layer of two passes.
+    A scan's steps in a module, each reading what the one before made: mul and add three
+    passes each, while its x[:, i] reads (another index each) stay layers of their own."""
+    torch.manual_seed(0)
+    trace = _trace(_Blocks().eval(), torch.randn(2, 4))
+    labels = _labels(trace)
+    adds = [(label, k) for label, k in labels if label.startswith("add_")]
+    assert adds[:2] == [("add_1_2", 1), ("add_1_2", 2)]
+    muls = [(label, k) for label, k in labels if label.startswith("mul_")]
+    assert [k for _, k in muls] == [1, 2, 3] and len({label for label, _ in muls}) == 1
+    scan_adds = [label for label, _ in adds[2:] if trace[label].num_passes == 3]
+    assert len(scan_adds) == 3
+    getitems = [label for label, _ in labels if label.startswith("getitem_")]
+    assert len(getitems) == len(set(getitems)) == 6
+
+
+def test_op_records_without_data_flow_are_said_once(tmp_path):
+    """op_links present but empty (a torch ops library older than the extension): one
+    warning, and each op numbered as a layer of its own."""
+    trace = _trace(Loop().eval(), torch.randn(2, 4))
+    old = tmp_path / "noflow.sqlite"
+    shutil.copy(trace.path, old)
+    db = sqlite3.connect(old)
+    db.execute("DELETE FROM op_links")
+    db.commit()
+    db.close()
+    with pytest.warns(RuntimeWarning, match="has op records but no data flow of them"):
+        labels = [label for label, _ in _labels(tt.load(old))]
+    assert labels[:4] == ["linear_1_1", "relu_1_2", "add_1_3", "linear_2_4"]
