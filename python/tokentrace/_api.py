@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import warnings
+import weakref
 
 import torch
 
@@ -264,6 +265,11 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
         if ending_error is None:
             raise
         fail(str(ending_error))  # nothing readable was left
+    if attached.ops:  # its op labels, once read, number a later edit's by label
+        try:
+            result._views["\0model"] = weakref.ref(attached.model)
+        except TypeError:
+            pass
     if attached.edits is not None and attached.ops:
         attached.edits.warn_label_drift(result, user)
     if ending_error is not None:

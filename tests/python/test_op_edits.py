@@ -338,6 +338,36 @@ def test_live_labels_that_loops_or_orphans_renumber_are_said(case, gpt2):
         assert len(seen) > len(read)  # the orphans have live labels, no trace labels
 
 
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_a_label_edit_follows_the_labels_of_the_models_last_trace(case, gpt2):
+    """Once a trace's op labels are read, an edit by label on the same model numbers its ops
+    as that trace did, loops and orphans included: the labels it sees are the trace's, op for
+    op (an orphan there has none), and a rule on a looped layer's pass fires on that op."""
+    model = gpt2 if case == "gpt2" else _llama()
+    with torch.no_grad():
+        reader = _run(case, model, ops=True)
+    sites = list(reader.find_sites(tt.where(lambda op: True)))  # read: remembered
+    looped = [s for s in sites if s.pass_index != s.root]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no drift, no divergence
+        seen, read, _ = _compare(case, model)
+    assert len(seen) == len(read) == len(sites)
+    assert [s[:5] for s in seen] == [s[:5] for s in read]
+    if case != "gpt2":
+        return
+    target = looped[-1]  # a residual add of the last token: pass 6 of its layer
+    fired = []
+
+    def look(op):
+        fired.append((op.label, op.module, op.token))
+        return True
+
+    with torch.no_grad():
+        _run(case, model, edits=tt.when(tt.label(target.label) & tt.where(look), tt.scale(1.0)))
+    assert target.pass_index == 6
+    assert fired == [(target.label, target.module, target.root)]
+
+
 def _sample(trace, types):
     """For each type, its first op in pass 1 and in pass 3 (reader's OpSites)."""
     sites = list(trace.find_sites(tt.where(lambda op: True)))
@@ -466,11 +496,17 @@ def test_a_label_of_an_op_without_a_value_is_an_error_and_divergence_is_seen(cnn
     relu = tt.trace(model, x, kernels="off", ops=True).find_sites(tt.func("relu")).first()
     assert relu.layer_label == "relu_1_5"
     bound = tt.when(tt.label(relu.layer_label), tt.zero()).bind(model)
-    # ... and the user is told, once: a label rule that chose no op is never silent
-    with pytest.warns(tt.EditSkipWarning, match=r"1 edit rule\(s\) selecting ops by label "
-                                                r"chose no op in this run \(.*relu_1_5"):
-        with torch.no_grad():
-            bound(x)
+    # ... and the user is told, once: where the run leaves the trace's labels (the edit sees
+    # normalize where the trace has vectornorm), and that a label rule chose no op
+    with pytest.warns(RuntimeWarning, match=r"op 1 of root call 1 is normalize here but "
+                                            r"vectornorm_1_1 in .*, whose labels this run's "
+                                            r"edits by label followed; from this op on, ops "
+                                            r"are numbered as they run"):
+        with pytest.warns(tt.EditSkipWarning, match=r"1 edit rule\(s\) selecting ops by "
+                                                    r"label chose no op in this run "
+                                                    r"\(.*relu_1_5"):
+            with torch.no_grad():
+                bound(x)
     assert bound.last_report.fire_count == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")

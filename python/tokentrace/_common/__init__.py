@@ -6,6 +6,7 @@ Files: naming.py (site names, the root `self`), selectors.py (tt.module), op_sel
 of values inside a call's arguments and the walk over them), paths.py (the one parser of value
 paths such as "[0].logits"), op_groups.py (the Python calls that are ops of their own,
 x[i], torch.tensor, x / y), op_mode.py (the TorchFunctionMode of op saves and edits),
+label_memory.py (a model's last trace's op labels, for edits by label),
 outputs.py (the first tensor of an output, dtype names), store.py
 (the trace file: schema and the Python layer's rows), loader.py (finds and loads the extension
 tokentrace._native), lazy.py (the faces' lazy import), torchlens_names.py (TorchLens names
@@ -16,7 +17,7 @@ from .lazy import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
-    from . import loader, op_groups
+    from . import label_memory, loader, op_groups
     from .loader import PACKAGE_DIR
     from .naming import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
     from .op_mode import OpMode
@@ -77,6 +78,7 @@ _EXPORTS = {
     "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
     "op_type": "op_selectors", "op_types_of": "op_selectors", "regex": "op_selectors",
     "is_op_label": "op_selectors", "OpMode": "op_mode", "op_groups": "op_groups",
+    "label_memory": "label_memory",
     "LIST_OPS": "op_selectors", "TUPLE_OPS": "op_selectors", "FUNCTION_ATEN": "op_selectors",
     "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
     "kind_of": "values", "parameter_names": "values", "walk_call": "values",

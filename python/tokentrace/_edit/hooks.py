@@ -41,6 +41,7 @@ from .._common import ROOT, first_tensor, replace_in_output, site_names
 from .._errors import fail
 from .inputs import input_hook, output_finder
 from .op_edits import OpEdits
+from .._common import label_memory
 from .op_labels import LiveLabels
 from .operations import Op
 from .report import EditReport, counters, warn_skips, warn_unfired
@@ -189,7 +190,9 @@ class EditHooks:
         self.counts = {}
         self.module_calls = {}  # site -> its calls so far (op rules' tt.in_module)
         self.token = 0
-        self.live_labels = LiveLabels()  # op labels numbered so far (label rules only)
+        self.said_left = getattr(self, "said_left", False)  # op_edits.py: once per hooks
+        # op labels numbered so far (label rules only), as the model's last read trace's
+        self.live_labels = LiveLabels(label_memory.recall(self.model))
         self._local = threading.local()
 
     def current_device(self):

@@ -58,12 +58,12 @@ class LiveOp:
         if labels is None:
             self.layer_type, self.output_index = op_type(func_name), 0
             return
-        kind, self.output_index, self.type_index, self.step_index = labels
+        kind, self.output_index, self.type_index, self.step_index, self._pass = labels
         self.layer_type = kind
         self.types = self.types | {kind}
         self.layer_label = f"{kind}_{self.type_index}_{self.step_index}"
-        self.label = f"{self.layer_label}:{token}"
-        self.label_short = f"{kind}_{self.type_index}:{token}"
+        self.label = f"{self.layer_label}:{self._pass}"
+        self.label_short = f"{kind}_{self.type_index}:{self._pass}"
 
     @property
     def module(self):
@@ -71,7 +71,9 @@ class LiveOp:
 
     @property
     def pass_index(self):
-        return self.token
+        """Its layer's pass: the root call, or, for a loop's layer in a trace whose labels the
+        run follows, the count of its runs."""
+        return getattr(self, "_pass", self.token)
 
     @property
     def shape(self):
@@ -141,6 +143,13 @@ class OpEdits(OpMode):
             return out
         token, numbering = hooks.token, hooks.live_labels
         numbers = [numbering.number(token, kind) for kind, _, _, _ in found]
+        if numbering.left:
+            if not hooks.said_left:  # once per hooks: a bound model runs again and again
+                hooks.said_left = True
+                warnings.warn(f"tokentrace: {numbering.left}; from this op on, ops are "
+                              f"numbered as they run (docs/python.md, \"Labels in edits\")",
+                              RuntimeWarning, stacklevel=2)
+            numbering.left = ""
         if numbering.looped(token, name, modules, args):
             warnings.warn(
                 f"tokentrace: {name} in {modules[-1]} runs parameters it ran already in root "
@@ -155,9 +164,12 @@ class OpEdits(OpMode):
         if not any(selector.may_save(types) for _, selector, _ in self.rules):
             return out
         ops = []
-        for (kind, index, tensor, path), (type_index, step_index) in zip(found, numbers):
+        for (kind, index, tensor, path), labels in zip(found, numbers):
+            if labels is None:  # an orphan of the trace whose labels these are: no label
+                continue
+            type_index, step_index, pass_index = labels
             ops.append((LiveOp(name, modules, token, tensor, args, kwargs,
-                               (kind, index, type_index, step_index)), path))
+                               (kind, index, type_index, step_index, pass_index)), path))
         values, first_path = first_tensor(out)
         first = next(((op, p) for op, p in ops if p == first_path and p is not None), None)
         edited = {}  # path -> the edited copy

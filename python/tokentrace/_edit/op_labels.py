@@ -67,27 +67,34 @@ def _is_param(value):
 
 
 class LiveLabels:
-    """The numbering of one run, as the reader's for a model without loops: per pass (root
-    call), step_index counts every op from 1 and type_index each type's; a later pass takes
-    the step_index of the first pass's op of the same type and type_index.
+    """The numbering of one run. With `known`, the LabelMap of the last trace of the same
+    model whose op labels were read (_common/label_memory.py): op n of root call k takes the
+    labels that trace gave op n of its root call k, TorchLens's loops and orphans included (an
+    orphan there takes none), while the run's ops agree with it in type and the root call is
+    one the trace had. Otherwise, and from the first op that disagrees, as the reader numbers
+    a model without loops: per pass (root call), step_index counts every op from 1 and
+    type_index each type's, a later pass taking the step_index of the first pass's op of the
+    same type and type_index, and the pass is the root call.
 
-    The reader also follows TorchLens's loops (_read/op_loops.py: ops that run the same
-    parameters again in one root call are passes of one layer), which takes the data flow of
-    the whole root call; here each op is numbered as it runs, so the labels of a model with
-    loops differ from the trace's from the first loop on. looped() finds that first op: it
-    runs parameters an op of the same function and module ran already in this root call."""
+    Loops and orphans take the data flow of the whole root call, which a run numbering ops as
+    they run does not have; without a map its labels differ from the trace's from the first
+    loop or orphan on. looped() finds the first loop that parameters anchor: an op that runs
+    parameters an op of the same function and module ran already in this root call."""
 
-    def __init__(self):
+    def __init__(self, known=None):
         self._passes = {}  # pass -> ({type: ops so far}, [ops so far])
         self._first = {}   # (type, type_index) -> step_index in the first pass that ran it
         self._ran = {}     # pass -> {(function, module addresses, parameter ids)}
         self._looped = False
-        self.given = {}    # (pass, its n-th op) -> the layer_label given it, for drift()
+        self.known = known  # LabelMap, until an op disagrees with it
+        self.left = None    # why the numbering left the map: one line, once
+        self.given = {}     # (pass, its n-th op) -> the layer_label given it, for drift()
 
     def looped(self, pass_index, name, modules, args):
         """True once a run: for the first op that runs again, in root call `pass_index`, the
-        parameters an op of function `name` in the same modules ran already (a loop)."""
-        if self._looped:
+        parameters an op of function `name` in the same modules ran already (a loop). Never
+        while the numbering follows a trace's labels, whose loops they are."""
+        if self._looped or self.known is not None:
             return False
         for a in args:  # most calls read no parameter: one pass, no generator, and a plain
             if type(a) is not _Tensor and _is_param(a):  # tensor skips Parameter's slow
@@ -104,13 +111,25 @@ class LiveLabels:
         return False
 
     def number(self, pass_index, kind):
-        """(type_index, step_index) of the next op of type `kind` in pass `pass_index`."""
+        """(type_index, step_index, pass) of the next op of type `kind` in root call
+        `pass_index`, or None for an op the known trace labels none (an orphan)."""
         by_type, step = self._passes.setdefault(pass_index, ({}, [0]))
         step[0] += 1
         type_index = by_type[kind] = by_type.get(kind, 0) + 1
         first = self._first.setdefault((kind, type_index), step[0])
+        known = self.known
+        if known is not None and pass_index in known.roots:
+            key = (pass_index, step[0])
+            found = known.labels.get(key)
+            if found is None or found[0] == kind:
+                self.given[key] = None if found is None else f"{kind}_{found[1]}_{found[2]}"
+                return None if found is None else found[1:]
+            self.known = None
+            self.left = (f"op {step[0]} of root call {pass_index} is {kind} here but "
+                         f"{found[0]}_{found[1]}_{found[2]} in {known.path}, whose labels "
+                         f"this run's edits by label followed")
         self.given[(pass_index, step[0])] = f"{kind}_{type_index}_{first}"
-        return type_index, first
+        return type_index, first, pass_index
 
     def drift(self, trace):
         """(how many ops this run numbered have another layer_label, or none, in `trace`, the
@@ -121,6 +140,6 @@ class LiveLabels:
         read = {(s.root, s.raw_step): s.layer_label for s in op_sites(trace)}
         if not read:
             return 0, None
-        wrong = [(live, read.get(key, "no label (an orphan)"))
+        wrong = [(live or "no label", read.get(key, "no label (an orphan)"))
                  for key, live in self.given.items() if read.get(key) != live]
         return len(wrong), (f"{wrong[0][0]} -> {wrong[0][1]}" if wrong else None)

@@ -50,6 +50,7 @@ from .._common import (
     is_op_label,
     op_type,
 )
+from .._common import label_memory
 from .._errors import fail
 from . import op_loops
 
@@ -261,6 +262,9 @@ def op_sites(trace: Any) -> list[OpSite]:
         sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
     _number(sites, leader, position)
     trace._views[_CACHE] = sites
+    model = trace._views.get(_MODEL)
+    if model is not None and model() is not None and sites:  # for edits by label later
+        label_memory.remember(model(), sites, str(trace.path))
     return sites
 
 
@@ -298,6 +302,7 @@ def _number(sites: list[OpSite], leader: dict[tuple[int, int], tuple[int, int]],
 
 
 _CACHE = "\0op_sites"  # its key in trace._views, where no site name can be
+_MODEL = "\0model"  # a weak reference to the model the trace recorded (set by _api)
 
 
 def looks_like_label(key: str) -> bool:
