@@ -37,11 +37,10 @@ import warnings
 import torch
 
 from .._backend import torch_library
-from .._common import ROOT, first_tensor, replace_in_output, site_names
+from .._common import ROOT, first_tensor, label_memory, replace_in_output, site_names
 from .._errors import fail
 from .inputs import input_hook, output_finder
 from .op_edits import OpEdits
-from .._common import label_memory
 from .op_labels import LiveLabels
 from .operations import Op
 from .report import EditReport, counters, warn_skips, warn_unfired

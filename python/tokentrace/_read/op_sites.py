@@ -48,9 +48,9 @@ from .._common import (
     TUPLE_OPS,
     as_selector,
     is_op_label,
+    label_memory,
     op_type,
 )
-from .._common import label_memory
 from .._errors import fail
 from . import op_loops
 
