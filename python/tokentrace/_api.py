@@ -16,7 +16,7 @@ import weakref
 import torch
 
 from ._backend import check_kernel_mode, get_backend
-from ._common import ROOT, as_selector, check_writable, names_ops, op_selection
+from ._common import ROOT, as_selector, check_writable, names_ops, op_selection, where
 from ._compat import chunked, run_options
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits
@@ -270,8 +270,10 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
             result._views["\0model"] = weakref.ref(attached.model)
         except TypeError:
             pass
-    if attached.edits is not None and attached.ops:
-        attached.edits.warn_label_drift(result, user)
+    if attached.edits is not None and attached.ops and attached.edits.numbered_labels:
+        read = {(s.root, s.raw_step): s.layer_label
+                for s in result.find_sites(where(lambda op: True))}
+        attached.edits.warn_label_drift(read, user)
     if ending_error is not None:
         message = str(ending_error).removeprefix("tokentrace: ")
         counted = (", and its losses count the rest" if result.losses

@@ -237,13 +237,19 @@ class EditHooks:
             self._warned_unfired = True
             warn_unfired(unfired, stacklevel)
 
-    def warn_label_drift(self, trace, stacklevel=None):
+    @property
+    def numbered_labels(self):
+        """Whether op rules numbered ops by label in the run just ended."""
+        return bool(self.live_labels.given)
+
+    def warn_label_drift(self, read, stacklevel=None):
         """One RuntimeWarning when op rules numbered ops by label in this run and the run's
         trace (with op records) labels some of them otherwise: TorchLens's loops and orphans
-        take the whole run, the live numbering (op_labels.py) only what ran so far."""
+        take the whole run, the live numbering (op_labels.py) only what ran so far. read:
+        {(root call k, its n-th op): layer_label} of the trace's op sites."""
         if not self.live_labels.given:
             return
-        count, example = self.live_labels.drift(trace)
+        count, example = self.live_labels.drift(read)
         if count:
             warnings.warn(
                 f"tokentrace: {count} of the {len(self.live_labels.given)} ops numbered while "

@@ -131,13 +131,11 @@ class LiveLabels:
         self.given[(pass_index, step[0])] = f"{kind}_{type_index}_{first}"
         return type_index, first, pass_index
 
-    def drift(self, trace):
-        """(how many ops this run numbered have another layer_label, or none, in `trace`, the
-        same run's trace, one of them as 'live -> trace'): TorchLens's loops and orphans,
-        which take the whole run, renumber the trace's. (0, None) for a trace without op
-        records."""
-        from .._read.op_sites import op_sites
-        read = {(s.root, s.raw_step): s.layer_label for s in op_sites(trace)}
+    def drift(self, read):
+        """(how many ops this run numbered have another layer_label, or none, in the same
+        run's trace, one of them as 'live -> trace'): TorchLens's loops and orphans, which take
+        the whole run, renumber the trace's. read: {(root call k, its n-th op): layer_label}
+        of that trace's op sites; (0, None) when it has none."""
         if not read:
             return 0, None
         wrong = [(live or "no label", read.get(key, "no label (an orphan)"))

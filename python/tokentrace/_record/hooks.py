@@ -31,8 +31,7 @@ import warnings
 import torch
 from torch.nn import DataParallel
 
-from .._common import ROOT, site_names
-from .._common.op_groups import tensor_handle
+from .._common import ROOT, op_groups, site_names
 from .._compiled import compiled_layout
 
 _MISSING = object()
@@ -194,12 +193,12 @@ class HookSet:
         """`saver` (or None) after linking the call's output tensors: every tensor in its
         tuples, lists and dicts (a ModelOutput is one), outputs [0], [1], ... of the open
         call."""
-        link = self.backend.link
+        link, handle = self.backend.link, op_groups.tensor_handle
 
         def save(output):
             try:
                 for index, tensor in enumerate(_output_tensors(output)):
-                    link(1, index, tensor_handle(tensor))
+                    link(1, index, handle(tensor))
             except Exception:  # an odd output: no orphans found, the job runs on
                 pass
             if saver is not None:
