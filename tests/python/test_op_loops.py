@@ -146,17 +146,22 @@ def test_passes_of_a_loop_count_on_over_root_calls():
     assert trace["linear_2_4:2"].root == 2
 
 
+def _altered(trace, tmp_path, sql):
+    """A copy of the trace's file with `sql` run on it, loaded."""
+    old = tmp_path / "altered.sqlite"
+    shutil.copy(trace.path, old)
+    db = sqlite3.connect(old)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    return tt.load(old)
+
+
 def test_a_file_without_data_flow_numbers_each_op_as_its_own_layer(tmp_path):
     """A file written before op records kept data flow (no op_links table) reads as before:
     no loops, each op a layer of its root call."""
-    trace = _trace(Loop().eval(), torch.randn(2, 4))
-    old = tmp_path / "old.sqlite"
-    shutil.copy(trace.path, old)
-    db = sqlite3.connect(old)
-    db.execute("DROP TABLE op_links")
-    db.commit()
-    db.close()
-    assert [label for label, _ in _labels(tt.load(old))] == [
+    old = _altered(_trace(Loop().eval(), torch.randn(2, 4)), tmp_path, "DROP TABLE op_links")
+    assert [label for label, _ in _labels(old)] == [
         "linear_1_1", "relu_1_2", "add_1_3", "linear_2_4", "relu_2_5", "add_2_6",
         "linear_3_7", "relu_3_8", "add_3_9", "linear_4_10", "sum_1_11"]
 
@@ -311,13 +316,7 @@ def test_loops_no_parameter_anchors_a_residual_chain_and_a_scan():
 def test_op_records_without_data_flow_are_said_once(tmp_path):
     """op_links present but empty (a torch ops library older than the extension): one
     warning, and each op numbered as a layer of its own."""
-    trace = _trace(Loop().eval(), torch.randn(2, 4))
-    old = tmp_path / "noflow.sqlite"
-    shutil.copy(trace.path, old)
-    db = sqlite3.connect(old)
-    db.execute("DELETE FROM op_links")
-    db.commit()
-    db.close()
+    old = _altered(_trace(Loop().eval(), torch.randn(2, 4)), tmp_path, "DELETE FROM op_links")
     with pytest.warns(RuntimeWarning, match="has op records but no data flow of them"):
-        labels = [label for label, _ in _labels(tt.load(old))]
+        labels = [label for label, _ in _labels(old)]
     assert labels[:4] == ["linear_1_1", "relu_1_2", "add_1_3", "linear_2_4"]

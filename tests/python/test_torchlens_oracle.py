@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tokentrace as tt
+from test_op_loops import Loop, OverTime  # the loops test_op_loops.py checks by rule
 
 pytest.importorskip("torchlens")
 
@@ -65,19 +66,6 @@ class Cnn(nn.Module):
         return torch.softmax(self.head(torch.flatten(x, 1)), dim=-1)
 
 
-class _Loop(nn.Module):
-    """A Linear run three times in a loop whose body has no module, then a head."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin, self.head = nn.Linear(4, 4), nn.Linear(4, 2)
-
-    def forward(self, x):
-        for _ in range(3):
-            x = torch.relu(self.lin(x)) + 1
-        return self.head(x).sum()
-
-
 class _Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -99,18 +87,6 @@ class _Reused(nn.Module):
         x = self.block(torch.sigmoid(x))
         x = self.block(x + 1)
         return self.head(x)
-
-
-class _OverTime(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.cell, self.out = nn.GRUCell(4, 4), nn.Linear(4, 3)
-
-    def forward(self, x):
-        h = torch.zeros(x.shape[0], 4)
-        for t in range(x.shape[1]):
-            h = self.cell(x[:, t], h)
-        return self.out(h)
 
 
 def _gpt2():
@@ -175,11 +151,11 @@ def _case(name):
             num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
             num_experts_per_tok=2)).eval(), ids
     if name == "loop":
-        return _Loop().eval(), torch.randn(2, 4)
+        return Loop().eval(), torch.randn(2, 4)
     if name == "reused":
         return _Reused().eval(), torch.randn(2, 4)
     if name == "rnn":
-        return _OverTime().eval(), torch.randn(2, 3, 4)
+        return OverTime().eval(), torch.randn(2, 3, 4)
     if name == "albert":  # one layer's parameters shared by its three layers
         return transformers.AlbertModel(transformers.AlbertConfig(
             vocab_size=64, embedding_size=8, hidden_size=16, num_hidden_layers=3,
