@@ -8,7 +8,9 @@ x + 1 aten::add), and the calls that run several ATen ops or none (x[i], x[i] = 
 torch.tensor, x.contiguous(), x.float()) are recorded as ops of their own holding their ATen
 ops (_common/op_groups.py: "python::__getitem__", type getitem). Ops that run outside the
 root's calls (generate's own, between tokens) and inner ops (aten::linear's aten::addmm, the
-aten::select of an x[i]) have no label.
+aten::select of an x[i]) have no label; nor have TorchLens's orphans (ops connected neither to
+the model's output nor to a tensor from outside the root call's ops) and ATen ops that return
+a parameter itself (op_loops.py).
 
 The numbering is TorchLens's (its postprocess steps "detect loops" and "map raw labels to
 final labels"), within each root call. First its loops (op_loops.py): ops that run the same
