@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokentrace/shape_hash.h"
 #include "tokentrace/tokentrace.h"
 
 namespace tokentrace::torch_ops {
@@ -123,10 +124,10 @@ class Links {
 // read tensors of other shapes are not passes of one layer (TorchLens's equivalence class).
 uint32_t ShapeHash(const at::Tensor& t) {
   if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return 1;
-  uint64_t h = Mix(0xcbf29ce484222325ull, static_cast<uint64_t>(t.dim()));
-  for (const int64_t size : t.sizes()) h = Mix(h, static_cast<uint64_t>(size));
-  const auto folded = static_cast<uint32_t>(h ^ (h >> 32));
-  return folded != 0 ? folded : 2;
+  uint64_t h = tokentrace_shape_hash_begin(static_cast<uint64_t>(t.dim()));
+  for (const int64_t size : t.sizes())
+    h = tokentrace_shape_hash_step(h, static_cast<uint64_t>(size));
+  return tokentrace_shape_hash_end(h);
 }
 
 // The bits of a wrapped number (a CPU scalar tensor of a Python int, float or bool), read

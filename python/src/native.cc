@@ -34,6 +34,7 @@
 // The one header of the native core this extension sees: everything it asks of the recorder
 // (kernel modes, the schema, the op observer's entry points) goes through the C API of
 // libtokentrace.so (tests/python/test_contracts.py holds it to that).
+#include "tokentrace/shape_hash.h"
 #include "tokentrace/tokentrace.h"
 
 namespace nb = nanobind;
@@ -134,29 +135,65 @@ uint32_t PathId(const std::string& path) {
 }
 
 // Records the output's first tensor against the innermost open call (ours). Never raises.
-void RecordOutput(PyObject* output) {
+// Records the first tensor of `output` on the innermost open call; returns its shape hash
+// (tokentrace/shape_hash.h), 0 when it has none that can be read.
+uint32_t RecordOutput(PyObject* output) {
   static PyObject* const kShape = PyUnicode_InternFromString("shape");
   static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
   std::string path;
   PyObject* tensor = nullptr;
-  if (!FindTensor(output, &path, &tensor, 0)) return;
+  if (!FindTensor(output, &path, &tensor, 0)) return 0;
+  uint32_t hash = 0;
   PyObject* dtype = PyObject_GetAttr(tensor, kDtype);
   PyObject* shape = dtype != nullptr ? PyObject_GetAttr(tensor, kShape) : nullptr;
   if (shape != nullptr && PyTuple_Check(shape)) {  // torch.Size is a tuple
     int64_t dims[10];                              // tokentrace_output_current reads at most 10
     const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
-    for (Py_ssize_t i = 0; i < ndim && i < 10; ++i) {
-      dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    uint64_t h = tokentrace_shape_hash_begin(static_cast<uint64_t>(ndim));
+    for (Py_ssize_t i = 0; i < ndim; ++i) {
+      const int64_t size = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+      if (i < 10) dims[i] = size;
+      h = tokentrace_shape_hash_step(h, static_cast<uint64_t>(size));
     }
     if (!PyErr_Occurred()) {
       // Streamed into the trace file by the shim (no per-call state kept here).
       tokentrace_output_current(PathId(path), DtypeId(dtype), static_cast<int>(ndim), dims);
+      hash = tokentrace_shape_hash_end(h);
     }
   }
   Py_XDECREF(shape);
   Py_XDECREF(dtype);
   // An odd tensor subclass: the call is still recorded, without its shape.
   if (PyErr_Occurred()) PyErr_Clear();
+  return hash;
+}
+
+// A tensor's identity as op records keep it, its TensorImpl's address, from
+// torch._C._tensor_impl_raw_handle (a capsule; read without TorchFunctionMode dispatch, which
+// Tensor._cdata would be); 0 for anything else, or a torch without that function.
+uint64_t ImplAddress(PyObject* value) {
+  if (value == nullptr || g_tensor_type == nullptr || !PyObject_TypeCheck(value, g_tensor_type)) {
+    return 0;
+  }
+  static PyObject* const handle = [] {
+    PyObject* torch_c = PyImport_ImportModule("torch._C");
+    PyObject* fn =
+        torch_c != nullptr ? PyObject_GetAttrString(torch_c, "_tensor_impl_raw_handle") : nullptr;
+    Py_XDECREF(torch_c);
+    if (fn == nullptr) PyErr_Clear();
+    return fn;  // kept for the life of the process
+  }();
+  if (handle == nullptr) return 0;
+  PyObject* capsule = PyObject_CallOneArg(handle, value);
+  if (capsule == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  void* address =
+      PyCapsule_IsValid(capsule, nullptr) ? PyCapsule_GetPointer(capsule, nullptr) : nullptr;
+  Py_DECREF(capsule);
+  if (address == nullptr) PyErr_Clear();
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(address));
 }
 
 // One call of a hooked site: push on entry, output shape and pop on exit. Shared by the
@@ -476,14 +513,24 @@ NB_MODULE(_native, m) {
   m.def("push", [](uint32_t site) { tokentrace_push(site); });
   m.def("pop", [] { tokentrace_pop(); });
   // Records `output`'s first tensor against the innermost open call, then closes it: a call
-  // opened by push that has an output (python/tokentrace/_common/op_groups.py).
+  // opened by push that has an output (python/tokentrace/_common/op_groups.py). `read`, when
+  // given, is the tensor the call read and returned as it is (x.contiguous() of a contiguous
+  // x, x[i] = v's x): with op records its data flow is said here, by identity (read as
+  // argument 0, returned as output 0), as no ATen op of the call says it.
   m.def(
       "pop_output",
-      [](nb::handle output) {
-        RecordOutput(output.ptr());
-        tokentrace_pop();
+      [](nb::handle output, nb::handle read) {
+        const uint32_t shape = RecordOutput(output.ptr());
+        const uint64_t same = ImplAddress(read.ptr());
+        if (same == 0) {
+          tokentrace_pop();
+          return;
+        }
+        const uint32_t slot = 0;  // read as argument 0, with its shape (the output's: it)
+        tokentrace_links(1, &slot, &same, &shape);
+        tokentrace_pop_linked(same);
       },
-      nb::arg("output").none());
+      nb::arg("output").none(), nb::arg("read").none() = nb::none());
   // Op data flow (tokentrace_link) of a Python call kept as an op (op_groups.py): a tensor
   // it read (output 0) or returned (output 1), given by torch._C._tensor_impl_raw_handle(t)
   // (a capsule of its TensorImpl's address, read without TorchFunctionMode dispatch, which

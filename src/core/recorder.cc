@@ -137,6 +137,13 @@ ThreadState* SlowState() {
   }
   ThreadState* s = t_state;
   const uint32_t gen = g_generation.load(std::memory_order_acquire);
+  // A session that wants larger rings than this thread's (op records after a plain trace in
+  // one process): the old ring is retired (freed after a drain reads what is left) and a new
+  // one registered. Rings only grow: a later smaller session keeps the larger one.
+  if (s->ring != nullptr && s->ring->capacity() < g_ring_capacity.load(std::memory_order_relaxed)) {
+    s->ring->retired.store(true, std::memory_order_release);
+    s->ring = nullptr;
+  }
   if (s->ring == nullptr) {
     s->ring = buffers::Register(g_ring_capacity.load(std::memory_order_relaxed));
     if (s->ring == nullptr) {

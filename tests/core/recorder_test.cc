@@ -411,5 +411,39 @@ TEST_F(RecorderTest, LinksGoToTheInnermostOpenCallWithSlotAndIdentity) {
   EXPECT_EQ(later.links[0].outputs, "0:" + std::to_string(0x7f00deadbeef0010ull));
 }
 
+// A session that asks for larger rings (op records) after one that made this thread's ring
+// smaller gets the larger ring: the old one is retired and freed after a drain, its events
+// read first; a later session asking for less keeps the larger ring.
+TEST_F(RecorderTest, ARingGrowsWhenALaterSessionWantsALargerOne) {
+  const uint32_t site = sites::Intern("rec.grow", SiteKind::kModule);
+  const auto my_capacity = [&] {
+    // The ring of the event just written: the only one with events pending.
+    uint32_t capacity = 0;
+    buffers::ForEach([&](ThreadBuffer& ring) {
+      if (ring.Pending() > 0) capacity = ring.capacity();
+    });
+    return capacity;
+  };
+  const auto session = [&](uint32_t capacity) {
+    recorder::EndSession();
+    Batch ignored;
+    Joiner j(Mode(KernelMode::kOff));
+    DrainInto(j, &ignored);
+    recorder::BeginSession(capacity);
+    recorder::Push(site);
+    recorder::Pop();
+  };
+  session(1u << 12);
+  EXPECT_EQ(my_capacity(), 1u << 12);
+  session(1u << 15);
+  EXPECT_EQ(my_capacity(), 1u << 15);
+  Joiner joiner(Mode(KernelMode::kOff));
+  Batch batch;
+  DrainInto(joiner, &batch);
+  EXPECT_EQ(batch.calls.size(), 1u);  // the new ring's call; nothing lost
+  session(1u << 12);
+  EXPECT_EQ(my_capacity(), 1u << 15);  // rings only grow
+}
+
 }  // namespace
 }  // namespace tokentrace

@@ -84,9 +84,10 @@ class NativeBackend:
     def pop(self):
         self._n.pop()
 
-    def pop_output(self, output):
-        """Closes the innermost open call with `output`'s first tensor as its output."""
-        self._n.pop_output(output)
+    def pop_output(self, output, read=None):
+        """Closes the innermost open call with `output`'s first tensor as its output; `read`:
+        the tensor the call read and returned as it is (its data flow, for op records)."""
+        self._n.pop_output(output, read)
 
     def link(self, output, slot, handle):
         """Op data flow: the innermost open call read (output 0: argument `slot`) or returned

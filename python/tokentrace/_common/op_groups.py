@@ -63,8 +63,7 @@ class _Records(NamedTuple):
     """The backend's entry points a wrapper calls while op records are on."""
     push: Any
     pop: Any
-    pop_output: Any
-    link: Any
+    pop_output: Any  # (output, read=None): the output; read: what it returned as it read it
     sites: dict[str, int]  # {entry point name: its op site id}
 
 
@@ -103,7 +102,7 @@ def claim() -> str | None:
 # backend.link), read without TorchFunctionMode dispatch (Tensor._cdata would be a call an op
 # mode sees); a torch without it: None, and no data flow for Python-call ops
 tensor_handle = getattr(torch._C, "_tensor_impl_raw_handle", lambda tensor: None)
-_handle = tensor_handle
+_Tensor = torch.Tensor
 
 
 def _wrap(original: Any, name: str, setitem: bool) -> Any:
@@ -119,8 +118,6 @@ def _wrap(original: Any, name: str, setitem: bool) -> Any:
             marks.append([name, False])
         if records is not None:
             records.push(records.sites[name])
-            if args and isinstance(args[0], torch.Tensor):  # its data flow: x of x[i] and
-                records.link(0, 0, _handle(args[0]))          # x.contiguous() (maybe no ATen op)
         try:
             out = original(*args, **kwargs)
         except BaseException:
@@ -132,11 +129,13 @@ def _wrap(original: Any, name: str, setitem: bool) -> Any:
                 marks.pop()
         if records is not None:
             value = args[0] if setitem and args else out
-            if isinstance(value, torch.nn.Parameter):  # a source, not an op's: TorchLens
-                records.pop()                             # logs none (p.float() of a float p)
-            else:
-                if isinstance(value, torch.Tensor):
-                    records.link(1, 0, _handle(value))
+            # A parameter is a source, not an op's: TorchLens logs none (p.float() of a float
+            # p); a plain tensor skips Parameter's slow __instancecheck__
+            if type(value) is not _Tensor and isinstance(value, torch.nn.Parameter):
+                records.pop()
+            elif args and value is args[0]:  # returns what it read, maybe with no ATen op
+                records.pop_output(value, value)   # (x.contiguous()): its data flow, said
+            else:  # its ATen ops say its data flow
                 records.pop_output(value)
         return out
 
@@ -178,8 +177,8 @@ def _install(backend: Any) -> None:
     if backend is not None:
         kind = backend.site_kind("op")
         sites = {name: backend.site(site_name(name), kind) for name in NAMES}
-        _records[0] = _Records(backend.push, backend.pop, backend.pop_output, backend.link,
-                               sites)
+        native = getattr(backend, "_n", backend)  # the extension's own: one call, no wrapper
+        _records[0] = _Records(native.push, native.pop, native.pop_output, sites)
         _users["records"] += 1
     else:
         _users["marks"] += 1

@@ -60,6 +60,7 @@ def _flow(trace: Any, tops: dict[int, int], root_of: dict[Node, int]) -> Flow:
     history: dict[int, list[Node]] = defaultdict(list)  # tensor -> the nodes that returned it
     returned: list[tuple[int, int]] = []  # (root call k, tensor) of each root output
     outside: set[int] = set()
+    read_by: dict[int, dict[int, int]] = {}  # per outermost op: tensor -> the call that read it
     sources: set[Node] = set()
     args_slot = loader.load().LINK_ARGS  # the slot of a non-tensor arguments' hash (kinds.h)
     producer: dict[int, Node] = {}
@@ -93,7 +94,10 @@ def _flow(trace: Any, tops: dict[int, int], root_of: dict[Node, int]) -> Flow:
         if tensor in params:
             uses[top].add(tensor)
             continue
-        reads[top].append(shape)
+        # what it read, once per tensor and call: a Python call's own link of x and its
+        # aten::to's read of the same x are one read (x * x, in one op, reads x twice)
+        if read_by.setdefault(top, {}).setdefault(tensor, cid) == cid:
+            reads[top].append(shape)
         source = producer.get(tensor)
         if source is None:
             outside.add(top)
