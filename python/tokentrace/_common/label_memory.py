@@ -18,9 +18,9 @@ from typing import Any, NamedTuple
 
 
 class LabelMap(NamedTuple):
-    """{(root call k, its n-th op, orphans included): (type, type_index, step_index, pass)},
-    and the root calls it covers."""
-    labels: dict[tuple[int, int], tuple[str, int, int, int]]
+    """{(root call k, its n-th op, orphans included): (type, (type_index, step_index,
+    pass))}, and the root calls it covers."""
+    labels: dict[tuple[int, int], tuple[str, tuple[int, int, int]]]
     roots: frozenset[int]
     path: str  # the trace's file, to name it
 
@@ -31,7 +31,7 @@ _REMEMBERED: weakref.WeakKeyDictionary[Any, LabelMap] = weakref.WeakKeyDictionar
 def remember(model: Any, sites: list[Any], path: str) -> None:
     try:
         _REMEMBERED[model] = LabelMap(
-            {(s.root, s.raw_step): (s.layer_type, s.type_index, s.step_index, s.pass_index)
+            {(s.root, s.raw_step): (s.layer_type, (s.type_index, s.step_index, s.pass_index))
              for s in sites}, frozenset(s.root for s in sites), path)
     except TypeError:  # a model that cannot be weakly referenced: nothing remembered
         pass

@@ -88,8 +88,8 @@ class LiveLabels:
         self._looped = False
         self.known = known  # LabelMap, until an op disagrees with it
         self.left = None    # why the numbering left the map: one line, once
-        # (pass, its n-th op) -> (type, type_index, step_index) given it, or None (no label),
-        # for drift(); made into a label only there (a string an op would cost ~0.3 µs)
+        # (pass, its n-th op) -> (type, (type_index, step_index, pass)) given it, or None (no
+        # label), for drift(); made into a label only there (a string an op costs ~0.3 µs)
         self.given = {}
 
     def looped(self, pass_index, name, modules, args):
@@ -124,14 +124,15 @@ class LiveLabels:
             key = (pass_index, step[0])
             found = known.labels.get(key)
             if found is None or found[0] == kind:
-                self.given[key] = found and found[:3]
-                return None if found is None else found[1:]
+                self.given[key] = found
+                return None if found is None else found[1]
             self.known = None
             self.left = (f"op {step[0]} of root call {pass_index} is {kind} here but "
-                         f"{found[0]}_{found[1]}_{found[2]} in {known.path}, whose labels "
-                         f"this run's edits by label followed")
-        self.given[(pass_index, step[0])] = (kind, type_index, first)
-        return type_index, first, pass_index
+                         f"{found[0]}_{found[1][0]}_{found[1][1]} in {known.path}, whose "
+                         f"labels this run's edits by label followed")
+        labels = (type_index, first, pass_index)
+        self.given[(pass_index, step[0])] = (kind, labels)
+        return labels
 
     def drift(self, read):
         """(how many ops this run numbered have another layer_label, or none, in the same
@@ -140,7 +141,7 @@ class LiveLabels:
         of that trace's op sites; (0, None) when it has none."""
         if not read:
             return 0, None
-        given = {key: None if g is None else f"{g[0]}_{g[1]}_{g[2]}"
+        given = {key: None if g is None else f"{g[0]}_{g[1][0]}_{g[1][1]}"
                  for key, g in self.given.items()}
         wrong = [(live or "no label", read.get(key, "no label (an orphan)"))
                  for key, live in given.items() if read.get(key) != live]
