@@ -33,7 +33,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tokentrace/shape_hash.h"
 #include "tokentrace/tokentrace.h"
 
 namespace tokentrace::torch_ops {

@@ -16,7 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokentrace/kinds.h" /* site and escape kinds */
+#include "tokentrace/kinds.h"      /* site and escape kinds */
+#include "tokentrace/shape_hash.h" /* the shape hash of op data flow */
 
 #ifdef __cplusplus
 extern "C" {

@@ -34,7 +34,6 @@
 // The one header of the native core this extension sees: everything it asks of the recorder
 // (kernel modes, the schema, the op observer's entry points) goes through the C API of
 // libtokentrace.so (tests/python/test_contracts.py holds it to that).
-#include "tokentrace/shape_hash.h"
 #include "tokentrace/tokentrace.h"
 
 namespace nb = nanobind;
