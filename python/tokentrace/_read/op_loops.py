@@ -1,28 +1,32 @@
-"""TorchLens's loops, in op labels: ops that run again within one root call are passes of one
-layer (a module called 3 times in a forward: linear_1_1:1, linear_1_1:2, linear_1_1:3).
+"""TorchLens's graph rules in op labels: loops (ops that run again within one root call are
+passes of one layer: a module called 3 times in a forward is linear_1_1:1, :2, :3) and
+orphans (ops TorchLens drops).
 
-Op records keep each op's data flow (op_links: which tensors an op read and returned, by
-identity; cuda/torch/op_observer.cc) and the trace keeps the model's parameters by identity
-(meta op_params, written by _record/attach.py). From them, per root call:
+Op records keep each outermost op's data flow (op_links, cuda/torch/op_observer.cc: the tensors
+it read, by identity with a shape hash, a hash of its non-tensor arguments, and the tensors
+it returned), the hooks the root call's output tensors (_record/hooks.py), and the trace the
+model's parameters by identity (meta op_params, _record/attach.py). An op's key, as TorchLens's
+equivalence class: type, output index, module addresses (the module calls it ran in, without
+their call numbers), non-tensor arguments and the shapes it read. Per root call:
 
-1. Parameter sharing. Ops of one type, output index and module addresses (the module calls
-   they ran in, without their call numbers) that read the same parameters are passes of one
-   layer, as TorchLens's: the same module (or the same weights) run again.
-2. Lockstep expansion. From each such layer, its passes' neighbours in the data flow (the ops
-   that read their outputs, then the ops whose outputs they read) are walked together: where
-   every pass has an op not yet in a layer with the same type, output index, module addresses,
-   output shape and dtype, those ops are passes of one layer too, and the walk goes on from
-   them. So the ops of a loop's body around a repeated module are its passes too (the relu
-   and add of `for _ in range(3): x = relu(lin(x)) + 1`), as TorchLens's isomorphic expansion
-   groups them.
+1. Parameter sharing. Ops of one type, output index, module addresses and arguments that read
+   the same parameters are passes of one layer: the same module (or weights) run again.
+2. Lockstep expansion. From each such layer in the order it began, its passes' neighbours
+   are walked together, forward (the ops that read their outputs) until nothing is new, then
+   backward, and again: where two or more passes have a free neighbour of one key, those are
+   passes of one layer too (the relu and add of `for _ in range(3): x = relu(lin(x)) + 1`; a
+   loop's last pass may lack the op that feeds the next).
+3. Loops no parameter anchors. Ops of one key in a module, not yet in a layer, where each
+   reads what an earlier one or the ops walked forward from it made: a block's two residual
+   adds, an embedding's sum, a scan's steps; they and their bodies are passes, and walk as in 2.
+4. Orphans take no label: ops connected (reading or read) neither to the root's output nor to
+   a tensor no op made (a model input, a buffer); nor does an ATen op that returns a parameter.
 
-TorchLens groups some ops that no parameter anchors (its "param-free" rule: GPT-2's two
-residual adds of a block are add_3_36:1 and :2); that rule is not replicated here:
-docs/from-torchlens.md says so. A file without op_links (written before op records kept data
-flow) has no loops: each op is a layer of its own in its root call.
+A file without op_links (written before op records kept data flow) has no loops or orphans:
+each op is a layer of its own in its root call.
 
-    group(trace, sites, tops)  {site: its layer's first pass}, and each site's pass within
-                               its root call (1 for one that is its own layer)
+    group(trace, sites, tops)  ({node: its layer's first pass}, {node: its pass within its
+                               root call}, the nodes that take no label)
 """
 
 from __future__ import annotations
