@@ -61,9 +61,11 @@ def make_trace_file(path, *, kernels=True, saved=None):
     return path
 
 
-def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=60):
+def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=120):
     """Runs `args`, sends `sig` once its stdout printed a line with `ready`, and returns
-    (returncode, the rest of stdout, stderr); the process is killed if it outlives `timeout`."""
+    (returncode, the rest of stdout, stderr); the process is killed if it outlives `timeout`,
+    and the failure then says where each of its threads was (state, wait channel, signal
+    masks: a signal left blocked or pending shows there)."""
     import subprocess
     proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -72,10 +74,30 @@ def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=60):
             if ready in line:
                 break
         proc.send_signal(sig)
-        rest, err = proc.communicate(timeout=timeout)
+        try:
+            rest, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{args[0]} outlived {timeout} s after signal {sig}:\n"
+                                 f"{_threads_of(proc.pid)}") from None
     finally:
         proc.kill()
     return proc.returncode, rest, err
+
+
+def _threads_of(pid):
+    """One line per thread of process `pid`: name, state, wait channel, signal masks."""
+    keep = ("Name", "State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+    lines = []
+    for task in sorted(glob.glob(f"/proc/{pid}/task/*")):
+        try:
+            with open(os.path.join(task, "status")) as f:
+                status = [line for line in f.read().splitlines() if line.startswith(keep)]
+            with open(os.path.join(task, "wchan")) as f:
+                status.append("wchan:" + f.read().strip())
+        except OSError:
+            continue
+        lines.append(" | ".join(s.replace("\t", " ") for s in status))
+    return "\n".join(lines) or "(no /proc entries)"
 
 
 _DOCS_FENCE = re.compile(r"```python\n(# docs-test: (?:needs=(\w+) )?expected=(.*?)\n.*?)```",
