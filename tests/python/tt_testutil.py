@@ -67,8 +67,14 @@ def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=120):
     and the failure then says where each of its threads was (state, wait channel, signal
     masks: a signal left blocked or pending shows there)."""
     import subprocess
-    proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # The job starts with `sig` at its default, as one run from a terminal does: a runner
+    # that started the tests in the background (`cmd &` in a script) hands them SIGINT
+    # ignored, and Python, finding it ignored, never makes it a KeyboardInterrupt. A small
+    # Python trampoline puts it back and execs the job (preexec_fn is unsafe with threads).
+    reset = ("import os, signal, sys; signal.signal(int(sys.argv[1]), signal.SIG_DFL); "
+             "os.execvp(sys.argv[2], sys.argv[2:])")
+    proc = subprocess.Popen([sys.executable, "-c", reset, str(int(sig)), *args], env=env,
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
             if ready in line:
