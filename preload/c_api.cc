@@ -9,6 +9,8 @@
 #include "core/recorder.h"
 #include "core/site_registry.h"
 #include "preload/shim.h"
+#include "session/added_rows.h"
+#include "store/added_rows_sql.h"
 #include "store/schema.h"
 #include "store/store.h"
 #include "tokentrace/tokentrace.h"
@@ -144,6 +146,118 @@ void tokentrace_escape(int kind) {
                                                           : static_cast<EscapeKind>(kind & 3));
 }
 
+// The Python layer's rows, meta and losses go to the session's writer (session/added_rows.h).
+namespace {
+
+constexpr char kNoSession[] = "tokentrace: no session is recording, so the writer cannot take ";
+
+int Added(std::unique_ptr<AddedItem> item, char* err, size_t err_len) {
+  if (!recorder::Active()) {
+    return Fail(std::string(kNoSession) + "them (start one first; they were not kept)", err,
+                err_len);
+  }
+  ProcessAddedQueue().Push(std::move(item));
+  return 0;
+}
+
+}  // namespace
+
+int tokentrace_add_rows(int table, int ncolumns, const char* const* columns, size_t nrows,
+                        const tokentrace_value* values, char* err, size_t err_len) {
+  try {
+    bool known = false;
+#define TT_TABLE_KNOWN_(name, value, text, loss) known = known || table == name;
+    TOKENTRACE_ROW_TABLES(TT_TABLE_KNOWN_)
+#undef TT_TABLE_KNOWN_
+    if (!known) {
+      return Fail("tokentrace: tokentrace_add_rows: " + std::to_string(table) +
+                      " is not a row table (kinds.h TOKENTRACE_ROW_TABLES)",
+                  err, err_len);
+    }
+    if (ncolumns <= 0 || columns == nullptr || (nrows > 0 && values == nullptr)) {
+      return Fail("tokentrace: tokentrace_add_rows: no columns, or rows without values", err,
+                  err_len);
+    }
+    if (nrows == 0) return 0;
+    auto item = std::make_unique<AddedItem>();
+    item->what = AddedItem::What::kRows;
+    item->rows.table = static_cast<RowTable>(table);
+    for (int c = 0; c < ncolumns; ++c) {
+      item->rows.columns.emplace_back(columns[c] != nullptr ? columns[c] : "");
+    }
+    std::string error;
+    if (!CheckAddedColumns(item->rows.table, item->rows.columns, &error)) {
+      return Fail(error, err, err_len);
+    }
+    const size_t n = nrows * static_cast<size_t>(ncolumns);
+    item->rows.values.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const tokentrace_value& v = values[i];
+      RowValue& out = item->rows.values[i];
+      switch (v.type) {
+        case TOKENTRACE_VALUE_INT:
+          out.type = RowValue::Type::kInt;
+          out.i = v.i;
+          break;
+        case TOKENTRACE_VALUE_REAL:
+          out.type = RowValue::Type::kReal;
+          out.d = v.d;
+          break;
+        case TOKENTRACE_VALUE_TEXT:
+          if (v.s == nullptr) break;  // NULL
+          out.type = RowValue::Type::kText;
+          out.s = v.s;
+          break;
+        default:
+          break;  // NULL
+      }
+    }
+    return Added(std::move(item), err, err_len);
+  } catch (const std::bad_alloc&) {
+    recorder::CountNoMemory(nrows);
+    return Fail("tokentrace: out of memory: rows not kept (counted as no_memory)", err, err_len);
+  } catch (const std::exception& e) {
+    return Fail(std::string("tokentrace: tokentrace_add_rows failed: ") + e.what(), err, err_len);
+  }
+}
+
+int tokentrace_add_meta(const char* key, const char* value, char* err, size_t err_len) {
+  try {
+    if (key == nullptr || *key == '\0') {
+      return Fail("tokentrace: tokentrace_add_meta: no key", err, err_len);
+    }
+    auto item = std::make_unique<AddedItem>();
+    item->what = AddedItem::What::kMeta;
+    item->key = key;
+    item->value = value != nullptr ? value : "";
+    return Added(std::move(item), err, err_len);
+  } catch (const std::exception& e) {
+    return Fail(std::string("tokentrace: tokentrace_add_meta failed: ") + e.what(), err, err_len);
+  }
+}
+
+int tokentrace_add_loss(int kind, int64_t count, char* err, size_t err_len) {
+  try {
+    bool known = false;
+#define TT_LOSS_KNOWN_(name, value, text) known = known || kind == name;
+    TOKENTRACE_LOSS_KINDS(TT_LOSS_KNOWN_)
+#undef TT_LOSS_KNOWN_
+    if (!known) {
+      return Fail("tokentrace: tokentrace_add_loss: " + std::to_string(kind) +
+                      " is not a loss kind (kinds.h TOKENTRACE_LOSS_KINDS)",
+                  err, err_len);
+    }
+    if (count == 0) return 0;
+    auto item = std::make_unique<AddedItem>();
+    item->what = AddedItem::What::kLoss;
+    item->loss = static_cast<LossKind>(kind);
+    item->count = count;
+    return Added(std::move(item), err, err_len);
+  } catch (const std::exception& e) {
+    return Fail(std::string("tokentrace: tokentrace_add_loss failed: ") + e.what(), err, err_len);
+  }
+}
+
 const char* tokentrace_default_kernel_mode(void) {
   static const std::string mode = Config().kernels.ToString();
   return mode.c_str();
@@ -191,7 +305,8 @@ const tokentrace_api* tokentrace_get_api(void) {
       sizeof(tokentrace_api),     TOKENTRACE_API_VERSION, &tokentrace_site,
       &tokentrace_push,           &tokentrace_pop,        &tokentrace_text,
       &tokentrace_output_current, &tokentrace_escape,     &tokentrace_links,
-      &tokentrace_pop_linked,
+      &tokentrace_pop_linked,     &tokentrace_add_rows,   &tokentrace_add_meta,
+      &tokentrace_add_loss,
   };
   return &api;
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "core/site_registry.h"
 #include "cupti/subscriber.h"
 #include "preload/injection.h"
+#include "session/added_rows.h"
 #include "session/file_claim.h"
 #include "session/losses.h"
 #include "session/meta_rows.h"
@@ -135,6 +137,7 @@ std::unique_ptr<Session> Session::Start(const Config& config, bool preload, std:
     s->drainer_.SetStore(std::move(store));
   }
   sites::SetTokenRange(config.token_range);
+  ProcessAddedQueue().Clear();  // what was handed to no session (or to an earlier one)
   clock::Calibrate();
   recorder::BeginSession(config.buffer_events);
   Policy().wake.store(&Wake);
@@ -187,6 +190,7 @@ DrainParts Session::ProcessDrainParts() {
   parts.slow_drain_ms = TestSlowDrainMs();
   parts.step_events = kSignalDrainStep;
   parts.interrupted = [] { return g_stop_signal.load() != 0; };
+  parts.added = [](Batch* batch) { ProcessAddedQueue().TakeInto(batch); };
   return parts;
 }
 
@@ -275,10 +279,12 @@ void Session::StartKernels() {
 }
 
 void Session::Loop() {
+  int starved = 0;  // drains in a row that ran out of memory: the next waits longer
   while (!loop_stop_.load()) {
     const int fd = WakeReadFd();
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, fd >= 0 ? 1 : 0, config_.flush_ms) > 0 && (p.revents & POLLIN) != 0) {
+    const int wait_ms = config_.flush_ms << std::min(starved, 3);
+    if (poll(&p, fd >= 0 ? 1 : 0, wait_ms) > 0 && (p.revents & POLLIN) != 0) {
       char wakes[64];
       ssize_t ignored = read(fd, wakes, sizeof wakes);  // empty the pipe
       (void)ignored;
@@ -289,24 +295,30 @@ void Session::Loop() {
       break;
     }
     if (loop_stop_.load()) break;
-    // CUPTI hands over an activity buffer only when it is full (1 MB) or flushed: flush about
-    // once a second, so records reach the file soon after their buffer's last record
-    // completed (a buffer still being written to waits until it is full or the session ends).
-    if (kernels_started_ && cupti_flush_due_.Turn()) {
-      cupti::Flush(false);  // completed buffers only: see cupti/subscriber.h
-    }
-    {
+    // No exception leaves this thread (the job would be terminated): a drain that runs out of
+    // memory counts what it dropped (no_memory) and the next one, a little later, goes on.
+    try {
+      // CUPTI hands over an activity buffer only when it is full (1 MB) or flushed: flush
+      // about once a second, so records reach the file soon after their buffer's last record
+      // completed (a buffer still being written to waits until it is full or the session ends).
+      if (kernels_started_ && cupti_flush_due_.Turn()) {
+        cupti::Flush(false);  // completed buffers only: see cupti/subscriber.h
+      }
       std::lock_guard<std::mutex> drain(drain_mutex_);
       std::string error;
-      if (!drainer_.Drain(false, &error) && error != last_error_) {
+      const uint64_t dropped_before = drainer_.no_memory();
+      if (!drainer_.Drain(false, &error) && !error.empty() && error != last_error_) {
         fprintf(stderr, "%s\n", error.c_str());
         last_error_ = error;
       }
+      starved = drainer_.no_memory() > dropped_before ? starved + 1 : 0;
       // The data reaches the main file about once a second, not only when the WAL is 16 MiB:
       // a killed job's .sqlite copied alone still holds it.
       if (drainer_.store() != nullptr && checkpoint_due_.Turn()) {
         drainer_.store()->Checkpoint();
       }
+    } catch (const std::exception&) {
+      ++starved;
     }
   }
   Policy().drain_running.store(false);  // a thread waiting for room gives up (and counts)
@@ -322,10 +334,15 @@ void Session::StopFromSignal(int sig) {
       const char* abbrev = sigabbrev_np(sig);
       const std::string name =
           abbrev != nullptr ? std::string("SIG") + abbrev : std::to_string(sig);
-      DrainBudget budget(g_stop_signal_ns.load() + kSignalDrainNs, &MonotonicNs, kSignalDrainStep);
-      drainer_.DrainSteps(&budget);
-      std::string error;
-      WriteFinalLocked({{"exit_signal", name}}, &error);
+      try {
+        DrainBudget budget(g_stop_signal_ns.load() + kSignalDrainNs, &MonotonicNs,
+                           kSignalDrainStep);
+        drainer_.DrainSteps(&budget);
+        std::string error;
+        WriteFinalLocked({{"exit_signal", name}}, &error);
+      } catch (const std::exception&) {
+        // no memory left to finish: what was committed stays (the file reads as unfinished)
+      }
       if (drainer_.store() != nullptr) drainer_.store()->Close();
     }
   }
@@ -344,7 +361,8 @@ bool Session::RequestStopFromSignal(int sig) {
 bool Session::StopFromSignalDone() { return g_signal_stop_done.load(); }
 
 void Session::AfterForkInChild() {
-  recorder::AfterFork();  // held by the forking thread, this one (BeforeFork)
+  recorder::AfterFork();        // held by the forking thread, this one (BeforeFork)
+  ProcessAddedQueue().Clear();  // the parent's rows: its own file takes them
   g_claim_mutex.unlock();
   g_drain_mutex.unlock();
   // The parent's descriptors are copies here, never used by the child: not guarded, and the
@@ -402,10 +420,14 @@ bool Session::Stop(std::string* error, const MetaRowList& extra_meta) {
   loop_stop_.store(true);
   Wake();
   if (thread_.joinable()) thread_.join();
-  bool ok;
+  bool ok = false;
   {
     std::lock_guard<std::mutex> drain(drain_mutex_);
-    ok = WriteFinalLocked(extra_meta, error);
+    try {
+      ok = WriteFinalLocked(extra_meta, error);
+    } catch (const std::exception&) {
+      // no memory left to finish (the job exits anyway): what was committed stays
+    }
   }
   if (kernels_started_) cupti::Stop();
   if (drainer_.store() != nullptr) drainer_.store()->Close();

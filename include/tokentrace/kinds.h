@@ -1,9 +1,10 @@
 /* Kinds shared by the C++ recorder, the trace file and the Python layer: the one copy.
  *
  * Site kinds are sites.kind in the trace file; escape kinds name escapes.kind; loss kinds are
- * the keys of the losses table. The Python extension exports all three (tokentrace._native:
- * SITE_KINDS, ESCAPE_KINDS, LOSS_KINDS); README.md says what each loss means. C-compatible
- * (the C API takes a site kind and an escape kind): no header beyond this one. */
+ * the keys of the losses table; row tables are the tables the Python layer fills through the
+ * writer. The Python extension exports them all (tokentrace._native: SITE_KINDS, ESCAPE_KINDS,
+ * LOSS_KINDS, ROW_TABLES); README.md says what each loss means. C-compatible (the C API takes a
+ * site kind, an escape kind and a row table): no header beyond this one. */
 #ifndef TOKENTRACE_KINDS_H_
 #define TOKENTRACE_KINDS_H_
 
@@ -46,7 +47,22 @@
   X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")                                \
   X(TOKENTRACE_LOSS_COMPILED_UNATTRIBUTED, 19, "compiled_unattributed") /* Python layer */ \
   X(TOKENTRACE_LOSS_NO_MEMORY, 20, "no_memory")                                            \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_LINKS, 21, "write_failed_links")
+  X(TOKENTRACE_LOSS_WRITE_FAILED_LINKS, 21, "write_failed_links")                          \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_INPUTS, 22, "write_failed_inputs")                        \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_SAVED, 23, "write_failed_saved")                          \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES, 24, "write_failed_escape_sites")            \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_STEPS, 25, "write_failed_steps")                          \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS, 26, "write_failed_requests")
+
+/* The tables the Python layer fills (tokentrace_add_rows): the session's writer writes their
+ * rows in the transactions of the calls they belong to, and counts the rows of a write that
+ * failed (a full disk) under the loss kind given here. X(ENUMERATOR, value, "table", loss). */
+#define TOKENTRACE_ROW_TABLES(X)                                                                \
+  X(TOKENTRACE_ROWS_CALL_INPUTS, 0, "call_inputs", TOKENTRACE_LOSS_WRITE_FAILED_INPUTS)         \
+  X(TOKENTRACE_ROWS_SAVED_OUTPUTS, 1, "saved_outputs", TOKENTRACE_LOSS_WRITE_FAILED_SAVED)      \
+  X(TOKENTRACE_ROWS_ESCAPE_SITES, 2, "escape_sites", TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES) \
+  X(TOKENTRACE_ROWS_STEP_REQUESTS, 3, "step_requests", TOKENTRACE_LOSS_WRITE_FAILED_STEPS)      \
+  X(TOKENTRACE_ROWS_REQUEST_EVENTS, 4, "request_events", TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS)
 
 /* Op data flow (tokentrace_links, the op_links table): a slot with this bit is an output's
  * index, without it an argument's; the argument slot TOKENTRACE_LINK_ARGS holds no tensor but
@@ -59,5 +75,8 @@ enum tokentrace_site_kind { TOKENTRACE_SITE_KINDS(TOKENTRACE_KIND_ENUMERATOR_) }
 enum tokentrace_escape_kind { TOKENTRACE_ESCAPE_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };
 enum tokentrace_loss_kind { TOKENTRACE_LOSS_KINDS(TOKENTRACE_KIND_ENUMERATOR_) };
 #undef TOKENTRACE_KIND_ENUMERATOR_
+#define TOKENTRACE_TABLE_ENUMERATOR_(name, value, text, loss) name = value,
+enum tokentrace_row_table { TOKENTRACE_ROW_TABLES(TOKENTRACE_TABLE_ENUMERATOR_) };
+#undef TOKENTRACE_TABLE_ENUMERATOR_
 
 #endif /* TOKENTRACE_KINDS_H_ */

@@ -114,6 +114,34 @@ TOKENTRACE_EXPORT void tokentrace_links(int n, const uint32_t* slots, const uint
  * data flow entry TOKENTRACE_LINK_OUTPUT | 0 rides in the pop's ring event. */
 TOKENTRACE_EXPORT void tokentrace_pop_linked(uint64_t output);
 
+/* Rows of the Python layer (the tables of TOKENTRACE_ROW_TABLES, kinds.h), meta rows and loss
+ * counts, handed to the session's writer: it writes them in the same transaction as the calls
+ * recorded before them, at the same cadence, under the same rules (a SIGTERM's or SIGKILL's
+ * last commit, a full disk: counted by table as write_failed_*), so no other connection ever
+ * writes the file. From any thread; lock-free (a signal stop never waits for an adding thread).
+ * Each returns 0, or non-zero with a one-line message in err (no session records; an unknown
+ * table, column or loss kind). */
+#define TOKENTRACE_VALUE_NULL 0
+#define TOKENTRACE_VALUE_INT 1
+#define TOKENTRACE_VALUE_REAL 2
+#define TOKENTRACE_VALUE_TEXT 3
+typedef struct tokentrace_value {
+  int type;      /* TOKENTRACE_VALUE_* */
+  int64_t i;     /* INT */
+  double d;      /* REAL */
+  const char* s; /* TEXT: NUL-terminated UTF-8, copied */
+} tokentrace_value;
+/* `nrows` rows of `ncolumns` values each (row-major), the columns named by `columns` (the
+ * table's, schema.sql). */
+TOKENTRACE_EXPORT int tokentrace_add_rows(int table, int ncolumns, const char* const* columns,
+                                          size_t nrows, const tokentrace_value* values, char* err,
+                                          size_t err_len);
+/* A meta row (upserted: the last value of a key wins). */
+TOKENTRACE_EXPORT int tokentrace_add_meta(const char* key, const char* value, char* err,
+                                          size_t err_len);
+/* Adds `count` to loss kind `kind` (kinds.h). */
+TOKENTRACE_EXPORT int tokentrace_add_loss(int kind, int64_t count, char* err, size_t err_len);
+
 /* Kernel modes: "off" | "summary" | "full" | "sample:N" (N >= 1). The recorder's parser is the
  * one judge of a mode; the Python layer asks it through these. Both strings are static. */
 TOKENTRACE_EXPORT const char* tokentrace_default_kernel_mode(void);   /* "summary" */
@@ -146,8 +174,8 @@ TOKENTRACE_EXPORT int tokentrace_file_being_written(const char* path);
  * New entries go at the end; a changed signature bumps TOKENTRACE_API_VERSION.
  *
  *   offset  0  struct_size, api_version (uint32_t each)
- *   offset  8  site, push, pop, text, output_current, escape, links, pop_linked (one pointer
- *              each)
+ *   offset  8  site, push, pop, text, output_current, escape, links, pop_linked, add_rows,
+ *              add_meta, add_loss (one pointer each)
  */
 typedef struct tokentrace_api {
   uint32_t struct_size; /* sizeof(tokentrace_api) of the library */
@@ -161,6 +189,10 @@ typedef struct tokentrace_api {
   void (*links)(int n, const uint32_t* slots, const uint64_t* tensors,
                 const uint32_t* shapes); /* after escape */
   void (*pop_linked)(uint64_t output);
+  int (*add_rows)(int table, int ncolumns, const char* const* columns, size_t nrows,
+                  const tokentrace_value* values, char* err, size_t err_len);
+  int (*add_meta)(const char* key, const char* value, char* err, size_t err_len);
+  int (*add_loss)(int kind, int64_t count, char* err, size_t err_len);
 } tokentrace_api;
 
 /* The library's table: static, never NULL, valid for the life of the process. */

@@ -64,7 +64,8 @@ class InputBuffer {
   // kinds: the _inputs kind codes (tensor, leaf, seq, dict, cache, dataclass, object,
   // container); python: (kind_of, describe, text, fields_of, children_of), the reference's
   // functions (children_of: a registered container's children, tt.register_container); flush: a
-  // weak method (None, or the recorder's flush once it exists) called when flush_rows are pending.
+  // weak method (None, or the recorder's flush once it exists) called when flush_rows are pending;
+  // flush_rows 0: each call's rows go to the session's writer as the call is recorded (Hand).
   InputBuffer(nb::object current, nb::tuple kinds, nb::tuple python, nb::tuple plain_tensors,
               int max_depth, size_t max_items, nb::object flush, size_t flush_rows,
               uintptr_t tensor_meta)
@@ -117,6 +118,7 @@ class InputBuffer {
       dims_.resize(dims_mark);
       return false;
     }
+    if (flush_rows_ == 0) return Hand();  // each call's rows to the writer, as it ends
     if (leaves_.size() >= flush_rows_ && !flush_.is_none()) {
       PyObject* method = PyObject_CallNoArgs(flush_.ptr());  // the weak method's target
       if (method == nullptr) return false;
@@ -126,6 +128,100 @@ class InputBuffer {
       Py_DECREF(r);
     }
     return true;
+  }
+
+  // The pending leaves handed to the session's writer as call_inputs rows
+  // (tokentrace_add_rows): the same rows Drain makes, the texts read from the Python strings
+  // the buffer keeps, so the writer commits them with the calls they belong to. Returns false
+  // with a Python error set when the writer refused them (no session records); the buffer is
+  // empty after either way.
+  bool Hand() {
+    static const char* const kColumns[] = {"call_id", "path",   "kind",  "type", "shape",
+                                           "dtype",   "device", "value", "file", "key"};
+    constexpr int kWidth = 10;
+    const size_t n = leaves_.size();
+    if (n == 0) return true;
+    std::vector<tokentrace_value> values(n * kWidth,
+                                         tokentrace_value{TOKENTRACE_VALUE_NULL, 0, 0.0, nullptr});
+    std::vector<std::string> shapes;  // reserved: their c_str() stay put
+    shapes.reserve(n);
+    std::vector<nb::object> held;  // described rows, alive for the call
+    auto text = [](tokentrace_value* v, PyObject* o) {
+      if (o == nullptr || o == Py_None) return true;
+      if (PyLong_Check(o)) {
+        v->type = TOKENTRACE_VALUE_INT;
+        v->i = PyLong_AsLongLong(o);
+        return !PyErr_Occurred();
+      }
+      if (!PyUnicode_Check(o)) return false;
+      v->s = PyUnicode_AsUTF8(o);
+      v->type = TOKENTRACE_VALUE_TEXT;
+      return v->s != nullptr;
+    };
+    auto shape_json = [&shapes](const int64_t* dims, Py_ssize_t ndim) {
+      std::string json = "[";
+      for (Py_ssize_t d = 0; d < ndim; ++d) {
+        if (d) json += ", ";
+        json += std::to_string(dims[d]);
+      }
+      shapes.push_back(json + "]");
+      return shapes.back().c_str();
+    };
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; ++i) {
+      const Leaf& leaf = leaves_[i];
+      tokentrace_value* row = &values[i * kWidth];
+      row[0].type = TOKENTRACE_VALUE_INT;
+      row[0].i = static_cast<int64_t>(leaf.call_id);
+      if (leaf.form == kTensor) {
+        ok = text(&row[1], paths_.Str(leaf.path).ptr());
+        row[2].type = TOKENTRACE_VALUE_TEXT;
+        row[2].s = "tensor";
+        ok = ok && text(&row[3], Text(&tensor_types_[leaf.type], true).ptr());
+        row[4].type = TOKENTRACE_VALUE_TEXT;
+        row[4].s = shape_json(&dims_[leaf.dims], leaf.ndim);
+        ok = ok && text(&row[5], Text(&dtypes_[leaf.dtype], false).ptr()) &&
+             text(&row[6], Text(&devices_[leaf.device], false).ptr());
+        continue;
+      }
+      nb::object described = leaf.form == kRow
+                                 ? nb::borrow(leaf.object)
+                                 : describe_(paths_.Str(leaf.path), nb::handle(leaf.object));
+      // (path, kind, type, shape, dtype, device, value): columns 1 to 7
+      if (!PyTuple_Check(described.ptr()) || PyTuple_GET_SIZE(described.ptr()) != 7) {
+        PyErr_SetString(PyExc_RuntimeError, "tokentrace: an input row is not 7 items");
+        ok = false;
+        break;
+      }
+      for (Py_ssize_t c = 0; ok && c < 7; ++c) {
+        PyObject* item = PyTuple_GET_ITEM(described.ptr(), c);
+        if (c == 3 && item != Py_None) {  // a shape: its JSON text
+          std::vector<int64_t> dims;
+          nb::object seq = nb::borrow(item);
+          for (nb::handle d : seq) dims.push_back(nb::cast<int64_t>(d));
+          row[4].type = TOKENTRACE_VALUE_TEXT;
+          row[4].s = shape_json(dims.data(), static_cast<Py_ssize_t>(dims.size()));
+          continue;
+        }
+        ok = text(&row[c + 1], item);
+      }
+      held.push_back(std::move(described));
+    }
+    if (ok) {
+      char err[512] = {0};
+      if (tokentrace_add_rows(TOKENTRACE_ROWS_CALL_INPUTS, kWidth, kColumns, n, values.data(), err,
+                              sizeof err) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, err);
+        ok = false;
+      }
+    } else if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_RuntimeError,
+                      "tokentrace: an input row holds a value of no column type");
+    }
+    Release(0);
+    dims_.clear();
+    if (paths_.size() > kMaxPaths) paths_.Forget();
+    return ok;
   }
 
   // The pending leaves as the recorder's rows: (call_id, path, kind, type, shape, dtype,

@@ -24,8 +24,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "attribute_swap.h"
@@ -482,6 +484,86 @@ NB_MODULE(_native, m) {
   m.attr("SITE_KINDS") = site_kinds;
   m.attr("ESCAPE_KINDS") = escape_kinds;
   m.attr("LOSS_KINDS") = loss_kinds;
+  // The tables the Python layer fills (kinds.h TOKENTRACE_ROW_TABLES) as {table: code}, and
+  // their rows, meta and loss counts handed to the session's writer, which writes them with
+  // the calls (tokentrace_add_rows, _add_meta, _add_loss). RuntimeError when no session
+  // records; ValueError for a table, column or loss kind the writer does not know.
+  nb::dict row_tables;
+#define TT_TABLE_(name, value, text, loss) row_tables[text] = value;
+  TOKENTRACE_ROW_TABLES(TT_TABLE_)
+#undef TT_TABLE_
+  m.attr("ROW_TABLES") = row_tables;
+  m.def(
+      "add_rows",
+      [](int table, const std::vector<std::string>& columns, nb::iterable rows) {
+        std::vector<tokentrace_value> values;
+        std::vector<std::string> texts;                  // the rows' text, alive for the call
+        std::vector<std::pair<size_t, size_t>> text_at;  // (value, text) indices
+        size_t nrows = 0;
+        for (nb::handle row : rows) {
+          size_t width = 0;
+          for (nb::handle v : nb::iter(row)) {
+            tokentrace_value out{TOKENTRACE_VALUE_NULL, 0, 0.0, nullptr};
+            if (v.is_none()) {
+            } else if (PyBool_Check(v.ptr()) || PyLong_Check(v.ptr())) {
+              out.type = TOKENTRACE_VALUE_INT;
+              out.i = nb::cast<int64_t>(v);
+            } else if (PyFloat_Check(v.ptr())) {
+              out.type = TOKENTRACE_VALUE_REAL;
+              out.d = PyFloat_AS_DOUBLE(v.ptr());
+            } else {
+              out.type = TOKENTRACE_VALUE_TEXT;
+              text_at.emplace_back(values.size(), texts.size());
+              texts.push_back(nb::cast<std::string>(nb::str(v)));
+            }
+            values.push_back(out);
+            ++width;
+          }
+          if (width != columns.size()) {
+            throw nb::value_error(("tokentrace: a row of " + std::to_string(width) +
+                                   " values for " + std::to_string(columns.size()) + " columns")
+                                      .c_str());
+          }
+          ++nrows;
+        }
+        for (const auto& [value, text] : text_at) values[value].s = texts[text].c_str();
+        std::vector<const char*> names;
+        for (const std::string& c : columns) names.push_back(c.c_str());
+        if (tokentrace_active() == 0) {
+          throw std::runtime_error(
+              "tokentrace: no session is recording, so its writer cannot "
+              "take these rows");
+        }
+        char err[1024] = {0};
+        int rc;
+        {
+          nb::gil_scoped_release release;
+          rc = tokentrace_add_rows(table, static_cast<int>(names.size()), names.data(), nrows,
+                                   values.data(), err, sizeof err);
+        }
+        if (rc != 0) throw nb::value_error(err);
+      },
+      nb::arg("table"), nb::arg("columns"), nb::arg("rows"));
+  m.def(
+      "add_meta",
+      [](const std::string& key, const std::string& value) {
+        char err[1024] = {0};
+        if (tokentrace_add_meta(key.c_str(), value.c_str(), err, sizeof err) != 0) {
+          if (tokentrace_active() == 0) throw std::runtime_error(err);
+          throw nb::value_error(err);
+        }
+      },
+      nb::arg("key"), nb::arg("value"));
+  m.def(
+      "add_loss",
+      [](int kind, int64_t count) {
+        char err[1024] = {0};
+        if (tokentrace_add_loss(kind, count, err, sizeof err) != 0) {
+          if (tokentrace_active() == 0) throw std::runtime_error(err);
+          throw nb::value_error(err);
+        }
+      },
+      nb::arg("kind"), nb::arg("count"));
   // Kernel modes: the C++ parser (src/core/config.cc, behind the C API) judges them for Python.
   m.attr("DEFAULT_KERNEL_MODE") = tokentrace_default_kernel_mode();
   m.attr("KERNEL_MODES_ACCEPTED") = tokentrace_kernel_modes_accepted();

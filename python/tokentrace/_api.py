@@ -237,16 +237,17 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
         status = backend.kernels_status
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the last kernels' records reach the file before stop
-        # A stop or a write of our rows that fails (a full disk) after the run: the file has
-        # what fitted and counts the rest; the caller keeps the trace and is told.
+        # Our last rows go to the writer before the stop, whose final write takes them. A
+        # stop that fails (a full disk) after the run: the file has what fitted and counts the
+        # rest; the caller keeps the trace and is told.
         ending_error = None
+        try:
+            attached.hand_rows(path, {"kernels_status": status})
+        except (TokentraceError, OSError, sqlite3.Error) as exc:
+            ending_error = exc
         try:
             backend.stop()
         except TokentraceError as exc:
-            ending_error = exc
-        try:
-            attached.write_rows(path, {"kernels_status": status})
-        except (TokentraceError, OSError, sqlite3.Error) as exc:
             ending_error = ending_error or exc
     user = _AFTER_YIELD + 1  # the stacklevel of a warning about the user's call
     if attached.model is None:

@@ -252,6 +252,6 @@ def _finish(backend, attached):
         # from the C atexit list, may come after the runtime has torn the context down).
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
-        attached.write_rows(backend.settled_path(), _patch_meta())
+        attached.hand_rows(backend.settled_path(), _patch_meta())
     except Exception as exc:
         _say(f"could not add output shapes/saved tensors to the trace: {exc}")

@@ -410,6 +410,8 @@ uint64_t TakeDepthOverflows() { return g_depth_overflows.exchange(0); }
 uint64_t TakeAfterThreadExit() { return g_after_thread_exit.exchange(0); }
 uint64_t TakeNoMemory() { return g_no_memory.exchange(0); }
 
+void CountNoMemory(uint64_t n) { g_no_memory.fetch_add(n, std::memory_order_relaxed); }
+
 void BeforeFork() {
   buffers::LockForFork();
   sites::LockForFork();

@@ -102,6 +102,8 @@ uint64_t TakeDepthOverflows();
 uint64_t TakeAfterThreadExit();
 // Events dropped because a thread's state or ring could not be allocated (no_memory).
 uint64_t TakeNoMemory();
+// Counts `n` more of them (rows handed to the writer that could not be copied).
+void CountNoMemory(uint64_t n);
 // Around fork() (pthread_atfork, in the forking thread): BeforeFork takes the core's locks
 // (ring registry, site registry, clock), so no other thread holds one half-way through an
 // update when the child is made; AfterFork releases them, in the parent and in the child.

@@ -36,4 +36,22 @@ const char* LossKindName(LossKind kind) {
 
 #undef TT_KIND_CASE_
 
+const char* RowTableName(RowTable table) {
+#define TT_TABLE_NAME_(name, value, text, loss) \
+  case name:                                    \
+    return text;
+  switch (table) { TOKENTRACE_ROW_TABLES(TT_TABLE_NAME_) }
+#undef TT_TABLE_NAME_
+  return "unknown";
+}
+
+LossKind RowTableLoss(RowTable table) {
+#define TT_TABLE_LOSS_(name, value, text, loss) \
+  case name:                                    \
+    return loss;
+  switch (table) { TOKENTRACE_ROW_TABLES(TT_TABLE_LOSS_) }
+#undef TT_TABLE_LOSS_
+  return TOKENTRACE_LOSS_WRITE_FAILED_INPUTS;
+}
+
 }  // namespace tokentrace

@@ -142,6 +142,27 @@ struct EscapeRow {
   EscapeKind kind = EscapeKind::kStreamSync;
 };
 
+// A value of a row the Python layer adds (SQLite's storage classes).
+struct RowValue {
+  enum class Type : uint8_t { kNull, kInt, kReal, kText };
+  Type type = Type::kNull;
+  int64_t i = 0;
+  double d = 0;
+  std::string s;
+};
+
+// Rows the Python layer handed to the writer (tokentrace_add_rows): one table, the columns
+// named (checked against the schema when handed over), `columns.size()` values a row.
+using RowTable = tokentrace_row_table;
+const char* RowTableName(RowTable table);  // "call_inputs", ...
+LossKind RowTableLoss(RowTable table);     // what a failed write of its rows counts
+struct AddedRows {
+  RowTable table = TOKENTRACE_ROWS_CALL_INPUTS;
+  std::vector<std::string> columns;
+  std::vector<RowValue> values;  // row-major
+  size_t rows() const { return columns.empty() ? 0 : values.size() / columns.size(); }
+};
+
 // What one drain of the buffers produced; the store writes it in one transaction.
 struct Batch {
   std::vector<SiteRow> sites;
@@ -152,13 +173,14 @@ struct Batch {
   std::vector<EscapeRow> escapes;
   std::vector<OutputRow> outputs;
   std::vector<LinkRow> links;
+  std::vector<AddedRows> added;                           // the Python layer's rows
   std::map<std::string, int64_t> losses;                  // kind -> count to add
   std::vector<std::pair<std::string, std::string>> meta;  // upserted
 
   bool empty() const {
     return sites.empty() && strings.empty() && calls.empty() && kernels.empty() &&
            call_gpu.empty() && escapes.empty() && outputs.empty() && links.empty() &&
-           losses.empty() && meta.empty();
+           added.empty() && losses.empty() && meta.empty();
   }
 };
 

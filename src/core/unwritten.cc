@@ -38,6 +38,11 @@ void Unwritten::Add(Batch&& failed) {
   for (const auto& [kind, n] : rows) {
     if (n > 0) kept_.losses[kind] += n;
   }
+  for (const AddedRows& added : failed.added) {  // the Python layer's, by table
+    if (added.rows() > 0) {
+      kept_.losses[LossKindName(RowTableLoss(added.table))] += static_cast<int64_t>(added.rows());
+    }
+  }
   calls_total_ += calls;
   for (const auto& [kind, n] : failed.losses) kept_.losses[kind] += n;
   Append(kept_.sites, failed.sites);

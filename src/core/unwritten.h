@@ -1,6 +1,7 @@
 // What a failed write (a full disk) could not store. The rows are gone; they are counted as
-// losses ("write_failed_calls", ..._kernels, ..._escapes, ..._outputs,
-// ..._links) and the counts, the
+// losses ("write_failed_calls", ..._kernels, ..._escapes, ..._outputs, ..._links, and the
+// Python layer's rows by table: ..._inputs, ..._saved, ..._escape_sites, ..._steps,
+// ..._requests, kinds.h TOKENTRACE_ROW_TABLES) and the counts, the
 // loss counters the batch carried and the rows that later rows refer to (sites, kernel
 // names) are kept for the next write, so a file written after space returns, or at exit in
 // the smallest write that fits, still says what is missing.

@@ -53,7 +53,9 @@ class BufferPool {
   static constexpr size_t kHeaderBytes = 64;  // the PooledBuffer in front of each buffer
   static constexpr size_t kMaxBuffers = 128;  // 128 MB at most, as 16 buffers of 8 MB were
 
-  BufferPool() = default;
+  // The free list never grows past kMaxBuffers: reserved at once, so giving a buffer back
+  // never allocates (a drain with no memory left still returns its buffers).
+  BufferPool() { free_.reserve(kMaxBuffers); }
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
   // Frees the free buffers; the pool must outlive every buffer taken from it.

@@ -2,6 +2,9 @@
 
 #include <time.h>
 
+#include <algorithm>
+#include <new>
+
 #include "core/launch_meta.h"
 #include "core/site_registry.h"
 
@@ -22,24 +25,38 @@ bool Drainer::Drain(bool final, std::string* error) {
       INT64_MAX, [] { return int64_t{0}; }, slowed ? parts_.step_events : parts_.chunk_events);
   bool ok = true;
   for (;;) {
-    Batch batch;
-    AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, TakeRings(&batch, &chunks), &batch);
-    const bool more =
-        chunks.Again() && !slowed && (final || !parts_.interrupted || !parts_.interrupted());
-    if (!more) {
-      activities.ForEach([&](const GpuActivity& a) { parts_.joiner->OnActivity(a, &batch); });
-      if (final) {
-        parts_.joiner->Finish(&batch);
-      } else {
-        parts_.joiner->EndDrain(&batch);
+    bool more = false;
+    const uint64_t drained_before = counts_.drained;
+    uint64_t no_memory = 0;
+    try {
+      Batch batch;
+      no_memory = AddNoMemory(&batch);
+      AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, TakeRings(&batch, &chunks), &batch);
+      parts_.added(&batch);
+      more = chunks.Again() && !slowed && (final || !parts_.interrupted || !parts_.interrupted());
+      if (!more) {
+        activities.ForEach([&](const GpuActivity& a) { parts_.joiner->OnActivity(a, &batch); });
+        if (final) {
+          parts_.joiner->Finish(&batch);
+        } else {
+          parts_.joiner->EndDrain(&batch);
+        }
+        AddLoss(TOKENTRACE_LOSS_CUPTI_DROPPED, parts_.activities->TakeDropped(), &batch);
+        TakeLosses(parts_.loss_sources, &batch);
       }
-      AddLoss(TOKENTRACE_LOSS_CUPTI_DROPPED, parts_.activities->TakeDropped(), &batch);
-      TakeLosses(parts_.loss_sources, &batch);
-    }
-    std::string chunk_error;
-    if (!Write(batch, &chunk_error)) {  // counted (Unwritten) and retried with the next write
-      if (ok) *error = chunk_error;
+      std::string chunk_error;
+      if (!Write(batch, &chunk_error)) {  // counted (Unwritten) and retried with the next write
+        if (ok) *error = chunk_error;
+        ok = false;
+      }
+      no_memory_ -= no_memory;  // in the file, or kept by Unwritten with the batch's losses
+    } catch (const std::bad_alloc&) {
+      // The chunk is dropped: its events are counted, and the next drain (the loop's next
+      // turn) tries again with what the rings hold then.
+      no_memory_ += std::max<uint64_t>(1, counts_.drained - drained_before);
+      if (ok) error->clear();  // no memory to say more; the loop says the count at exit
       ok = false;
+      break;
     }
     if (!more) break;
   }
@@ -47,12 +64,23 @@ bool Drainer::Drain(bool final, std::string* error) {
   return ok;
 }
 
+uint64_t Drainer::AddNoMemory(Batch* batch) {
+  const uint64_t n = no_memory_;
+  if (n > 0) AddLoss(TOKENTRACE_LOSS_NO_MEMORY, n, batch);
+  return n;
+}
+
 uint64_t Drainer::TakeRings(Batch* batch, DrainBudget* budget) {
   const uint8_t generation = parts_.generation();
   uint64_t dropped = 0;
   parts_.rings([&](ThreadBuffer& ring) {
     auto on_event = [&](const Event& e) {
-      if (e.generation == generation) parts_.joiner->OnEvent(ring.thread_index(), e, batch);
+      if (e.generation != generation) return;
+      try {
+        parts_.joiner->OnEvent(ring.thread_index(), e, batch);
+      } catch (const std::bad_alloc&) {
+        ++no_memory_;  // the ring moves on: this event is dropped, never read twice
+      }
     };
     counts_.drained += budget != nullptr ? budget->Take(ring, on_event) : ring.Drain(on_event);
     dropped += ring.TakeDropped();
@@ -63,14 +91,22 @@ uint64_t Drainer::TakeRings(Batch* batch, DrainBudget* budget) {
 
 void Drainer::DrainSteps(DrainBudget* budget) {
   const auto step = [&] {
-    Batch batch;
-    AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, TakeRings(&batch, budget), &batch);
-    const uint64_t left = budget->TakeLeft();
-    counts_.left += left;
-    AddLoss(TOKENTRACE_LOSS_SIGNAL_DEADLINE, left, &batch);
-    parts_.joiner->EndDrain(&batch);
-    std::string error;
-    Write(batch, &error);  // a failed write is counted (Unwritten) and retried at the end
+    const uint64_t drained_before = counts_.drained;
+    try {
+      Batch batch;
+      const uint64_t no_memory = AddNoMemory(&batch);
+      AddLoss(TOKENTRACE_LOSS_BUFFER_FULL, TakeRings(&batch, budget), &batch);
+      parts_.added(&batch);
+      const uint64_t left = budget->TakeLeft();
+      counts_.left += left;
+      AddLoss(TOKENTRACE_LOSS_SIGNAL_DEADLINE, left, &batch);
+      parts_.joiner->EndDrain(&batch);
+      std::string error;
+      Write(batch, &error);  // a failed write is counted (Unwritten) and retried at the end
+      no_memory_ -= no_memory;
+    } catch (const std::bad_alloc&) {
+      no_memory_ += std::max<uint64_t>(1, counts_.drained - drained_before);
+    }
   };
   budget->Run(step, [&] { SleepSlow(); });
 }
@@ -79,7 +115,7 @@ bool Drainer::Write(Batch& batch, std::string* error) {
   // Sites are emitted only once the file exists (preload creates it on first use).
   const bool has_work = !batch.calls.empty() || !batch.kernels.empty() || !batch.escapes.empty() ||
                         !batch.outputs.empty() || !batch.links.empty() || !batch.call_gpu.empty() ||
-                        !batch.losses.empty();
+                        !batch.added.empty() || !batch.losses.empty();
   if (!store_) {
     if (!has_work) return true;
     store_ = parts_.open_store(error);
@@ -89,8 +125,9 @@ bool Drainer::Write(Batch& batch, std::string* error) {
     }
     meta_written_ = false;
   }
-  if (!meta_written_) {
-    batch.meta = parts_.meta(counts_);
+  if (!meta_written_) {  // the session's first, before any the batch carries (handed over)
+    MetaRowList first = parts_.meta(counts_);
+    batch.meta.insert(batch.meta.begin(), first.begin(), first.end());
     meta_written_ = true;
   }
   for (uint32_t id : parts_.joiner->TakeNewSites()) batch.sites.push_back(sites::Row(id));
@@ -113,26 +150,39 @@ bool Drainer::Write(Batch& batch, std::string* error) {
 
 bool Drainer::WriteFinal(const MetaRowList& extra_meta, std::string* error) {
   bool ok = Drain(true, error);  // closes open calls (counted as unclosed_range)
-  Batch meta;
-  meta.meta = parts_.meta(counts_);  // the final kernels status
-  meta.meta.insert(meta.meta.end(), extra_meta.begin(), extra_meta.end());
-  meta.meta.emplace_back(kMetaAnchorExit, FormatAnchor(TakeClockAnchor()));
-  std::string meta_error;
-  if (store_ && !Write(meta, &meta_error)) {
-    if (ok) *error = meta_error;
-    ok = false;
+  try {
+    Batch meta;
+    AddNoMemory(&meta);
+    meta.meta = parts_.meta(counts_);  // the final kernels status
+    meta.meta.insert(meta.meta.end(), extra_meta.begin(), extra_meta.end());
+    meta.meta.emplace_back(kMetaAnchorExit, FormatAnchor(TakeClockAnchor()));
+    std::string meta_error;
+    if (store_ && !Write(meta, &meta_error)) {
+      if (ok) *error = meta_error;
+      ok = false;
+    }
+    no_memory_ = 0;  // in the file, or kept by Unwritten for the write below
+  } catch (const std::bad_alloc&) {
+    ok = false;  // the file is left unclosed (no exit anchor): readers say it was not finished
   }
   if (!unwritten_.empty() && store_) {
     // Still no room for the rows: the smallest write, the counts alone, into the space the
     // store set aside for it if need be.
-    Batch losses = unwritten_.LossesOnly();
-    std::string ignored;
-    if (store_->Write(losses, &ignored) ||
-        (store_->ReleaseReserve() && store_->Write(losses, &ignored))) {
-      unwritten_ = Unwritten();
-    } else {
-      *error = "tokentrace: '" + store_->path() + "' misses " + std::to_string(unwritten_.calls()) +
-               " calls that could not be written, and cannot say so itself (" + ignored + ")";
+    try {
+      Batch losses = unwritten_.LossesOnly();
+      AddNoMemory(&losses);
+      std::string ignored;
+      if (store_->Write(losses, &ignored) ||
+          (store_->ReleaseReserve() && store_->Write(losses, &ignored))) {
+        unwritten_ = Unwritten();
+        no_memory_ = 0;
+      } else {
+        *error = "tokentrace: '" + store_->path() + "' misses " +
+                 std::to_string(unwritten_.calls()) +
+                 " calls that could not be written, and cannot say so itself (" + ignored + ")";
+      }
+    } catch (const std::bad_alloc&) {
+      ok = false;
     }
   }
   return ok;

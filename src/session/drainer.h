@@ -4,6 +4,10 @@
 // leaves none), its meta rows go first, and what a failed write (a full disk) could not store
 // is counted and retried with the next write (core/unwritten.h).
 //
+// Memory: no exception leaves it. An event the joiner has no memory for is dropped, a chunk
+// that cannot be built or written for want of memory is dropped, and both are counted as
+// no_memory (events); the loop calls again later and what fits then is written.
+//
 // Its collaborators come in as plain parts, so a test drives it with hand-built rings and
 // buffers and a store in a temporary directory; preload/session.cc gives it the process's
 // rings, the CUPTI handoff and the file claim. Not thread-safe: one drain at a time (the caller's
@@ -61,6 +65,10 @@ struct DrainParts {
   // True when the drain should stop after the chunk it has written (a termination signal
   // asked for the stop); what is left is taken by the next drain.
   std::function<bool()> interrupted;
+  // Moves what the Python layer handed over since the last call into the batch (its rows,
+  // meta and losses: session/added_rows.h); after each chunk's rings, so the rows of every
+  // call a chunk closes are in that chunk or an earlier one.
+  std::function<void(Batch*)> added = [](Batch*) {};
   // Says a line to the user (what happened to the file: Store::TakeNotice).
   std::function<void(const std::string&)> say = [](const std::string& line) {
     fprintf(stderr, "%s\n", line.c_str());
@@ -88,12 +96,16 @@ class Drainer {
 
   const DrainCounts& counts() const { return counts_; }
   bool all_written() const { return unwritten_.empty(); }
+  // Events dropped for want of memory and not yet counted in the file.
+  uint64_t no_memory() const { return no_memory_; }
 
  private:
   // The rings into `batch` (all of each ring, or a step with `budget`); returns the events
   // dropped on full rings since the last drain.
   uint64_t TakeRings(Batch* batch, DrainBudget* budget);
   bool Write(Batch& batch, std::string* error);
+  // The no_memory count not yet in a written (or counted) batch, into `batch`; returns it.
+  uint64_t AddNoMemory(Batch* batch);
   void SleepSlow() const;
 
   DrainParts parts_;
@@ -101,6 +113,7 @@ class Drainer {
   Unwritten unwritten_;  // what failed writes could not store
   DrainCounts counts_;
   bool meta_written_ = false;
+  uint64_t no_memory_ = 0;  // events dropped for want of memory, not yet in the file's losses
 };
 
 }  // namespace tokentrace

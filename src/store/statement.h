@@ -27,6 +27,7 @@ class Statement {
   }
 
   void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void BindReal(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
   // The text must outlive the next Step() (SQLITE_STATIC: no copy on the hot write path).
   void Bind(int i, const std::string& s) {

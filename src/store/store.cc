@@ -13,8 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 
 #include "core/fd_guard.h"
+#include "store/added_rows_sql.h"
 #include "store/schema.h"
 #include "store/statement.h"
 #include "store/summaries.h"
@@ -28,6 +30,8 @@ struct Store::Statements {
       output_block, link, link_block, loss, token_stats, token_stats_block, find_call, site_stats,
       site_block, site_block_block, site_stats_block, token_row, token_totals, token_hist,
       token_slowest, token_slowest_floor, token_slowest_trim;
+  // The Python layer's rows, by their INSERT's text (one per table and columns).
+  std::map<std::string, std::unique_ptr<Statement>> added;
 };
 
 namespace {
@@ -612,25 +616,78 @@ bool Store::Write(const Batch& batch, std::string* error) {
     *error = CannotWrite(path_, sqlite3_errmsg(db_));
     return false;
   }
-  Statement& find = st_->find_call;
-  summaries_->Fold(batch, [&find](uint64_t id, uint32_t* site_id, uint32_t* token) {
-    find.Bind(1, static_cast<int64_t>(id));
-    const bool found = find.Step() == SQLITE_ROW;
-    if (found) {
-      *site_id = static_cast<uint32_t>(find.Int(0));
-      *token = static_cast<uint32_t>(find.Int(1));
-    }
-    find.Reset();
-    return found;
-  });
-  if (!WriteRows(batch, error) || !WriteSummaries(error) || !st_->commit.Run()) {
-    if (error->empty()) *error = CannotWrite(path_, sqlite3_errmsg(db_));
+  bool written = false, no_memory = false;
+  try {
+    Statement& find = st_->find_call;
+    summaries_->Fold(batch, [&find](uint64_t id, uint32_t* site_id, uint32_t* token) {
+      find.Bind(1, static_cast<int64_t>(id));
+      const bool found = find.Step() == SQLITE_ROW;
+      if (found) {
+        *site_id = static_cast<uint32_t>(find.Int(0));
+        *token = static_cast<uint32_t>(find.Int(1));
+      }
+      find.Reset();
+      return found;
+    });
+    written = WriteRows(batch, error) && WriteSummaries(error) && st_->commit.Run();
+    if (!written && error->empty()) *error = CannotWrite(path_, sqlite3_errmsg(db_));
+  } catch (const std::bad_alloc&) {
+    no_memory = true;  // the summaries or a statement's text: the transaction goes
+  }
+  if (!written) {
     st_->rollback.Run();
     summaries_->Rollback();
     slowest_floor_ns_ = -1;
+    if (no_memory) {
+      try {
+        *error = CannotWrite(path_, "out of memory");
+      } catch (const std::bad_alloc&) {
+        error->clear();  // the caller still sees the failure
+      }
+    }
     return false;
   }
   summaries_->Commit();
+  return true;
+}
+
+bool Store::WriteAdded(const AddedRows& rows, std::string* error) {
+  const std::string sql = AddedRowsInsertSql(rows.table, rows.columns);
+  std::unique_ptr<Statement>& st = st_->added[sql];
+  if (st == nullptr) {
+    auto prepared = std::make_unique<Statement>();
+    if (!prepared->Prepare(db_, sql.c_str(), error)) {
+      st_->added.erase(sql);
+      *error = CannotWrite(path_, *error);
+      return false;
+    }
+    st = std::move(prepared);
+  }
+  const size_t width = rows.columns.size();
+  for (size_t at = 0; at + width <= rows.values.size(); at += width) {
+    for (size_t c = 0; c < width; ++c) {
+      const RowValue& v = rows.values[at + c];
+      const int i = static_cast<int>(c) + 1;
+      switch (v.type) {
+        case RowValue::Type::kNull:
+          st->BindNull(i);
+          break;
+        case RowValue::Type::kInt:
+          st->Bind(i, v.i);
+          break;
+        case RowValue::Type::kReal:
+          st->BindReal(i, v.d);
+          break;
+        case RowValue::Type::kText:
+          st->Bind(i, v.s);
+          break;
+      }
+    }
+    if (!st->Run()) {
+      *error = CannotWrite(path_, sqlite3_errmsg(db_));
+      return false;
+    }
+  }
   return true;
 }
 
@@ -786,6 +843,9 @@ bool Store::WriteRows(const Batch& batch, std::string* error) {
   if (!WriteInBlocks(batch.outputs, kOutputColumns, s.output_block, s.output, BindOutput) ||
       !WriteInBlocks(batch.links, kLinkColumns, s.link_block, s.link, BindLink)) {
     return fail();
+  }
+  for (const AddedRows& rows : batch.added) {
+    if (!WriteAdded(rows, error)) return false;
   }
   for (const auto& [kind, count] : batch.losses) {
     s.loss.Bind(1, kind);

@@ -82,6 +82,8 @@ class Store {
   bool Connect(std::string* error);
   bool Prepare(std::string* error);
   bool WriteRows(const Batch& batch, std::string* error);
+  // The Python layer's rows of one table (a statement prepared once per table and columns).
+  bool WriteAdded(const AddedRows& rows, std::string* error);
   // The summaries of the batch just folded (store/summaries.h), in its transaction.
   bool WriteSummaries(std::string* error);
   // Before each use of the connection: its descriptors still name its files (else the

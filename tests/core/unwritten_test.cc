@@ -14,6 +14,16 @@ TEST(UnwrittenTest, CountsFailedRowsAndCarriesCountersToTheNextWrite) {
   failed.call_gpu.push_back(CallGpuDelta{1, 1, 5, 0, 0, 0});
   failed.escapes.resize(2);
   failed.links.resize(4);
+  AddedRows inputs;
+  inputs.table = TOKENTRACE_ROWS_CALL_INPUTS;
+  inputs.columns = {"call_id", "path"};
+  inputs.values.resize(6);  // 3 rows
+  failed.added.push_back(inputs);
+  AddedRows steps;
+  steps.table = TOKENTRACE_ROWS_STEP_REQUESTS;
+  steps.columns = {"token"};
+  steps.values.resize(2);
+  failed.added.push_back(steps);
   failed.losses["buffer_full"] = 7;
   failed.sites.push_back(SiteRow{4, "self", SiteKind::kRoot, true});
   failed.meta = {{"kernels_status", "old"}};
@@ -33,6 +43,8 @@ TEST(UnwrittenTest, CountsFailedRowsAndCarriesCountersToTheNextWrite) {
   EXPECT_EQ(next.losses["write_failed_kernels"], 5);
   EXPECT_EQ(next.losses["write_failed_escapes"], 2);
   EXPECT_EQ(next.losses["write_failed_links"], 4);
+  EXPECT_EQ(next.losses["write_failed_inputs"], 3);  // the Python layer's, by table
+  EXPECT_EQ(next.losses["write_failed_steps"], 2);
   EXPECT_EQ(next.losses.count("write_failed_outputs"), 0u);
   ASSERT_EQ(next.sites.size(), 1u);
   EXPECT_EQ(next.sites[0].name, "self");

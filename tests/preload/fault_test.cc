@@ -209,3 +209,88 @@ TEST(FaultTest, TokenOfAKilledJobReadsAsUnfinished) {
 }
 
 }  // namespace
+
+// The Python layer's rows (call inputs, saved outputs, a serving engine's steps and requests)
+// go through the session's writer (tokentrace_add_rows), which commits them with the calls
+// recorded before them. `nvtx_generate inputs` hands a row per block call and one per token,
+// as the hooks and the vLLM adapter do; the job is stopped by `sig` mid-run. Every block call
+// the file keeps has its input row, and every token but the last its step row: the rows are
+// kept as the calls are (they once lagged them by hundreds of tokens, in the Python layer's
+// own buffer, and were lost with it).
+void ExpectRowsKeptWithTheirCalls(const char* sig, int status) {
+  const std::string dir = TempDir(), out = dir + "/t.sqlite", log = dir + "/job.log";
+  const Result r = Shell(Preloaded(out, "TOKENTRACE_FLUSH_MS=20") + kProgram + " inputs 0 > " +
+                         log + " 2>&1 & pid=$!; for i in $(seq 500); do grep -q ready " + log +
+                         " && break; sleep 0.01; done; sleep 0.7; kill -" + sig +
+                         " $pid; wait $pid; echo status=$?");
+  EXPECT_NE(r.output.find("status=" + std::to_string(status)), std::string::npos) << r.output;
+  const std::string blocks =
+      "FROM calls c JOIN sites s ON s.id = c.site_id WHERE s.name IN "
+      "('transformer.h.0', 'transformer.h.1')";
+  const int64_t kept = std::stoll(One(out, "SELECT COUNT(*) " + blocks));
+  EXPECT_GT(kept, 100) << r.output;
+  EXPECT_EQ(One(out, "SELECT COUNT(*) " + blocks +
+                         " AND NOT EXISTS (SELECT 1 FROM call_inputs i WHERE i.call_id = c.id)"),
+            "0");
+  EXPECT_EQ(One(out, "SELECT COUNT(*) FROM call_inputs WHERE path = 'hidden_states'"),
+            One(out, "SELECT COUNT(DISTINCT call_id) FROM call_inputs"));
+  const int64_t tokens =
+      std::stoll(One(out,
+                     "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id = c.site_id WHERE s.name = "
+                     "'self' AND c.cpu_end_ns >= 0"));
+  const int64_t steps = std::stoll(One(out, "SELECT COUNT(*) FROM step_requests"));
+  EXPECT_GE(steps, tokens - 1) << r.output;
+  EXPECT_LE(steps, tokens + 1) << r.output;
+}
+
+TEST(FaultTest, PythonRowsSurviveSigkillWithTheirCalls) {
+  ExpectRowsKeptWithTheirCalls("KILL", 137);
+}
+
+TEST(FaultTest, PythonRowsSurviveSigtermWithTheirCalls) {
+  ExpectRowsKeptWithTheirCalls("TERM", 143);
+}
+
+// A full disk: the Python layer's rows that could not be written are counted by table, as
+// the calls are; what was written plus what was counted is every row handed over.
+TEST(FaultTest, PythonRowsOnAFullDiskAreCountedByTable) {
+  const std::string out = TempDir() + "/t.sqlite";
+  const std::string env = "LD_PRELOAD=" + kShim + ":" + kDiskFull +
+                          " TT_DISK_FULL_AFTER=" + std::to_string(kFullAfter) +
+                          " TT_DISK_FULL_REFUSALS=20" + " TOKENTRACE_FLUSH_MS=5";
+  const Result r = Shell(Preloaded(out, env) + kProgram + " inputs 300");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto count = [&](const std::string& sql) {
+    const std::string v = One(out, sql);
+    return v.empty() ? int64_t{0} : std::stoll(v);
+  };
+  const int64_t failed = count("SELECT count FROM losses WHERE kind='write_failed_inputs'");
+  EXPECT_GT(failed, 0) << r.output;
+  EXPECT_EQ(count("SELECT COUNT(*) FROM call_inputs") + failed, 300 * 2);
+  EXPECT_EQ(count("SELECT COUNT(*) FROM step_requests") +
+                count("SELECT count FROM losses WHERE kind='write_failed_steps'"),
+            300);
+  EXPECT_EQ(count("SELECT COUNT(*) FROM calls") +
+                count("SELECT count FROM losses WHERE kind='write_failed_calls'"),
+            300 * 7);
+}
+
+// A job that has taken all the address space it may while its threads record: the writer
+// cannot join or write what they record, and no exception of its own reaches the job (it once
+// ended in std::terminate, exit 134, from a bad_alloc in the joiner's maps). The job exits 0 as
+// untraced, what was dropped is counted as no_memory, and once memory is back the writer
+// writes again (the last token is in the file).
+TEST(FaultTest, AnExhaustedAddressSpaceNeverStopsTheJob) {
+  const std::string out = TempDir() + "/t.sqlite";
+  const Result r =
+      Shell(Preloaded(out, "MALLOC_ARENA_MAX=1 TOKENTRACE_FLUSH_MS=5") + kProgram + " exhaust");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string no_memory = One(out, "SELECT count FROM losses WHERE kind='no_memory'");
+  ASSERT_NE(no_memory, "") << r.output;
+  EXPECT_GT(std::stoll(no_memory), 0);
+  EXPECT_EQ(One(out,
+                "SELECT COUNT(*) FROM calls c JOIN sites s ON s.id = c.site_id WHERE "
+                "s.name = 'self'"),
+            "1");
+  EXPECT_NE(One(out, "SELECT value FROM meta WHERE key='clock_anchor_exit'"), "");
+}

@@ -33,9 +33,19 @@
 //   nvtx_generate paced N          N hooks tokens, one a millisecond
 //   nvtx_generate short_threads N  64 waves of 4 threads that record N foreign tokens (5 calls
 //                                  each) and exit, and one that records 10 N
+//   nvtx_generate inputs N         N hooks tokens (0: without end, "ready" after the first),
+//                                  one a millisecond; each transformer.h.* call hands the
+//                                  writer a call_inputs row of its own, as the Python hooks do
+//                                  (tokentrace_add_rows), and each token a step_requests row
+//   nvtx_generate exhaust          4 threads record a token each, then the job takes all the
+//                                  address space it may (RLIMIT_AS: its size + 256 MiB) while
+//                                  they record 20000 more each; then it gives it back, records
+//                                  one hooks token and exits 0
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +58,7 @@
 #include <thread>
 
 #include "nvtx3/nvToolsExt.h"
+#include "tokentrace/tokentrace.h"
 
 namespace {
 
@@ -74,12 +85,39 @@ void PushRegistered(const char* name, uint32_t category) {
   nvtxDomainRangePushEx(g_domain, &attr);
 }
 
+// The preloaded library's entries, for the modes that hand rows over as the Python layer does.
+template <typename Fn>
+Fn Entry(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+// One call_inputs row for the innermost open call (the block just pushed).
+void HandInputRow(const char* path) {
+  static auto current = Entry<void (*)(uint64_t*, uint32_t*)>("tokentrace_current");
+  static auto add = Entry<decltype(&tokentrace_add_rows)>("tokentrace_add_rows");
+  if (current == nullptr || add == nullptr) return;
+  uint64_t call = 0;
+  current(&call, nullptr);
+  const char* columns[] = {"call_id", "path", "kind", "shape"};
+  tokentrace_value row[4] = {{TOKENTRACE_VALUE_INT, static_cast<int64_t>(call), 0, nullptr},
+                             {TOKENTRACE_VALUE_TEXT, 0, 0, path},
+                             {TOKENTRACE_VALUE_TEXT, 0, 0, "tensor"},
+                             {TOKENTRACE_VALUE_TEXT, 0, 0, "[1, 8]"}};
+  char err[256];
+  if (add(TOKENTRACE_ROWS_CALL_INPUTS, 4, columns, 1, row, err, sizeof err) != 0) {
+    fprintf(stderr, "add_rows: %s\n", err);
+  }
+}
+
+bool g_hand_inputs = false;  // mode "inputs"
+
 void HookToken() {
   PushRegistered("self", kCategoryRoot);
   const char* blocks[2][2] = {{"transformer.h.0", "transformer.h.0.mlp"},
                               {"transformer.h.1", "transformer.h.1.mlp"}};
   for (const auto& block : blocks) {
     PushRegistered(block[0], kCategoryModule);
+    if (g_hand_inputs) HandInputRow("hidden_states");
     PushRegistered(block[1], kCategoryModule);
     nvtxRangePushA("aten::addmm");  // another producer inside our module (torch's ranges)
     nvtxRangePop();
@@ -259,6 +297,74 @@ int main(int argc, char** argv) {
       }
       for (auto& w : workers) w.join();
     }
+  } else if (mode == "inputs") {
+    g_hand_inputs = true;
+    static auto add = Entry<decltype(&tokentrace_add_rows)>("tokentrace_add_rows");
+    for (int t = 0; tokens == 0 || t < tokens; ++t) {
+      HookToken();
+      // a step's row, with the token it belongs to (as vllm_steps.py hands them)
+      const char* columns[] = {"token", "request"};
+      tokentrace_value row[2] = {{TOKENTRACE_VALUE_INT, t + 1, 0, nullptr},
+                                 {TOKENTRACE_VALUE_TEXT, 0, 0, "A"}};
+      char err[256];
+      if (add != nullptr) add(TOKENTRACE_ROWS_STEP_REQUESTS, 2, columns, 1, row, err, sizeof err);
+      if (t == 0) {
+        printf("ready\n");
+        fflush(stdout);
+      }
+      usleep(1000);
+    }
+  } else if (mode == "exhaust") {
+    // Threads that record before (their rings are made) and while the address space is full.
+    std::atomic<int> phase{0};
+    std::thread workers[4];
+    for (auto& w : workers) {
+      w = std::thread([&phase] {
+        ForeignToken();
+        phase.fetch_add(1);
+        while (phase.load() < 100) usleep(1000);
+        for (int t = 0; t < 20000; ++t) ForeignToken();
+        phase.fetch_add(1);
+      });
+    }
+    while (phase.load() < 4) usleep(1000);
+    long pages = 0;
+    if (FILE* f = fopen("/proc/self/statm", "r")) {
+      if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+      fclose(f);
+    }
+    rlimit limit{};
+    limit.rlim_cur = limit.rlim_max =
+        static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (256u << 20);
+    if (pages == 0 || setrlimit(RLIMIT_AS, &limit) != 0) return 3;
+    // Take it all: the heap (a chain through the blocks themselves), then mappings of any size.
+    void* heap = nullptr;
+    for (void* b; (b = malloc(64 << 10)) != nullptr; heap = b) *static_cast<void**>(b) = heap;
+    struct Map {
+      void* at;
+      size_t size;
+    };
+    Map* maps = nullptr;  // a list kept in the first mapping of each size
+    size_t held = 0;
+    for (size_t size = size_t{1} << 30; size >= 4096; size /= 2) {
+      for (void* m; (m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                              -1, 0)) != MAP_FAILED;) {
+        static Map list[4096];
+        if (held < 4096) list[held++] = Map{m, size};
+        maps = list;
+      }
+    }
+    phase.store(100);  // the threads record now, with no memory left to anyone
+    while (phase.load() < 104) usleep(1000);
+    usleep(300 * 1000);  // a few more drains with nothing to spare
+    for (size_t i = 0; i < held; ++i) munmap(maps[i].at, maps[i].size);
+    while (heap != nullptr) {
+      void* next = *static_cast<void**>(heap);
+      free(heap);
+      heap = next;
+    }
+    for (auto& w : workers) w.join();
+    HookToken();  // recorded and written once memory is back
   } else if (mode == "threads16") {
     // 16 busy threads, each records `tokens` foreign tokens (a burst: with
     // --on-full wait every call is kept, with drop the share lost is counted).

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tokentrace._common import loader, write_python_rows, write_schema
+from tokentrace._common import loader, write_schema
 from tt_testutil import ROOT
 
 native = loader.load()
@@ -62,22 +62,35 @@ def test_every_loss_kind_is_documented():
         readme = f.read()
     section = readme[readme.index("A **loss** is"):readme.index("The file is plain SQLite")]
     documented = set(re.findall(r"`(\w+)`", section))
-    for name in ("calls", "kernels", "escapes", "outputs", "links"):  # "..._calls`, `_kernels"
+    for name in ("calls", "kernels", "escapes", "outputs", "links", "inputs", "saved",
+                 "escape_sites", "steps", "requests"):  # "..._calls`, `_kernels"
         documented.add("write_failed_" + name)
     assert set(native.LOSS_KINDS) <= documented
 
 
 def test_the_python_layer_writes_only_known_loss_kinds(tmp_path):
+    from tokentrace._common import add_losses
     path = str(tmp_path / "t.sqlite")
-    con = sqlite3.connect(path)
-    write_schema(con)
-    con.close()
-    with pytest.raises(ValueError, match="unknown loss kinds"):
-        write_python_rows(path, losses={"saved_failed": 1})
-    write_python_rows(path, losses={"save_failed": 2})
+    native.start(path, "off", None)
+    try:
+        with pytest.raises(ValueError, match="unknown loss kinds"):
+            add_losses({"saved_failed": 1})
+        add_losses({"save_failed": 2})
+    finally:
+        native.stop()
     con = sqlite3.connect(path)
     assert con.execute("SELECT count FROM losses WHERE kind = 'save_failed'").fetchone() == (2,)
     con.close()
+
+
+def test_row_tables_are_the_headers(tmp_path):
+    with open(os.path.join(ROOT, "include", "tokentrace", "kinds.h")) as f:
+        header = f.read()
+    listed = {name: int(value) for value, name in
+              re.findall(r'X\(TOKENTRACE_ROWS_\w+, (\d+), "(\w+)"', header)}
+    assert native.ROW_TABLES == listed
+    assert set(listed) == {"call_inputs", "saved_outputs", "escape_sites", "step_requests",
+                           "request_events"}
 
 
 @pytest.mark.parametrize("text", ["off", "summary", "full", "sample:1", "sample:007", "sample:0",

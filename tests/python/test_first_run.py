@@ -128,28 +128,32 @@ else:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.sqlite", "job.py", "run.sqlite"]
 
 
-def test_python_rows_are_added_in_one_transaction(tmp_path):
-    """Each commit of a finished trace costs syncs of the file (a good part of what one
-    tt.trace costs); the Python layer's tables and rows once took four commits."""
-    from tokentrace._common import write_python_rows, write_schema
+def test_python_rows_ride_in_the_writers_transactions(tmp_path):
+    """The Python layer's rows once took commits of their own, through a second connection
+    (each commit syncs the file). Now the writer takes them into the transaction of the calls
+    recorded with them: one flush commits the call and its rows together."""
+    from tokentrace._common import add_losses, add_meta, add_rows, loader
+    native = loader.load()
     path = str(tmp_path / "t.sqlite")
-    con = sqlite3.connect(path)
-    write_schema(con)  # what the shim writes
-    con.close()
-
-    def change_counter():  # bytes 24..27 of the header: +1 per committed write transaction
-        with open(path, "rb") as f:
-            return int.from_bytes(f.read(28)[24:28], "big")
-
-    before = change_counter()
-    write_python_rows(path, saved=[(1, "s.safetensors", "k")],
-                             escape_sites=[(1, "x.py:3", 2)], meta={"python_save_errors": 0},
-                             losses={"save_failed": 1})
-    assert change_counter() - before == 1
-    con = sqlite3.connect(path)
-    assert con.execute("SELECT count(*) FROM escape_sites").fetchone() == (1,)
-    assert con.execute("SELECT count FROM losses WHERE kind='save_failed'").fetchone() == (1,)
-    con.close()
+    native.start(path, "off", None)
+    try:
+        native.push(native.site("self", native.SITE_KINDS["root"]))
+        add_rows("saved_outputs", [(1, "s.safetensors", "k")])
+        add_rows("escape_sites", [(1, "x.py:3", 2)])
+        add_meta({"python_save_errors": 0})
+        add_losses({"save_failed": 1})
+        native.pop()
+        native.flush()
+        con = sqlite3.connect(path)
+        assert con.execute("SELECT count(*) FROM calls").fetchone() == (1,)
+        assert con.execute("SELECT count(*) FROM escape_sites").fetchone() == (1,)
+        assert con.execute("SELECT count(*) FROM saved_outputs").fetchone() == (1,)
+        assert con.execute("SELECT value FROM meta WHERE key='python_save_errors'").fetchone() \
+            == ("0",)
+        assert con.execute("SELECT count FROM losses WHERE kind='save_failed'").fetchone() == (1,)
+        con.close()
+    finally:
+        native.stop()
 
 
 def test_the_first_trace_of_a_process_does_not_import_torchdynamo(tmp_path):

@@ -196,7 +196,8 @@ def test_previous_schema_version_opens(llama, prompt, tmp_path):
 
 
 class SeesItsFile(nn.Module):
-    """Counts, inside each call, the input rows already in the trace file."""
+    """Counts, inside each call, the input rows in the trace file once the writer has committed
+    what it was handed (a flush: the writer's next commit)."""
 
     def __init__(self, path):
         super().__init__()
@@ -204,13 +205,14 @@ class SeesItsFile(nn.Module):
         self.seen = []
 
     def forward(self, x):
+        from tokentrace._common import loader
+        loader.load().flush()
         with sqlite3.connect(self.path) as con:
             self.seen.append(con.execute("SELECT count(*) FROM call_inputs").fetchone()[0])
         return x
 
 
-def test_rows_go_to_the_file_during_the_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(InputRecorder, "flush_rows", 1)
+def test_rows_go_to_the_file_during_the_run(tmp_path):
     path = str(tmp_path / "t.sqlite")
     model = SeesItsFile(path)
 
@@ -219,7 +221,7 @@ def test_rows_go_to_the_file_during_the_run(tmp_path, monkeypatch):
             model(x)
 
     trace = _trace(three_steps, torch.zeros(2), model=model, kernels="off", out=path)
-    assert model.seen == [1, 2, 3]  # each call's row was written before its forward ran
+    assert model.seen == [1, 2, 3]  # each call's row was handed over before its forward ran
     assert [list(c.inputs["x"].shape) for c in trace["self"]] == [[2]] * 3  # once each
 
 

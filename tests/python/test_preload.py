@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -387,6 +388,51 @@ def test_sigterm_mid_generate_keeps_what_was_recorded(tmp_path):
                                "WHERE s.name = 'transformer.h.1.mlp'").fetchone()[0]
     assert ended == ("SIGTERM",)
     assert 4 <= tokens < 400 and mlp_calls >= 3  # the token in progress is closed too
+
+
+INPUTS_JOB = MODEL + textwrap.dedent("""
+    import time
+    class Ready:  # says "ready" at the 30th token, then goes on slowly until it is stopped
+        def __init__(self): self.n = 0
+        def __call__(self, module, args):
+            self.n += 1
+            if self.n == 30:
+                time.sleep(0.5)  # a few of the writer's commits (one each 200 ms)
+                print("READY", flush=True)
+            if self.n >= 30:
+                time.sleep(0.02)
+    lm.register_forward_pre_hook(Ready())
+    lm.generate(prompt, max_new_tokens=400, min_new_tokens=400, do_sample=False)
+    print("JOB-DONE")
+""")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_jobs_inputs_are_kept_with_their_calls(tmp_path, sig):
+    """`--inputs` rows once waited in the Python layer (up to 20,000 of them) and were lost
+    with it when the job was stopped: calls kept to token 3620, their inputs to 3350. They go
+    to the writer with each call now: every block call the file keeps has its inputs."""
+    import signal
+    import sqlite3
+    job, own = _write_job(tmp_path, INPUTS_JOB)
+    native = _native_dir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PYDIR, str(own)]),
+               TOKENTRACE_NATIVE_DIR=native)
+    out = tmp_path / "stopped.sqlite"
+    returncode, rest, err = signal_when_ready(
+        [os.path.join(native, "tokentrace"), "run", "--kernels", "off", "--inputs",
+         "transformer.h.*", "--out", str(out), "--", sys.executable, str(job)],
+        getattr(signal, sig), env=env, cwd=tmp_path)
+    assert returncode == -getattr(signal, sig), err
+    time.sleep(0.1)
+    blocks = ("FROM calls c JOIN sites s ON s.id = c.site_id WHERE s.name IN "
+              "('transformer.h.0', 'transformer.h.1')")
+    with sqlite3.connect(out) as db:
+        kept = db.execute("SELECT COUNT(*) " + blocks).fetchone()[0]
+        without = db.execute("SELECT COUNT(*) " + blocks + " AND NOT EXISTS (SELECT 1 FROM "
+                             "call_inputs i WHERE i.call_id = c.id)").fetchone()[0]
+    assert kept >= 2 * 29, err
+    assert without == 0, f"{without} of {kept} block calls kept without their inputs"
 
 
 def _summary(trace, sites):

@@ -59,6 +59,26 @@ def test_a_trace_of_no_engine_has_no_requests(tmp_path):
 
 
 # --- the vLLM adapter on a stand-in of vLLM's model runner --------------------------------
+@pytest.fixture
+def writer(tmp_path):
+    """A recording session (in-process, kernels off) whose writer takes the rows the adapters
+    hand over, as in a traced engine; read() commits them and loads its file."""
+    from tokentrace._common import loader
+    native = loader.load()
+    path = str(tmp_path / "writer.sqlite")
+    native.start(path, "off", None)
+
+    class Writer:
+        def read(self):
+            native.flush()
+            return tt.load(path)
+
+    try:
+        yield Writer()
+    finally:
+        native.stop()
+
+
 class _Backend:
     """A backend that numbers tokens as the recorder does: a root site's call opened with no
     token open is a new token; every other call is in the open one."""
@@ -124,12 +144,11 @@ def _stand_in_vllm(monkeypatch):
 
 
 def test_the_vllm_adapter_makes_each_step_a_token_and_writes_its_requests(tmp_path,
-                                                                           monkeypatch):
+                                                                           monkeypatch, writer):
     from tokentrace._record import VllmSteps
     runner_cls = _stand_in_vllm(monkeypatch)
-    path = _file(tmp_path / "w.sqlite", rows=[], steps=0)
     backend = _Backend()
-    steps = VllmSteps(backend, path)
+    steps = VllmSteps(backend, None)
     assert steps.install()
     runner = runner_cls()
     # step 1: A's prompt of 4; step 2: A decodes, B's prompt of 5 in a chunk of 3
@@ -140,13 +159,14 @@ def test_the_vllm_adapter_makes_each_step_a_token_and_writes_its_requests(tmp_pa
     runner.sample_tokens(None)
     assert backend.names == {1: ("vllm.step", "root")}
     assert backend.events == [("push", "vllm.step"), ("pop", "vllm.step")] * 2
-    # nothing scheduled, a request still in flight: no step, nothing written yet
-    runner.execute_model(_Output(finished={"A"}))
-    assert len(backend.events) == 4 and tt.load(path).step_requests == []
-    # the last request finished: the rows go to the file now (a kill after this loses none)
-    runner.execute_model(_Output(finished={"B"}))
-    assert [tuple(r) for r in tt.load(path).step_requests] == [
+    # a step's rows went to the writer as the step opened: committed with the step
+    assert [tuple(r) for r in writer.read().step_requests] == [
         (1, "A", 4, 0, 0), (2, "B", 3, 0, 0), (2, "A", 0, 1, 4)]
+    # nothing scheduled: no step, no rows
+    runner.execute_model(_Output(finished={"A"}))
+    runner.execute_model(_Output(finished={"B"}))
+    assert len(backend.events) == 4 and len(writer.read().step_requests) == 3
+    assert writer.read().meta["engine_steps"] == "2"  # handed when the engine went idle
     steps.remove()
     assert runner_cls.execute_model.__name__ == "execute_model"
     assert not hasattr(runner_cls.execute_model, "__wrapped__")
@@ -249,12 +269,11 @@ def _stand_in_engine_core():
     return module
 
 
-def test_the_engine_cores_steps_are_tokens_and_each_request_is_a_row(tmp_path):
+def test_the_engine_cores_steps_are_tokens_and_each_request_is_a_row(writer):
     from tokentrace._record import VllmCore
     module = _stand_in_engine_core()
-    path = _file(tmp_path / "core.sqlite", rows=[], steps=0)
     backend = _Backend()
-    core = VllmCore(backend, path)
+    core = VllmCore(backend, None)
     assert core.install(module)
     engine = module.EngineCore()
     engine.scheduler.add_request(_Request("A", 4, 100.0))
@@ -268,12 +287,13 @@ def test_the_engine_cores_steps_are_tokens_and_each_request_is_a_row(tmp_path):
     engine.step_fn()
     engine.step_fn()
     engine.scheduler.finish_requests(["B"], _Status.FINISHED_ABORTED)
-    assert tt.load(path).requests == {}  # finished rows wait for the engine to be idle
-    engine.step_fn()  # nothing unfinished: no step, and the rows go to the file now
+    # a finished request's row went to the writer as it finished: committed with its steps
+    assert list(writer.read().requests) == ["A", "B"]
+    engine.step_fn()  # nothing unfinished: no step
     step = [("push", "vllm.core_step"), ("push", "vllm.schedule"), ("pop", "vllm.schedule"),
             ("push", "vllm.update"), ("pop", "vllm.update"), ("pop", "vllm.core_step")]
     assert backend.events == step * 2
-    requests = tt.load(path).requests
+    requests = writer.read().requests
     assert list(requests) == ["A", "B"]
     a, b = requests["A"].events["engine_core"], requests["B"].events["engine_core"]
     assert a["role"] == "engine_core"
@@ -305,18 +325,16 @@ def test_an_engine_core_step_that_raises_is_closed(tmp_path):
                               ("pop", "vllm.schedule"), ("pop", "vllm.core_step")]
 
 
-def test_the_engine_cores_unfinished_requests_are_written_at_exit(tmp_path):
+def test_the_engine_cores_unfinished_requests_are_written_at_exit(writer):
     """A request still running when the process ends is a row with no finish."""
-    from tokentrace._common import write_python_rows
     from tokentrace._record import VllmCore
     module = _stand_in_engine_core()
-    path = _file(tmp_path / "u.sqlite", rows=[], steps=0)
-    core = VllmCore(_Backend(), path)
+    core = VllmCore(_Backend(), None)
     core.install(module)
     engine = module.EngineCore()
     engine.scheduler.add_request(_Request("A", 3, 1.0))
-    write_python_rows(path, meta=core.meta(), request_events=core.rows())
-    trace = tt.load(path)
+    core.finish()  # the exit hook's
+    trace = writer.read()
     assert trace.requests["A"].finish_reason is None
     assert trace.requests["A"].events["engine_core"]["finished_ns"] is None
     assert trace.meta["engine_core_requests_unfinished"] == "1"
@@ -349,16 +367,15 @@ class _EngineCoreRequest:
         self.arrival_time = arrival_time
 
 
-def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(tmp_path):
+def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(writer):
     """The front end (LLM's process, or vllm serve's API server): each process_outputs with
     outputs is a step (a token, or a plain call when an engine core records in the process),
     and each request's row says when it was handed to the engine, got its first token and
     finished, as the front end saw it; an abort finishes one."""
     from tokentrace._record import VllmFront
     module = _stand_in_output_processor()
-    path = _file(tmp_path / "front.sqlite", rows=[], steps=0)
     backend = _Backend()
-    front = VllmFront(backend, path)
+    front = VllmFront(backend, None)
     assert front.install(module)
     processor = module.OutputProcessor()
     processor.add_request(_EngineCoreRequest("A", [1, 2, 3], 10.0), "a b c")
@@ -369,7 +386,7 @@ def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(tmp_pa
     assert processor.abort_requests(["B"], internal=True) == ["B"]
     assert backend.names == {1: ("vllm.front_step", "root")}
     assert backend.events == [("push", "vllm.front_step"), ("pop", "vllm.front_step")] * 2
-    requests = tt.load(path).requests  # written: no request left unfinished
+    requests = writer.read().requests  # each handed to the writer as it finished
     a, b = requests["A"].events["front_end"], requests["B"].events["front_end"]
     assert (a["prompt_tokens"], a["output_tokens"], a["finish_reason"]) == (3, 2, "length")
     assert (a["first_token_step"], a["finished_step"], a["scheduled_ns"]) == (1, 2, None)
@@ -377,23 +394,28 @@ def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(tmp_pa
     assert requests["A"].first_token_ms >= 0 and requests["A"].queue_ms is None
     assert front.meta()["engine_front_steps"] == 2
     # the meta went with the rows: a process vLLM kills at shutdown still says what it was
-    meta = tt.load(path).meta
+    meta = writer.read().meta
     assert "front_end" in meta["role"].split(",") and meta["engine_front_steps"] == "2"
     front.remove()
     assert not hasattr(module.OutputProcessor.process_outputs, "__wrapped__")
 
 
-def test_rows_wait_for_the_trace_file_and_make_none(tmp_path):
-    """Before the shim has made the file (nothing recorded yet), a flush writes nothing and
-    makes no file (it would be no trace, in the way of the shim's); the rows are kept."""
-    from tokentrace._record import RowBuffer
-    path = tmp_path / "later.sqlite"
-    rows = RowBuffer(str(path), "step_requests", "rows", meta=lambda: {"role": "worker"})
+def test_rows_handed_with_no_session_are_said_once_and_never_raise():
+    """An adapter's rows with no session recording (nothing can take them): one line, and
+    the engine goes on."""
+    from tokentrace._common import RowsToWriter
+    said = []
+    rows = RowsToWriter("step_requests", "the steps' requests", said.append,
+                        meta=lambda: {"role": "worker"})
     rows.add([(1, "A", 4, 0, 0)])
+    rows.add([(2, "A", 0, 1, 4)])
     rows.flush()
-    assert not path.exists() and rows.rows == [(1, "A", 4, 0, 0)]
-    _file(path, rows=[], steps=0)
-    rows.flush()
-    trace = tt.load(str(path))
-    assert [tuple(r) for r in trace.step_requests] == [(1, "A", 4, 0, 0)]
-    assert trace.meta["role"] == "worker"
+    assert len(said) == 1 and "no session" in said[0] and "steps' requests" in said[0]
+
+
+def test_rows_of_a_column_the_schema_lacks_are_refused_in_one_line(writer):
+    from tokentrace._common import add_rows
+    with pytest.raises(ValueError, match="request_events.*no column named nope"):
+        add_rows("request_events", [{"role": "x", "nope": 1}])
+    with pytest.raises(ValueError, match="not a table the Python layer fills"):
+        add_rows("calls", [(1,)])

@@ -71,7 +71,10 @@ def signal_when_ready(args, sig, *, env, cwd, ready="READY", timeout=120):
     # that started the tests in the background (`cmd &` in a script) hands them SIGINT
     # ignored, and Python, finding it ignored, never makes it a KeyboardInterrupt. A small
     # Python trampoline puts it back and execs the job (preexec_fn is unsafe with threads).
-    reset = ("import os, signal, sys; signal.signal(int(sys.argv[1]), signal.SIG_DFL); "
+    # (SIGKILL cannot be caught, nor its disposition set: nothing to put back.)
+    reset = ("import os, signal, sys\n"
+             "if int(sys.argv[1]) != signal.SIGKILL: signal.signal(int(sys.argv[1]), "
+             "signal.SIG_DFL)\n"
              "os.execvp(sys.argv[2], sys.argv[2:])")
     proc = subprocess.Popen([sys.executable, "-c", reset, str(int(sig)), *args], env=env,
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -136,3 +139,26 @@ def run_doc_block(path, line, code, expected):
         exec(compile("\n" * (line - 1) + code, path, "exec"), namespace)
     assert "RESULT" in namespace, f"{path}:{line} sets no RESULT"
     assert namespace["RESULT"] == ast.literal_eval(expected)
+
+
+def add_rows_by_hand(path, *, meta=None, losses=None, **tables):
+    """Adds rows to a hand-made trace file as the writer would (tests that fabricate files; the
+    package hands its rows to the session's writer instead, _common/store.py): `tables` maps a
+    table to tuples in _common.ROW_COLUMNS' order or to {column: value} dicts; `losses` are
+    added to the file's counts; `meta` is upserted."""
+    from tokentrace._common import ROW_COLUMNS
+    con = sqlite3.connect(path)
+    with con:
+        for table, rows in tables.items():
+            for row in rows:
+                names = list(row) if isinstance(row, dict) else list(ROW_COLUMNS[table])
+                values = list(row.values()) if isinstance(row, dict) else list(row)
+                con.execute(f"INSERT INTO {table}({', '.join(names)}) VALUES "
+                            f"({', '.join('?' * len(names))})", values)
+        for key, value in (meta or {}).items():
+            con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)", (key, str(value)))
+        for kind, count in (losses or {}).items():
+            if count:
+                con.execute("INSERT INTO losses(kind, count) VALUES (?,?) ON CONFLICT(kind) "
+                            "DO UPDATE SET count = count + excluded.count", (kind, count))
+    con.close()

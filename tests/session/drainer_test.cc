@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/site_registry.h"
+#include "session/added_rows.h"
 #include "session/hand_built_buffer.h"
 #include "store/test_db.h"
 
@@ -251,6 +252,89 @@ TEST_F(DrainerTest, TheTestOnlySlowDrainTakesOneStepPerDrain) {
   ASSERT_TRUE(drainer.WriteFinal({}, &error)) << error;  // the final drain takes all
   EXPECT_EQ(drainer.counts().drained, 6u);
   EXPECT_EQ(Count("calls"), 2);
+}
+
+// One call_inputs row of call `id`, handed over as the Python layer does.
+std::unique_ptr<AddedItem> InputRow(uint64_t id) {
+  auto item = std::make_unique<AddedItem>();
+  item->rows.table = TOKENTRACE_ROWS_CALL_INPUTS;
+  item->rows.columns = {"call_id", "path"};
+  item->rows.values.resize(2);
+  item->rows.values[0].type = RowValue::Type::kInt;
+  item->rows.values[0].i = static_cast<int64_t>(id);
+  item->rows.values[1].type = RowValue::Type::kText;
+  item->rows.values[1].s = "x";
+  return item;
+}
+
+// Rows handed over go into the chunk read after them, so a call's rows (handed while it was
+// open) are committed with the call or before it, never after: a kill between two chunks
+// leaves no call without its rows.
+TEST_F(DrainerTest, HandedRowsRideWithTheChunkThatClosesTheirCalls) {
+  AddedQueue queue;
+  DrainParts parts = Parts();
+  parts.chunk_events = 3;
+  parts.added = [&queue](Batch* batch) { queue.TakeInto(batch); };
+  std::vector<std::pair<int64_t, int64_t>> in_file;  // (calls, rows) each time rings are read
+  auto rings = parts.rings;
+  parts.rings = [&](const std::function<void(ThreadBuffer&)>& fn) {
+    if (access(path_.c_str(), F_OK) == 0)
+      in_file.emplace_back(Count("calls"), Count("call_inputs"));
+    rings(fn);
+  };
+  Drainer drainer(std::move(parts));
+  for (uint64_t id = 1; id <= 4; ++id) {
+    queue.Push(InputRow(id));
+    Call(id, "drainer.rows", 400 + id);
+  }
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  for (const auto& [calls, rows] : in_file) EXPECT_GE(rows, calls);
+  EXPECT_EQ(Count("calls"), 4);
+  EXPECT_EQ(Count("call_inputs"), 4);
+  EXPECT_TRUE(queue.empty());
+}
+
+// A full disk: the handed rows of the failed write are counted by table, as calls are.
+TEST_F(DrainerTest, HandedRowsOfAFailedWriteAreCountedByTable) {
+  AddedQueue queue;
+  DrainParts parts = Parts();
+  parts.added = [&queue](Batch* batch) { queue.TakeInto(batch); };
+  Drainer drainer(std::move(parts));
+  Call(1, "drainer.rows_full", 10);
+  std::string error;
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  tt_disk_full_from_now(0, 1);
+  queue.Push(InputRow(2));
+  queue.Push(InputRow(2));
+  Call(2, "drainer.rows_full", 11);
+  EXPECT_FALSE(drainer.Drain(false, &error));
+  Call(3, "drainer.rows_full", 12);
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(Count("call_inputs"), 0);
+  EXPECT_EQ(Loss("write_failed_inputs"), 2);
+}
+
+// No memory while a chunk is built or written (here: the handed rows cannot be taken): the
+// chunk is dropped and its events counted as no_memory; nothing is thrown out of the drain,
+// and the next drain writes what comes after, with the count.
+TEST_F(DrainerTest, AChunkWithNoMemoryIsDroppedAndCountedAndTheNextDrainGoesOn) {
+  DrainParts parts = Parts();
+  bool starved = true;
+  parts.added = [&starved](Batch*) {
+    if (starved) throw std::bad_alloc();
+  };
+  Drainer drainer(std::move(parts));
+  Call(1, "drainer.starved", 10);
+  std::string error;
+  EXPECT_FALSE(drainer.Drain(false, &error));
+  EXPECT_EQ(drainer.no_memory(), 3u);
+  starved = false;
+  Call(2, "drainer.starved", 11);
+  ASSERT_TRUE(drainer.Drain(false, &error)) << error;
+  EXPECT_EQ(drainer.no_memory(), 0u);
+  EXPECT_EQ(Count("calls"), 1);
+  EXPECT_EQ(Loss("no_memory"), 3);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <vector>
 
+#include "store/added_rows_sql.h"
 #include "store/reader.h"
 #include "store/schema.h"
 #include "test_db.h"
@@ -173,6 +174,52 @@ TEST(StoreTest, LinksAreWrittenAsOpLinks) {
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM op_links"), 70);
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM op_links WHERE outputs = '0:7'"), 35);
   EXPECT_EQ(QueryText(path, "SELECT inputs FROM op_links WHERE call_id = 169"), "0:69");
+}
+
+// The Python layer's rows: each value's type as handed (NULL, integer, real, text), columns
+// named; two sets of columns of one table.
+TEST(StoreTest, HandedRowsAreWrittenByTheirColumns) {
+  std::string path = TempPath("t.sqlite"), error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  Batch batch;
+  AddedRows inputs;
+  inputs.table = TOKENTRACE_ROWS_CALL_INPUTS;
+  inputs.columns = {"call_id", "path", "value"};
+  inputs.values.resize(6);
+  inputs.values[0] = {RowValue::Type::kInt, 7, 0, ""};
+  inputs.values[1] = {RowValue::Type::kText, 0, 0, "x"};
+  inputs.values[2] = {RowValue::Type::kReal, 0, 0.5, ""};
+  inputs.values[3] = {RowValue::Type::kInt, 8, 0, ""};
+  inputs.values[4] = {RowValue::Type::kText, 0, 0, "y"};
+  inputs.values[5] = {RowValue::Type::kNull, 0, 0, ""};
+  batch.added.push_back(inputs);
+  AddedRows events;
+  events.table = TOKENTRACE_ROWS_REQUEST_EVENTS;
+  events.columns = {"role", "request"};
+  events.values = {{RowValue::Type::kText, 0, 0, "engine_core"},
+                   {RowValue::Type::kText, 0, 0, "A"}};
+  batch.added.push_back(events);
+  ASSERT_TRUE(store->Write(batch, &error)) << error;
+  store->Close();
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM call_inputs"), 2);
+  EXPECT_EQ(QueryText(path, "SELECT value FROM call_inputs WHERE call_id = 7"), "0.5");  // TEXT
+  EXPECT_EQ(QueryText(path, "SELECT typeof(value) FROM call_inputs WHERE call_id = 8"), "null");
+  EXPECT_EQ(QueryText(path, "SELECT request FROM request_events WHERE role = 'engine_core'"), "A");
+}
+
+// Columns are checked against the schema when rows are handed over, so a bad one never fails
+// a transaction that carries calls.
+TEST(StoreTest, HandedColumnsAreCheckedAgainstTheSchema) {
+  std::string error;
+  EXPECT_TRUE(CheckAddedColumns(TOKENTRACE_ROWS_STEP_REQUESTS, {"token", "request"}, &error));
+  EXPECT_FALSE(CheckAddedColumns(TOKENTRACE_ROWS_STEP_REQUESTS, {"token", "nope"}, &error));
+  EXPECT_NE(error.find("step_requests"), std::string::npos) << error;
+  EXPECT_NE(error.find("nope"), std::string::npos) << error;
+  EXPECT_FALSE(
+      CheckAddedColumns(TOKENTRACE_ROWS_CALL_INPUTS, {"call_id); DROP TABLE calls;--"}, &error));
+  EXPECT_NE(error.find("is not a column name"), std::string::npos) << error;
+  EXPECT_FALSE(CheckAddedColumns(TOKENTRACE_ROWS_CALL_INPUTS, {}, &error));
 }
 
 TEST(StoreTest, OpenTruncatesAPreviousFile) {

@@ -8,9 +8,10 @@ paths such as "[0].logits"), op_groups.py (the Python calls that are ops of thei
 x[i], torch.tensor, x / y), op_mode.py (the TorchFunctionMode of op saves and edits),
 label_memory.py (a model's last trace's op labels, for edits by label),
 outputs.py (the first tensor of an output, dtype names), store.py
-(the trace file: schema and the Python layer's rows), loader.py (finds and loads the extension
-tokentrace._native), lazy.py (the faces' lazy import), torchlens_names.py (TorchLens names
-tokentrace lacks, for the errors that say so). Imports only _errors.py.
+(the trace file: schema, and the Python layer's rows handed to its writer), loader.py (finds
+and loads the extension tokentrace._native), lazy.py (the faces' lazy import),
+torchlens_names.py (TorchLens names tokentrace lacks, for the errors that say so).
+Imports only _errors.py.
 """
 
 from .lazy import lazy_face
@@ -51,7 +52,17 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
         parse_env_list,
         path_text,
     )
-    from .store import check_writable, connect, schema, write_python_rows, write_schema
+    from .store import (
+        ROW_COLUMNS,
+        RowsToWriter,
+        add_losses,
+        add_meta,
+        add_rows,
+        check_writable,
+        connect,
+        schema,
+        write_schema,
+    )
     from .torchlens_names import MODULE_NAMES, TRACE_METHODS, missing
     from .values import (
         KINDS,
@@ -87,7 +98,8 @@ _EXPORTS = {
     "put_at": "paths", "replace_in_output": "paths",
     "first_tensor": "outputs", "dtype_name": "outputs", "parse_dtype": "outputs",
     "schema": "store", "connect": "store", "write_schema": "store",
-    "write_python_rows": "store", "check_writable": "store",
+    "add_rows": "store", "add_meta": "store", "RowsToWriter": "store",
+    "ROW_COLUMNS": "store", "add_losses": "store", "check_writable": "store",
     "loader": "loader", "PACKAGE_DIR": "loader",
     "MODULE_NAMES": "torchlens_names", "TRACE_METHODS": "torchlens_names",
     "missing": "torchlens_names",

@@ -1,12 +1,17 @@
-"""Writing the Python layer's rows into a trace file.
+"""The Python layer's rows, handed to the trace file's one writer.
 
 The schema is not declared here: it is src/store/schema.sql, which the C++ store embeds and
-the extension exports (schema(): SCHEMA_SQL, TOKENS_SELECT_SQL, SCHEMA_VERSION). The shim
-creates every table, the Python layer's included, and the Python layer fills:
-  call_outputs     each call's first output tensor (streamed through the shim by the hooks)
-  call_inputs      what each call was given, by path (schema version 2)
+the extension exports (schema(): SCHEMA_SQL, TOKENS_SELECT_SQL, SCHEMA_VERSION). The Python
+layer never writes the file itself: it hands its rows to the session's writer through the
+extension (tokentrace_add_rows, _add_meta, _add_loss), which writes them in the transactions of
+the calls they belong to, under the same rules for a termination signal, a killed process and a
+full disk (counted by table as write_failed_*). The tables it fills (include/tokentrace/kinds.h
+TOKENTRACE_ROW_TABLES):
+  call_inputs      what each call was given, by path (the native walk hands its rows itself)
   saved_outputs    tensors saved with save= (safetensors shards)
   escape_sites     host reads of tensors seen from Python
+  step_requests    a serving engine's requests in each step
+  request_events   a serving engine's requests, one row each
 """
 
 import os
@@ -35,71 +40,64 @@ def write_schema(con):
     con.executescript(schema().SCHEMA_SQL)
 
 
-def write_python_rows(path, saved=(), escape_sites=(), meta=None, losses=None, inputs=(),
-                      step_requests=(), request_events=()):
-    """Adds the Python layer's rows to a trace file (the shim's or our own). Call outputs
-    (shape, dtype, path) are not among them: the hooks stream those through the shim.
+# The columns the Python layer's tuple rows fill, in their order (schema.sql's names; the
+# writer checks them against the schema when they are handed over).
+ROW_COLUMNS = {
+    "call_inputs": ("call_id", "path", "kind", "type", "shape", "dtype", "device", "value",
+                    "file", "key"),
+    "saved_outputs": ("call_id", "file", "key"),
+    "escape_sites": ("token", "location", "count"),
+    "step_requests": ("token", "request", "prefill_tokens", "decode_tokens", "position"),
+}
 
-    saved: (call_id, file, key);
-    escape_sites: (token, location, count); losses: {kind: count}, added to the shim's;
-    inputs: call_inputs rows (InputRecorder.table_rows);
-    step_requests: (token, request, prefill tokens, decode tokens, position) of an engine's
-    steps (_record/vllm_steps.py);
-    request_events: {column: value} rows of request_events (an engine core's requests,
-    _record/vllm_core.py), by the column names of the file's table (schema.sql's).
-    Safe while the shim still writes the file (SQLite locking; we wait up to the busy
-    timeout).
-    """
-    unknown = set(losses or {}) - set(schema().LOSS_KINDS)
+
+def add_rows(table, rows, columns=None):
+    """Hands `rows` of `table` to the recording session's writer: tuples in ROW_COLUMNS[table]'s
+    order (or `columns`'), or {column: value} dicts (request_events). Raises TokentraceError
+    when no session records, ValueError for a table or column the schema does not have."""
+    rows = list(rows)
+    if not rows:
+        return
+    native = schema()
+    code = native.ROW_TABLES.get(table)
+    if code is None:
+        raise ValueError(f"{table!r} is not a table the Python layer fills; those are "
+                         f"{sorted(native.ROW_TABLES)}")
+    if isinstance(rows[0], dict):  # one hand-over per set of columns
+        groups = {}
+        for row in rows:
+            groups.setdefault(tuple(row), []).append(tuple(row.values()))
+        for names, values in groups.items():
+            _hand(native.add_rows, code, list(names), values)
+        return
+    _hand(native.add_rows, code, list(columns or ROW_COLUMNS[table]), rows)
+
+
+def add_meta(meta):
+    """Hands meta rows {key: value} (values as text) to the session's writer."""
+    native = schema()
+    for key, value in (meta or {}).items():
+        _hand(native.add_meta, key, str(value))
+
+
+def add_losses(losses):
+    """Adds {kind: count} to the file's losses through the session's writer; the kinds are
+    include/tokentrace/kinds.h's (ValueError for another)."""
+    native = schema()
+    unknown = set(losses or {}) - set(native.LOSS_KINDS)
     if unknown:  # the kinds are include/tokentrace/kinds.h's; a new one is added there
         raise ValueError(f"unknown loss kinds {sorted(unknown)}; known: "
-                         f"{sorted(schema().LOSS_KINDS)}")
-    con = connect(path)
-    con.isolation_level = None  # explicit BEGIN/COMMIT: the tables and rows in one transaction
+                         f"{sorted(native.LOSS_KINDS)}")
+    for kind, count in (losses or {}).items():
+        if count:
+            _hand(native.add_loss, native.LOSS_KINDS[kind], int(count))
+
+
+def _hand(entry, *args):
     try:
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            con.executemany("INSERT INTO saved_outputs(call_id, file, key) VALUES (?,?,?)", saved)
-            con.executemany("INSERT INTO escape_sites(token, location, count) VALUES (?,?,?)",
-                            escape_sites)
-            if step_requests:
-                con.executemany("INSERT INTO step_requests(token, request, prefill_tokens, "
-                                "decode_tokens, position) VALUES (?,?,?,?,?)", step_requests)
-            if request_events:
-                _insert_named(con, "request_events", request_events)
-            if inputs:
-                con.executemany("INSERT INTO call_inputs(call_id, path, kind, type, shape, dtype, "
-                                "device, value, file, key) VALUES (?,?,?,?,?,?,?,?,?,?)", inputs)
-            for key, value in (meta or {}).items():
-                con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)",
-                            (key, str(value)))
-            for kind, count in (losses or {}).items():
-                if count:
-                    con.execute("INSERT INTO losses(kind, count) VALUES (?,?) ON CONFLICT(kind) "
-                                "DO UPDATE SET count = count + excluded.count", (kind, count))
-        except BaseException:
-            if con.in_transaction:  # SQLite ends it itself on some errors (a full disk)
-                con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
-    except sqlite3.Error as exc:
-        fail(f"cannot add the Python layer's rows (saved-tensor index, escape sites, inputs, "
-             f"its meta and losses) to {path}: {exc}")
-    finally:
-        con.close()
-
-
-def _insert_named(con, table, rows):
-    """Inserts {column: value} rows into `table`, whose columns are read from the file (the
-    schema is schema.sql's); a key that is not one of them raises ValueError."""
-    columns = [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
-    for row in rows:
-        unknown = set(row) - set(columns)
-        if unknown:
-            raise ValueError(f"{table} has no column {sorted(unknown)}; its columns: {columns}")
-        names = list(row)
-        con.execute(f"INSERT INTO {table}({', '.join(names)}) VALUES "
-                    f"({', '.join(':' + n for n in names)})", row)
+        entry(*args)
+    except RuntimeError as exc:  # no session records: nothing can take the rows
+        fail(str(exc))
 
 
 def check_writable(path):
@@ -118,3 +116,49 @@ def check_writable(path):
     elif not os.access(directory, os.W_OK):
         return f"the directory {directory} is not writable"
     return None
+
+
+class RowsToWriter:
+    """Rows of one table that a serving engine's adapter makes while it runs (a step's
+    requests, a finished request), handed to the writer as they are made: the writer commits
+    them with the steps they belong to, so a process the engine kills keeps them as it keeps
+    its calls. `meta`: a callable giving meta rows (the process's role and counts so far),
+    handed along at most once a second (flush() hands them now). A refusal (no session
+    records) is said once through `say` and never raised into the engine."""
+
+    _META_S = 1.0
+
+    def __init__(self, table, what, say=None, meta=None):
+        self.table, self.what, self.say, self.meta = table, what, say, meta
+        self.handed = 0  # rows handed so far
+        self._last_meta = None
+        self._said = False
+
+    def add(self, rows):
+        rows = list(rows)
+        if rows:
+            self._hand(lambda: add_rows(self.table, rows))
+            self.handed += len(rows)
+        if self.meta is not None and self.due():
+            self.flush()
+
+    def due(self):
+        """A second or more since the meta rows were last handed."""
+        import time
+        return self._last_meta is None or time.monotonic() - self._last_meta >= self._META_S
+
+    def flush(self):
+        """Hands the meta rows now (an idle engine, the end)."""
+        import time
+        self._last_meta = time.monotonic()
+        if self.meta is not None:
+            self._hand(lambda: add_meta(self.meta()))
+
+    def _hand(self, hand):
+        try:
+            hand()
+        except Exception as exc:  # never into the engine
+            if self.say is not None and not self._said:
+                self._said = True
+                self.say(f"tokentrace: {self.what} could not be handed to the trace's writer "
+                         f"({exc})")

@@ -19,7 +19,6 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
         compiled_rows,
         join_kernels,
         module_totals,
-        write_compiled_rows,
     )
 
 _EXPORTS = {
@@ -28,7 +27,6 @@ _EXPORTS = {
     "kernel_map": "kernel_map", "precompiled": "precompiled",
     "CompiledKernel": "join", "ModuleTotal": "join", "NOT_STORED": "join", "REGION": "join",
     "compiled_rows": "join", "join_kernels": "join", "module_totals": "join",
-    "write_compiled_rows": "join",
 }
 
 __all__ = sorted(_EXPORTS)

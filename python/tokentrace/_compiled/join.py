@@ -14,7 +14,7 @@ match.py.
 import collections
 import json
 
-from .._common import OP_KIND, ROOT, connect, write_python_rows
+from .._common import OP_KIND, ROOT, connect
 from . import kernel_map, match
 from .kernel_map import LOSS_KIND, META_KEY, REGIONS_KEY
 
@@ -313,9 +313,3 @@ def unmapped_regions(q, noted=None):
     mapped = set(regions.values())
     return sorted(r for r in _ran_regions(q) if r and r not in mapped)
 
-
-def write_compiled_rows(path):
-    """compiled_rows(path), written to the file in one transaction."""
-    noted, losses = compiled_rows(path)
-    if noted:
-        write_python_rows(path, meta=noted, losses=losses)

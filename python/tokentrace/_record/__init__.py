@@ -8,8 +8,8 @@ values), collectives.py (torch.distributed calls as calls), op_records.py (ATen 
 on and off), op_saver.py (the outputs of the ops that save= selects), prompt.py (text prompts,
 tokenized), vllm_steps.py (a vLLM worker's engine steps as tokens, and their requests),
 vllm_core.py (vLLM's engine core: its steps and scheduler time, each request's life),
-vllm_front.py (vLLM's front end: its output processing, each request's life there),
-row_buffer.py (rows written while an engine runs).
+vllm_front.py (vLLM's front end: its output processing, each request's life there).
+Their rows go to the trace file's one writer (_common/store.py: add_rows, RowsToWriter).
 Imports _compiled, _backend, _common and _errors; never _edit or _read.
 """
 
@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .inputs import InputRecorder, tensor_meta
     from .prompt import is_text, tokenize
     from .root import ASSISTANT, FirstRoot, RootChoice, sites_of
-    from .row_buffer import RowBuffer
     from .sink import TensorSink
     from .vllm_core import VllmCore, install_when_loaded
     from .vllm_front import VllmFront
@@ -40,7 +39,6 @@ _EXPORTS = {
     "EscapeCounter": "escapes", "warn_once": "escapes",
     "op_records": "op_records",
     "is_text": "prompt", "tokenize": "prompt",
-    "RowBuffer": "row_buffer",
     "VllmSteps": "vllm_steps", "VllmCore": "vllm_core", "install_when_loaded": "vllm_core",
     "VllmFront": "vllm_front",
 }

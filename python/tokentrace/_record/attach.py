@@ -22,7 +22,7 @@ import warnings
 
 import torch
 
-from .._common import OP_EDIT_SITE, ROOT, write_python_rows
+from .._common import OP_EDIT_SITE, ROOT, add_losses, add_meta, add_rows
 from .._compiled import CompiledCalls, compiled_rows
 from .._errors import TokentraceError
 from . import collectives, op_records, vllm_steps
@@ -169,9 +169,11 @@ class Attachment:
             self.edits.remove()
         self.escapes.remove()
 
-    def write_rows(self, path, meta):
-        """Adds the Python layer's rows to the trace file at `path`: saved tensors, escape
-        locations, recorded inputs, its losses, and `meta` with what every recording notes."""
+    def hand_rows(self, path, meta):
+        """Hands the Python layer's last rows to the trace's writer, before the session stops
+        (its final write takes them): saved tensors, escape locations, the recorded inputs not
+        handed yet, its losses, and `meta` with what every recording notes. `path`: the file
+        so far (the compiled join reads it)."""
         sink = self.sink
         rows = sink.close() if sink is not None else []
         if sink is not None and sink.failed:
@@ -184,20 +186,21 @@ class Attachment:
             meta["model"] = type(self.model).__name__
             meta.update(self.root.meta())
         losses = {"save_failed": self.save_errors, "inputs_failed": self.input_errors}
-        steps = ()
         if self.engine is not None:
             self.engine.close()
             meta.update(self.engine.meta())
-            steps = self.engine.rows.take()
         if self.op_params:
             meta["op_params"] = json.dumps(self.op_params)
-        if self.ops:  # compiled kernels' modules, and what they miss, in the same write
+        if self.ops:  # compiled kernels' modules, and what they miss, read from the file so far
+            self.backend.flush()
             compiled_meta, compiled_losses = compiled_rows(path)
             meta.update(compiled_meta)
             losses.update(compiled_losses)
-        write_python_rows(path, rows, self.escapes.rows(), meta, losses,
-                          self.recorder.table_rows(sink.files if sink is not None else {}),
-                          steps)
+        add_rows("saved_outputs", rows)
+        add_rows("escape_sites", self.escapes.rows())
+        add_rows("call_inputs", self.recorder.table_rows(sink.files if sink is not None else {}))
+        add_losses(losses)
+        add_meta(meta)
 
     def _report(self, message):
         if self.say is not None:

@@ -11,7 +11,6 @@ A row is (path, kind, type, shape, dtype, device, value); shape is a list of int
 
 import ctypes
 import dataclasses
-import weakref
 from typing import Any
 
 import torch
@@ -22,13 +21,13 @@ from .._common import (
     MAX_DEPTH,
     MAX_ITEMS,
     SCALARS,
+    add_rows,
     children_of,
     dtype_name,
     kind_of,
     loader,
     parameter_names,
     walk_call,
-    write_python_rows,
 )
 
 _MAX_STR = 64      # longer strings are recorded by type and length only
@@ -93,13 +92,15 @@ class InputRecorder:
     """Records the inputs of the calls of chosen sites, from inside each call (before forward
     runs: a cache's entries are seen as the call received them, not after it appended).
 
-    The tensors of sites whose inputs are saved stream to the TensorSink as outputs do. The
-    rows (metadata) go into the trace file whenever flush_rows are pending, so memory stays
-    flat over a long run (a decoding step of a 32-layer model gives 65 rows); rows of saved
-    tensors (and those after them) wait until their shard is written, since they name it.
+    The tensors of sites whose inputs are saved stream to the TensorSink as outputs do. Recording
+    into a trace (trace_path given), each call's rows go to the trace's writer as the call is
+    recorded (the native walk hands them itself), which commits them with the calls: a killed
+    or signalled job keeps the inputs of every call its file keeps. Rows of saved tensors (and
+    those after them) wait until their shard is written, since they name it. Without a trace
+    (tests of the walk), rows stay here until read.
     """
 
-    flush_rows = 20000  # rows kept in memory before they go to the trace file
+    flush_rows = 20000  # rows the native walk keeps when there is no writer to hand them to
 
     def __init__(self, current, sink=None, trace_path=None, native=True, tensor_meta=True):
         self._current = current
@@ -152,7 +153,7 @@ class InputRecorder:
                     rows.append((call_id,) + row + (
                         None if sink is None or row[1] != "tensor" else
                         self._save(call_id, path, value),))
-            if len(rows) >= self.flush_rows and self._trace_path is not None:
+            if self._trace_path is not None:
                 self.flush()
         return on_input
 
@@ -171,8 +172,8 @@ class InputRecorder:
                 None if in_c else self._current,
                 KINDS, (kind_of, describe, _text, _field_names, children_of), _PLAIN_TENSORS,
                 MAX_DEPTH,
-                MAX_ITEMS, weakref.WeakMethod(self.flush) if self._trace_path else None,
-                self.flush_rows, tensor_meta() if self._tensor_meta else 0)
+                MAX_ITEMS, None, 0 if self._trace_path else self.flush_rows,
+                tensor_meta() if self._tensor_meta else 0)
         return self._buffer if self._buffer is not False else None
 
     def _save(self, call_id, path, tensor):
@@ -186,14 +187,14 @@ class InputRecorder:
         return key
 
     def flush(self):
-        """Writes the rows that are ready, up to the first of a saved tensor still in memory
-        (the file keeps the rows in call and argument order)."""
+        """Hands the rows that are ready to the trace's writer, up to the first of a saved
+        tensor still in memory (the file keeps the rows in call and argument order)."""
         files = self._sink.files if self._sink is not None else {}
         ready = next((i for i, r in enumerate(self.rows)
                       if r[-1] is not None and r[-1] not in files), len(self.rows))
         if not ready:
             return
-        write_python_rows(self._trace_path(), inputs=self.table_rows(files, self.rows[:ready]))
+        add_rows("call_inputs", self.table_rows(files, self.rows[:ready]))
         del self.rows[:ready]
         self.flushed += ready
 

@@ -34,7 +34,7 @@ import atexit
 import time
 from typing import Any
 
-from .row_buffer import RowBuffer
+from .._common import RowsToWriter
 from .vllm_steps import role_meta
 
 CORE_MODULE = "vllm.v1.engine.core"
@@ -99,8 +99,8 @@ class RequestLives:
         self.step_site = 0  # registered at the first step (its kind: see _begin)
         self.steps = 0
         self.requests: dict[str, _Request] = {}  # not finished yet
-        self.finished = RowBuffer(path, "request_events", f"the {self.role}'s requests", say,
-                                  self.meta)
+        self.finished = RowsToWriter("request_events", f"the {self.role}'s requests", say,
+                                     self.meta)
         self.token = 0  # the open step's token, 0 between steps
         self.nested = False  # another recording of this process makes the tokens
 
@@ -161,15 +161,25 @@ class RequestLives:
         self.finished.add([r.row()])
 
     def rows(self):
-        """Every row not written yet: the finished requests', then those still running."""
-        return self.finished.take() + [r.row() for r in self.requests.values()]
+        """The rows not handed to the writer yet: those of the requests still running (a
+        finished request's row is handed as it finishes)."""
+        return [r.row() for r in self.requests.values()]
 
     def meta(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def finish(self):
+        """The end of the process (an exit hook): the wrappers come off, and the rows of the
+        requests still running (with no finish) and the meta go to the writer."""
+        self.remove()
+        if not self.ran():
+            return  # nothing ran here: the shim writes no file for it
+        self.finished.add(self.rows())
+        self.finished.flush()
+
     def ran(self):
         """Whether it recorded anything (else the process wrote no file for it)."""
-        return bool(self.steps or self.requests or self.finished.rows)
+        return bool(self.steps or self.requests or self.finished.handed)
 
 
 class VllmCore(RequestLives):
@@ -343,15 +353,5 @@ def install_when_loaded(backend_if_recording, say, after_import):
 
 
 def _finish(recording, say):
-    from .._common import write_python_rows
-
-    recording.remove()
-    if not recording.ran():
-        return  # nothing ran here: the shim wrote no file for it
-    try:
-        path = recording.path
-        write_python_rows(path() if callable(path) else path, meta=recording.meta(),
-                          request_events=recording.rows())
-    except Exception as exc:
-        say(f"tokentrace: the {recording.role}'s requests could not be added to the trace: "
-            f"{exc}")
+    del say  # RowsToWriter says what it could not hand over
+    recording.finish()

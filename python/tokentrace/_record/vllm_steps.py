@@ -16,10 +16,9 @@ A step's composition is read from the SchedulerOutput before the step runs: for 
 scheduled, num_scheduled_tokens of its tokens from position num_computed_tokens; those below
 its prompt's length are prefill (a chunked prefill takes several steps), the rest decode. The
 prompt's length comes with the request's first scheduling (NewRequestData) and is kept until
-vLLM says the request finished. Rows are buffered and added to the trace file at most once a
-second, when the engine has no request left in flight (vLLM's call with nothing scheduled that
-frees the last finished ones), and at the end, like the recorded inputs: a worker that vLLM
-kills at shutdown has written the rows of every step it finished serving.
+vLLM says the request finished. A step's rows go to the trace file's writer as the step opens
+(_common/store.py RowsToWriter), which commits them with the step: a worker that vLLM kills at
+shutdown keeps the rows of every step its file keeps.
 
 Nothing here imports vLLM: it is only reached when the job has imported vLLM's model runner.
 """
@@ -29,7 +28,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .row_buffer import RowBuffer
+from .._common import RowsToWriter
 
 TOKEN_SITE = "vllm.step"  # the token site's name (not a module path: it has no such module)
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # the CPU runner subclasses its class
@@ -110,8 +109,8 @@ class VllmSteps:
         self.backend = backend
         self.site_id = backend.site(TOKEN_SITE, backend.site_kind("root"))
         self.steps = 0  # steps opened
-        # (token, request, prefill, decode, position) not yet in the file
-        self.rows = RowBuffer(path, "step_requests", "the steps' requests", say, self.meta)
+        # (token, request, prefill, decode, position) rows, handed to the writer at each step
+        self.rows = RowsToWriter("step_requests", "the steps' requests", say, self.meta)
         self.prompt_lengths = {}
         self._open = False
         self._patched = None  # (class, execute_model, sample_tokens) as they were
@@ -179,13 +178,11 @@ class VllmSteps:
         # worker in the engine core's process; a token site inside a token is no new token).
         token = self.backend.current()[1]
         self.rows.add((token, *r) for r in rows)
-        if self.rows.due():
-            self.rows.flush()
 
     def _idle(self, scheduler_output):
         """A call with nothing scheduled: the requests it says finished are forgotten, and
-        when none is left in flight the rows go to the file now. The engine is idle (or shutting
-        down: vLLM may SIGKILL its workers then, before any exit-time write)."""
+        when none is left in flight the meta rows go to the writer now. The engine is idle (or
+        shutting down: vLLM may SIGKILL its workers then, before any exit-time write)."""
         for request in getattr(scheduler_output, "finished_req_ids", ()):
             self.prompt_lengths.pop(request, None)
         if not self.prompt_lengths:
