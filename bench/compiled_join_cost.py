@@ -21,8 +21,9 @@ import statistics
 import tempfile
 import time
 
-from tokentrace._common import schema, write_schema
+from tokentrace._common import schema
 from tokentrace._compiled import REGION, join_kernels, kernel_map
+from tokentrace._file import write_schema
 
 
 def _graph(layers):

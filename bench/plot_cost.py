@@ -23,8 +23,11 @@ PYDIR = os.path.join(ROOT, "python")
 
 def write_trace(path, tokens):
     sys.path.insert(0, PYDIR)
-    from tokentrace._common import connect, schema, write_schema
-    con = connect(path)
+    import sqlite3
+
+    from tokentrace._common import schema
+    from tokentrace._file import write_schema
+    con = sqlite3.connect(path)
     write_schema(con)
     con.executemany("INSERT OR REPLACE INTO meta VALUES (?,?)",
                     [("schema_version", schema().SCHEMA_VERSION), ("kernel_mode", "off"),

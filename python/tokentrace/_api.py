@@ -8,7 +8,6 @@ import contextlib
 import itertools
 import os
 import shutil
-import sqlite3
 import tempfile
 import warnings
 import weakref
@@ -21,6 +20,7 @@ from ._compat import chunked, run_options
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits
 from ._errors import TokentraceError, fail
+from ._file import FileError
 from ._read import Recording, Trace
 from ._record import (
     Attachment,
@@ -243,7 +243,7 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
         ending_error = None
         try:
             attached.hand_rows(path, {"kernels_status": status})
-        except (TokentraceError, OSError, sqlite3.Error) as exc:
+        except (TokentraceError, OSError, FileError) as exc:
             ending_error = exc
         try:
             backend.stop()

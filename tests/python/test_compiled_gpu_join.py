@@ -12,8 +12,9 @@ import sqlite3
 import pytest
 
 import tokentrace as tt
-from tokentrace._common import schema, write_schema
+from tokentrace._common import schema
 from tokentrace._compiled import NOT_STORED, compiled_rows, join_kernels, kernel_map
+from tokentrace._file import write_schema
 
 LAYER0 = ["model.layers.0.self_attn", "model.layers.0.mlp"]
 # Two graphs numbering their kernels from 0 (prefill, compile 0/0; decode, compile 0/1);

@@ -6,8 +6,9 @@ import json
 import sqlite3
 
 import tokentrace as tt
-from tokentrace._common import schema, write_schema
+from tokentrace._common import schema
 from tokentrace._compiled import compiled_rows, kernel_map
+from tokentrace._file import write_schema
 
 # Two graphs, as Inductor emitted them: graph 0 ends at a graph break, graph 1 starts with a
 # library call (an mm before any generated kernel).

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from tokentrace._common import loader, write_schema
+from tokentrace._common import loader
+from tokentrace._file import write_schema
 from tt_testutil import ROOT
 
 native = loader.load()
@@ -30,7 +31,7 @@ def test_the_schema_is_the_one_file():
 
 
 def test_a_hand_made_file_matches_the_shims(tmp_path):
-    """tests build files with write_schema (_common/store.py): the same tables, indices and view
+    """tests build files with write_schema (_file/schema.py): the same tables, indices and view
     as the shim's (no index the shim leaves out, no tokens view that drops graph replays)."""
     path = str(tmp_path / "t.sqlite")
     con = sqlite3.connect(path)
@@ -179,9 +180,9 @@ def test_the_extension_sees_the_core_only_through_the_c_api():
 # Bottom to top; a file imports only from layers below its own (or its own subpackage, or, at
 # the top, other top-level files). _record, _edit and _read share a layer: none imports another.
 PKG = os.path.join(ROOT, "python", "tokentrace")
-LAYER = {"_errors": 1, "_common": 2, "_backend": 3, "_compiled": 4, "_record": 5, "_edit": 5,
-         "_read": 5, "top": 6}
-SUBPACKAGES = ("_common", "_backend", "_compiled", "_record", "_edit", "_read")
+LAYER = {"_errors": 1, "_common": 2, "_file": 3, "_backend": 3, "_compiled": 4, "_record": 5,
+         "_edit": 5, "_read": 5, "top": 6}
+SUBPACKAGES = ("_common", "_file", "_backend", "_compiled", "_record", "_edit", "_read")
 # Module names the package gives as strings that are not files of it: the extension.
 NAMED_MODULES = {"tokentrace._native"}
 
@@ -445,3 +446,40 @@ def test_the_package_folder_is_where_the_native_files_are_installed():
     import tokentrace
     from tokentrace._common import PACKAGE_DIR
     assert PACKAGE_DIR == os.path.dirname(os.path.abspath(tokentrace.__file__))
+
+
+def test_only_the_file_room_speaks_sqlite():
+    """One room of the package speaks SQL (_file/): no other file imports sqlite3, so the
+    opening rules and the queries of a damaged file are kept in one place, and nothing else
+    can write the trace (the session's writer owns it)."""
+    speaks = [module for module, path in _package_files()
+              if re.search(r"^\s*(import sqlite3|from sqlite3 )",
+                           open(path, encoding="utf-8").read(), re.M)]
+    assert speaks and all(m.startswith("tokentrace._file.") for m in speaks), speaks
+
+
+def test_the_layout_map_names_every_file_of_the_package():
+    """python/README.md's layout map: every file of the package, in its folder."""
+    with open(os.path.join(ROOT, "python", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    block = text[text.index("```\ntokentrace/"):]
+    block = block[:block.index("```", 4)]
+    named, folder = set(), ""
+    for line in block.splitlines()[2:]:
+        m = re.match(r"(\s*)(\S+)", line)
+        if not m or not re.search(r"\.py$|/$|py\.typed$", m.group(2)):
+            continue
+        if len(m.group(1)) == 2:
+            folder = m.group(2) if m.group(2).endswith("/") and "/" == m.group(2)[-1] else ""
+            if not m.group(2).endswith("/"):
+                named.add(m.group(2))
+        else:
+            named.add(folder + m.group(2))
+    files = set()
+    for where, _, names in os.walk(PKG):
+        for name in names:
+            if name.endswith(".py") and name != "__init__.py" or name == "py.typed":
+                files.add(os.path.relpath(os.path.join(where, name), PKG))
+    files.add("__init__.py")
+    assert files - named == set(), "files the map lacks"
+    assert named - files == set(), "names in the map that are no file"

@@ -7,7 +7,8 @@ import sqlite3
 import pytest
 
 import tokentrace as tt
-from tokentrace._common import schema, write_schema
+from tokentrace._common import schema
+from tokentrace._file import write_schema
 
 # (token, request, prefill, decode, position): A's prompt of 4 in one step, B's of 5 in two
 # chunks (a chunked prefill), then decodes; token 5 is a step with no request.

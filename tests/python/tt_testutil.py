@@ -19,7 +19,7 @@ def make_trace_file(path, *, kernels=True, saved=None):
     through the extension), as the shim would: root `self` with two tokens,
     `layer` called once per token, `layer.mlp` twice per token (re-entrant numbering)."""
     con = sqlite3.connect(path)
-    from tokentrace._common import write_schema
+    from tokentrace._file import write_schema
     write_schema(con)
     meta = {"schema_version": "1", "kernel_mode": "full" if kernels else "off",
             "kernels_status": "" if kernels else "kernel mode off", "pid": "1"}

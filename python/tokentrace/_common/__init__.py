@@ -59,9 +59,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
         add_meta,
         add_rows,
         check_writable,
-        connect,
         schema,
-        write_schema,
     )
     from .torchlens_names import MODULE_NAMES, TRACE_METHODS, missing
     from .values import (
@@ -97,7 +95,7 @@ _EXPORTS = {
     "CACHE_NAMES": "paths", "cache_alias": "paths", "ends": "paths", "descend": "paths",
     "put_at": "paths", "replace_in_output": "paths",
     "first_tensor": "outputs", "dtype_name": "outputs", "parse_dtype": "outputs",
-    "schema": "store", "connect": "store", "write_schema": "store",
+    "schema": "store",
     "add_rows": "store", "add_meta": "store", "RowsToWriter": "store",
     "ROW_COLUMNS": "store", "add_losses": "store", "check_writable": "store",
     "loader": "loader", "PACKAGE_DIR": "loader",

@@ -15,7 +15,6 @@ TOKENTRACE_ROW_TABLES):
 """
 
 import os
-import sqlite3
 
 from .._errors import fail
 from . import loader
@@ -27,17 +26,6 @@ def schema():
     if native is None:
         fail(f"trace files cannot be read or written: {loader.unavailable_reason()}")
     return native
-
-
-def connect(path, timeout=30.0):
-    con = sqlite3.connect(path, timeout=timeout)
-    con.execute("PRAGMA busy_timeout = %d" % int(timeout * 1000))
-    return con
-
-
-def write_schema(con):
-    """Creates the whole schema in `con`, as the shim does for a new file (tests use it)."""
-    con.executescript(schema().SCHEMA_SQL)
 
 
 # The columns the Python layer's tuple rows fill, in their order (schema.sql's names; the

@@ -14,7 +14,8 @@ match.py.
 import collections
 import json
 
-from .._common import OP_KIND, ROOT, connect
+from .._common import OP_KIND, ROOT
+from .._file import TraceFile
 from . import kernel_map, match
 from .kernel_map import LOSS_KIND, META_KEY, REGIONS_KEY
 
@@ -266,15 +267,14 @@ def compiled_rows(path):
     calls that the map does not explain, counted as LOSS_KIND. ({}, {}) when nothing compiled
     or ran compiled. Reads the file once; writes nothing."""
     noted = kernel_map.meta()
-    con = connect(path)
+    file = TraceFile(path)
     try:
-        def q(sql, args=()):
-            return con.execute(sql, args).fetchall()
+        q = file.q
         _, lost = join_kernels(q, noted)
         unmapped = unmapped_regions(q, noted)
         ran = _ran_regions(q)
     finally:
-        con.close()
+        file.close()
     if not noted and not lost and not unmapped:
         return {}, {}
     meta = dict(noted)

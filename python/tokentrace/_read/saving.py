@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 
 from .._errors import fail
+from .._file import save_copy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,12 +62,7 @@ def save(trace: Trace, path: str | os.PathLike[str], *, overwrite: bool = False)
         if os.path.exists(leftover):
             os.unlink(leftover)
     try:
-        out = sqlite3.connect(tmp)
-        try:
-            trace._con.backup(out)
-            out.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
-        finally:
-            out.close()
+        save_copy(trace._file, tmp)  # one self-contained file (a failure: one line)
         if src_dir != dest_dir:
             for rel in shards:
                 target = os.path.join(dest_dir, rel)
@@ -79,8 +74,6 @@ def save(trace: Trace, path: str | os.PathLike[str], *, overwrite: bool = False)
         os.replace(tmp, dest)
     except OSError as exc:
         fail(f"tt.save: could not write {dest}: {exc.strerror or exc}")
-    except sqlite3.Error as exc:
-        fail(f"tt.save: could not copy {trace.path}: {exc}")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

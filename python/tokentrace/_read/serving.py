@@ -104,9 +104,7 @@ def request_events(trace: Trace) -> list[dict]:
     """request_events rows as {column: value}, in the order requests were queued."""
     if "request_events" not in trace._tables:  # not an engine core's file, or older
         return []
-    cur = trace._con.execute("SELECT * FROM request_events ORDER BY queued_ns, rowid")
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
+    return trace._file.named("SELECT * FROM request_events ORDER BY queued_ns, rowid")
 
 
 def requests(trace: Trace) -> dict[str, Request]:

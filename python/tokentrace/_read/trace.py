@@ -11,16 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import sqlite3
-import urllib.parse
-import warnings
-import weakref
 from collections import namedtuple
 from typing import Any, NoReturn
 
-from .._common import OP_EDIT_SITE, OP_SAVE_SITE, schema
+from .._common import OP_EDIT_SITE, OP_SAVE_SITE
 from .._errors import TokentraceError, fail
+from .._file import TraceFile
 from . import token_rows
 from .token_rows import PagedTokenRows, TokenRows
 
@@ -202,100 +198,25 @@ class SiteView:
         return f"<site {self.name} ({self.kind}) num_calls={self.num_calls}>"
 
 
-def _wal_missing(path):
-    """A WAL-mode (or empty) file with no -wal next to it: a killed writer's data may be there."""
-    if os.path.exists(path + "-wal"):
-        return False
-    try:
-        with open(path, "rb") as f:
-            header = f.read(20)
-    except OSError:
-        return False
-    return not header or (len(header) == 20 and header[:16] == b"SQLite format 3\0"
-                          and header[18] == 2 and header[19] == 2)
-
-
-def _fail_not_a_trace(path: str, why: str, wal_missing: bool) -> NoReturn:
-    if wal_missing:
-        fail(f"{path} has no trace data of its own and its write-ahead log {path}-wal is "
-             f"missing (a writer that was killed keeps its last data there until its next "
-             f"checkpoint: copy both files)")
-    fail(f"{path} is not a tokentrace {why}")
-
-
-def _close_reader(con, path, made_shm):
-    con.close()
-    if made_shm and not schema().being_written(path):
-        with contextlib.suppress(OSError):
-            os.unlink(path + "-shm")
-
-
 class Trace:
     """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._compiled_join = None  # _compiled()
-        wal_missing = _wal_missing(self.path)  # before SQLite opens it and makes an empty -wal
-        try:
-            # With no -wal there is nothing to recover: opened immutable, nothing is left next
-            # to the file. Names are stored as the job gave them: bytes that are not UTF-8
-            # read as replacement characters.
-            uri = f"file:{urllib.parse.quote(self.path)}?mode=ro"
-            has_wal = os.path.exists(self.path + "-wal")
-            if not has_wal:
-                uri += "&immutable=1"
-            # Beside a -wal (a killed writer's file, or one being written) SQLite makes a -shm;
-            # one this reader made goes when it closes, unless a writer has the file.
-            made_shm = has_wal and not os.path.exists(self.path + "-shm")
-            self._con = sqlite3.connect(uri, uri=True, timeout=30)
-            self._closer = weakref.finalize(self, _close_reader, self._con, self.path, made_shm)
-            self._con.text_factory = lambda b: b.decode("utf-8", "replace")
-            objects = self._con.execute(
-                "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
-        except sqlite3.DatabaseError as exc:
-            _fail_not_a_trace(self.path, f"SQLite file ({exc})", wal_missing)
-        # Only tables are read: a view where the schema has a table (a crafted file) could be
-        # made to never end. The table names are the schema's (src/store/schema.sql).
-        ours = set(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", schema().SCHEMA_SQL))
-        for name, kind in objects:
-            if kind == "view" and name in ours:
-                fail(f"{self.path} is not a tokentrace trace (its '{name}' is a view, not a "
-                     f"table)")
-        self._tables = {name for name, _ in objects}
-        if "sites" not in self._tables or "calls" not in self._tables:
-            _fail_not_a_trace(self.path, "trace (no sites/calls tables)", wal_missing)
-        if "meta" not in self._tables:
-            _fail_not_a_trace(self.path, "trace (no meta table)", wal_missing)
-        self.meta = dict(self._q("SELECT key, value FROM meta"))
-        native = schema()
-        oldest, newest = native.OLDEST_READABLE_SCHEMA, native.SCHEMA_VERSION
-        version = self.meta.get("schema_version")
-        if version is None:
-            _fail_not_a_trace(self.path, "trace (no meta.schema_version)", wal_missing)
-        if not version.isdigit() or not oldest <= int(version) <= newest:
-            fail(f"{self.path} has trace schema version {version}; this tokentrace reads "
-                 f"versions {oldest} to {newest}")
-        self.schema_version = int(version)  # the version that wrote the file
+        # The opening rules (read-only, a missing -wal said, views refused, the versions this
+        # build reads, the writer's summaries) are the file room's: _file/reading.py.
+        self._file = TraceFile(self.path, stacklevel=3)
+        self.meta = self._file.meta
+        self.schema_version = self._file.schema_version  # the version that wrote the file
         # Never closed by its writer and no -wal beside it: a copy that may lack the rows
         # written after its last checkpoint, which no loss count covers.
-        self.misses_its_wal = wal_missing and native.META_CLOSED not in self.meta
-        if self.misses_its_wal:
-            warnings.warn(f"tokentrace: {self.path}: the writer never closed this file and its "
-                          f"-wal is not beside it, so what it wrote after its last checkpoint "
-                          f"(about the last second) is missing; copy {self.path}-wal with it",
-                          RuntimeWarning, stacklevel=3)
+        self.misses_its_wal = self._file.misses_its_wal
         # The writer's summaries (token_stats' per-token columns, site_stats) where the file
         # has them; else the calls are scanned, said once for a file written before them.
-        self.has_summaries = (self.schema_version >= 4 and native.META_SUMMARIES in self.meta
-                              and "site_stats" in self._tables)
-        if not self.has_summaries and self.schema_version < 4:
-            warnings.warn(f"tokentrace: {self.path} was written by an older tokentrace (schema "
-                          f"{self.schema_version}, without summaries): it is summarised by "
-                          f"scanning all its calls, which takes a while for a long run",
-                          RuntimeWarning, stacklevel=3)
-        self._tokens_sql = (native.TOKENS_SELECT_SQL if self.has_summaries
-                            else native.TOKENS_SCAN_SQL)
+        self.has_summaries = self._file.has_summaries
+        self._tables = self._file.tables
+        self._tokens_sql = self._file.tokens_sql
         self._sites = {}
         self._site_order = []
         # The shim's site registry is process-wide, so a file can list sites interned for an
@@ -318,24 +239,13 @@ class Trace:
 
     # --- plumbing -----------------------------------------------------------------------
     def _calls_of_tokens(self, first: str, last: str) -> str:
-        """The calls of tokens between the SQL expressions `first` and `last` as a subquery:
-        with summaries a range of rowids (token_stats' first and last call: schema 4 files have
-        no index on calls), else through calls_by_token (Reader::CallsOfTokens in C++)."""
-        tokens = f"token BETWEEN {first} AND {last}"
-        if not self.has_summaries:
-            return f"(SELECT * FROM calls WHERE {tokens})"
-        return (f"(SELECT * FROM calls WHERE id BETWEEN (SELECT min(first_call) FROM "
-                f"token_stats WHERE {tokens}) AND (SELECT max(last_call) FROM token_stats "
-                f"WHERE {tokens}) AND {tokens})")
+        return self._file.calls_of_tokens(first, last)
 
     def _q(self, sql, args=()):
-        try:
-            return self._con.execute(sql, args).fetchall()
-        except sqlite3.DatabaseError as exc:  # a damaged file: one line, not SQLite's traceback
-            fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
+        return self._file.q(sql, args)
 
     def close(self) -> None:
-        self._closer()
+        self._file.close()
 
     def __enter__(self) -> Trace:
         return self
@@ -409,34 +319,30 @@ class Trace:
     def _token_page(self, after: int, offset: int, limit: int) -> Iterator[tuple]:
         """The tokens after token `after` (skipping `offset`, at most `limit`; -1: all), as
         (token, cpu_ms, gpu_ms, kernels, escapes, finished)."""
-        # The C++ readers' SELECT, not the file's view (a crafted file could define that view
-        # to never end); it counts CUDA-graph replays, which have no token call of their own.
-        try:
-            cursor = self._con.execute(
-                f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
-                f"FROM ({self._tokens_sql}) WHERE token > ? ORDER BY token LIMIT ? OFFSET ?",
-                (max(after, 0), limit, offset))
-            with _numbers_in(self, "calls or token_stats"):
-                yield from (
-                    (t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
-                     (g or 0) / 1e6, kn or 0, esc or 0, not (b is not None and e is None))
-                    for t, b, e, kn, g, esc in cursor)
-        except sqlite3.DatabaseError as exc:
-            fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")
+        # The C++ readers' SELECT (the file room's tokens_sql); it counts CUDA-graph replays,
+        # which have no token call of their own.
+        rows = self._file.rows(
+            f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
+            f"FROM ({self._tokens_sql}) WHERE token > ? ORDER BY token LIMIT ? OFFSET ?",
+            (max(after, 0), limit, offset))
+        with _numbers_in(self, "calls or token_stats"):
+            yield from (
+                (t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
+                 (g or 0) / 1e6, kn or 0, esc or 0, not (b is not None and e is None))
+                for t, b, e, kn, g, esc in rows)
 
     def _listed_tokens(self) -> int | None:
         """The tokens (> 0) from the writer's token totals (schema 5), read in one row; None
         where the file has none or is still being written (its count would run ahead)."""
         if not self.has_summaries or "token_totals" not in self._tables:
             return None
-        if schema().being_written(self.path):
+        if self._file.being_written():
             return None
-        try:
-            (count,) = self._con.execute(
-                "SELECT COALESCE(SUM(tokens), 0) FROM token_totals WHERE phase IN (1, 2)"
-            ).fetchone()
-        except sqlite3.DatabaseError:
+        row = self._file.one_or_none(
+            "SELECT COALESCE(SUM(tokens), 0) FROM token_totals WHERE phase IN (1, 2)")
+        if row is None:
             return None
+        (count,) = row
         return count if isinstance(count, int) and count >= 0 else None
 
     @property
