@@ -226,6 +226,15 @@ int tokentrace_add_meta(const char* key, const char* value, char* err, size_t er
     if (key == nullptr || *key == '\0') {
       return Fail("tokentrace: tokentrace_add_meta: no key", err, err_len);
     }
+    bool known = false;
+#define TT_META_KNOWN_(name, text) known = known || std::strcmp(key, text) == 0;
+    TOKENTRACE_META_KEYS(TT_META_KNOWN_)
+#undef TT_META_KNOWN_
+    if (!known) {
+      return Fail(std::string("tokentrace: tokentrace_add_meta: '") + key +
+                      "' is not a meta key (kinds.h TOKENTRACE_META_KEYS lists them)",
+                  err, err_len);
+    }
     auto item = std::make_unique<AddedItem>();
     item->what = AddedItem::What::kMeta;
     item->key = key;

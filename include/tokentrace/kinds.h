@@ -2,9 +2,10 @@
  *
  * Site kinds are sites.kind in the trace file; escape kinds name escapes.kind; loss kinds are
  * the keys of the losses table; row tables are the tables the Python layer fills through the
- * writer. The Python extension exports them all (tokentrace._native: SITE_KINDS, ESCAPE_KINDS,
- * LOSS_KINDS, ROW_TABLES); README.md says what each loss means. C-compatible (the C API takes a
- * site kind, an escape kind and a row table): no header beyond this one. */
+ * writer, and the meta keys. The Python extension exports them all (tokentrace._native:
+ * SITE_KINDS, ESCAPE_KINDS, LOSS_KINDS, ROW_TABLES, META_KEYS); README.md says what each loss
+ * means. C-compatible (the C API takes a site kind, an escape kind and a row table): no header
+ * beyond this one. */
 #ifndef TOKENTRACE_KINDS_H_
 #define TOKENTRACE_KINDS_H_
 
@@ -63,6 +64,63 @@
   X(TOKENTRACE_ROWS_ESCAPE_SITES, 2, "escape_sites", TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES) \
   X(TOKENTRACE_ROWS_STEP_REQUESTS, 3, "step_requests", TOKENTRACE_LOSS_WRITE_FAILED_STEPS)      \
   X(TOKENTRACE_ROWS_REQUEST_EVENTS, 4, "request_events", TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS)
+
+/* The keys of a trace file's meta table: every key the session's writer writes or the Python
+ * layer hands over (tokentrace_add_meta refuses any other, so a new key is added here first).
+ * The extension exports them (tokentrace._native.META_KEYS); docs/trace-file.md says what
+ * each holds. X(ENUMERATOR, "key"). */
+#define TOKENTRACE_META_KEYS(X)                                                         \
+  /* the writer: the file, the session, the process */                                  \
+  X(TOKENTRACE_META_SCHEMA_VERSION, "schema_version")                                   \
+  X(TOKENTRACE_META_SUMMARIES, "summaries")                                             \
+  X(TOKENTRACE_META_TOKEN_BLOCK, "token_block")                                         \
+  X(TOKENTRACE_META_TOOL_VERSION, "tool_version")                                       \
+  X(TOKENTRACE_META_PID, "pid")                                                         \
+  X(TOKENTRACE_META_KERNEL_MODE, "kernel_mode")                                         \
+  X(TOKENTRACE_META_KERNELS_STATUS, "kernels_status")                                   \
+  X(TOKENTRACE_META_KERNELS_OFF, "kernels_off")                                         \
+  X(TOKENTRACE_META_CUPTI, "cupti")                                                     \
+  X(TOKENTRACE_META_TOKEN_RANGE, "token_range")                                         \
+  X(TOKENTRACE_META_MODE, "mode")                                                       \
+  X(TOKENTRACE_META_OUT_PATH, "out_path")                                               \
+  X(TOKENTRACE_META_EVENTS, "events")                                                   \
+  X(TOKENTRACE_META_RUN_ID, "run_id")                                                   \
+  X(TOKENTRACE_META_EXIT_SIGNAL, "exit_signal")                                         \
+  X(TOKENTRACE_META_EXIT_EXEC, "exit_exec")                                             \
+  X(TOKENTRACE_META_CLOCK_ANCHOR_START, "clock_anchor_start")                           \
+  X(TOKENTRACE_META_CLOCK_ANCHOR_LAST, "clock_anchor_last")                             \
+  X(TOKENTRACE_META_CLOCK_ANCHOR_EXIT, "clock_anchor_exit")                             \
+  /* the launch: ranks and hosts */                                                     \
+  X(TOKENTRACE_META_RANK, "rank")                                                       \
+  X(TOKENTRACE_META_LOCAL_RANK, "local_rank")                                           \
+  X(TOKENTRACE_META_WORLD_SIZE, "world_size")                                           \
+  X(TOKENTRACE_META_GROUP_RANK, "group_rank")                                           \
+  X(TOKENTRACE_META_HOST, "host")                                                       \
+  X(TOKENTRACE_META_LAUNCH_ID, "launch_id")                                             \
+  X(TOKENTRACE_META_LAUNCH_ID_FROM, "launch_id_from")                                   \
+  /* the Python layer: the recording */                                                 \
+  X(TOKENTRACE_META_MODEL, "model")                                                     \
+  X(TOKENTRACE_META_ROOT, "root")                                                       \
+  X(TOKENTRACE_META_ASSISTANT, "assistant")                                             \
+  X(TOKENTRACE_META_INPUTS_OF, "inputs_of")                                             \
+  X(TOKENTRACE_META_PYTHON_SAVE_ERRORS, "python_save_errors")                           \
+  X(TOKENTRACE_META_OP_PARAMS, "op_params")                                             \
+  X(TOKENTRACE_META_PATCH_FIRES, "patch_fires")                                         \
+  X(TOKENTRACE_META_COMPILED_KERNELS, "compiled_kernels")                               \
+  X(TOKENTRACE_META_COMPILED_GRAPH_REGIONS, "compiled_graph_regions")                   \
+  X(TOKENTRACE_META_COMPILED_UNRECORDED, "compiled_unrecorded")                         \
+  X(TOKENTRACE_META_COMPILED_UNRECORDED_REGIONS, "compiled_unrecorded_regions")         \
+  X(TOKENTRACE_META_COMPILED_UNMAPPED, "compiled_unmapped")                             \
+  /* the Python layer: a serving engine's processes */                                  \
+  X(TOKENTRACE_META_ENGINE, "engine")                                                   \
+  X(TOKENTRACE_META_ROLE, "role")                                                       \
+  X(TOKENTRACE_META_ENGINE_STEPS, "engine_steps")                                       \
+  X(TOKENTRACE_META_ENGINE_STEP_ROWS_UNREAD, "engine_step_rows_unread")                 \
+  X(TOKENTRACE_META_ENGINE_CORE_STEPS, "engine_core_steps")                             \
+  X(TOKENTRACE_META_ENGINE_CORE_EMPTY_STEPS, "engine_core_empty_steps")                 \
+  X(TOKENTRACE_META_ENGINE_CORE_REQUESTS_UNFINISHED, "engine_core_requests_unfinished") \
+  X(TOKENTRACE_META_ENGINE_FRONT_STEPS, "engine_front_steps")                           \
+  X(TOKENTRACE_META_ENGINE_FRONT_REQUESTS_UNFINISHED, "engine_front_requests_unfinished")
 
 /* Op data flow (tokentrace_links, the op_links table): a slot with this bit is an output's
  * index, without it an argument's; the argument slot TOKENTRACE_LINK_ARGS holds no tensor but

@@ -350,16 +350,20 @@ PyObject* WrapperRepr(PyObject* self) {
 
 // Pickling and copy.deepcopy of a module while it is traced (torch.save(model), a checkpoint
 // callback) see the wrapper in the module's __dict__: it reduces to the original forward
-// (through the identity tokentrace._record.hooks.original_forward), so the copy gets a plain,
-// untraced forward instead of the job failing on an unpicklable object.
+// (through the identity function the hooks hand over, set_forward_identity: pickled by its own
+// module path), so the copy gets a plain, untraced forward instead of the job failing on an
+// unpicklable object. The extension names no module of the package.
+PyObject* g_forward_identity = nullptr;  // owned; set once by the hooks
+
 PyObject* WrapperReduce(PyObject* self, PyObject*) {
   auto* w = reinterpret_cast<ForwardWrapper*>(self);
-  PyObject* module = PyImport_ImportModule("tokentrace._record.hooks");
-  if (module == nullptr) return nullptr;
-  PyObject* identity = PyObject_GetAttrString(module, "original_forward");
-  Py_DECREF(module);
-  if (identity == nullptr) return nullptr;
-  return Py_BuildValue("(N(O))", identity, w->forward != nullptr ? w->forward : Py_None);
+  if (g_forward_identity == nullptr) {
+    PyErr_SetString(PyExc_TypeError,
+                    "tokentrace: a forward wrapper pickles only once the hooks "
+                    "set its identity (set_forward_identity)");
+    return nullptr;
+  }
+  return Py_BuildValue("(O(O))", g_forward_identity, w->forward != nullptr ? w->forward : Py_None);
 }
 
 PyMethodDef g_wrapper_methods[] = {
@@ -493,6 +497,12 @@ NB_MODULE(_native, m) {
   TOKENTRACE_ROW_TABLES(TT_TABLE_)
 #undef TT_TABLE_
   m.attr("ROW_TABLES") = row_tables;
+  // Every meta key a trace may hold (kinds.h TOKENTRACE_META_KEYS), in the list's order.
+  nb::list meta_keys;
+#define TT_META_(name, text) meta_keys.append(text);
+  TOKENTRACE_META_KEYS(TT_META_)
+#undef TT_META_
+  m.attr("META_KEYS") = nb::tuple(meta_keys);
   m.def(
       "add_rows",
       [](int table, const std::vector<std::string>& columns, nb::iterable rows) {
@@ -641,6 +651,11 @@ NB_MODULE(_native, m) {
     PyObject* tensor = nullptr;
     if (!FindTensor(value.ptr(), &path, &tensor, 0)) return nb::make_tuple(nb::none(), nb::none());
     return nb::make_tuple(nb::borrow(tensor), path);
+  });
+  m.def("set_forward_identity", [](nb::handle fn) {
+    if (!PyCallable_Check(fn.ptr())) throw nb::type_error("set_forward_identity takes a function");
+    Py_INCREF(fn.ptr());
+    Py_XSETREF(g_forward_identity, fn.ptr());
   });
   m.def("set_tensor_type", [](nb::handle type) {
     if (!PyType_Check(type.ptr())) throw nb::type_error("set_tensor_type takes torch.Tensor");

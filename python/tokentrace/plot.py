@@ -43,7 +43,7 @@ MAX_SCANNED_CALLS = 2_000_000
 def _token_bins(trace, width):
     """{bin: (first token, tokens, root ns)}: the tokens of each bin and their summed CPU wall
     time (0 for a token without a finished root call, as in trace.tokens)."""
-    src = (f"SELECT token, cpu_end_ns - cpu_begin_ns AS ns FROM ({trace._tokens_sql}) "
+    src = (f"SELECT token, cpu_end_ns - cpu_begin_ns AS ns FROM ({trace.file.tokens_sql}) "
            "WHERE token > 0")
     if trace.has_summaries:
         # One range of token_stats per bin (read in token order): a GROUP BY over every
@@ -52,19 +52,19 @@ def _token_bins(trace, width):
         bins = {}
         for b, lo, hi in [(0, 1, 1)] + [(1 + i, 2 + i * width, 1 + (i + 1) * width)
                                         for i in range(-(-max(last - 1, 0) // width))]:
-            first, n, ns = trace._q(f"SELECT MIN(token), COUNT(*), SUM(COALESCE(ns, 0)) FROM "
+            first, n, ns = trace.file.q(f"SELECT MIN(token), COUNT(*), SUM(COALESCE(ns, 0)) FROM "
                                     f"({src}) WHERE token BETWEEN ? AND ?", (lo, hi))[0]
             if n:
                 bins[b] = (first, n, ns)
         return bins
-    rows = trace._q(f"SELECT {_BIN.format(t='token')} AS bin, MIN(token), COUNT(*), "
+    rows = trace.file.q(f"SELECT {_BIN.format(t='token')} AS bin, MIN(token), COUNT(*), "
                     f"SUM(COALESCE(ns, 0)) FROM ({src}) GROUP BY bin ORDER BY bin",
                     {"width": width})
     return {b: (first, n, ns) for b, first, n, ns in rows}
 
 
 def _is_token_sql(trace):
-    cols = [r[1] for r in trace._q("PRAGMA table_info(sites)")]
+    cols = [r[1] for r in trace.file.q("PRAGMA table_info(sites)")]
     return "s.is_token" if "is_token" in cols else "s.kind = 'root'"
 
 
@@ -84,11 +84,11 @@ def _site_totals(trace):
     """{site name: self ns over all tokens}, costliest first. One row per site: a file of a
     million sites costs one pass, never a row per site and bin."""
     if trace.has_summaries:
-        return dict(trace._q("SELECT s.name, SUM(t.cpu_self_ns) AS ns FROM site_stats t "
+        return dict(trace.file.q("SELECT s.name, SUM(t.cpu_self_ns) AS ns FROM site_stats t "
                              "JOIN sites s ON s.id = t.site_id "
                              "WHERE t.phase > 0 AND NOT s.is_token GROUP BY s.name "
                              "ORDER BY ns DESC"))
-    rows = trace._q(_self_time_sql(trace, "s.name, SUM(d.ns - COALESCE(kids.ns, 0)) AS ns") +
+    rows = trace.file.q(_self_time_sql(trace, "s.name, SUM(d.ns - COALESCE(kids.ns, 0)) AS ns") +
                     " ORDER BY ns DESC")
     return dict(rows)
 
@@ -97,7 +97,7 @@ def _token_block(trace):
     """Tokens per site_blocks block, when the first panel is drawn from blocks (else None)."""
     if not trace.has_summaries:
         return None
-    calls = trace._q("SELECT COALESCE(SUM(calls), 0) FROM token_stats")[0][0]
+    calls = trace.file.q("SELECT COALESCE(SUM(calls), 0) FROM token_stats")[0][0]
     block = trace.meta.get("token_block", "")
     return int(block) if calls > MAX_SCANNED_CALLS and block.isdigit() and int(block) > 0 else None
 
@@ -109,13 +109,13 @@ def _site_self_times(trace, width, names, block=None):
         return defaultdict(dict)
     marks = ",".join("?" * len(names))
     if block:
-        rows = trace._q(
+        rows = trace.file.q(
             f"SELECT CASE WHEN b.block <= 1 THEN 0 ELSE 1 + (b.block - 2) / {width // block} END "
             f"AS bin, s.name, SUM(b.cpu_self_ns) FROM site_blocks b "
             f"JOIN sites s ON s.id = b.site_id WHERE b.block > 0 AND s.name IN ({marks}) "
             f"GROUP BY bin, s.name", names)
     else:
-        rows = trace._q(
+        rows = trace.file.q(
             _self_time_sql(trace, f"{_BIN.format(t='d.token')} AS bin, s.name, "
                                   "SUM(d.ns - COALESCE(kids.ns, 0))",
                            where=f"AND s.name IN ({marks})",
@@ -132,10 +132,10 @@ def _site_sums(trace, column):
     ns (`gpu`), from site_stats where the file has it, else one pass over the calls."""
     if trace.has_summaries:
         col = {"self": "t.cpu_self_ns", "gpu": "t.gpu_busy_ns"}[column]
-        return dict(trace._q(f"SELECT s.name, SUM({col}) FROM site_stats t "
+        return dict(trace.file.q(f"SELECT s.name, SUM({col}) FROM site_stats t "
                              "JOIN sites s ON s.id = t.site_id GROUP BY s.name"))
     if column == "gpu":
-        return dict(trace._q("SELECT s.name, SUM(g.gpu_busy_ns) FROM call_gpu g "
+        return dict(trace.file.q("SELECT s.name, SUM(g.gpu_busy_ns) FROM call_gpu g "
                              "JOIN calls c ON c.id = g.call_id "
                              "JOIN sites s ON s.id = c.site_id GROUP BY s.name"))
     return _site_totals(trace)
@@ -147,8 +147,8 @@ def _top_level(trace):
     read as a window of calls (trace._calls_of_tokens), that token's calls only. Each site
     is in one group."""
     for token in (2, 1):
-        calls = trace._q("SELECT c.id, c.parent_id, s.name, " + _is_token_sql(trace) +
-                         f" FROM {trace._calls_of_tokens(str(token), str(token))} c "
+        calls = trace.file.q("SELECT c.id, c.parent_id, s.name, " + _is_token_sql(trace) +
+                         f" FROM {trace.file.calls_of_tokens(str(token), str(token))} c "
                          "JOIN sites s ON s.id = c.site_id ORDER BY c.id")
         roots = {cid for cid, _, _, tok in calls if tok}
         top_of, groups, placed = {}, {}, set()
@@ -227,11 +227,11 @@ def plot(path: "str | os.PathLike[str]", out: str, top: int = 6) -> str:
 
 def _num_tokens(trace):
     if trace.has_summaries:  # every call's token counts in token_stats
-        return trace._q("SELECT COALESCE(MAX(token), 0) FROM token_stats")[0][0]
+        return trace.file.q("SELECT COALESCE(MAX(token), 0) FROM token_stats")[0][0]
     src = ["SELECT MAX(token) FROM calls"]
-    if "token_stats" in trace._tables:
+    if "token_stats" in trace.file.tables:
         src.append("SELECT MAX(token) FROM token_stats")
-    return max((r[0] or 0) for r in trace._q(" UNION ALL ".join(src)))
+    return max((r[0] or 0) for r in trace.file.q(" UNION ALL ".join(src)))
 
 
 def _second_panel(trace, totals, ax2):

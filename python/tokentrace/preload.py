@@ -224,7 +224,7 @@ def _say_unfired(edits):
     if unfired:
         _say(f"{_edits_variable()[0]}: {len(unfired)} rule(s) selecting ops by label chose no "
              f"op in this run ({'; '.join(unfired[:3])}): no op the model ran had such a "
-             f"label (docs/python.md, 'Labels in edits')")
+             f"label (docs/ops.md, 'Labels in edits')")
 
 
 def _patch_meta():

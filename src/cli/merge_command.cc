@@ -1,5 +1,5 @@
 // `tokentrace merge OUT IN...`: the rank files of one launch in one SQLite file (multi/merge.h
-// describes its layout; README "Tracing a multi-process job" has the queries).
+// describes its layout; docs/ranks.md has the queries).
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -35,7 +35,7 @@ const char kRunUsage[] =
     "  --root X          the root (one call = one token): a module path of the model or a\n"
     "                    class name [TOKENTRACE_ROOT] (default: the model whose generate is\n"
     "                    called, else the first module called or the model it is part of)\n"
-    "  --edits FILE      JSON edit spec to install (docs/python.md) [TOKENTRACE_EDITS]\n"
+    "  --edits FILE      JSON edit spec to install (docs/edits.md) [TOKENTRACE_EDITS]\n"
     "  --token-range RE  regex naming the NVTX range that marks a token [TOKENTRACE_TOKEN_RANGE]\n"
     "  --on-full P       drop | wait: when a thread's buffer is full, drop and count its events\n"
     "                    (the job never slows down) or wait for the writer (complete traces)\n"

@@ -1,7 +1,5 @@
 #include "cli/serving_report.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -54,43 +52,7 @@ std::string Quantiles(std::vector<double> v) {
          Fixed(v.back(), 3);
 }
 
-bool TablePresent(sqlite3* db, const char* name, bool* present, std::string* error) {
-  sqlite3_stmt* has = nullptr;
-  if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", -1,
-                         &has, nullptr) != SQLITE_OK) {
-    *error = sqlite3_errmsg(db);
-    return false;
-  }
-  sqlite3_bind_text(has, 1, name, -1, SQLITE_STATIC);
-  *present = sqlite3_step(has) == SQLITE_ROW;
-  sqlite3_finalize(has);
-  return true;
-}
-
-// Runs `sql` and calls row(statement) for each row; false with *error on a failure.
-template <typename Row>
-bool ForEachRow(sqlite3* db, const char* sql, Row row, std::string* error) {
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
-    *error = sqlite3_errmsg(db);
-    return false;
-  }
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) row(st);
-  const bool ok = rc == SQLITE_DONE;
-  if (!ok) *error = sqlite3_errmsg(db);
-  sqlite3_finalize(st);
-  return ok;
-}
-
-std::string Text(sqlite3_stmt* st, int column) {
-  const unsigned char* text = sqlite3_column_text(st, column);
-  return text != nullptr ? reinterpret_cast<const char*>(text) : "";
-}
-
-int64_t IntOrNone(sqlite3_stmt* st, int column) {
-  return sqlite3_column_type(st, column) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, column);
-}
+int64_t IntOrNone(const Statement& q, int column) { return q.IsNull(column) ? -1 : q.Int(column); }
 
 // A worker's steps and requests, from its step_requests rows and its steps' times.
 struct StepComposition {
@@ -146,22 +108,21 @@ Analysis Analyse(const std::vector<StepRequestRow>& rows,
 
 }  // namespace
 
-bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string* error) {
+bool ReadStepRequests(Reader& reader, std::vector<StepRequestRow>* out, std::string* error) {
   out->clear();
   bool present = false;
-  if (!TablePresent(db, "step_requests", &present, error)) return false;
+  if (!reader.HasTable("step_requests", error, &present)) return false;
   if (!present) return true;
-  return ForEachRow(
-      db,
+  return reader.Rows(
       "SELECT token, request, prefill_tokens, decode_tokens, position FROM step_requests "
       "ORDER BY token, rowid",
-      [&](sqlite3_stmt* st) {
+      [&](const Statement& q) {
         StepRequestRow r;
-        r.token = static_cast<uint32_t>(sqlite3_column_int64(st, 0));
-        r.request = Text(st, 1);
-        r.prefill = sqlite3_column_int64(st, 2);
-        r.decode = sqlite3_column_int64(st, 3);
-        r.position = sqlite3_column_int64(st, 4);
+        r.token = static_cast<uint32_t>(q.Int(0));
+        r.request = q.Text(1);
+        r.prefill = q.Int(2);
+        r.decode = q.Int(3);
+        r.position = q.Int(4);
         out->push_back(std::move(r));
       },
       error);
@@ -169,7 +130,7 @@ bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string
 
 bool ReadSteps(Reader& reader, uint32_t first, uint32_t last, std::vector<StepRequestRow>* rows,
                std::map<uint32_t, StepTime>* times, std::string* error) {
-  if (!ReadStepRequests(reader.db(), rows, error)) return false;
+  if (!ReadStepRequests(reader, rows, error)) return false;
   if (rows->empty()) return true;
   return reader.ForEachToken(
       std::max(first, rows->front().token), std::min(last, rows->back().token),
@@ -179,17 +140,17 @@ bool ReadSteps(Reader& reader, uint32_t first, uint32_t last, std::vector<StepRe
       error);
 }
 
-bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::string* error) {
+bool ReadRequestEvents(Reader& reader, std::vector<RequestEventRow>* out, std::string* error) {
   out->clear();
   bool present = false;
-  if (!TablePresent(db, "request_events", &present, error)) return false;
+  if (!reader.HasTable("request_events", error, &present)) return false;
   if (!present) return true;
   // Files of the first version of the table have no role column: their rows are an engine
   // core's.
   bool has_role = false;
-  if (!ForEachRow(
-          db, "PRAGMA table_info(request_events)",
-          [&](sqlite3_stmt* st) { has_role = has_role || Text(st, 1) == "role"; }, error)) {
+  if (!reader.Rows(
+          "PRAGMA table_info(request_events)",
+          [&](const Statement& q) { has_role = has_role || q.Text(1) == "role"; }, error)) {
     return false;
   }
   const std::string sql =
@@ -199,39 +160,38 @@ bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::stri
           "prompt_tokens, output_tokens, ") +
       (has_role ? "COALESCE(role, 'engine_core')" : "'engine_core'") +
       " FROM request_events ORDER BY queued_ns, rowid";
-  return ForEachRow(
-      db, sql.c_str(),
-      [&](sqlite3_stmt* st) {
+  return reader.Rows(
+      sql,
+      [&](const Statement& q) {
         RequestEventRow r;
-        r.request = Text(st, 0);
-        r.arrival_unix_ns = IntOrNone(st, 1);
-        r.queued_ns = IntOrNone(st, 2);
-        r.scheduled_ns = IntOrNone(st, 3);
-        r.first_token_ns = IntOrNone(st, 4);
-        r.finished_ns = IntOrNone(st, 5);
-        r.first_step = IntOrNone(st, 6);
-        r.first_token_step = IntOrNone(st, 7);
-        r.finished_step = IntOrNone(st, 8);
-        r.finish_reason = Text(st, 9);
-        r.prompt_tokens = IntOrNone(st, 10);
-        r.output_tokens = IntOrNone(st, 11);
-        r.role = Text(st, 12);
+        r.request = q.Text(0);
+        r.arrival_unix_ns = IntOrNone(q, 1);
+        r.queued_ns = IntOrNone(q, 2);
+        r.scheduled_ns = IntOrNone(q, 3);
+        r.first_token_ns = IntOrNone(q, 4);
+        r.finished_ns = IntOrNone(q, 5);
+        r.first_step = IntOrNone(q, 6);
+        r.first_token_step = IntOrNone(q, 7);
+        r.finished_step = IntOrNone(q, 8);
+        r.finish_reason = q.Text(9);
+        r.prompt_tokens = IntOrNone(q, 10);
+        r.output_tokens = IntOrNone(q, 11);
+        r.role = q.Text(12);
         out->push_back(std::move(r));
       },
       error);
 }
 
-bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error) {
+bool ReadCoreSteps(Reader& reader, CoreSteps* out, std::string* error) {
   *out = CoreSteps{};
-  return ForEachRow(
-      db,
+  return reader.Rows(
       "SELECT s.name, c.cpu_end_ns - c.cpu_begin_ns FROM calls c JOIN sites s "
       "ON s.id = c.site_id WHERE s.name IN ('vllm.core_step', 'vllm.schedule', 'vllm.update', "
       "'vllm.front_step') "
       "AND c.cpu_end_ns IS NOT NULL AND c.cpu_end_ns >= c.cpu_begin_ns ORDER BY c.id",
-      [&](sqlite3_stmt* st) {
-        const std::string name = Text(st, 0);
-        const double ms = static_cast<double>(sqlite3_column_int64(st, 1)) / 1e6;
+      [&](const Statement& q) {
+        const std::string name = q.Text(0);
+        const double ms = static_cast<double>(q.Int(1)) / 1e6;
         (name == "vllm.core_step"  ? out->step_ms
          : name == "vllm.schedule" ? out->schedule_ms
                                    : out->update_ms)
@@ -370,7 +330,7 @@ std::string FrontEndSection(const std::vector<RequestEventRow>& events, const Co
 bool ReadLives(Reader& reader, std::vector<RequestEventRow>* events, CoreSteps* steps,
                std::string* error) {
   std::vector<std::pair<std::string, std::string>> meta;
-  if (!ReadRequestEvents(reader.db(), events, error) || !ReadCoreSteps(reader.db(), steps, error) ||
+  if (!ReadRequestEvents(reader, events, error) || !ReadCoreSteps(reader, steps, error) ||
       !reader.Meta(&meta, error)) {
     return false;
   }

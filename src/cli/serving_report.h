@@ -2,15 +2,14 @@
 // worker's trace) and its requests, from the step_requests table (written by the Python
 // layer's engine adapter, python/tokentrace/_record/vllm_steps.py) and each step's times; and
 // the engine core's view (python/tokentrace/_record/vllm_core.py): its steps' scheduler time
-// and each request's queue, first token and finish, from request_events and its sites.
+// and each request's queue, first token and finish, from request_events and its sites. Read
+// through store/reader (Reader::Rows), as every reader of the CLI.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-struct sqlite3;
 
 namespace tokentrace {
 class Reader;
@@ -34,7 +33,7 @@ struct StepTime {
 
 // The rows of step_requests in step order; false with `error` set when the file cannot be read.
 // A file without the table (not an engine's) gives no rows.
-bool ReadStepRequests(sqlite3* db, std::vector<StepRequestRow>* out, std::string* error);
+bool ReadStepRequests(Reader& reader, std::vector<StepRequestRow>* out, std::string* error);
 
 // ReadStepRequests, and the times of the steps they name within tokens first..last.
 bool ReadSteps(Reader& reader, uint32_t first, uint32_t last, std::vector<StepRequestRow>* rows,
@@ -66,10 +65,10 @@ struct WorkerRequest {
 };
 
 // The rows of request_events in queue order, each role's (none in a file without the table).
-bool ReadRequestEvents(sqlite3* db, std::vector<RequestEventRow>* out, std::string* error);
+bool ReadRequestEvents(Reader& reader, std::vector<RequestEventRow>* out, std::string* error);
 // The calls of vllm.core_step, vllm.schedule, vllm.update and vllm.front_step (none in other
 // files).
-bool ReadCoreSteps(sqlite3* db, CoreSteps* out, std::string* error);
+bool ReadCoreSteps(Reader& reader, CoreSteps* out, std::string* error);
 // ReadRequestEvents and ReadCoreSteps of one file, with its count of empty steps (meta
 // engine_core_empty_steps).
 bool ReadLives(Reader& reader, std::vector<RequestEventRow>* events, CoreSteps* steps,

@@ -156,28 +156,38 @@ std::unique_ptr<Reader> Reader::Open(const std::string& path, std::string* error
   return reader;
 }
 
-bool Reader::Meta(std::vector<std::pair<std::string, std::string>>* out, std::string* error) {
+bool Reader::Rows(const std::string& sql, const std::function<void(Statement&)>& bind,
+                  const std::function<void(const Statement&)>& row, std::string* error) {
   Statement q;
-  if (!q.Prepare(db_, "SELECT key, value FROM meta ORDER BY key", error)) {
+  if (!q.Prepare(db_, sql.c_str(), error)) {
     *error = Fail(*error);
     return false;
   }
+  if (bind) bind(q);
   int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) out->emplace_back(q.Text(0), q.Text(1));
+  while ((rc = q.Step()) == SQLITE_ROW) row(q);
   if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
   return rc == SQLITE_DONE;
 }
 
+bool Reader::HasTable(const std::string& name, std::string* error, bool* present) {
+  *present = false;
+  return Rows(
+      "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+      [&name](Statement& q) { q.Bind(1, name); }, [present](const Statement&) { *present = true; },
+      error);
+}
+
+bool Reader::Meta(std::vector<std::pair<std::string, std::string>>* out, std::string* error) {
+  return Rows(
+      "SELECT key, value FROM meta ORDER BY key",
+      [out](const Statement& q) { out->emplace_back(q.Text(0), q.Text(1)); }, error);
+}
+
 bool Reader::Losses(std::vector<std::pair<std::string, int64_t>>* out, std::string* error) {
-  Statement q;
-  if (!q.Prepare(db_, "SELECT kind, count FROM losses WHERE count != 0 ORDER BY kind", error)) {
-    *error = Fail(*error);
-    return false;
-  }
-  int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) out->emplace_back(q.Text(0), q.Int(1));
-  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
-  return rc == SQLITE_DONE;
+  return Rows(
+      "SELECT kind, count FROM losses WHERE count != 0 ORDER BY kind",
+      [out](const Statement& q) { out->emplace_back(q.Text(0), q.Int(1)); }, error);
 }
 
 std::string Reader::CallsOfTokens(const std::string& a, const std::string& b) const {
@@ -235,33 +245,27 @@ bool Reader::Tokens(std::vector<TokenStat>* out, std::string* error) {
 bool Reader::ForEachToken(uint32_t first, uint32_t last,
                           const std::function<void(const TokenStat&)>& fn, std::string* error,
                           int64_t limit) {
-  Statement q;
-  if (!q.Prepare(db_,
-                 ("SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
-                  std::string(has_summaries_ ? kTokensSelectSql : kTokensScanSql) +
-                  ") WHERE token BETWEEN ?1 AND ?2 ORDER BY token LIMIT ?3")
-                     .c_str(),
-                 error)) {
-    *error = Fail(*error);
-    return false;
-  }
-  q.Bind(1, first);
-  q.Bind(2, last);
-  q.Bind(3, limit);  // SQLite: a negative LIMIT is none
-  int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    TokenStat t;
-    t.token = static_cast<uint32_t>(q.Int(0));
-    t.graph_replay = q.IsNull(1);
-    t.cpu_begin_ns = t.graph_replay ? 0 : q.Int(1);
-    t.cpu_end_ns = q.IsNull(2) ? -1 : q.Int(2);
-    t.kernels = q.Int(3);
-    t.gpu_busy_ns = q.Int(4);
-    t.escapes = q.Int(5);
-    fn(t);
-  }
-  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
-  return rc == SQLITE_DONE;
+  return Rows(
+      "SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes FROM (" +
+          std::string(has_summaries_ ? kTokensSelectSql : kTokensScanSql) +
+          ") WHERE token BETWEEN ?1 AND ?2 ORDER BY token LIMIT ?3",
+      [&](Statement& q) {
+        q.Bind(1, first);
+        q.Bind(2, last);
+        q.Bind(3, limit);  // SQLite: a negative LIMIT is none
+      },
+      [&fn](const Statement& q) {
+        TokenStat t;
+        t.token = static_cast<uint32_t>(q.Int(0));
+        t.graph_replay = q.IsNull(1);
+        t.cpu_begin_ns = t.graph_replay ? 0 : q.Int(1);
+        t.cpu_end_ns = q.IsNull(2) ? -1 : q.Int(2);
+        t.kernels = q.Int(3);
+        t.gpu_busy_ns = q.Int(4);
+        t.escapes = q.Int(5);
+        fn(t);
+      },
+      error);
 }
 
 bool Reader::has_digest() const { return has_summaries_ && schema_version_ >= kFirstDigestSchema; }
@@ -342,39 +346,29 @@ constexpr char kTopSitesOrder[] = "ORDER BY 5 DESC, 6 DESC, 1 LIMIT ?1";
 }  // namespace
 
 bool Reader::TopSites(int limit, std::vector<SiteGpu>* out, std::string* error) {
-  Statement q;
   const std::string sql = (has_summaries_ ? std::string(kTopSitesSummary) : TopSitesScan("calls")) +
                           kOutsideAnyCall + kTopSitesOrder;
-  if (!q.Prepare(db_, sql.c_str(), error)) {
-    *error = Fail(*error);
-    return false;
-  }
-  q.Bind(1, limit);
-  int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
-  }
-  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
-  return rc == SQLITE_DONE;
+  return Rows(
+      sql, [limit](Statement& q) { q.Bind(1, limit); },
+      [out](const Statement& q) {
+        out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
+      },
+      error);
 }
 
 bool Reader::TopSitesOf(uint32_t first, uint32_t last, int limit, std::vector<SiteGpu>* out,
                         std::string* error) {
-  Statement q;
-  const std::string sql = TopSitesScan(CallsOfTokens("?2", "?3")) + kTopSitesOrder;
-  if (!q.Prepare(db_, sql.c_str(), error)) {
-    *error = Fail(*error);
-    return false;
-  }
-  q.Bind(1, limit);
-  q.Bind(2, first);
-  q.Bind(3, last);
-  int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
-  }
-  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
-  return rc == SQLITE_DONE;
+  return Rows(
+      TopSitesScan(CallsOfTokens("?2", "?3")) + kTopSitesOrder,
+      [&](Statement& q) {
+        q.Bind(1, limit);
+        q.Bind(2, first);
+        q.Bind(3, last);
+      },
+      [out](const Statement& q) {
+        out->push_back({q.Text(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5)});
+      },
+      error);
 }
 
 bool Reader::Before(BeforeTokens* out, std::string* error) {
@@ -409,47 +403,38 @@ bool Reader::Before(BeforeTokens* out, std::string* error) {
 bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error, uint32_t first,
                     uint32_t last) {
   // Op records are rare: a file without op sites is not scanned for them.
-  Statement any;
-  if (!any.Prepare(db_, "SELECT 1 FROM sites WHERE kind = 'op' LIMIT 1", error)) {
-    *error = Fail(*error);
+  bool any = false;
+  if (!Rows(
+          "SELECT 1 FROM sites WHERE kind = 'op' LIMIT 1", [&any](const Statement&) { any = true; },
+          error)) {
     return false;
   }
-  const int found = any.Step();
-  if (found == SQLITE_DONE) return true;
-  if (found != SQLITE_ROW) {
-    *error = Fail(sqlite3_errmsg(db_));
-    return false;
-  }
-  Statement q;
-  if (!q.Prepare(db_,
-                 "WITH o AS (SELECT c.id, c.site_id, c.token, "
-                 "                  COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0) AS cpu "
-                 "           FROM calls c JOIN sites s ON s.id = c.site_id "
-                 "           LEFT JOIN calls p ON p.id = c.parent_id "
-                 "           LEFT JOIN sites ps ON ps.id = p.site_id "
-                 "           WHERE s.kind = 'op' AND c.token BETWEEN max(1, ?2) AND ?3 "
-                 "             AND (ps.kind IS NULL OR ps.kind != 'op')) "
-                 "SELECT s.name, "
-                 "  SUM(o.token = 1), SUM(IIF(o.token = 1, o.cpu, 0)), "
-                 "  SUM(IIF(o.token = 1, COALESCE(g.gpu_busy_ns, 0), 0)), "
-                 "  SUM(o.token > 1), SUM(IIF(o.token > 1, o.cpu, 0)), "
-                 "  SUM(IIF(o.token > 1, COALESCE(g.gpu_busy_ns, 0), 0)) "
-                 "FROM o JOIN sites s ON s.id = o.site_id "
-                 "LEFT JOIN call_gpu g ON g.call_id = o.id "
-                 "GROUP BY o.site_id ORDER BY 7 DESC, 6 DESC, 3 DESC, 1 LIMIT ?1",
-                 error)) {
-    *error = Fail(*error);
-    return false;
-  }
-  q.Bind(1, limit);
-  q.Bind(2, first);
-  q.Bind(3, last);
-  int rc;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    out->push_back({q.Text(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5), q.Int(6)});
-  }
-  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
-  return rc == SQLITE_DONE;
+  if (!any) return true;
+  return Rows(
+      "WITH o AS (SELECT c.id, c.site_id, c.token, "
+      "                  COALESCE(c.cpu_end_ns - c.cpu_begin_ns, 0) AS cpu "
+      "           FROM calls c JOIN sites s ON s.id = c.site_id "
+      "           LEFT JOIN calls p ON p.id = c.parent_id "
+      "           LEFT JOIN sites ps ON ps.id = p.site_id "
+      "           WHERE s.kind = 'op' AND c.token BETWEEN max(1, ?2) AND ?3 "
+      "             AND (ps.kind IS NULL OR ps.kind != 'op')) "
+      "SELECT s.name, "
+      "  SUM(o.token = 1), SUM(IIF(o.token = 1, o.cpu, 0)), "
+      "  SUM(IIF(o.token = 1, COALESCE(g.gpu_busy_ns, 0), 0)), "
+      "  SUM(o.token > 1), SUM(IIF(o.token > 1, o.cpu, 0)), "
+      "  SUM(IIF(o.token > 1, COALESCE(g.gpu_busy_ns, 0), 0)) "
+      "FROM o JOIN sites s ON s.id = o.site_id "
+      "LEFT JOIN call_gpu g ON g.call_id = o.id "
+      "GROUP BY o.site_id ORDER BY 7 DESC, 6 DESC, 3 DESC, 1 LIMIT ?1",
+      [&](Statement& q) {
+        q.Bind(1, limit);
+        q.Bind(2, first);
+        q.Bind(3, last);
+      },
+      [out](const Statement& q) {
+        out->push_back({q.Text(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4), q.Int(5), q.Int(6)});
+      },
+      error);
 }
 
 bool Reader::FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
@@ -478,66 +463,54 @@ bool Reader::FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* fo
 
 bool Reader::ForEachCall(uint32_t first, uint32_t last,
                          const std::function<void(const CallEvent&)>& fn, std::string* error) {
-  Statement q;
-  if (!q.Prepare(db_,
-                 ("SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns "
-                  "FROM " +
-                  CallsOfTokens("?1", "?2") + " c LEFT JOIN sites s ON s.id = c.site_id")
-                     .c_str(),
-                 error)) {
-    *error = Fail(*error);
-    return false;
-  }
-  q.Bind(1, first);
-  q.Bind(2, last);
-  int rc;
   CallEvent e;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    e.id = static_cast<uint64_t>(q.Int(0));
-    e.site = q.Text(1);
-    e.k = static_cast<uint32_t>(q.Int(2));
-    e.token = static_cast<uint32_t>(q.Int(3));
-    e.thread = static_cast<uint32_t>(q.Int(4));
-    e.cpu_begin_ns = q.Int(5);
-    e.cpu_end_ns = q.IsNull(6) ? -1 : q.Int(6);
-    fn(e);
-  }
-  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
-  return rc == SQLITE_DONE;
+  return Rows(
+      "SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns FROM " +
+          CallsOfTokens("?1", "?2") + " c LEFT JOIN sites s ON s.id = c.site_id",
+      [&](Statement& q) {
+        q.Bind(1, first);
+        q.Bind(2, last);
+      },
+      [&](const Statement& q) {
+        e.id = static_cast<uint64_t>(q.Int(0));
+        e.site = q.Text(1);
+        e.k = static_cast<uint32_t>(q.Int(2));
+        e.token = static_cast<uint32_t>(q.Int(3));
+        e.thread = static_cast<uint32_t>(q.Int(4));
+        e.cpu_begin_ns = q.Int(5);
+        e.cpu_end_ns = q.IsNull(6) ? -1 : q.Int(6);
+        fn(e);
+      },
+      error);
 }
 
 bool Reader::ForEachKernel(uint32_t first, uint32_t last,
                            const std::function<void(const KernelEvent&)>& fn, std::string* error) {
-  Statement q;
-  if (!q.Prepare(db_,
-                 "SELECT k.kind, k.token, k.device, k.stream, k.gpu_begin_ns, k.gpu_end_ns, "
-                 "       k.correlation_id, n.text, s.name, c.k "
-                 "FROM kernels k LEFT JOIN strings n ON n.id = k.name_id "
-                 "LEFT JOIN calls c ON c.id = k.call_id "
-                 "LEFT JOIN sites s ON s.id = c.site_id "
-                 "WHERE k.token BETWEEN ?1 AND ?2",
-                 error)) {
-    *error = Fail(*error);
-    return false;
-  }
-  q.Bind(1, first);
-  q.Bind(2, last);
-  int rc;
   KernelEvent e;
-  while ((rc = q.Step()) == SQLITE_ROW) {
-    e.kind = static_cast<int>(q.Int(0));
-    e.token = static_cast<uint32_t>(q.Int(1));
-    e.device = static_cast<uint32_t>(q.Int(2));
-    e.stream = static_cast<uint32_t>(q.Int(3));
-    e.gpu_begin_ns = q.Int(4);
-    e.gpu_end_ns = q.Int(5);
-    e.correlation_id = static_cast<uint64_t>(q.Int(6));
-    e.name = q.Text(7);
-    e.call = q.IsNull(8) ? std::string() : q.Text(8) + ":" + std::to_string(q.Int(9));
-    fn(e);
-  }
-  if (rc != SQLITE_DONE) *error = Fail(sqlite3_errmsg(db_));
-  return rc == SQLITE_DONE;
+  return Rows(
+      "SELECT k.kind, k.token, k.device, k.stream, k.gpu_begin_ns, k.gpu_end_ns, "
+      "       k.correlation_id, n.text, s.name, c.k "
+      "FROM kernels k LEFT JOIN strings n ON n.id = k.name_id "
+      "LEFT JOIN calls c ON c.id = k.call_id "
+      "LEFT JOIN sites s ON s.id = c.site_id "
+      "WHERE k.token BETWEEN ?1 AND ?2",
+      [&](Statement& q) {
+        q.Bind(1, first);
+        q.Bind(2, last);
+      },
+      [&](const Statement& q) {
+        e.kind = static_cast<int>(q.Int(0));
+        e.token = static_cast<uint32_t>(q.Int(1));
+        e.device = static_cast<uint32_t>(q.Int(2));
+        e.stream = static_cast<uint32_t>(q.Int(3));
+        e.gpu_begin_ns = q.Int(4);
+        e.gpu_end_ns = q.Int(5);
+        e.correlation_id = static_cast<uint64_t>(q.Int(6));
+        e.name = q.Text(7);
+        e.call = q.IsNull(8) ? std::string() : q.Text(8) + ":" + std::to_string(q.Int(9));
+        fn(e);
+      },
+      error);
 }
 
 bool ReadMetaValue(const std::string& path, const std::string& key, std::string* value) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/statement.h"
 #include "store/token_digest.h"
 
 struct sqlite3;
@@ -158,6 +159,17 @@ class Reader {
   // is beside it: a copy made without its write-ahead log, whose rows written after the last
   // checkpoint (about the last second of the run) are not in it, uncounted.
   bool misses_its_wal() const { return misses_its_wal_; }
+  // The one query skeleton of the readers: prepares `sql`, lets `bind` bind its parameters,
+  // calls `row` for each row, and says a failure in one line naming the file. For the
+  // readers here and their callers (the CLI's serving report, src/multi).
+  bool Rows(const std::string& sql, const std::function<void(Statement&)>& bind,
+            const std::function<void(const Statement&)>& row, std::string* error);
+  bool Rows(const std::string& sql, const std::function<void(const Statement&)>& row,
+            std::string* error) {
+    return Rows(sql, nullptr, row, error);
+  }
+  // Whether the file has table `name` (older files lack the newer tables).
+  bool HasTable(const std::string& name, std::string* error, bool* present);
   // The open connection, for cross-file readers (src/multi) that stream their own queries.
   sqlite3* db() const { return db_; }
 

@@ -59,9 +59,9 @@ def test_kinds_come_from_the_header():
 
 
 def test_every_loss_kind_is_documented():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
-    section = readme[readme.index("A **loss** is"):readme.index("The file is plain SQLite")]
+    with open(os.path.join(ROOT, "docs", "trace-file.md")) as f:
+        page = f.read()
+    section = page[page.index("A **loss** is"):page.index("The file is plain SQLite")]
     documented = set(re.findall(r"`(\w+)`", section))
     for name in ("calls", "kernels", "escapes", "outputs", "links", "inputs", "saved",
                  "escape_sites", "steps", "requests"):  # "..._calls`, `_kernels"
@@ -483,3 +483,54 @@ def test_the_layout_map_names_every_file_of_the_package():
     files.add("__init__.py")
     assert files - named == set(), "files the map lacks"
     assert named - files == set(), "names in the map that are no file"
+
+
+def test_meta_keys_are_the_headers_and_the_writer_refuses_others(tmp_path):
+    """One list of meta keys (kinds.h TOKENTRACE_META_KEYS), read by the extension; a key the
+    Python layer hands over that is not in it is refused in one line, never written."""
+    from tokentrace import TokentraceError
+    from tokentrace._common import add_meta
+    with open(os.path.join(ROOT, "include", "tokentrace", "kinds.h")) as f:
+        header = f.read()
+    listed = re.findall(r'X\(TOKENTRACE_META_\w+, "(\w+)"\)', header)
+    assert list(native.META_KEYS) == listed and len(set(listed)) == len(listed)
+    native.start(str(tmp_path / "m.sqlite"), "off", None)
+    try:
+        add_meta({"model": "M"})
+        with pytest.raises(TokentraceError, match="'modle' is not a meta key"):
+            add_meta({"modle": "M"})
+    finally:
+        native.stop()
+    con = sqlite3.connect(tmp_path / "m.sqlite")
+    keys = {k for (k,) in con.execute("SELECT key FROM meta")}
+    con.close()
+    assert "model" in keys and "modle" not in keys
+    assert keys <= set(listed), keys - set(listed)
+
+
+def _doc_pages():
+    pages = ["README.md", "python/README.md", "include/README.md", "bench/README.md"]
+    pages += [os.path.join("docs", n) for n in sorted(os.listdir(os.path.join(ROOT, "docs")))]
+    return [p for p in pages if os.path.isfile(os.path.join(ROOT, p))]
+
+
+def test_the_readme_is_a_front_page_whose_links_and_schema_are_current():
+    """The README stays a front page (the detail is in docs/), every relative link of the
+    docs names a file that is there, and the schema version the README's report shows is
+    the one this build writes (it is stated nowhere else in prose)."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert readme.count("\n") <= 300
+    assert re.findall(r"schema (\d+), written by tokentrace", readme) == \
+        [str(native.SCHEMA_VERSION)]
+    broken = []
+    for page in _doc_pages():
+        with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+            text = re.sub(r"```.*?```", "", f.read(), flags=re.S)  # links, not code
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" in target:
+                continue
+            if not os.path.exists(os.path.join(ROOT, os.path.dirname(page), target)):
+                broken.append(f"{page}: {target}")
+    assert broken == []
+

@@ -1,13 +1,15 @@
-"""The README states the limits the code sets, with the code's numbers: each number here is read
-from the C++ constant that sets it and looked for in the README's sentences about it, so a
-changed constant fails this test until the README says the new value."""
+"""The docs state the limits the code sets, with the code's numbers: each number here is read
+from the C++ constant that sets it and looked for in the sentences about it (the README and the
+pages of docs/ it links), so a changed constant fails this test until the docs say the new
+value."""
 import pathlib
 import re
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = "\n".join(p.read_text()
+                   for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 
 
 def _value(path, name):
@@ -55,7 +57,7 @@ def test_the_readme_says_the_codes_limit(path, name, written, sentences):
     for sentence in sentences:
         expected = _flat(sentence.format(said).replace(" ,", ","))
         assert expected in _flat(README), (
-            f"README.md should say {expected!r} ({name} in {path} is {said})")
+            f"README.md or docs/ should say {expected!r} ({name} in {path} is {said})")
 
 
 def test_the_activity_buffer_size_is_stated_one_way():

@@ -486,7 +486,7 @@ def test_a_label_of_an_op_without_a_value_is_an_error_and_divergence_is_seen(cnn
             tt.when(tt.label("setitem_1_2"), tt.zero()).bind(Sets())(torch.randn(4, 4))
 
     # F.normalize is one call to the edit but four ATen ops to the reader: the labels after it
-    # differ (docs/python.md), so the reader's label of the relu after it never fires
+    # differ (docs/ops.md), so the reader's label of the relu after it never fires
     class Normalized(nn.Module):
         def forward(self, x):
             return torch.relu(torch.nn.functional.normalize(x))

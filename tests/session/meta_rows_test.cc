@@ -2,7 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
+#include <set>
+#include <string>
+
+#include "core/launch_meta.h"
+#include "store/schema.h"
+#include "tokentrace/kinds.h"
 
 namespace tokentrace {
 namespace {
@@ -51,6 +58,26 @@ TEST(MetaRowsTest, AnInProcessSessionSaysSo) {
   SessionFacts f = Facts();
   f.preload = false;
   EXPECT_EQ(AsMap(SessionMetaRows(f)).at("mode"), "in-process");
+}
+
+// Every key the writer writes is in the one list of meta keys (kinds.h), which the Python
+// layer's hand-overs are checked against too.
+TEST(MetaRowsTest, EveryKeyTheWriterWritesIsListed) {
+  std::set<std::string> listed;
+#define TT_META_(name, text) listed.insert(text);
+  TOKENTRACE_META_KEYS(TT_META_)
+#undef TT_META_
+  SessionFacts facts = Facts();
+  facts.launch.local_rank = "1";
+  facts.launch.world_size = "4";
+  facts.launch.group_rank = "0";
+  facts.launch.host = "h";
+  facts.launch.launch_id_from = "TORCHELASTIC_RUN_ID";
+  for (const auto& [key, value] : SessionMetaRows(facts)) EXPECT_EQ(listed.count(key), 1u) << key;
+  for (const char* key : {"schema_version", kMetaSummaries, kMetaTokenBlock, kMetaAnchorLast,
+                          kMetaAnchorExit, "exit_signal", "exit_exec", "run_id"}) {
+    EXPECT_EQ(listed.count(key), 1u) << key;
+  }
 }
 
 }  // namespace

@@ -69,6 +69,12 @@ class NativeBackend:
         self._n.flush()
         return self._n.out_path()
 
+    def set_forward_identity(self, fn):
+        """What a pickled or deep-copied forward wrapper reduces to (the hooks'
+        original_forward, pickled by its module path): handed to the extension, which names no
+        module of the package."""
+        self._n.set_forward_identity(fn)
+
     def site_kind(self, name):
         """The code of site kind `name` ('root', 'module', 'range', 'op'):
         include/tokentrace/kinds.h, through the extension."""

@@ -113,12 +113,3 @@ def find_program():
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
-
-
-def find_shim():
-    """Path of libtokentrace.so, or None."""
-    for d in search_dirs():
-        path = os.path.join(d, "libtokentrace.so")
-        if os.path.isfile(path):
-            return path
-    return None

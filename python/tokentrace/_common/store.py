@@ -62,10 +62,15 @@ def add_rows(table, rows, columns=None):
 
 
 def add_meta(meta):
-    """Hands meta rows {key: value} (values as text) to the session's writer."""
+    """Hands meta rows {key: value} (values as text) to the session's writer. The keys are
+    include/tokentrace/kinds.h's TOKENTRACE_META_KEYS (the extension's META_KEYS); another is
+    a TokentraceError (a new key is added there first)."""
     native = schema()
     for key, value in (meta or {}).items():
-        _hand(native.add_meta, key, str(value))
+        try:
+            _hand(native.add_meta, key, str(value))
+        except ValueError as exc:
+            fail(str(exc))
 
 
 def add_losses(losses):

@@ -256,7 +256,7 @@ class EditHooks:
                 f"the model ran for an op edit by label have another label in this trace "
                 f"(first: {example}): the trace follows TorchLens's loops and drops its "
                 f"orphans, which take the whole run; the edit chose by the numbering it had. "
-                f"Select those ops by tt.func(...) & tt.in_module(...) (docs/python.md)",
+                f"Select those ops by tt.func(...) & tt.in_module(...) (docs/ops.md)",
                 RuntimeWarning, stacklevel=stacklevel or 2)
 
     def unfired_label_rules(self):

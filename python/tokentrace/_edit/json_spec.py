@@ -14,7 +14,7 @@ A rule that edits ops instead of module calls has "ops" in place of "site": an o
 one or more of "func" (a function name such as "relu", or a list of them: any of these),
 "in_module" (a module address, "address:k" for its k-th call), "label" (a TorchLens op label,
 "relu_1_2" or "relu_1_2:3"), "contains" and "regex" (over op labels); all that it names must
-hold, as tt.func(...) & tt.in_module(...) & ... (docs/python.md, "Op-level edits"):
+hold, as tt.func(...) & tt.in_module(...) & ... (docs/ops.md, "Op-level edits"):
     {"ops": {"func": "relu", "in_module": "transformer.h.1"}, "op": "zero"}
 
 index: null or absent is the whole output; a list holds one entry per dimension: an int

@@ -147,7 +147,7 @@ class OpEdits(OpMode):
             if not hooks.said_left:  # once per hooks: a bound model runs again and again
                 hooks.said_left = True
                 warnings.warn(f"tokentrace: {numbering.left}; from this op on, ops are "
-                              f"numbered as they run (docs/python.md, \"Labels in edits\")",
+                              f"numbered as they run (docs/ops.md, \"Labels in edits\")",
                               RuntimeWarning, stacklevel=2)
             numbering.left = ""
         if numbering.looped(token, name, modules, args):
@@ -156,7 +156,7 @@ class OpEdits(OpMode):
                 f"call {token} (a loop): the trace numbers such ops as TorchLens does, passes "
                 f"of one layer, while an op-level edit that selects by label numbers each op "
                 f"as it runs, so from this op on the labels it selects by are not the trace's "
-                f"(select by tt.func(...) & tt.in_module(...) instead; docs/python.md)",
+                f"(select by tt.func(...) & tt.in_module(...) instead; docs/ops.md)",
                 RuntimeWarning, stacklevel=2)
         # Numbered; when no rule can choose an op of these types (a label names its type, a
         # function its own), nothing more to do: most calls end here

@@ -18,7 +18,7 @@ their own, so each call is one op of its type. The ones that are not:
   an edit can change.
 A Python function that runs several ATen ops yet is one call to the mode (F.normalize runs
 aten::linalg_vector_norm, clamp_min, expand_as, div) is numbered as one op of its own name:
-the labels after it in that root call then differ from the trace's (docs/python.md says so).
+the labels after it in that root call then differ from the trace's (docs/ops.md says so).
 """
 
 import torch

@@ -127,7 +127,7 @@ def warn_unfired(rules, stacklevel=None):
     warnings.warn(f"tokentrace: {len(rules)} edit rule(s) selecting ops by label chose no op "
                   f"in this run ({shown}): no op the model ran had such a label. Labels are "
                   f"numbered while the model runs as the trace numbers them, except after a "
-                  f"Python call that runs several ATen ops (F.normalize; docs/python.md, "
+                  f"Python call that runs several ATen ops (F.normalize; docs/ops.md, "
                   f"'Labels in edits'); compare trace.find_sites(...) with "
                   f"last_report.rule_fire_counts", EditSkipWarning,
                   stacklevel=stacklevel or _user_stacklevel())

@@ -82,7 +82,7 @@ def when(selector: SiteSelector, action: Op | Callable[..., torch.Tensor | None]
 
 def load_spec(path: str | os.PathLike[str],
               device: torch.device | str | None = None) -> EditSpec:
-    """Reads an edit spec from a JSON file (a list of rules; the format is in docs/python.md
+    """Reads an edit spec from a JSON file (a list of rules; the format is in docs/edits.md
     and _edit/json_spec.py). device: where tensor operands go (default the CPU); the output they
     edit must be on the same device."""
     return EditSpec(json_spec.read_rules(path, device))

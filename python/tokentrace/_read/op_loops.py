@@ -129,7 +129,7 @@ def _root_calls(trace: Any) -> dict[int, int]:
     site = trace._sites.get(ROOT)
     if site is None:
         return {}
-    return dict(trace._q("SELECT id, k FROM calls WHERE site_id = ?", (site[0],)))
+    return dict(trace.file.q("SELECT id, k FROM calls WHERE site_id = ?", (site[0],)))
 
 
 _MAX_OUTPUTS = 64  # output tensors op records keep per op (op_observer.cc path_ids)
@@ -140,7 +140,7 @@ def _entries(trace: Any) -> list[tuple[int, int, int, bool, int]]:
     the order they happened: by call (ids are handed out as calls open), an op's inputs
     before its outputs, a call's rows in the order written."""
     rows: dict[int, tuple[list[str], list[str]]] = {}
-    for cid, inputs, outputs in trace._q("SELECT call_id, inputs, outputs FROM op_links "
+    for cid, inputs, outputs in trace.file.q("SELECT call_id, inputs, outputs FROM op_links "
                                          "ORDER BY rowid"):
         ins, outs = rows.setdefault(cid, ([], []))
         ins += (inputs or "").split()
@@ -174,7 +174,7 @@ def group(trace: Any, sites: list[Any], tops: dict[int, int]
     {node: its pass within its root call}, the nodes that are no op: an ATen op that returned
     a parameter, which TorchLens logs none of) for the OpSites `sites` (of every root call);
     tops maps each op call inside a root call to its outermost op."""
-    if "op_links" not in trace._tables or not sites:
+    if "op_links" not in trace.file.tables or not sites:
         return {}, {}, set()
     parents, uses, args, sources, reads, finals, outside = _flow(
         trace, tops, {(s.call_id, s.output_index): s.root for s in sites})

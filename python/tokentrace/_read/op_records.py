@@ -34,8 +34,8 @@ def ops_of(trace, call):
     """The ops run inside `call` and the module calls under it, outermost ops only (an op's
     own inner ops are in .inner), in the order they started."""
     kinds = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
-    rows = trace._q("SELECT id, site_id, k, parent_id, cpu_begin_ns, cpu_end_ns FROM "
-                    f"{trace._calls_of_tokens(':t', ':t')} WHERE id >= :id ORDER BY id",
+    rows = trace.file.q("SELECT id, site_id, k, parent_id, cpu_begin_ns, cpu_end_ns FROM "
+                    f"{trace.file.calls_of_tokens(':t', ':t')} WHERE id >= :id ORDER BY id",
                     {"t": call.token, "id": call.id})
     # Children have larger ids than their parents (ids are handed out at push): one pass in
     # id order collects the subtree.
@@ -75,8 +75,8 @@ def top_ops(trace, token=None, n=10):
     calls = "calls"
     if token is not None:
         token = int(token)
-        calls = trace._calls_of_tokens(str(token), str(token))
-    rows = trace._q(
+        calls = trace.file.calls_of_tokens(str(token), str(token))
+    rows = trace.file.q(
         f"SELECT c.id, c.site_id, c.cpu_begin_ns, c.cpu_end_ns FROM {calls} c "
         f"LEFT JOIN calls p ON p.id = c.parent_id WHERE c.site_id IN ({marks}) "
         f"AND (p.site_id IS NULL OR p.site_id NOT IN ({marks}))", op_sites + op_sites)

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 def _shard_files(trace: Trace) -> list[str]:
     files: set[str] = set()
     for table in ("saved_outputs", "call_inputs"):
-        if table in trace._tables:
-            files.update(r[0] for r in trace._q(
+        if table in trace.file.tables:
+            files.update(r[0] for r in trace.file.q(
                 f"SELECT DISTINCT file FROM {table} WHERE file IS NOT NULL AND file != ''"))
     return sorted(files)
 
@@ -62,7 +62,7 @@ def save(trace: Trace, path: str | os.PathLike[str], *, overwrite: bool = False)
         if os.path.exists(leftover):
             os.unlink(leftover)
     try:
-        save_copy(trace._file, tmp)  # one self-contained file (a failure: one line)
+        save_copy(trace.file, tmp)  # one self-contained file (a failure: one line)
         if src_dir != dest_dir:
             for rel in shards:
                 target = os.path.join(dest_dir, rel)

@@ -93,18 +93,18 @@ class Request:
 
 
 def step_requests(trace: Trace) -> list[StepRequest]:
-    if "step_requests" not in trace._tables:  # files written before the table existed
+    if "step_requests" not in trace.file.tables:  # files written before the table existed
         return []
-    return [StepRequest(*r) for r in trace._q(
+    return [StepRequest(*r) for r in trace.file.q(
         "SELECT token, request, prefill_tokens, decode_tokens, position FROM step_requests "
         "ORDER BY token, rowid")]
 
 
 def request_events(trace: Trace) -> list[dict]:
     """request_events rows as {column: value}, in the order requests were queued."""
-    if "request_events" not in trace._tables:  # not an engine core's file, or older
+    if "request_events" not in trace.file.tables:  # not an engine core's file, or older
         return []
-    return trace._file.named("SELECT * FROM request_events ORDER BY queued_ns, rowid")
+    return trace.file.named("SELECT * FROM request_events ORDER BY queued_ns, rowid")
 
 
 def requests(trace: Trace) -> dict[str, Request]:

@@ -238,8 +238,12 @@ class Trace:
         self._shards: dict[str, Any] = {}
 
     # --- plumbing -----------------------------------------------------------------------
-    def _calls_of_tokens(self, first: str, last: str) -> str:
-        return self._file.calls_of_tokens(first, last)
+    @property
+    def file(self) -> TraceFile:
+        """The trace file as SQL (_file/reading.py): its tables, its queries under the opening
+        rules. What the package's other readers (ops, serving, plot, tt.save) query through;
+        not a public API."""
+        return self._file
 
     def _q(self, sql, args=()):
         return self._file.q(sql, args)

@@ -78,6 +78,7 @@ class HookSet:
     def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None,
                  names=None, root_is_token=True, link_outputs=False):
         self.backend = backend
+        backend.set_forward_identity(original_forward)  # what a pickled wrapper becomes
         # With op records: the root's output tensors by identity (the ops whose outputs never
         # reach them are orphans to op labels, as TorchLens's: _read/op_loops.py)
         self.link_outputs = link_outputs
