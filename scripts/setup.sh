@@ -69,7 +69,8 @@ if [ -n "$NEWEST" ]; then
 fi
 # One stamp per requirements text: a changed file (a package added) installs once, and
 # branches that differ in requirements share the cached venv without reinstalling in turn.
-STAMP="$VENV/.tokentrace-requirements-$(sha256sum "$REQ" | cut -c1-16)"
+NODEPS="$ROOT/scripts/requirements-nodeps.txt"
+STAMP="$VENV/.tokentrace-requirements-$(cat "$REQ" "$NODEPS" | sha256sum | cut -c1-16)"
 if [ -n "${TOKENTRACE_SETUP_PYTHON:-}" ]; then
   PY=$TOKENTRACE_SETUP_PYTHON
 elif [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && has_all "$VENV/bin/python"; then
@@ -84,7 +85,8 @@ else
   log "installing Python packages (first run downloads torch: a few minutes)"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
   "$VENV/bin/pip" install -q -r "$REQ"
-  cp "$REQ" "$STAMP"
+  "$VENV/bin/pip" install -q --no-deps -r "$NODEPS"
+  cat "$REQ" "$NODEPS" > "$STAMP"
   PY=$VENV/bin/python
 fi
 log "python: $PY ($("$PY" -c 'import torch; print("torch", torch.__version__)'))"

@@ -53,7 +53,8 @@
   X(TOKENTRACE_LOSS_WRITE_FAILED_SAVED, 23, "write_failed_saved")                          \
   X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES, 24, "write_failed_escape_sites")            \
   X(TOKENTRACE_LOSS_WRITE_FAILED_STEPS, 25, "write_failed_steps")                          \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS, 26, "write_failed_requests")
+  X(TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS, 26, "write_failed_requests")                    \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_TOKEN_TEXT, 27, "write_failed_token_text")
 
 /* The tables the Python layer fills (tokentrace_add_rows): the session's writer writes their
  * rows in the transactions of the calls they belong to, and counts the rows of a write that
@@ -63,7 +64,8 @@
   X(TOKENTRACE_ROWS_SAVED_OUTPUTS, 1, "saved_outputs", TOKENTRACE_LOSS_WRITE_FAILED_SAVED)      \
   X(TOKENTRACE_ROWS_ESCAPE_SITES, 2, "escape_sites", TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES) \
   X(TOKENTRACE_ROWS_STEP_REQUESTS, 3, "step_requests", TOKENTRACE_LOSS_WRITE_FAILED_STEPS)      \
-  X(TOKENTRACE_ROWS_REQUEST_EVENTS, 4, "request_events", TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS)
+  X(TOKENTRACE_ROWS_REQUEST_EVENTS, 4, "request_events", TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS) \
+  X(TOKENTRACE_ROWS_TOKEN_TEXT, 5, "token_text", TOKENTRACE_LOSS_WRITE_FAILED_TOKEN_TEXT)
 
 /* The keys of a trace file's meta table: every key the session's writer writes or the Python
  * layer hands over (tokentrace_add_meta refuses any other, so a new key is added here first).
@@ -106,6 +108,7 @@
   X(TOKENTRACE_META_PYTHON_SAVE_ERRORS, "python_save_errors")                           \
   X(TOKENTRACE_META_OP_PARAMS, "op_params")                                             \
   X(TOKENTRACE_META_PATCH_FIRES, "patch_fires")                                         \
+  X(TOKENTRACE_META_TOKENIZER, "tokenizer")                                             \
   X(TOKENTRACE_META_COMPILED_KERNELS, "compiled_kernels")                               \
   X(TOKENTRACE_META_COMPILED_GRAPH_REGIONS, "compiled_graph_regions")                   \
   X(TOKENTRACE_META_COMPILED_UNRECORDED, "compiled_unrecorded")                         \

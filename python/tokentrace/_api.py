@@ -26,6 +26,7 @@ from ._record import (
     Attachment,
     FirstRoot,
     RootChoice,
+    find_tokenizer,
     is_text,
     op_records,
     selection,
@@ -185,12 +186,12 @@ def _ops_for(ops, sites, save):
 
 
 def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
-         ops=False, op_save=None):
+         ops=False, op_save=None, tokenizer=None):
     """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
     select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None."""
     with _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops,
-                  op_save) as box:
-        fn(*args, **kwargs)
+                  op_save, tokenizer) as box:
+        box["output"] = fn(*args, **kwargs)  # generate's: the last token's ids
     return box["result"]
 
 
@@ -202,7 +203,7 @@ _AFTER_YIELD = 4
 
 @contextlib.contextmanager
 def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False,
-             op_save=None):
+             op_save=None, tokenizer=None):
     """The recording on for the body of the `with`; box["result"] is the Trace (or Recording)
     after it. fn: what runs in it, for the root's choice and the errors (None: the body only
     calls the root itself)."""
@@ -212,7 +213,7 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
     with op_records.ring_for_ops(backend, ops):
         path = backend.start(path, kernels)
     attached = Attachment(backend, path, select, shard_bytes=shard_bytes, edit_spec=edits,
-                          ops=ops, op_save=op_save)
+                          ops=ops, op_save=op_save, tokenizer=tokenizer)
     finder = None
     box = {}
     # A compiled __call__ the job takes before the model is found (generate takes it before
@@ -241,6 +242,8 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
         # stop that fails (a full disk) after the run: the file has what fitted and counts the
         # rest; the caller keeps the trace and is told.
         ending_error = None
+        if "output" in box and attached.model is not None:
+            attached.note_output(attached.model, box["output"])
         try:
             attached.hand_rows(path, {"kernels_status": status})
         except (TokentraceError, OSError, FileError) as exc:
@@ -338,6 +341,8 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     _warn_if_compiled_function(fn, model)
     select = _selector(sites, save, True, inputs_of)
     edits = check_edits(edits, intervene)
+    if is_text(inputs) and tokenizer is None and model is not None:
+        tokenizer = find_tokenizer(model)  # the prompt's, and the tokens' text
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
     root = _root_given(model, how, kwargs)
     if chunk_size is not None or chunk_paths is not None:
@@ -348,7 +353,7 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     with options.around_run():
         result = _run("trace", fn, root, args, kwargs, select, kernels, out,
                       int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
-                      op_selection(save, "save="))
+                      op_selection(save, "save="), tokenizer)
     options.check_steps(result, 2)
     return result
 
@@ -411,7 +416,7 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     with options.around_run():
         return _run("record", fn, root, args, kwargs, select, kernels, out,
                     int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
-                    op_selection(save, "save="))
+                    op_selection(save, "save="), tokenizer)
 
 
 class Recorder:

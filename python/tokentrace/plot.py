@@ -203,6 +203,19 @@ def _check_out(out):
         fail(f"plot -o {out} is a folder; -o takes an image path (.png, .svg, .pdf)")
 
 
+MAX_LABELLED = 40  # tokens past which the axis shows numbers only (their texts would overlap)
+
+
+def _token_labels(trace):
+    """{token: its generated text, short and printable}, for the tokens that have one."""
+    out = {}
+    for row in trace.tokens[:MAX_LABELLED]:
+        if row.text is not None:
+            text = row.text.encode("unicode_escape").decode("ascii")
+            out[row.token] = repr(text if len(text) <= 8 else text[:7] + "~")
+    return out
+
+
 def plot(path: "str | os.PathLike[str]", out: str, top: int = 6) -> str:
     try:
         import matplotlib
@@ -300,6 +313,11 @@ def figure(trace, top, plt):
     ax1.annotate("prefill", (1, max(latency)), color="red",
                  textcoords="offset points", xytext=(4, -10))
     ax1.set_xlabel("token" if width == 1 else f"token (each bar: the mean of {width} tokens)")
+    labels = _token_labels(trace) if width == 1 and len(xs) <= MAX_LABELLED else {}
+    if labels:  # each token's generated text under its bar, where it fits
+        ax1.set_xticks(xs)
+        ax1.set_xticklabels([f"{int(x)}\n{labels[int(x)]}" if int(x) in labels else str(int(x))
+                             for x in xs], fontsize="x-small")
     ax1.set_ylabel("latency (ms, CPU wall)")
     ax1.set_title("per-token latency, stacked by site self time")
     ax1.legend(fontsize="small", loc="upper right")

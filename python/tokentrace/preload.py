@@ -72,6 +72,29 @@ def install():
     except ImportError:  # not started by `tokentrace run` (no boot on sys.path)
         return
     install_when_loaded(_recording_backend, _say, after_import)
+    after_import("transformers.generation.utils", _watch_generate)
+
+
+def _watch_generate(module):
+    """transformers' GenerationMixin.generate, wrapped so that what it returns reaches the
+    recording: the last token's ids, which no root call reads (_record/token_text.py). The
+    job gets generate's output as it is; nothing else changes."""
+    import functools
+    mixin = getattr(module, "GenerationMixin", None)
+    original = getattr(mixin, "generate", None)
+    if original is None or getattr(original, "__tokentrace_generate__", False):
+        return
+
+    @functools.wraps(original)
+    def generate(self, *args, **kwargs):
+        output = original(self, *args, **kwargs)
+        attached = _state.get("attached")
+        if attached is not None:
+            attached.note_output(self, output)
+        return output
+
+    generate.__tokentrace_generate__ = True
+    mixin.generate = generate
 
 
 def _recording_backend():
@@ -189,9 +212,11 @@ def _attach_recording(choice):
              "no recording hooks installed")
         return False
     # The set-up of tt.trace (python/tokentrace/_record/attach.py), before the first root call.
+    tokenizer = os.environ.get("TOKENTRACE_TOKENIZER", "").strip() or None
     attached = Attachment(backend, backend.settled_path, _env_selection, ops=_ops_wanted(),
-                          say=_say)
+                          say=_say, tokenizer=tokenizer)
     attached.attach(choice)
+    _state["attached"] = attached  # generate's output goes to it (_generate_returned)
     not_hooked = attached.not_hooked_message()
     if not_hooked:
         _say(not_hooked)

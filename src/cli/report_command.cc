@@ -46,18 +46,47 @@ constexpr int64_t kExactTokens = 1000000;  // --percentiles=auto: the digest abo
 
 bool Closed(const TokenStat& t) { return t.cpu_end_ns >= 0; }
 
-std::vector<std::string> TokenRow(const TokenStat& t) {
-  return {std::to_string(t.token),
-          t.graph_replay ? "graph"
-          : Closed(t)    ? Ms(t.cpu_end_ns - t.cpu_begin_ns)
-                         : "open",
-          Ms(t.gpu_busy_ns), std::to_string(t.kernels), std::to_string(t.escapes)};
+// A token's text as a cell: its first sequence's text quoted (JSON escapes: a newline or an
+// escape character shows as \n, \u001b, never reaches the terminal), or its id without a
+// tokenizer; "+N" counts the batch's other sequences.
+constexpr size_t kTokenTextChars = 24;
+
+// The last `max_bytes` or so of `text` (whole UTF-8 characters), marked "…" when cut: a chat
+// prompt's end is its question, after the template's system part.
+std::string TailOf(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t at = text.size() - max_bytes;
+  while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+  return "\xE2\x80\xA6" + text.substr(at);
+}
+std::string TokenCell(const TokenText& t) {
+  std::string cell =
+      t.has_text ? ForTerminal(JsonString(t.text), kTokenTextChars) : "id " + std::to_string(t.id);
+  if (t.sequences > 1) cell += " (+" + std::to_string(t.sequences - 1) + ")";
+  return cell;
 }
 
-std::string TokenTable(const std::vector<TokenStat>& tokens) {
+std::vector<std::string> TokenRow(const TokenStat& t, const std::map<uint32_t, TokenText>& texts) {
+  std::vector<std::string> row = {std::to_string(t.token),
+                                  t.graph_replay ? "graph"
+                                  : Closed(t)    ? Ms(t.cpu_end_ns - t.cpu_begin_ns)
+                                                 : "open",
+                                  Ms(t.gpu_busy_ns), std::to_string(t.kernels),
+                                  std::to_string(t.escapes)};
+  if (!texts.empty()) {
+    const auto it = texts.find(t.token);
+    row.push_back(it != texts.end() ? TokenCell(it->second) : "-");
+  }
+  return row;
+}
+
+// The token rows, with the text each token generated when the file has it (token_text).
+std::string TokenTable(const std::vector<TokenStat>& tokens,
+                       const std::map<uint32_t, TokenText>& texts) {
   std::vector<std::vector<std::string>> rows = {
       {"token", "cpu ms", "gpu busy ms", "kernels", "escapes"}};
-  for (const TokenStat& t : tokens) rows.push_back(TokenRow(t));
+  if (!texts.empty()) rows[0].push_back("generated");
+  for (const TokenStat& t : tokens) rows.push_back(TokenRow(t, texts));
   return FormatTable(rows);
 }
 
@@ -322,12 +351,23 @@ int ReportCommand(const std::vector<std::string>& args) {
     std::make_heap(tokens.slow.begin(), tokens.slow.end(), Slower);
     return true;
   };
+  // Each listed token's generated text, the prompt (token 0) and the answer so far.
+  std::map<uint32_t, TokenText> texts;
+  std::string generated;
+  bool generated_more = false;
+  auto read_texts = [&]() {
+    std::vector<uint32_t> listed = {0};
+    for (const TokenStat& t : tokens.head) listed.push_back(t.token);
+    for (const TokenStat& t : tokens.slow) listed.push_back(t.token);
+    return reader->TokenTexts(listed, &texts, &error) &&
+           (window || reader->GeneratedText(2000, &generated, &generated_more, &error));
+  };
   if (reader == nullptr || !reader->Meta(&meta, &error) || !reader->Losses(&losses, &error) ||
       !read_tokens() ||
       !(window ? reader->TopSitesOf(first, last, static_cast<int>(top), &sites, &error)
                : reader->TopSites(static_cast<int>(top), &sites, &error)) ||
       (first == 0 && !reader->Before(&before, &error)) ||
-      !reader->TopOps(static_cast<int>(top), &ops, &error, first, last)) {
+      !reader->TopOps(static_cast<int>(top), &ops, &error, first, last) || !read_texts()) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
@@ -426,14 +466,25 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::vector<std::string> prefill_row = PhaseRow(engine ? "step 1" : "prefill (token 1)", prefill);
   std::vector<std::string> decode_row =
       PhaseRow(engine ? "steps >= 2" : "decode (tokens >= 2)", decode);
+  if (const auto prompt = texts.find(0); prompt != texts.end() && prompt->second.has_text) {
+    out += "  prompt: " + ForTerminal(JsonString(TailOf(prompt->second.text, 120)), 200) +
+           (prompt->second.sequences > 1
+                ? " (and " + std::to_string(prompt->second.sequences - 1) + " more sequences)"
+                : "") +
+           "\n";
+  }
+  if (!generated.empty()) {
+    out += "  generated: " + ForTerminal(JsonString(generated), 160) +
+           (generated_more ? " ..." : "") + "\n";
+  }
   if (tokens.count <= kFullListMax) {
-    out += TokenTable(tokens.head);
+    out += TokenTable(tokens.head, texts);
   } else {
     out += "first " + std::to_string(kHeadRows) + " tokens:\n";
-    out += TokenTable({tokens.head.begin(), tokens.head.begin() + kHeadRows});
+    out += TokenTable({tokens.head.begin(), tokens.head.begin() + kHeadRows}, texts);
     std::sort_heap(tokens.slow.begin(), tokens.slow.end(), Slower);
     out += "slowest " + std::to_string(kHeadRows) + " tokens (by cpu ms):\n";
-    out += TokenTable(tokens.slow);
+    out += TokenTable(tokens.slow, texts);
     out += "percentiles over " + std::to_string(tokens.count) + " tokens" +
            (use_digest ? " (from the file's histogram of token times: within 0.4 %; "
                          "--percentiles=exact reads every token)"

@@ -41,6 +41,9 @@ const char kRunUsage[] =
     "                    (the job never slows down) or wait for the writer (complete traces)\n"
     "                    [TOKENTRACE_ON_FULL] (default drop)\n"
     "  --ops             record every ATen op as a call in its module's call [TOKENTRACE_OPS=1]\n"
+    "  --tokenizer PATH  the tokenizer of each token's text: a saved tokenizer's directory or a\n"
+    "                    .gguf file [TOKENTRACE_TOKENIZER] (default: the one saved next to the\n"
+    "                    model, or inside the GGUF file it was loaded from; else ids only)\n"
     "\n"
     "The shim is $TOKENTRACE_LIB, else libtokentrace.so next to this program or in ../lib.\n"
     "--patches and TOKENTRACE_PATCHES still work, deprecated: use --edits, TOKENTRACE_EDITS.\n";
@@ -199,7 +202,8 @@ int RunCommand(const std::vector<std::string>& args) {
                    {"--token-range", "TOKENTRACE_TOKEN_RANGE", "", false},
                    {"--inputs", "TOKENTRACE_INPUTS", "", false},
                    {"--on-full", "TOKENTRACE_ON_FULL", "", false},
-                   {"--root", "TOKENTRACE_ROOT", "", false}};
+                   {"--root", "TOKENTRACE_ROOT", "", false},
+                   {"--tokenizer", "TOKENTRACE_TOKENIZER", "", false}};
   Option& out = opts[0];
   Option& kernels = opts[1];
   Option& edits = opts[4];
@@ -244,7 +248,8 @@ int RunCommand(const std::vector<std::string>& args) {
     if (!known) {
       return UsageError("tokentrace: unknown option '" + a +
                         "' for run (accepted: --out, --kernels, --sites, --save, --edits, "
-                        "--token-range, --inputs, --on-full, --root, --ops, --help)");
+                        "--token-range, --inputs, --on-full, --root, --tokenizer, --ops, "
+                        "--help)");
     }
   }
   std::vector<std::string> command(args.begin() + static_cast<long>(i), args.end());
@@ -289,6 +294,11 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!ops && !ops_env.empty() && ops_env != "0" && ops_env != "1") {
     return UsageError("tokentrace: TOKENTRACE_OPS='" + ops_env +
                       "' is not accepted (accepted: 1 to record ATen ops, 0 or unset for not)");
+  }
+  const Option& tokenizer = opts[9];
+  if (!tokenizer.value.empty() && access(tokenizer.value.c_str(), R_OK) != 0) {
+    return UsageError("tokentrace: " + what(tokenizer) + "='" + tokenizer.value +
+                      "' is not there (accepted: a saved tokenizer's directory or a .gguf file)");
   }
   if (!edits.value.empty() && !IsFile(edits.value)) {
     return UsageError("tokentrace: " + what(edits) + "='" + edits.value +

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -89,24 +90,36 @@ bool ChromeExporter::WriteFile(Reader& reader, uint32_t first, uint32_t last, co
   std::set<std::pair<uint32_t, uint32_t>> streams;
   std::vector<CallEvent> open_calls;  // never closed: drawn up to the last event
   int64_t last_ns = INT64_MIN;
-  bool ok = reader.ForEachCall(
-      first, last,
-      [&](const CallEvent& c) {
-        threads.insert(c.thread);
-        last_ns = std::max(last_ns, std::max(c.cpu_begin_ns, c.cpu_end_ns));
-        if (c.cpu_end_ns < 0) {
-          open_calls.push_back(c);
-          return;
-        }
-        ++counts->calls;
-        Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(c.site) + ",\"pid\":" + pid +
-              ",\"tid\":" + std::to_string(c.thread) + ",\"ts\":" + Us(c.cpu_begin_ns + shift) +
-              ",\"dur\":" + Dur(c.cpu_end_ns - c.cpu_begin_ns) +
-              ",\"args\":{\"site\":" + JsonString(c.site + ":" + std::to_string(c.k)) +
-              ",\"token\":" + std::to_string(c.token) + ",\"call_id\":" + std::to_string(c.id) +
-              "}}");
-      },
-      error);
+  // A token's slice (its root call) is named by the text it generated, where the file has it.
+  std::map<uint32_t, TokenText> texts;
+  bool ok = reader.TokenTextsIn(first, last, &texts, error);
+  const auto name_of = [&texts](const CallEvent& c) {
+    if (!c.is_token) return c.site;
+    const auto it = texts.find(c.token);
+    if (it == texts.end()) return c.site;
+    return c.site + " " +
+           (it->second.has_text ? JsonString(it->second.text)
+                                : "id " + std::to_string(it->second.id));
+  };
+  ok = ok && reader.ForEachCall(
+                 first, last,
+                 [&](const CallEvent& c) {
+                   threads.insert(c.thread);
+                   last_ns = std::max(last_ns, std::max(c.cpu_begin_ns, c.cpu_end_ns));
+                   if (c.cpu_end_ns < 0) {
+                     open_calls.push_back(c);
+                     return;
+                   }
+                   ++counts->calls;
+                   Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(name_of(c)) +
+                         ",\"pid\":" + pid + ",\"tid\":" + std::to_string(c.thread) +
+                         ",\"ts\":" + Us(c.cpu_begin_ns + shift) +
+                         ",\"dur\":" + Dur(c.cpu_end_ns - c.cpu_begin_ns) +
+                         ",\"args\":{\"site\":" + JsonString(c.site + ":" + std::to_string(c.k)) +
+                         ",\"token\":" + std::to_string(c.token) +
+                         ",\"call_id\":" + std::to_string(c.id) + "}}");
+                 },
+                 error);
   ok = ok && reader.ForEachKernel(
                  first, last,
                  [&](const KernelEvent& k) {
@@ -129,7 +142,7 @@ bool ChromeExporter::WriteFile(Reader& reader, uint32_t first, uint32_t last, co
                  error);
   for (const CallEvent& c : open_calls) {
     ++counts->calls;
-    Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(c.site) + ",\"pid\":" + pid +
+    Event("{\"ph\":\"X\",\"cat\":\"call\",\"name\":" + JsonString(name_of(c)) + ",\"pid\":" + pid +
           ",\"tid\":" + std::to_string(c.thread) + ",\"ts\":" + Us(c.cpu_begin_ns + shift) +
           ",\"dur\":" + Dur(last_ns - c.cpu_begin_ns) +
           ",\"args\":{\"site\":" + JsonString(c.site + ":" + std::to_string(c.k)) +

@@ -437,6 +437,64 @@ bool Reader::TopOps(int limit, std::vector<OpPhases>* out, std::string* error, u
       error);
 }
 
+namespace {
+// One token's rows of token_text: the first sequence's id and text (a row handed with the text
+// at the end wins over the row of its id handed while the job ran), and the sequences.
+constexpr char kTokenTextSql[] =
+    "SELECT token, sequence, MAX(id), MAX(text), MAX(text IS NOT NULL) FROM token_text "
+    "WHERE token BETWEEN ?1 AND ?2 GROUP BY token, sequence ORDER BY token, sequence";
+}  // namespace
+
+bool Reader::TokenTextsIn(uint32_t first, uint32_t last, std::map<uint32_t, TokenText>* out,
+                          std::string* error) {
+  bool present = false;
+  if (!HasTable("token_text", error, &present)) return false;
+  if (!present) return true;
+  return Rows(
+      kTokenTextSql,
+      [&](Statement& q) {
+        q.Bind(1, first);
+        q.Bind(2, last);
+      },
+      [out](const Statement& q) {
+        TokenText& t = (*out)[static_cast<uint32_t>(q.Int(0))];
+        if (t.sequences++ > 0) return;
+        t.id = q.IsNull(2) ? -1 : q.Int(2);
+        t.has_text = q.Int(4) != 0;
+        t.text = q.Text(3);
+      },
+      error);
+}
+
+bool Reader::TokenTexts(const std::vector<uint32_t>& tokens, std::map<uint32_t, TokenText>* out,
+                        std::string* error) {
+  for (uint32_t token : tokens) {
+    if (out->count(token) == 0 && !TokenTextsIn(token, token, out, error)) return false;
+  }
+  return true;
+}
+
+bool Reader::GeneratedText(size_t max_bytes, std::string* text, bool* more, std::string* error) {
+  text->clear();
+  *more = false;
+  bool present = false;
+  if (!HasTable("token_text", error, &present)) return false;
+  if (!present) return true;
+  return Rows(
+      "SELECT MAX(text) FROM token_text WHERE token > 0 AND sequence = (SELECT MIN(sequence) "
+      "FROM token_text) GROUP BY token HAVING MAX(text) IS NOT NULL ORDER BY token LIMIT 4096",
+      [&](const Statement& q) {
+        if (*more) return;
+        const std::string piece = q.Text(0);
+        if (text->size() + piece.size() > max_bytes) {
+          *more = true;
+          return;
+        }
+        *text += piece;
+      },
+      error);
+}
+
 bool Reader::FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found,
                             std::string* error) {
   Statement q;
@@ -465,7 +523,8 @@ bool Reader::ForEachCall(uint32_t first, uint32_t last,
                          const std::function<void(const CallEvent&)>& fn, std::string* error) {
   CallEvent e;
   return Rows(
-      "SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns FROM " +
+      "SELECT c.id, s.name, c.k, c.token, c.thread, c.cpu_begin_ns, c.cpu_end_ns, s.is_token "
+      "FROM " +
           CallsOfTokens("?1", "?2") + " c LEFT JOIN sites s ON s.id = c.site_id",
       [&](Statement& q) {
         q.Bind(1, first);
@@ -479,6 +538,7 @@ bool Reader::ForEachCall(uint32_t first, uint32_t last,
         e.thread = static_cast<uint32_t>(q.Int(4));
         e.cpu_begin_ns = q.Int(5);
         e.cpu_end_ns = q.IsNull(6) ? -1 : q.Int(6);
+        e.is_token = q.Int(7) != 0;
         fn(e);
       },
       error);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -79,6 +80,7 @@ struct CallEvent {
   uint32_t thread = 0;
   int64_t cpu_begin_ns = 0;
   int64_t cpu_end_ns = -1;
+  bool is_token = false;  // a call of the token site (the root): one token
 };
 
 // One kernel / memcpy / memset row as export needs it.
@@ -92,6 +94,14 @@ struct KernelEvent {
   int64_t gpu_begin_ns = 0;
   int64_t gpu_end_ns = 0;
   uint64_t correlation_id = 0;
+};
+
+// A token's generated text as token_text holds it (the first sequence's), and its batch.
+struct TokenText {
+  int64_t id = -1;        // the token id; -1: none (the prompt's row)
+  bool has_text = false;  // a tokenizer was known: `text` is its text
+  std::string text;
+  uint32_t sequences = 0;  // sequences with a row for this token
 };
 
 class Reader {
@@ -129,6 +139,17 @@ class Reader {
   // never counts). Empty without op records (then nothing is scanned).
   bool TopOps(int limit, std::vector<OpPhases>* out, std::string* error, uint32_t first = 1,
               uint32_t last = UINT32_MAX);
+  // The text of the tokens in `tokens` (token_text, schema 8): their first sequence's id and
+  // text, and how many sequences the token has; token 0 is the prompt. Tokens without rows are
+  // left out (an older file, or a job whose root read no token ids).
+  bool TokenTexts(const std::vector<uint32_t>& tokens, std::map<uint32_t, TokenText>* out,
+                  std::string* error);
+  // The same for every token in [first, last].
+  bool TokenTextsIn(uint32_t first, uint32_t last, std::map<uint32_t, TokenText>* out,
+                    std::string* error);
+  // Sequence 0's generated text, in token order (the tokens' texts joined), at most
+  // `max_bytes` of it (*more: there was more); "" when the file has none.
+  bool GeneratedText(size_t max_bytes, std::string* text, bool* more, std::string* error);
   // Earliest call begin or GPU begin among tokens [first, last]; false in *found when none.
   bool FirstTimestamp(uint32_t first, uint32_t last, int64_t* ns, bool* found, std::string* error);
   // Streams calls / GPU rows whose token is in [first, last], in storage order.

@@ -1,17 +1,18 @@
-// Schema of a tokentrace file, version 5. The DDL is schema.sql, embedded at build time as
+// Schema of a tokentrace file. The DDL is schema.sql, embedded at build time as
 // kSchemaSql / kTokensSelectSql / kTokensScanSql (generated store/schema_sql.h); Python reads
 // them and the version from the extension. Version 2 adds call_inputs, version 3
 // call_gpu.gpu_comm_ns (GPU time in NCCL kernels), version 4 the summaries the writer keeps
 // (token_stats' per-token columns, site_stats, site_blocks: store/summaries.h) and
 // step_requests (a serving engine's steps, written by the Python layer), version 5 the token
 // digest (token_totals, token_hist, token_slowest: store/token_digest.h), version 6
-// token_stats' wait_ns and gpu_collective_ns, version 7 op_links (op data flow); readers open
+// token_stats' wait_ns and gpu_collective_ns, version 7 op_links (op data flow), version 8
+// token_text (each token's generated id and text, handed over by the Python layer); readers open
 // versions 1 to 4 too (version 4: the report reads one row per token instead of the digest;
 // before that: no inputs; no GPU communication time, read as 0; no summaries: read by
 // scanning the calls, said once on stderr).
 //
 // Invariants the writer keeps and readers rely on:
-//  * meta.schema_version is the version that wrote the file ("1" to "7"); a SQLite file
+//  * meta.schema_version is the version that wrote the file (1 to kSchemaVersion); a SQLite file
 //    without it is not a tokentrace file.
 //  * call_gpu holds per-call sums of CallGpuDelta. Call id 0 ("kernels launched outside any
 //    call") keeps ONE row summed over all tokens, so the report can show how much GPU time
@@ -31,7 +32,7 @@
 
 namespace tokentrace {
 
-inline constexpr const char* kSchemaVersion = "7";
+inline constexpr const char* kSchemaVersion = "8";
 // The first version whose writer keeps summaries, and the meta key that says a file has them.
 inline constexpr int kFirstSummarisedSchema = 4;
 // The first version whose writer keeps the token digest (token_totals, token_hist,

@@ -140,6 +140,13 @@ CREATE TABLE IF NOT EXISTS request_events(role TEXT, request TEXT, arrival_unix_
                                           first_step INTEGER, first_token_step INTEGER,
                                           finished_step INTEGER, finish_reason TEXT,
                                           prompt_tokens INTEGER, output_tokens INTEGER);
+-- Written by the Python layer (python/tokentrace/_record/token_text.py) through the writer, with
+-- the token it belongs to: each token's generated id per sequence of the batch (the id the
+-- root's next call reads, or generate's output for the last token) and, when a tokenizer was
+-- known, its text. Token 0 holds each sequence's prompt (id NULL, text the prompt's). Files
+-- that predate this table lack it (read as no text).
+CREATE TABLE IF NOT EXISTS token_text(token INTEGER, sequence INTEGER, id INTEGER, text TEXT);
+CREATE INDEX IF NOT EXISTS token_text_by_token ON token_text(token);
 -- The SQL texts below are cut from this file at build time (src/store/CMakeLists.txt) and
 -- must stay its last statements, in this order. Readers do not trust these views in a file
 -- (a crafted file could define one to never end): they run the SELECT after `AS` themselves

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "cli_runner.h"
 #include "trace_fixture.h"
@@ -89,6 +90,28 @@ TEST(ExportTest, NamesAreEscapedAndOpenCallsAreDrawnToTheEnd) {
   EXPECT_NE(s.find("void k<\"x\">(char\\\\*)"), std::string::npos) << s;
   EXPECT_NE(s.find("event call 1 0 0.0 9.0 self:1 1\n"), std::string::npos) << s;  // open
   EXPECT_NE(s.find("event memcpy 1000000001 4 8.0 1.0  1\n"), std::string::npos) << s;
+}
+
+// Each token's slice (its root call) is named by the text the token generated, where the file
+// has it (token_text); its other calls keep their site's name.
+TEST(ExportTest, TokenSlicesAreNamedByTheirText) {
+  std::string dir = testing::TempDir();
+  testing::WriteSmallTrace(dir + "/t.sqlite", false);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/t.sqlite").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "INSERT INTO token_text VALUES (1, 0, 7, NULL), (1, 0, 7, ' Paris'), "
+                         "(2, 0, 8, NULL)",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto r = RunCli({"export", dir + "/t.sqlite", "--chrome", dir + "/t.json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string s = Summarise(dir + "/t.json");
+  EXPECT_NE(s.find("'self \" Paris\"'"), std::string::npos) << s;
+  EXPECT_NE(s.find("'self id 8'"), std::string::npos) << s;
+  EXPECT_NE(s.find("'self'"), std::string::npos) << s;  // token 3: no row
+  EXPECT_NE(s.find("'h.0.mlp'"), std::string::npos) << s;
 }
 
 TEST(ExportTest, UsageErrors) {

@@ -290,5 +290,43 @@ TEST(ReportTest, GraphReplayTokensAreListedAndMarked) {
   EXPECT_NE(out.find("\n5 graph 2.500 7 0\n"), std::string::npos) << r.out;
 }
 
+// Each token's generated text (token_text): the prompt once, the answer, and a column of the
+// tokens' texts; a batch's other sequences counted; text from the file never reaches the
+// terminal raw (an escape sequence or a newline shows as a JSON escape).
+TEST(ReportTest, TokensShowTheTextTheyGeneratedAndThePromptOnce) {
+  std::string path = testing::TempDir() + "/text.sqlite";
+  testing::WriteSmallTrace(path, /*with_losses=*/false);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string sql =
+      "INSERT INTO token_text VALUES (0, 0, NULL, 'The capital of France is'), "
+      "(0, 1, NULL, 'Another prompt'), (1, 0, 7, NULL), (1, 0, 7, ' Paris'), "
+      "(1, 1, 9, ' Rome'), (2, 0, 8, '.\x1b[31m'), (3, 0, 10, NULL);";
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+  sqlite3_close(db);
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prompt: \"The capital of France is\" (and 1 more sequences)"),
+            std::string::npos)
+      << r.out;
+  const std::string out = Squeeze(r.out);
+  EXPECT_NE(out.find("escapes generated\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n1 4.000 0.300 3 0 \" Paris\" (+1)\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n2 1.500 0.300 3 0 \".\\u001b[31m\"\n"), std::string::npos) << r.out;
+  EXPECT_NE(out.find("\n3 1.250 0.300 3 1 id 10\n"), std::string::npos) << r.out;  // no text
+  EXPECT_NE(r.out.find("generated: \" Paris.\\u001b[31m\""), std::string::npos) << r.out;
+}
+
+// A file without token_text (older, or a job whose root read no token ids): no column.
+TEST(ReportTest, TokensWithoutTextHaveNoTextColumn) {
+  std::string path = testing::TempDir() + "/notext.sqlite";
+  testing::WriteSmallTrace(path, /*with_losses=*/false);
+  auto r = RunCli({"report", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("generated"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("prompt:"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace tokentrace

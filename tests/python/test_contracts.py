@@ -64,7 +64,7 @@ def test_every_loss_kind_is_documented():
     section = page[page.index("A **loss** is"):page.index("The file is plain SQLite")]
     documented = set(re.findall(r"`(\w+)`", section))
     for name in ("calls", "kernels", "escapes", "outputs", "links", "inputs", "saved",
-                 "escape_sites", "steps", "requests"):  # "..._calls`, `_kernels"
+                 "escape_sites", "steps", "requests", "token_text"):  # "..._calls`, `_kernels"
         documented.add("write_failed_" + name)
     assert set(native.LOSS_KINDS) <= documented
 
@@ -91,7 +91,7 @@ def test_row_tables_are_the_headers(tmp_path):
               re.findall(r'X\(TOKENTRACE_ROWS_\w+, (\d+), "(\w+)"', header)}
     assert native.ROW_TABLES == listed
     assert set(listed) == {"call_inputs", "saved_outputs", "escape_sites", "step_requests",
-                           "request_events"}
+                           "request_events", "token_text"}
 
 
 @pytest.mark.parametrize("text", ["off", "summary", "full", "sample:1", "sample:007", "sample:0",

@@ -30,22 +30,28 @@ class TokenRows(Sequence):
     """A Sequence of TokenRow (indexing, slicing, iteration, len, == with a list)."""
 
     __slots__ = ("_make", "_token", "_cpu_ms", "_gpu_ms", "_kernels", "_escapes", "_finished",
-                 "_gpu_on")
+                 "_gpu_on", "_id", "_text")
 
     def __init__(self, make: type[TokenRow], rows: Iterable[tuple], gpu_on: bool) -> None:
-        """rows: (token, cpu_ms, gpu_ms, kernels, escapes, finished) with plain numbers."""
+        """rows: (token, cpu_ms, gpu_ms, kernels, escapes, finished, id, text) with plain
+        numbers; id and text are the generated token's (None: not in the file)."""
         self._make = make
         self._gpu_on = gpu_on
         self._token, self._kernels, self._escapes = array("q"), array("q"), array("q")
         self._cpu_ms, self._gpu_ms = array("d"), array("d")
         self._finished = bytearray()
-        for token, cpu_ms, gpu_ms, kernels, escapes, finished in rows:
+        self._id = array("q")  # -1: none
+        self._text: dict[int, str] = {}  # row index -> text, for the tokens that have one
+        for token, cpu_ms, gpu_ms, kernels, escapes, finished, id_, text in rows:
+            if text is not None:
+                self._text[len(self._token)] = text
             self._token.append(token)
             self._cpu_ms.append(cpu_ms)
             self._gpu_ms.append(gpu_ms)
             self._kernels.append(kernels)
             self._escapes.append(escapes)
             self._finished.append(finished)
+            self._id.append(-1 if id_ is None else id_)
 
     def __len__(self) -> int:
         return len(self._token)
@@ -53,9 +59,11 @@ class TokenRows(Sequence):
     def _row(self, i: int) -> TokenRow:
         gpu = self._gpu_on
         token = self._token[i]
+        id_ = self._id[i]
         return self._make(token, self._cpu_ms[i], self._gpu_ms[i] if gpu else None,
                           self._kernels[i] if gpu else None, self._escapes[i], token == 1,
-                          bool(self._finished[i]))
+                          bool(self._finished[i]), None if id_ < 0 else id_,
+                          self._text.get(i))
 
     def __getitem__(self, index):  # int -> TokenRow, slice -> list[TokenRow]
         if isinstance(index, slice):

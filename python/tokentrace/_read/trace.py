@@ -33,9 +33,11 @@ if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import 
     from .serving import Request, StepRequest
 
 # finished: False for a token whose root call never closed (the job was killed inside it);
-# its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too.
-TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill finished",
-                      defaults=(True,))
+# its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too. id, text:
+# the token generated at that step (its first sequence's; text when a tokenizer was known),
+# None where the file has none (an older file, a job whose root reads no token ids).
+TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill finished id text",
+                      defaults=(True, None, None))
 
 
 class OutputMeta:
@@ -325,15 +327,22 @@ class Trace:
         (token, cpu_ms, gpu_ms, kernels, escapes, finished)."""
         # The C++ readers' SELECT (the file room's tokens_sql); it counts CUDA-graph replays,
         # which have no token call of their own.
+        # Each token's generated id and text (token_text: its first sequence's; the row with
+        # the text, handed at the end, over the row of the id alone).
+        first = "token = t.token AND sequence = (SELECT MIN(sequence) FROM token_text)"
+        columns = (f"(SELECT MAX(id) FROM token_text WHERE {first}), "
+                   f"(SELECT MAX(text) FROM token_text WHERE {first})"
+                   if "token_text" in self._tables else "NULL, NULL")
         rows = self._file.rows(
-            f"SELECT token, cpu_begin_ns, cpu_end_ns, kernels, gpu_busy_ns, escapes "
-            f"FROM ({self._tokens_sql}) WHERE token > ? ORDER BY token LIMIT ? OFFSET ?",
+            f"SELECT t.token, t.cpu_begin_ns, t.cpu_end_ns, t.kernels, t.gpu_busy_ns, "
+            f"t.escapes, {columns} FROM ({self._tokens_sql}) t WHERE t.token > ? "
+            f"ORDER BY t.token LIMIT ? OFFSET ?",
             (max(after, 0), limit, offset))
         with _numbers_in(self, "calls or token_stats"):
             yield from (
                 (t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
-                 (g or 0) / 1e6, kn or 0, esc or 0, not (b is not None and e is None))
-                for t, b, e, kn, g, esc in rows)
+                 (g or 0) / 1e6, kn or 0, esc or 0, not (b is not None and e is None), i, x)
+                for t, b, e, kn, g, esc, i, x in rows)
 
     def _listed_tokens(self) -> int | None:
         """The tokens (> 0) from the writer's token totals (schema 5), read in one row; None
@@ -348,6 +357,26 @@ class Trace:
             return None
         (count,) = row
         return count if isinstance(count, int) and count >= 0 else None
+
+    @property
+    def prompt(self) -> str | None:
+        """The prompt's text (the first sequence's), when a tokenizer was known; else None."""
+        if "token_text" not in self._tables:
+            return None
+        rows = self._q("SELECT MAX(text) FROM token_text WHERE token = 0 GROUP BY sequence "
+                       "ORDER BY sequence LIMIT 1")
+        return rows[0][0] if rows else None
+
+    @property
+    def generated(self) -> str | None:
+        """The text generated (the first sequence's tokens' texts joined), when a tokenizer
+        was known; else None."""
+        if "token_text" not in self._tables:
+            return None
+        rows = self._q("SELECT MAX(text) FROM token_text WHERE token > 0 AND sequence = "
+                       "(SELECT MIN(sequence) FROM token_text) GROUP BY token ORDER BY token")
+        texts = [t for (t,) in rows]
+        return "".join(texts) if texts and all(t is not None for t in texts) else None
 
     @property
     def num_tokens(self) -> int:

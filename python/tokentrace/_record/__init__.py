@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .escapes import EscapeCounter, warn_once
     from .hooks import HookSet
     from .inputs import InputRecorder, tensor_meta
-    from .prompt import is_text, tokenize
+    from .prompt import find_tokenizer, is_text, tokenize
     from .root import ASSISTANT, FirstRoot, RootChoice, sites_of
     from .sink import TensorSink
     from .vllm_core import VllmCore, install_when_loaded
@@ -38,7 +38,7 @@ _EXPORTS = {
     "TensorSink": "sink",
     "EscapeCounter": "escapes", "warn_once": "escapes",
     "op_records": "op_records",
-    "is_text": "prompt", "tokenize": "prompt",
+    "is_text": "prompt", "tokenize": "prompt", "find_tokenizer": "prompt",
     "VllmSteps": "vllm_steps", "VllmCore": "vllm_core", "install_when_loaded": "vllm_core",
     "VllmFront": "vllm_front",
 }

@@ -32,6 +32,7 @@ from .inputs import InputRecorder
 from .op_saver import OpSaver
 from .root import RootChoice, sites_of
 from .sink import DEFAULT_SHARD_BYTES, TensorSink
+from .token_text import TokenTexts
 
 
 def selection(names, hooked, saved, inputs_of):
@@ -57,7 +58,7 @@ class Attachment:
     """
 
     def __init__(self, backend, path, select, *, shard_bytes=DEFAULT_SHARD_BYTES,
-                 edit_spec=None, ops=False, say=None, op_save=None):
+                 edit_spec=None, ops=False, say=None, op_save=None, tokenizer=None):
         self.backend, self.path, self.shard_bytes = backend, path, shard_bytes
         self.select, self.edit_spec, self.ops, self.say = select, edit_spec, ops, say
         self.op_save = op_save  # the op selector of save= (its ops' outputs are saved), or None
@@ -73,6 +74,8 @@ class Attachment:
         self.on_cpu = True
         self.ops_on = False
         self.op_params = {}  # {TensorImpl address: parameter name}, while op records are on
+        # each token's generated ids and text (token_text.py); tokenizer: given, or None
+        self.token_texts = TokenTexts(backend.current_token, tokenizer, say)
 
     def attach(self, root):
         """Installs everything on root.model (and root.assistant's sites), before the call that
@@ -93,9 +96,11 @@ class Attachment:
         self.sink = TensorSink(self.path, self.shard_bytes) if wants_sink else None
         self.recorder = InputRecorder(self.backend.current, self.sink, self.backend.settled_path)
         self.on_cpu = not any(p.is_cuda for p in itertools.islice(model.parameters(), 1))
+        self.token_texts.model = model
         self.hooks = HookSet(self.backend, model, hooked, saved, self.sink, self.inputs,
                              self.recorder, names=names, root_is_token=root.token is None,
-                             link_outputs=self.ops)
+                             link_outputs=self.ops,
+                             root_input=self.token_texts.hook if root.token is None else None)
         if self.engine is not None:
             self.engine.install()
         if self.edits is not None:
@@ -196,11 +201,20 @@ class Attachment:
             compiled_meta, compiled_losses = compiled_rows(path)
             meta.update(compiled_meta)
             losses.update(compiled_losses)
+        if self.model is not None:
+            self.token_texts.finish(self.model)
         add_rows("saved_outputs", rows)
         add_rows("escape_sites", self.escapes.rows())
         add_rows("call_inputs", self.recorder.table_rows(sink.files if sink is not None else {}))
         add_losses(losses)
         add_meta(meta)
+
+    def note_output(self, model, output):
+        """What `model`'s generate returned: the last token's ids (token_text.py)."""
+        try:
+            self.token_texts.note_output(model, output)
+        except Exception:  # never into the job
+            self.token_texts.failed += 1
 
     def _report(self, message):
         if self.say is not None:

@@ -37,6 +37,17 @@ from .._compiled import compiled_layout
 _MISSING = object()
 
 
+def _both(first, then):
+    """An input callable that runs `first` (None: nothing), then `then`."""
+    if first is None:
+        return then
+
+    def both(*args, **kwargs):
+        first(*args, **kwargs)
+        then(*args, **kwargs)
+    return both
+
+
 def original_forward(forward):
     """What a pickled or deep-copied forward wrapper becomes: the forward it wrapped."""
     return forward
@@ -76,8 +87,11 @@ def _output_tensors(value, depth=0, found=None):
 
 class HookSet:
     def __init__(self, backend, model, hooked, saved=(), sink=None, inputs=(), recorder=None,
-                 names=None, root_is_token=True, link_outputs=False):
+                 names=None, root_is_token=True, link_outputs=False, root_input=None):
         self.backend = backend
+        # root_input(forward) -> callable(*args, **kwargs): what else reads the root's inputs,
+        # inside each root call (the token ids: token_text.py)
+        self.root_input = root_input
         backend.set_forward_identity(original_forward)  # what a pickled wrapper becomes
         # With op records: the root's output tensors by identity (the ops whose outputs never
         # reach them are orphans to op labels, as TorchLens's: _read/op_loops.py)
@@ -138,6 +152,8 @@ class HookSet:
                     saver = self._output_links(saver)
                 on_input = (self.recorder.hook(mod.forward, name in self.saved)
                             if name in self.inputs else None)
+                if name == ROOT and self.root_input is not None:
+                    on_input = _both(on_input, self.root_input(mod.forward))
                 wrapped = False
                 if name in entries:
                     wrapped = self._wrap(mod, sid, name, kind, saver, on_input, entries[name])

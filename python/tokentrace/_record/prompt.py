@@ -1,4 +1,5 @@
-"""Text prompts: tokenize with a tokenizer found without network access."""
+"""Text prompts: tokenize with a tokenizer found without network access (saved next to the
+model, or inside the GGUF file it was loaded from)."""
 
 import os
 
@@ -23,18 +24,63 @@ def _local_dirs(model):
     return seen
 
 
-def find_tokenizer(model):
+def _ggufs(directory):
+    return sorted(n for n in os.listdir(directory) if n.endswith(".gguf"))
+
+
+def tokenizer_from_path(path):
+    """The tokenizer saved at `path` (a directory, or a GGUF file: the tokenizer it carries),
+    loaded without network access."""
+    from transformers import AutoTokenizer
+    if os.path.isfile(path) and path.endswith(".gguf"):
+        return AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                             gguf_file=os.path.basename(path),
+                                             local_files_only=True)
+    if not os.path.isdir(path):
+        fail(f"no tokenizer at {path}: give a directory with a saved tokenizer, or a .gguf file")
+    if not any(os.path.exists(os.path.join(path, f)) for f in _TOKENIZER_FILES) and _ggufs(path):
+        return AutoTokenizer.from_pretrained(path, gguf_file=_ggufs(path)[0],
+                                             local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def locate_tokenizer(model):
+    """(tokenizer, where it was found) for `model`, or (None, why not): a tokenizer saved next
+    to the model, or the one inside the GGUF file it was loaded from (transformers'
+    from_pretrained(dir, gguf_file=...): the model directory's .gguf file). Never the network.
+    A tokenizer that is there but cannot be loaded raises."""
     for directory in _local_dirs(model):
         if any(os.path.exists(os.path.join(directory, f)) for f in _TOKENIZER_FILES):
-            try:
-                from transformers import AutoTokenizer
-                return AutoTokenizer.from_pretrained(directory, local_files_only=True)
-            except Exception as exc:
-                fail(f"the tokenizer files in {directory} could not be loaded ({exc}); "
-                     f"pass tokenizer=... explicitly")
-    fail(f"the prompt is text but no tokenizer was found for {type(model).__name__} (tokentrace "
-         f"looks only next to a locally saved model, never on the network); pass "
-         f"tokenizer=AutoTokenizer.from_pretrained(...) or give token ids as a tensor")
+            from transformers import AutoTokenizer
+            return (AutoTokenizer.from_pretrained(directory, local_files_only=True),
+                    f"found next to the model: {directory}")
+        ggufs = _ggufs(directory)
+        if ggufs:
+            from transformers import AutoTokenizer
+            return (AutoTokenizer.from_pretrained(directory, gguf_file=ggufs[0],
+                                                  local_files_only=True),
+                    f"found in the model's GGUF file: {os.path.join(directory, ggufs[0])}")
+    return None, "none found next to the model"
+
+
+def find_tokenizer(model, required=True):
+    """The tokenizer locate_tokenizer finds; without one, a TokentraceError that says how to
+    give one (required), or (None, why) (not required: then (tokenizer, where))."""
+    try:
+        found, how = locate_tokenizer(model)
+    except Exception as exc:
+        if not required:
+            raise
+        fail(f"the tokenizer next to {type(model).__name__} could not be loaded ({exc}); "
+             f"pass tokenizer=... explicitly")
+    if not required:
+        return found, how
+    if found is None:
+        fail(f"the prompt is text but no tokenizer was found for {type(model).__name__} "
+             f"(tokentrace looks only next to a locally saved model, or in the GGUF file it was "
+             f"loaded from, never on the network); pass "
+             f"tokenizer=AutoTokenizer.from_pretrained(...) or give token ids as a tensor")
+    return found
 
 
 def tokenize(model, text, tokenizer):
