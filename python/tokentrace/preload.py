@@ -19,8 +19,8 @@ the TOKENTRACE_* environment, and it writes the file until the process exits. At
 we add our rows (saved tensors, escape locations, the root's inputs) to that file. Without the
 native extension nothing is recorded (one line on stderr says why and how to build it).
 
-vLLM's engine core and front end call no module: their recordings (_record/vllm_core.py,
-vllm_front.py) go on when vLLM's modules vllm.v1.engine.core and
+vLLM's engine core and front end call no module: their recordings (_engines/vllm/core.py,
+front.py) go on when vLLM's modules vllm.v1.engine.core and
 vllm.v1.engine.output_processor are loaded (the boot's after_import), in whichever process
 makes an engine or processes its outputs, and add their request rows and meta at exit.
 
@@ -43,8 +43,9 @@ from ._backend import get_backend
 from ._common import module as select_module
 from ._common import parse_env_list
 from ._compiled import watch_compile
+from ._engines import install_watchers
 from ._errors import TokentraceError
-from ._record import Attachment, FirstRoot, install_when_loaded, selection, sites_of
+from ._record import Attachment, FirstRoot, selection, sites_of
 
 _state = {"first": None, "done": False}
 
@@ -71,7 +72,7 @@ def install():
         from _tokentrace_after_import import after_import  # the boot's, beside sitecustomize
     except ImportError:  # not started by `tokentrace run` (no boot on sys.path)
         return
-    install_when_loaded(_recording_backend, _say, after_import)
+    install_watchers(_recording_backend, _say, after_import)
     after_import("transformers.generation.utils", _watch_generate)
 
 
@@ -85,16 +86,18 @@ def _watch_generate(module):
     if original is None or getattr(original, "__tokentrace_generate__", False):
         return
 
+    # Its code is not named `generate`: the root's choice reads the generate frames on the stack
+    # (the model, its assistant_model argument: _record/root.py), which stay the original's.
     @functools.wraps(original)
-    def generate(self, *args, **kwargs):
+    def noting_generate(self, *args, **kwargs):
         output = original(self, *args, **kwargs)
         attached = _state.get("attached")
         if attached is not None:
             attached.note_output(self, output)
         return output
 
-    generate.__tokentrace_generate__ = True
-    mixin.generate = generate
+    noting_generate.__tokentrace_generate__ = True
+    mixin.generate = noting_generate
 
 
 def _recording_backend():

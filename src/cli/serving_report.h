@@ -1,7 +1,7 @@
 // The serving sections of `tokentrace report`: a serving engine's steps (the tokens of a vLLM
 // worker's trace) and its requests, from the step_requests table (written by the Python
-// layer's engine adapter, python/tokentrace/_record/vllm_steps.py) and each step's times; and
-// the engine core's view (python/tokentrace/_record/vllm_core.py): its steps' scheduler time
+// layer's engine adapter, python/tokentrace/_engines/vllm/steps.py) and each step's times; and
+// the engine core's view (python/tokentrace/_engines/vllm/core.py): its steps' scheduler time
 // and each request's queue, first token and finish, from request_events and its sites. Read
 // through store/reader (Reader::Rows), as every reader of the CLI.
 #pragma once

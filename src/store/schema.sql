@@ -117,14 +117,14 @@ CREATE TABLE IF NOT EXISTS call_inputs(call_id INTEGER, path TEXT, kind TEXT, ty
 -- line. Files that predate this file's creating them lack these two tables (read as empty).
 CREATE TABLE IF NOT EXISTS saved_outputs(call_id INTEGER, file TEXT, key TEXT);
 CREATE TABLE IF NOT EXISTS escape_sites(token INTEGER, location TEXT, count INTEGER);
--- Written by the Python layer's engine adapter (python/tokentrace/_record/vllm_steps.py) while a
+-- Written by the Python layer's engine adapter (python/tokentrace/_engines/vllm/steps.py) while a
 -- serving engine runs: one row per request scheduled in a step (the step is the token), with
 -- how many of its tokens the step computes as prefill (its prompt, possibly a chunk of it) and
 -- as decode, and the position of its first token in the step. Other files have none (empty).
 CREATE TABLE IF NOT EXISTS step_requests(token INTEGER, request TEXT, prefill_tokens INTEGER,
                                          decode_tokens INTEGER, position INTEGER);
--- Written by the Python layer's engine adapters (python/tokentrace/_record/vllm_core.py,
--- vllm_front.py): one row per request as one process of a serving engine saw it, `role`
+-- Written by the Python layer's engine adapters (python/tokentrace/_engines/vllm/core.py,
+-- front.py): one row per request as one process of a serving engine saw it, `role`
 -- engine_core (the scheduler) or front_end (the process that takes requests and returns
 -- outputs; its rows have no scheduling). One file may hold both roles' rows (one process).
 -- arrival_unix_ns is the front end's wall clock (when the request arrived); the other times

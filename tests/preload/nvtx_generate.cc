@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
     static auto add = Entry<decltype(&tokentrace_add_rows)>("tokentrace_add_rows");
     for (int t = 0; tokens == 0 || t < tokens; ++t) {
       HookToken();
-      // a step's row, with the token it belongs to (as vllm_steps.py hands them)
+      // a step's row, with the token it belongs to (as _engines/vllm/steps.py hands them)
       const char* columns[] = {"token", "request"};
       tokentrace_value row[2] = {{TOKENTRACE_VALUE_INT, t + 1, 0, nullptr},
                                  {TOKENTRACE_VALUE_TEXT, 0, 0, "A"}};

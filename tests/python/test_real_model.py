@@ -126,7 +126,8 @@ def test_the_example_job_answers_as_untraced_under_tokentrace_run_and_its_report
     report = subprocess.run([_program(), "report", str(out)], capture_output=True, text=True,
                             timeout=120)
     assert report.returncode == 0, report.stderr
-    assert "prompt: \"<|im_start|>" in report.stdout
+    prompt = next(line for line in report.stdout.splitlines() if "prompt: " in line)
+    assert QUESTION in prompt and prompt.endswith('<|im_start|>assistant\\n"'), prompt
     assert f"generated: \"{plain.stdout.strip()}" in report.stdout
     assert "\" Paris\"" in report.stdout  # the token column
     trace = tt.load(str(out))

@@ -146,7 +146,7 @@ def _stand_in_vllm(monkeypatch):
 
 def test_the_vllm_adapter_makes_each_step_a_token_and_writes_its_requests(tmp_path,
                                                                            monkeypatch, writer):
-    from tokentrace._record import VllmSteps
+    from tokentrace._engines import VllmSteps
     runner_cls = _stand_in_vllm(monkeypatch)
     backend = _Backend()
     steps = VllmSteps(backend, None)
@@ -174,7 +174,7 @@ def test_the_vllm_adapter_makes_each_step_a_token_and_writes_its_requests(tmp_pa
 
 
 def test_a_vllm_step_that_raises_is_closed(tmp_path, monkeypatch):
-    from tokentrace._record import VllmSteps
+    from tokentrace._engines import VllmSteps
     runner_cls = _stand_in_vllm(monkeypatch)
 
     def broken(self, scheduler_output, intermediate_tensors=None):
@@ -271,7 +271,7 @@ def _stand_in_engine_core():
 
 
 def test_the_engine_cores_steps_are_tokens_and_each_request_is_a_row(writer):
-    from tokentrace._record import VllmCore
+    from tokentrace._engines import VllmCore
     module = _stand_in_engine_core()
     backend = _Backend()
     core = VllmCore(backend, None)
@@ -311,7 +311,7 @@ def test_the_engine_cores_steps_are_tokens_and_each_request_is_a_row(writer):
 
 
 def test_an_engine_core_step_that_raises_is_closed(tmp_path):
-    from tokentrace._record import VllmCore
+    from tokentrace._engines import VllmCore
     module = _stand_in_engine_core()
     backend = _Backend()
     core = VllmCore(backend, _file(tmp_path / "c.sqlite", rows=[], steps=0))
@@ -328,7 +328,7 @@ def test_an_engine_core_step_that_raises_is_closed(tmp_path):
 
 def test_the_engine_cores_unfinished_requests_are_written_at_exit(writer):
     """A request still running when the process ends is a row with no finish."""
-    from tokentrace._record import VllmCore
+    from tokentrace._engines import VllmCore
     module = _stand_in_engine_core()
     core = VllmCore(_Backend(), None)
     core.install(module)
@@ -373,7 +373,7 @@ def test_the_front_ends_output_steps_are_tokens_and_each_request_is_a_row(writer
     outputs is a step (a token, or a plain call when an engine core records in the process),
     and each request's row says when it was handed to the engine, got its first token and
     finished, as the front end saw it; an abort finishes one."""
-    from tokentrace._record import VllmFront
+    from tokentrace._engines import VllmFront
     module = _stand_in_output_processor()
     backend = _Backend()
     front = VllmFront(backend, None)

@@ -158,3 +158,16 @@ def test_tokentrace_run_takes_the_tokenizer_it_is_given(tmp_path):
                           "--", sys.executable, str(job)], capture_output=True, text=True,
                          timeout=60, env=env)
     assert bad.returncode == 2 and "--tokenizer=" in bad.stderr and "IDS" not in bad.stdout
+
+
+def test_reading_the_ids_runs_no_op_that_op_records_see(tmp_path):
+    """The ids are read from the tensor's memory: op records (and their TorchLens labels) see
+    the model's ops only (a .tolist() or .numpy() there added aten::detach, aten::to,
+    aten::resolve_conj and aten::resolve_neg to every token, and renumbered its ops)."""
+    lm = _lm()
+    with torch.no_grad():
+        trace = tt.trace(lm.generate, torch.tensor([[1, 2, 3]]), input_kwargs=GEN, ops=True,
+                         out=str(tmp_path / "o.sqlite"), kernels="off")
+    names = {op.name for k in (1, 2) for op in trace[f"self:{k}"].ops}
+    assert not names & {"aten::resolve_conj", "aten::resolve_neg", "aten::detach"}, names
+    assert all(r.id is not None for r in trace.tokens)

@@ -1,6 +1,6 @@
 """A serving engine's steps and requests as its files hold them: a worker's step_requests
-(_record/vllm_steps.py: each step's requests, each request's steps) and the engine core's and
-front end's request_events (_record/vllm_core.py, vllm_front.py: each request's arrival,
+(_engines/vllm/steps.py: each step's requests, each request's steps) and the engine core's and
+front end's request_events (_engines/vllm/core.py, front.py: each request's arrival,
 queue, first token, finish, as each process saw it).
 
     trace.step_requests        [StepRequest(token, request, prefill_tokens, decode_tokens,

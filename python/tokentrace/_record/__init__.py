@@ -6,9 +6,8 @@ recording wrappers and hooks on the modules), inputs.py (InputRecorder: a call's
 path), sink.py (saved tensors, to safetensors shards), escapes.py (host reads of device
 values), collectives.py (torch.distributed calls as calls), op_records.py (ATen ops as calls:
 on and off), op_saver.py (the outputs of the ops that save= selects), prompt.py (text prompts,
-tokenized), vllm_steps.py (a vLLM worker's engine steps as tokens, and their requests),
-vllm_core.py (vLLM's engine core: its steps and scheduler time, each request's life),
-vllm_front.py (vLLM's front end: its output processing, each request's life there).
+tokenized), token_text.py (each token's generated ids and text). A serving engine's adapters
+are _engines/'s.
 Their rows go to the trace file's one writer (_common/store.py: add_rows, RowsToWriter).
 Imports _compiled, _backend, _common and _errors; never _edit or _read.
 """
@@ -25,9 +24,6 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .prompt import find_tokenizer, is_text, tokenize
     from .root import ASSISTANT, FirstRoot, RootChoice, sites_of
     from .sink import TensorSink
-    from .vllm_core import VllmCore, install_when_loaded
-    from .vllm_front import VllmFront
-    from .vllm_steps import VllmSteps
 
 _EXPORTS = {
     "Attachment": "attach", "selection": "attach",
@@ -39,8 +35,6 @@ _EXPORTS = {
     "EscapeCounter": "escapes", "warn_once": "escapes",
     "op_records": "op_records",
     "is_text": "prompt", "tokenize": "prompt", "find_tokenizer": "prompt",
-    "VllmSteps": "vllm_steps", "VllmCore": "vllm_core", "install_when_loaded": "vllm_core",
-    "VllmFront": "vllm_front",
 }
 
 __all__ = sorted(_EXPORTS)

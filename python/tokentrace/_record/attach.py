@@ -24,8 +24,9 @@ import torch
 
 from .._common import OP_EDIT_SITE, ROOT, add_losses, add_meta, add_rows
 from .._compiled import CompiledCalls, compiled_rows
+from .._engines import worker_adapter
 from .._errors import TokentraceError
-from . import collectives, op_records, vllm_steps
+from . import collectives, op_records
 from .escapes import EscapeCounter
 from .hooks import HookSet
 from .inputs import InputRecorder
@@ -69,7 +70,7 @@ class Attachment:
         self.inputs = set()
         self.sink = self.hooks = self.edits = self.collectives = self.compiled_calls = None
         self.compiled_note = None  # one line: the job compiled the model while traced
-        self.engine = None  # a serving engine's steps (_record/vllm_steps.py), when one runs
+        self.engine = None  # a serving engine's worker adapter (_engines/), when one runs
         self.recorder = InputRecorder(backend.current, None, backend.settled_path)
         self.on_cpu = True
         self.ops_on = False
@@ -84,9 +85,11 @@ class Attachment:
         if not isinstance(root, RootChoice):
             root = RootChoice(root, "the model traced", root)
         model = root.model
-        if root.token is None and vllm_steps.serves(model):  # a vLLM worker: its steps are tokens
-            root.token, root.token_how = vllm_steps.TOKEN_SITE, "vLLM engine steps"
-            self.engine = vllm_steps.VllmSteps(self.backend, self.path, self.say)
+        adapter = worker_adapter(model, self.backend, self.path, self.say) \
+            if root.token is None else None
+        if adapter is not None:  # an engine's worker: its steps are the tokens
+            root.token, root.token_how = adapter.token_site, adapter.token_how
+            self.engine = adapter
         names = sites_of(model, root.assistant)
         hooked, saved, self.inputs = self.select(list(names))
         self.model, self.root = model, root
@@ -201,6 +204,9 @@ class Attachment:
             compiled_meta, compiled_losses = compiled_rows(path)
             meta.update(compiled_meta)
             losses.update(compiled_losses)
+        if self.ops_on:  # the run is over: tokentrace's own reads below are no ops of the job
+            op_records.stop()
+            self.ops_on = False
         if self.model is not None:
             self.token_texts.finish(self.model)
         add_rows("saved_outputs", rows)

@@ -46,7 +46,7 @@ class RootChoice:
     first: torch.nn.Module | None = None
     assistant: torch.nn.Module | None = None
     # The site whose calls are the tokens when they are not the model's calls: a serving
-    # engine's step (_record/vllm_steps.py), in which the model's calls are then plain calls.
+    # engine's step (_engines/vllm/steps.py), in which the model's calls are then plain calls.
     token: str | None = None
     token_how: str = ""
 

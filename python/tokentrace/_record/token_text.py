@@ -15,19 +15,22 @@ job's steps (a GGUF tokenizer takes seconds), and every token's text is handed o
 rows beside the ids (readers prefer the row with text). Without a tokenizer the trace keeps
 the ids.
 
-On a GPU the ids are copied to pinned host memory without waiting for the device (a sync
-inside the token would be an escape of tokentrace's own); a copy is read once it is done (by
-the next token, or at the end). Not yet run on a GPU.
+The ids are read from the tensor's memory (its data pointer and strides), which runs no ATen op:
+op records (and their TorchLens labels) never see tokentrace's reads. On a GPU nothing is read inside a token (a copy would be a device op, and
+a wait, of tokentrace's own): every token's ids come from generate's output at the end, so a job
+killed on a GPU keeps no ids, and a hand-written loop there has none. Not yet run on a GPU.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 from .._common import add_meta, add_rows, parameter_names
 from .prompt import find_tokenizer, tokenizer_from_path
 
 _CONTEXT = 6  # ids before a token that its text is decoded with (a leading space, a merge)
+COLUMNS = ("token", "sequence", "id", "text")
 
 
 class TokenTexts:
@@ -43,7 +46,9 @@ class TokenTexts:
         self.model = None
         self.ids: dict[int, list[int]] = {}  # token -> one id per sequence (0: the prompt's)
         self.prompt: list[list[int]] = []    # the prompt's ids, per sequence
-        self.pending: list[tuple] = []       # (token, host tensor, event) of copies from a GPU
+        self.on_device = False  # the root reads ids on a device: taken from generate's output
+        self.prompt_length = 0
+        self.outputs: list = []  # generate's outputs on a device, read at the end
         self.failed = 0
         self.last_call = 0  # the token of the last root call seen
 
@@ -51,9 +56,13 @@ class TokenTexts:
         """The root's input callable(*args, **kwargs): its ids, read inside the call."""
         names = parameter_names(forward)
 
+        import torch
+        untracked = torch._C.DisableTorchFunction  # op saves' and edits' modes see none of it
+
         def on_input(*args, **kwargs):
             try:
-                self.see(names, args, kwargs)
+                with untracked():
+                    self.see(names, args, kwargs)
             except Exception:  # never into the job
                 self.failed += 1
         return on_input
@@ -72,60 +81,58 @@ class TokenTexts:
         if token <= 0:
             return
         self.last_call = token
-        self._resolve(wait=False)
-        if not self.prompt:  # the first root call reads the prompt
-            self.prompt = ids.tolist() if not ids.is_cuda else ids.cpu().tolist()
-            add_rows("token_text", [(0, s, None, None) for s in range(len(self.prompt))],
-                     ("token", "sequence", "id", "text"))
+        if ids.device.type != "cpu":
+            # Read from generate's output at the end instead: a copy here would be a device op
+            # (and a wait) inside the token, and an ATen op among the model's own.
+            self.on_device = True
+            if not self.prompt_length:
+                self.prompt_length = ids.shape[1]
             return
-        self._take(token - 1, ids[:, -1])
+        if not self.prompt:  # the first root call reads the prompt
+            self.prompt = _read_ids(ids, last_only=False)
+            self.prompt_length = len(self.prompt[0])
+            add_rows("token_text", [(0, s, None, None) for s in range(len(self.prompt))],
+                     COLUMNS)
+            return
+        self._hand(token - 1, [row[0] for row in _read_ids(ids, last_only=True)])
 
     def note_output(self, model, output):
         """generate's output (ids [batch, length], or an object with .sequences): the last
-        token's ids, which no root call reads. Taken when its length is the prompt's plus one
-        id a token (a generate whose calls are not one token each, a beam search, is left)."""
+        token's ids, which no root call reads, and on a device every token's (they were not
+        read there). Taken when its length is the prompt's plus one id a token (a generate
+        whose calls are not one token each, a beam search, is left)."""
         if self.model is not None and model is not self.model:
             return
         sequences = getattr(output, "sequences", output)
-        if getattr(sequences, "dim", lambda: 0)() != 2 or not self.prompt:
+        if getattr(sequences, "dim", lambda: 0)() != 2 or getattr(sequences, "dtype", None) \
+                is None or sequences.dtype.is_floating_point:
             return
         last = self.last_call
-        if last <= 0 or last in self.ids or len(sequences) != len(self.prompt):
+        if last <= 0 or not self.prompt_length or \
+                sequences.shape[1] != self.prompt_length + last:
             return
-        if sequences.shape[1] == len(self.prompt[0]) + last:
-            self._take(last, sequences[:, -1])
-
-    def _take(self, token, column):
-        if column.is_cuda:
-            import torch
-            host = torch.empty(column.shape, dtype=column.dtype, pin_memory=True)
-            host.copy_(column, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            self.pending.append((token, host, event))
-            return
-        self._hand(token, column.tolist())
-
-    def _resolve(self, wait):
-        keep = []
-        for token, host, event in self.pending:
-            if wait:
-                event.synchronize()
-            if wait or event.query():
-                self._hand(token, host.tolist())
-            else:
-                keep.append((token, host, event))
-        self.pending = keep
+        if self.on_device:
+            self.outputs.append(sequences)  # read at the end, off the job's steps
+        elif last not in self.ids and len(sequences) == len(self.prompt):
+            self._hand(last, [row[0] for row in _read_ids(sequences, last_only=True)])
 
     def _hand(self, token, ids):
         self.ids[token] = ids
-        add_rows("token_text", [(token, s, int(i), None) for s, i in enumerate(ids)],
-                 ("token", "sequence", "id", "text"))
+        add_rows("token_text", [(token, s, int(i), None) for s, i in enumerate(ids)], COLUMNS)
+
+    def _from_outputs(self):
+        """On a device: the prompt and every token from generate's last output."""
+        sequences = self.outputs[-1].cpu().tolist()
+        self.prompt = [row[:self.prompt_length] for row in sequences]
+        add_rows("token_text", [(0, s, None, None) for s in range(len(self.prompt))], COLUMNS)
+        for token in range(1, self.last_call + 1):
+            self._hand(token, [row[self.prompt_length + token - 1] for row in sequences])
 
     def finish(self, model):
         """At the end of the run: the copies still in flight, then every token's text when a
         tokenizer is known, and the meta saying which."""
-        self._resolve(wait=True)
+        if self.on_device and self.outputs and not self.ids:
+            self._from_outputs()
         if not self.prompt:
             return
         tokenizer = self._tokenizer(model)
@@ -141,7 +148,7 @@ class TokenTexts:
                 self.say(f"tokentrace: the tokenizer ({how})")
             add_meta({"tokenizer": how})
             return
-        add_rows("token_text", rows, ("token", "sequence", "id", "text"))
+        add_rows("token_text", rows, COLUMNS)
         add_meta({"tokenizer": self.tokenizer_how})
 
     def _texts(self, tokenizer):
@@ -174,6 +181,24 @@ class TokenTexts:
             if self.say is not None:
                 self.say(f"tokentrace: the tokenizer {self.tokenizer_how}")
             return None
+
+
+_CTYPES = {"torch.int64": ctypes.c_int64, "torch.int32": ctypes.c_int32}
+
+
+def _read_ids(ids, last_only):
+    """The ids of a 2-d integer CPU tensor, read from its memory (its data pointer and strides):
+    no ATen op runs, so op records and their TorchLens labels never see tokentrace's reads (a
+    .tolist() or .numpy() runs several). [[id, ...] per row]: every column, or the last."""
+    ctype = _CTYPES.get(str(ids.dtype))
+    if ctype is None:
+        raise TypeError(f"token ids of dtype {ids.dtype}")
+    base, size = ids.data_ptr(), ids.element_size()
+    rows, columns = ids.shape
+    row_stride, column_stride = ids.stride()
+    wanted = [columns - 1] if last_only else range(columns)
+    return [[ctype.from_address(base + (r * row_stride + c * column_stride) * size).value
+             for c in wanted] for r in range(rows)]
 
 
 def _decode(tokenizer, ids):

@@ -34,8 +34,8 @@ import atexit
 import time
 from typing import Any
 
-from .._common import RowsToWriter
-from .vllm_steps import role_meta
+from ..._common import RowsToWriter
+from .steps import role_meta
 
 CORE_MODULE = "vllm.v1.engine.core"
 CORE_SITE = "vllm.core_step"  # the engine core's token site
@@ -333,11 +333,11 @@ def core_here():
 def install_when_loaded(backend_if_recording, say, after_import):
     """Preload: records every EngineCore this process makes once vLLM's engine-core module is
     loaded, and its front end's output processing once vLLM's output processor module is
-    (vllm_front.py): now, or when the job imports them (`after_import(name, callback)`, the
+    (front.py): now, or when the job imports them (`after_import(name, callback)`, the
     boot's). backend_if_recording() gives the native backend when the shim records, else None.
     Rows and meta are added to the trace file at exit by each that recorded something (a
     process that only imports vLLM's modules, as the worker does, writes nothing for them)."""
-    from .vllm_front import FRONT_MODULE, VllmFront
+    from .front import FRONT_MODULE, VllmFront
 
     def loaded(kind, module):
         backend = backend_if_recording()

@@ -25,8 +25,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .vllm_core import RequestLives, core_here
-from .vllm_steps import role_meta
+from .core import RequestLives, core_here
+from .steps import role_meta
 
 FRONT_MODULE = "vllm.v1.engine.output_processor"
 FRONT_SITE = "vllm.front_step"

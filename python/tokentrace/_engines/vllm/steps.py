@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .._common import RowsToWriter
+from ..._common import RowsToWriter
 
 TOKEN_SITE = "vllm.step"  # the token site's name (not a module path: it has no such module)
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # the CPU runner subclasses its class
@@ -103,7 +103,11 @@ def _running_step(execute):
 
 
 class VllmSteps:
-    """The step wrappers on vLLM's model runner class, for one recording."""
+    """The step wrappers on vLLM's model runner class, for one recording (a worker adapter of
+    _engines/registry.py)."""
+
+    token_site = TOKEN_SITE
+    token_how = "vLLM engine steps"
 
     def __init__(self, backend, path, say=None):
         self.backend = backend
