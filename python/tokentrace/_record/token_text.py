@@ -15,10 +15,11 @@ job's steps (a GGUF tokenizer takes seconds), and every token's text is handed o
 rows beside the ids (readers prefer the row with text). Without a tokenizer the trace keeps
 the ids.
 
-The ids are read from the tensor's memory (its data pointer and strides), which runs no ATen op:
-op records (and their TorchLens labels) never see tokentrace's reads. On a GPU nothing is read inside a token (a copy would be a device op, and
-a wait, of tokentrace's own): every token's ids come from generate's output at the end, so a job
-killed on a GPU keeps no ids, and a hand-written loop there has none. Not yet run on a GPU.
+The ids are read from the tensor's memory (its data pointer and strides), which runs no ATen
+op: op records (and their TorchLens labels) never see tokentrace's reads. On a GPU nothing is
+read inside a token (a copy would be a device op, and a wait, of tokentrace's own): every
+token's ids come from generate's output at the end, so a job killed on a GPU keeps no ids, and
+a hand-written loop there has none. Not yet run on a GPU.
 """
 
 from __future__ import annotations
