@@ -24,6 +24,20 @@ def _local_dirs(model):
     return seen
 
 
+_LOADED: dict = {}  # (directory, gguf file or None) -> tokenizer: each is loaded once a process
+
+
+def _load(directory, gguf=None):
+    """AutoTokenizer.from_pretrained(directory[, gguf_file=gguf]), offline, once a process (a
+    GGUF file's tokenizer takes seconds to load)."""
+    key = (os.path.abspath(directory), gguf)
+    if key not in _LOADED:
+        from transformers import AutoTokenizer
+        kwargs = {"gguf_file": gguf} if gguf is not None else {}
+        _LOADED[key] = AutoTokenizer.from_pretrained(directory, local_files_only=True, **kwargs)
+    return _LOADED[key]
+
+
 def _ggufs(directory):
     return sorted(n for n in os.listdir(directory) if n.endswith(".gguf"))
 
@@ -31,17 +45,13 @@ def _ggufs(directory):
 def tokenizer_from_path(path):
     """The tokenizer saved at `path` (a directory, or a GGUF file: the tokenizer it carries),
     loaded without network access."""
-    from transformers import AutoTokenizer
     if os.path.isfile(path) and path.endswith(".gguf"):
-        return AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
-                                             gguf_file=os.path.basename(path),
-                                             local_files_only=True)
+        return _load(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
     if not os.path.isdir(path):
         fail(f"no tokenizer at {path}: give a directory with a saved tokenizer, or a .gguf file")
     if not any(os.path.exists(os.path.join(path, f)) for f in _TOKENIZER_FILES) and _ggufs(path):
-        return AutoTokenizer.from_pretrained(path, gguf_file=_ggufs(path)[0],
-                                             local_files_only=True)
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return _load(path, _ggufs(path)[0])
+    return _load(path)
 
 
 def locate_tokenizer(model):
@@ -51,14 +61,10 @@ def locate_tokenizer(model):
     A tokenizer that is there but cannot be loaded raises."""
     for directory in _local_dirs(model):
         if any(os.path.exists(os.path.join(directory, f)) for f in _TOKENIZER_FILES):
-            from transformers import AutoTokenizer
-            return (AutoTokenizer.from_pretrained(directory, local_files_only=True),
-                    f"found next to the model: {directory}")
+            return _load(directory), f"found next to the model: {directory}"
         ggufs = _ggufs(directory)
         if ggufs:
-            from transformers import AutoTokenizer
-            return (AutoTokenizer.from_pretrained(directory, gguf_file=ggufs[0],
-                                                  local_files_only=True),
+            return (_load(directory, ggufs[0]),
                     f"found in the model's GGUF file: {os.path.join(directory, ggufs[0])}")
     return None, "none found next to the model"
 
