@@ -1,4 +1,4 @@
-"""The README's docs blocks marked `# docs-test: needs=vllm expected=...` (the commands a
+"""The docs blocks marked `# docs-test: needs=vllm expected=...` (the commands a
 vLLM user types, on the tiny model), run in the vLLM environment as tests/python/test_docs.py
 runs the others: from the repository's root, with this environment's `tokentrace` on PATH."""
 
@@ -23,8 +23,8 @@ BLOCKS = [pytest.param(path, line, code, expected, id=f"{os.path.relpath(path, R
           for path, line, code, expected, needs in doc_blocks() if needs == "vllm"]
 
 
-def test_the_readme_has_a_vllm_example():
-    assert any("README.md" in p.id for p in BLOCKS)
+def test_the_serving_page_has_a_vllm_example():
+    assert any(os.path.join("docs", "serving.md") in p.id for p in BLOCKS)
 
 
 @pytest.mark.parametrize("path,line,code,expected", BLOCKS)

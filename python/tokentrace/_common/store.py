@@ -141,11 +141,14 @@ class RowsToWriter:
         return self._last_meta is None or time.monotonic() - self._last_meta >= self._META_S
 
     def flush(self):
-        """Hands the meta rows now (an idle engine, the end)."""
+        """Hands the meta rows now and has the writer commit what it holds (an idle engine,
+        the end): a serving engine kills its processes at shutdown without their exit, often
+        sooner than the writer's next commit, so what was handed is in the file before."""
         import time
         self._last_meta = time.monotonic()
         if self.meta is not None:
             self._hand(lambda: add_meta(self.meta()))
+        self._hand(lambda: schema().flush())
 
     def _hand(self, hand):
         try:
