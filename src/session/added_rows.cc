@@ -4,6 +4,22 @@
 
 namespace tokentrace {
 
+namespace {
+
+// The list from `first` in the opposite order (relinked in place); returns its new first.
+AddedItem* Reversed(AddedItem* first) {
+  AddedItem* reversed = nullptr;
+  while (first != nullptr) {
+    AddedItem* next = first->next;
+    first->next = reversed;
+    reversed = first;
+    first = next;
+  }
+  return reversed;
+}
+
+}  // namespace
+
 void AddedQueue::PushChain(AddedItem* first, AddedItem* last) {
   AddedItem* head = head_.load(std::memory_order_relaxed);
   do {
@@ -18,15 +34,8 @@ void AddedQueue::Push(std::unique_ptr<AddedItem> item) {
 }
 
 void AddedQueue::TakeInto(Batch* batch) {
-  AddedItem* taken = head_.exchange(nullptr, std::memory_order_acquire);
   // The stack holds the newest first: reversed, the items go in the order they were added.
-  AddedItem* ordered = nullptr;
-  while (taken != nullptr) {
-    AddedItem* next = taken->next;
-    taken->next = ordered;
-    ordered = taken;
-    taken = next;
-  }
+  AddedItem* ordered = Reversed(head_.exchange(nullptr, std::memory_order_acquire));
   while (ordered != nullptr) {
     AddedItem* item = ordered;
     try {
@@ -43,15 +52,8 @@ void AddedQueue::TakeInto(Batch* batch) {
       }
     } catch (const std::bad_alloc&) {
       // Back on the queue in their order (newest first there), for the next drain.
-      AddedItem* reversed = nullptr;
       AddedItem* last = ordered;
-      while (ordered != nullptr) {
-        AddedItem* next = ordered->next;
-        ordered->next = reversed;
-        reversed = ordered;
-        ordered = next;
-      }
-      PushChain(reversed, last);
+      PushChain(Reversed(ordered), last);
       throw;
     }
     ordered = item->next;
