@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "store/store.h"
 
@@ -109,6 +110,42 @@ void BM_WriteCallRows(benchmark::State& state) {
   state.SetItemsProcessed(written);
 }
 BENCHMARK(BM_WriteCallRows)->Arg(10000)->Unit(benchmark::kMillisecond);
+
+// On a GPU, most kernels complete after their call has closed and been written: each batch
+// carries the calls of this drain and the GPU deltas of the last drain's calls (one per
+// call, 230 calls per token). The summaries attribute each delta to its call's site from what
+// the joiner carried with it (until schema 8's writer, one SELECT by id per delta).
+void BM_WriteLateGpuDeltas(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0));
+  TempStore temp(state);
+  if (temp.store == nullptr) return;
+  uint64_t id = 1;
+  int64_t now = 86400LL * 3 * 1000000000;
+  int64_t written = 0;
+  std::vector<CallRow> last;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Batch b;
+    b.calls.reserve(rows);
+    for (int i = 0; i < rows; ++i, ++id) {
+      const uint32_t token = static_cast<uint32_t>(id / 230 + 1);
+      b.calls.push_back(
+          {id, static_cast<uint32_t>(id % 230 + 1), token, token, 0, 0, now, now + 4000});
+      now += 5000;
+    }
+    b.call_gpu.reserve(last.size());
+    for (const CallRow& c : last) {
+      b.call_gpu.push_back({c.id, c.token, 3, 9000, c.cpu_begin_ns + 100, c.cpu_end_ns + 9000, 0,
+                            c.site_id, c.token, true});
+    }
+    last = b.calls;
+    state.ResumeTiming();
+    if (!temp.store->Write(b, &temp.error)) state.SkipWithError(temp.error.c_str());
+    written += static_cast<int64_t>(b.call_gpu.size());
+  }
+  state.SetItemsProcessed(written);  // GPU deltas
+}
+BENCHMARK(BM_WriteLateGpuDeltas)->Arg(10000)->Unit(benchmark::kMillisecond);
 
 // A foreign-NVTX job's shape (bench/long_run_job.cc): tokens of 12 calls, a token range and
 // 11 ranges inside it, no outputs, in batches of `rows` calls: what the per-token rows of the

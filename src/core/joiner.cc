@@ -27,6 +27,22 @@ uint32_t Joiner::NextK(uint32_t site_id) {
   return ++site_calls_[site_id];
 }
 
+Joiner::CallOf Joiner::OpenCallOf(uint32_t thread, uint64_t call_id) const {
+  CallOf call;
+  call.id = call_id;
+  if (call_id == 0) return call;
+  auto it = stacks_.find(thread);
+  if (it == stacks_.end()) return call;
+  for (auto row = it->second.rbegin(); row != it->second.rend(); ++row) {  // the top, mostly
+    if (row->id == call_id) {
+      call.site_id = row->site_id;
+      call.token = row->token;
+      break;
+    }
+  }
+  return call;
+}
+
 CallRow Joiner::OpenCall(uint32_t thread, const Event& e) {
   CallRow row;
   row.id = e.call_id;
@@ -79,13 +95,10 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
       break;
     }
     case EventKind::kLaunch:
-      if (mode_.kind != KernelMode::kOff) {
-        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, delivered_, false};
-      }
-      break;
     case EventKind::kGraphLaunch:
       if (mode_.kind != KernelMode::kOff) {
-        correlations_[e.a] = Correlation{e.call_id, e.token, epoch_, delivered_, true};
+        correlations_[e.a] = Correlation{OpenCallOf(thread, e.call_id), e.token, epoch_, delivered_,
+                                         e.kind == EventKind::kGraphLaunch};
       }
       break;
     case EventKind::kEscape: {
@@ -149,8 +162,9 @@ void Joiner::OnEvent(uint32_t thread, const Event& e, Batch* out) {
     case EventKind::kGraphNodeCreated: {
       // Instantiation may report its nodes as created too (the dispatcher filters what it
       // can see): the clone event, which names the captured original, wins.
-      auto [it, inserted] = node_calls_.try_emplace(e.a, NodeOwner{e.call_id, e.token, false});
-      if (!inserted && !it->second.cloned) it->second = NodeOwner{e.call_id, e.token, false};
+      const NodeOwner owner{OpenCallOf(thread, e.call_id), false};
+      auto [it, inserted] = node_calls_.try_emplace(e.a, owner);
+      if (!inserted && !it->second.cloned) it->second = owner;
       break;
     }
     case EventKind::kGraphNodeCloned: {
@@ -197,8 +211,9 @@ uint32_t Joiner::InternName(const GpuActivity& a, Batch* out) {
   return id;
 }
 
-void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id, uint32_t token,
+void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, const CallOf& call, uint32_t token,
                        Batch* out) {
+  const uint64_t call_id = call.id;
   if (mode_.FullRowsFor(token)) {
     KernelRow row;
     row.call_id = call_id;
@@ -215,11 +230,12 @@ void Joiner::Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id,
     out->kernels.push_back(row);
   }
   // Kernels outside any call are summed per token (call id 0, one entry per token).
-  const uint64_t key = call_id != 0 ? call_id : ((1ull << 63) | token);
-  CallGpuDelta& d = summaries_[key];
+  CallGpuDelta& d = summaries_[{call_id, token}];
   if (d.kernels == 0) {
     d.call_id = call_id;
     d.token = token;
+    d.site_id = call.site_id;
+    d.call_token = call.token;
     d.first_begin_ns = a.begin_ns;
     d.last_end_ns = a.end_ns;
   }
@@ -235,17 +251,17 @@ bool Joiner::TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out) {
   auto it = correlations_.find(a.correlation_id);
   if (it == correlations_.end()) return false;
   const Correlation c = it->second;
-  uint64_t call_id = c.call_id;
+  CallOf call = c.call;
   if (a.graph_node_id != 0) {
     auto node = node_calls_.find(a.graph_node_id);
     if (node != node_calls_.end()) {
-      call_id = node->second.call_id;
+      call = node->second.call;
     } else {
       out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE)] += 1;
     }
   }
   if (!c.graph) correlations_.erase(it);
-  Attribute(a, name_id, call_id, c.token, out);
+  Attribute(a, name_id, call, c.token, out);
   return true;
 }
 
@@ -264,7 +280,19 @@ void Joiner::OnActivity(const GpuActivity& a, Batch* out) {
 }
 
 void Joiner::EmitSummaries(Batch* out) {
-  for (auto& [id, delta] : summaries_) out->call_gpu.push_back(delta);
+  if (summaries_.empty()) return;
+  // A call not open on its thread's stack now has closed, and its row was handed over with
+  // this drain's rows or before (or never will be: its push was dropped, kNoSite).
+  std::vector<uint64_t> open;
+  for (const auto& [thread, stack] : stacks_) {
+    for (const CallRow& row : stack) open.push_back(row.id);
+  }
+  std::sort(open.begin(), open.end());
+  for (auto& [key, delta] : summaries_) {
+    delta.call_closed =
+        delta.call_id != 0 && !std::binary_search(open.begin(), open.end(), delta.call_id);
+    out->call_gpu.push_back(delta);
+  }
   summaries_.clear();
 }
 
@@ -285,7 +313,7 @@ void Joiner::EndDrain(Batch* out) {
     if (TryAttribute(p.activity, p.name_id, out)) continue;
     if (epoch_ - p.epoch >= kPendingDrains) {
       out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION)] += 1;
-      Attribute(p.activity, p.name_id, 0, 0, out);
+      Attribute(p.activity, p.name_id, CallOf{}, 0, out);
     } else {
       still.push_back(p);
     }
@@ -316,7 +344,7 @@ void Joiner::Finish(Batch* out) {
   for (Pending& p : pending_) {
     if (TryAttribute(p.activity, p.name_id, out)) continue;
     out->losses[LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION)] += 1;
-    Attribute(p.activity, p.name_id, 0, 0, out);
+    Attribute(p.activity, p.name_id, CallOf{}, 0, out);
   }
   pending_.clear();
   EmitSummaries(out);

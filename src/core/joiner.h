@@ -30,6 +30,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -74,16 +75,22 @@ class Joiner {
   static constexpr uint32_t kCorrelationDrains = 100;
 
  private:
+  // Where a launch's records go: its call, the call's site and own token (kNoSite, 0: not
+  // known, the call's push was dropped), and the token it ran in.
+  struct CallOf {
+    uint64_t id = 0;
+    uint32_t site_id = kNoSite;
+    uint32_t token = 0;
+  };
   struct Correlation {
-    uint64_t call_id;
-    uint32_t token;
+    CallOf call;
+    uint32_t token;      // the launch's
     uint32_t epoch;      // drain number of the launch
     uint64_t delivered;  // GPU records delivered before the launch was seen
     bool graph;          // graph launches keep their entry: one launch, many records
   };
   struct NodeOwner {
-    uint64_t call_id;
-    uint32_t token;
+    CallOf call;
     bool cloned;  // set by an instantiation clone: a creation event does not replace it
   };
   struct Pending {
@@ -94,8 +101,10 @@ class Joiner {
 
   int64_t ToNs(uint64_t ticks) const;
   uint32_t InternName(const GpuActivity& a, Batch* out);
-  void Attribute(const GpuActivity& a, uint32_t name_id, uint64_t call_id, uint32_t token,
+  void Attribute(const GpuActivity& a, uint32_t name_id, const CallOf& call, uint32_t token,
                  Batch* out);
+  // The open call `call_id` of `thread` (normally its innermost), as a launch inside it sees it.
+  CallOf OpenCallOf(uint32_t thread, uint64_t call_id) const;
   bool TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out);
   void EmitSummaries(Batch* out);
   uint32_t NextK(uint32_t site_id);  // numbers calls per site; notes first-seen sites
@@ -130,8 +139,15 @@ class Joiner {
   };
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> names_;
   std::vector<bool> comm_names_;  // by name id: IsCommKernel, decided once per name
-  std::unordered_map<uint64_t, CallGpuDelta> summaries_;  // this drain, by call id
-  std::vector<uint32_t> site_calls_;                      // calls seen so far, by site id
+  // This drain's deltas, by (call id, token): a call captured in a graph gets records at
+  // every token that replays it, and each token's kernels are that token's.
+  struct CallTokenHash {
+    size_t operator()(const std::pair<uint64_t, uint32_t>& k) const {
+      return std::hash<uint64_t>{}(k.first * 0x9e3779b97f4a7c15ull ^ k.second);
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, uint32_t>, CallGpuDelta, CallTokenHash> summaries_;
+  std::vector<uint32_t> site_calls_;  // calls seen so far, by site id
   std::vector<uint32_t> new_sites_;
   std::unordered_map<uint32_t, std::string> texts_;
 };

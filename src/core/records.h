@@ -104,16 +104,28 @@ struct KernelRow {
   uint64_t graph_node_id = 0;
 };
 
-// Summary contribution for one call; the store adds deltas for the same call together
-// (records of one call can arrive in several batches).
+// A site id no site has: "not known".
+inline constexpr uint32_t kNoSite = UINT32_MAX;
+
+// Summary contribution for one call at one token; the store adds deltas for the same call
+// together (records of one call can arrive in several batches, and a call captured in a CUDA
+// graph gets records at every token that replays it).
 struct CallGpuDelta {
   uint64_t call_id = 0;  // 0 = kernels launched outside any call (still counted per token)
-  uint32_t token = 0;
+  uint32_t token = 0;    // the token the records ran in (a replay's, for a captured call)
   uint32_t kernels = 0;
   int64_t busy_ns = 0;
   int64_t first_begin_ns = 0;
   int64_t last_end_ns = 0;
   int64_t comm_ns = 0;  // the part of busy_ns in communication kernels (core/comm_kernels.h)
+  // The call itself, as the joiner knew it when the launch (or the graph node's creation)
+  // came: its site (kNoSite: its push was dropped) and its own token, and whether it had
+  // closed by the end of the drain (so its row was handed to the writer before or with this
+  // delta). The writer's summaries attribute the records to the call's site from these,
+  // without reading the call back from the file.
+  uint32_t site_id = kNoSite;
+  uint32_t call_token = 0;
+  bool call_closed = false;
 };
 
 // The first output tensor of a call, as the Python hooks saw it.

@@ -27,9 +27,9 @@ namespace tokentrace {
 struct Store::Statements {
   Statement begin, commit, rollback;
   Statement meta, site, string, call, call_block, kernel, kernel_block, call_gpu, escape, output,
-      output_block, link, link_block, loss, token_stats, token_stats_block, find_call, site_stats,
-      site_block, site_block_block, site_stats_block, token_row, token_totals, token_hist,
-      token_slowest, token_slowest_floor, token_slowest_trim;
+      output_block, link, link_block, loss, token_stats, token_stats_block, site_stats, site_block,
+      site_block_block, site_stats_block, token_row, token_totals, token_hist, token_slowest,
+      token_slowest_floor, token_slowest_trim;
   // The Python layer's rows, by their INSERT's text (one per table and columns).
   std::map<std::string, std::unique_ptr<Statement>> added;
 };
@@ -560,7 +560,6 @@ bool Store::Prepare(std::string* error) {
          // calls: a short token (a dozen calls) makes its row a large part of the writing.
          s.token_stats.Prepare(db_, TokenStatsSql(1).c_str(), error) &&
          s.token_stats_block.Prepare(db_, TokenStatsSql(kBlockRows).c_str(), error) &&
-         s.find_call.Prepare(db_, "SELECT site_id, token FROM calls WHERE id = ?1", error) &&
          s.site_stats.Prepare(db_, SiteStatsSql(1).c_str(), error) &&
          s.site_stats_block.Prepare(db_, SiteStatsSql(kBlockRows).c_str(), error) &&
          s.site_block.Prepare(db_, SiteBlocksSql(1).c_str(), error) &&
@@ -618,17 +617,7 @@ bool Store::Write(const Batch& batch, std::string* error) {
   }
   bool written = false, no_memory = false;
   try {
-    Statement& find = st_->find_call;
-    summaries_->Fold(batch, [&find](uint64_t id, uint32_t* site_id, uint32_t* token) {
-      find.Bind(1, static_cast<int64_t>(id));
-      const bool found = find.Step() == SQLITE_ROW;
-      if (found) {
-        *site_id = static_cast<uint32_t>(find.Int(0));
-        *token = static_cast<uint32_t>(find.Int(1));
-      }
-      find.Reset();
-      return found;
-    });
+    summaries_->Fold(batch);
     written = WriteRows(batch, error) && WriteSummaries(error) && st_->commit.Run();
     if (!written && error->empty()) *error = CannotWrite(path_, sqlite3_errmsg(db_));
   } catch (const std::bad_alloc&) {
@@ -637,6 +626,11 @@ bool Store::Write(const Batch& batch, std::string* error) {
   if (!written) {
     st_->rollback.Run();
     summaries_->Rollback();
+    try {
+      summaries_->Refused(batch);
+    } catch (const std::bad_alloc&) {
+      // not remembered: later GPU work of these calls may count at their sites
+    }
     slowest_floor_ns_ = -1;
     if (no_memory) {
       try {

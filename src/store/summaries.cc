@@ -108,16 +108,28 @@ void Summaries::MakeRows() {
   blocks_.clear();
 }
 
-bool Summaries::Locate(uint64_t id, const FindCall& in_file, CallKey* key) const {
+bool Summaries::Locate(uint64_t id, CallKey* key) const {
   if (InBatch(id, key)) return true;
   if (auto it = state_.open_rows.find(id); it != state_.open_rows.end()) {
     *key = it->second;
     return true;
   }
-  return in_file && in_file(id, &key->site_id, &key->token);
+  return false;
 }
 
-void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
+void Summaries::Refused(const Batch& batch) {
+  for (const CallRow& r : batch.calls) {
+    if (r.cpu_end_ns == -1 || state_.open_rows.count(r.id) != 0) continue;  // not a lost row
+    if (!refused_.insert(r.id).second) continue;
+    refused_order_.push_back(r.id);
+    if (refused_order_.size() > kMaxWaiting) {
+      refused_.erase(refused_order_.front());
+      refused_order_.pop_front();
+    }
+  }
+}
+
+void Summaries::Fold(const Batch& batch) {
   saved_ = state_;  // small: open calls and what waits for them
   tokens_.clear();
   last_token_ = nullptr;
@@ -197,7 +209,7 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
       if (r.parent_id == 0) {
         Token(r.token).wait_ns += ns;
       } else if ((state_.waits.empty() || state_.waits.count(r.parent_id) == 0) &&
-                 Locate(r.parent_id, in_file, &parent)) {
+                 Locate(r.parent_id, &parent)) {
         if (!Collective(parent.site_id)) Token(r.token).wait_ns += ns;
       } else {
         Wait(&state_.waits, r.parent_id, std::pair<uint32_t, int64_t>{r.token, ns});
@@ -209,7 +221,7 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
     }
     CallKey parent;
     if ((state_.child_ns.empty() || state_.child_ns.count(r.parent_id) == 0) &&
-        Locate(r.parent_id, in_file, &parent)) {
+        Locate(r.parent_id, &parent)) {
       Site(parent).cpu_self_ns -= ns;
       BlockNs(parent.site_id, parent.token) -= ns;
     } else {
@@ -223,15 +235,24 @@ void Summaries::Fold(const Batch& batch, const FindCall& in_file) {
     token.gpu_busy_ns += d.busy_ns;
     if (d.token > 0 && (d.kernels != 0 || d.busy_ns != 0)) token.listed = true;
     if (d.call_id == 0) continue;  // read from call_gpu's one call-0 row
+    // Earlier work of the call waiting for its row: this waits with it.
+    const bool waiting = !state_.gpu.empty() && state_.gpu.count(d.call_id) != 0;
     CallKey key;
-    if (state_.gpu.count(d.call_id) == 0 && Locate(d.call_id, in_file, &key)) {
-      SiteDelta& site = Site(key);
-      site.kernels += d.kernels;
-      site.gpu_busy_ns += d.busy_ns;
-      Token(key.token).gpu_collective_ns += Collective(key.site_id) ? d.busy_ns : d.comm_ns;
+    if (!waiting && Locate(d.call_id, &key)) {
+      // the call's row is in this batch, or open in the file
+    } else if (!waiting && d.call_closed) {
+      // Its row was handed over before: in the file, unless its write was refused or its
+      // push was dropped (then a scan of the file does not count this work either).
+      if (d.site_id == kNoSite || refused_.count(d.call_id) != 0) continue;
+      key = CallKey{d.site_id, d.call_token};
     } else {
       Wait(&state_.gpu, d.call_id, Gpu{d.kernels, d.busy_ns, d.comm_ns});
+      continue;
     }
+    SiteDelta& site = Site(key);
+    site.kernels += d.kernels;
+    site.gpu_busy_ns += d.busy_ns;
+    Token(key.token).gpu_collective_ns += Collective(key.site_id) ? d.busy_ns : d.comm_ns;
   }
   for (const EscapeRow& e : batch.escapes) {
     TokenDelta& token = Token(e.token);

@@ -14,8 +14,12 @@
 //    it closes: it is counted once, and its time when it closes);
 //  * closed calls whose parent is not in the file yet (the parent closes later, in a later
 //    batch): their time is taken off the parent's self time when the parent arrives;
-//  * GPU work of calls not in the file yet (a long call's kernels complete before it closes).
-// A call already in the file (closed) is looked up there by id. The two waiting maps hold a
+//  * GPU work of calls not in the file yet (a long call's kernels complete before it closes);
+//  * calls whose write was refused (a full disk; at most kMaxWaiting, the oldest go first).
+// GPU work of a call already in the file (closed) says the call's site and own token itself
+// (CallGpuDelta: the joiner carries them from the launch), so the file is never read back;
+// a replay of a CUDA graph counts at its own token, and at the captured call's site and
+// phase. The two waiting maps hold a
 // few entries per open call; a call that never reaches the file (its push was dropped on a
 // full ring) leaves its entry, so each map keeps at most kMaxWaiting, the oldest ids go first
 // (what such a call's children or kernels would have added is not in the file either, so the
@@ -23,9 +27,10 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <deque>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -64,13 +69,13 @@ class Summaries {
     int64_t calls = 0, cpu_ns = 0, cpu_self_ns = 0, kernels = 0, gpu_busy_ns = 0;
     int64_t top_calls = 0, top_cpu_ns = 0;
   };
-  // Finds a call the file holds (closed): its site and token. False when it has none.
-  using FindCall = std::function<bool(uint64_t id, uint32_t* site_id, uint32_t* token)>;
-
   // Folds `batch` (about to be written) into the deltas below, replacing the last fold's.
-  void Fold(const Batch& batch, const FindCall& in_file);
+  void Fold(const Batch& batch);
   void Commit() { saved_ = State(); }              // the batch is in the file
   void Rollback() { state_ = std::move(saved_); }  // it was rolled back
+  // After Rollback: the closed calls of `batch` are not in the file, and their later GPU
+  // work is not counted (a scan of the file finds no call to join it to).
+  void Refused(const Batch& batch);
   // (token, delta) rows, in token order.
   const std::vector<std::pair<uint32_t, TokenDelta>>& tokens() const { return token_rows_; }
   // ((site, phase), delta) and ((site, block), self ns) rows, in key order.
@@ -117,8 +122,8 @@ class Summaries {
     std::map<uint64_t, Gpu> gpu;                      // by call id, call not in the file
     std::map<uint64_t, Waits> waits;                  // by parent id, parent not in the file
   };
-  // Where the call `id` is: in this batch, open in the file, or in the file; false: not yet.
-  bool Locate(uint64_t id, const FindCall& in_file, CallKey* key) const;
+  // Where the call `id` is: in this batch or open in the file; false: elsewhere or not yet.
+  bool Locate(uint64_t id, CallKey* key) const;
   // The folded batch's calls by id: a vector over the batch's id range when ids are dense
   // (they are handed out in order, so a batch's calls are nearly consecutive), else a map.
   void IndexBatch(const std::vector<CallRow>& calls);
@@ -134,7 +139,8 @@ class Summaries {
   static void Wait(Map* map, uint64_t id, const Value& add);
 
   State state_, saved_;
-  static constexpr uint32_t kNoSite = UINT32_MAX;
+  std::unordered_set<uint64_t> refused_;  // closed calls whose write was refused
+  std::deque<uint64_t> refused_order_;    // the same, oldest first
   uint64_t batch_first_ = 0;
   std::vector<CallKey> batch_dense_;                   // by id - batch_first_
   std::unordered_map<uint64_t, CallKey> batch_calls_;  // when the ids are not dense

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 namespace tokentrace {
 namespace {
 
@@ -287,6 +289,52 @@ TEST(JoinerTest, GraphReplaysAttributeThroughCapturedNodes) {
   EXPECT_EQ(b.kernels[3].token, 8u);
   EXPECT_EQ(b.kernels[3].graph_node_id, 102u);
   EXPECT_EQ(b.losses["unknown_graph_node"], 1);
+}
+
+// The summary deltas say each call's site and own token (carried from the launch, so the
+// writer never reads the call back), and a captured call replayed at two tokens in one drain
+// gets one delta per token: each token's kernels are that token's.
+TEST(JoinerTest, DeltasCarryTheCallsSiteAndEachReplaysToken) {
+  Joiner j(Mode(KernelMode::kSummary));
+  Batch b;
+  j.OnEvent(0, Push(20, 0, /*site=*/4, 1, /*token=*/1, 10), &b);  // captured at token 1
+  j.OnEvent(0, MakeEvent(EventKind::kGraphNodeCreated, 0, 20, 1, 0, 5, 0, 1, 0), &b);
+  j.OnEvent(0, Pop(20, 20), &b);
+  j.OnEvent(0, MakeEvent(EventKind::kGraphNodeCloned, 0, 0, 1, 101, 9, 0, 0, 0), &b);
+  j.OnEvent(0, Push(30, 0, /*site=*/6, 1, /*token=*/7, 30), &b);  // open across the drain
+  j.OnEvent(0, Launch(600, 30, 7), &b);
+  for (uint32_t token : {7u, 8u}) {
+    j.OnEvent(0, MakeEvent(EventKind::kGraphLaunch, 0, 0, 500 + token, 0, 9, 0, token, 0), &b);
+    GpuActivity a = Kernel(500 + token, 100 * token, 100 * token + 10 * token);
+    a.graph_id = 9;
+    a.graph_node_id = 101;
+    j.OnActivity(a, &b);
+  }
+  j.OnActivity(Kernel(600, 0, 5), &b);
+  j.EndDrain(&b);
+  std::map<std::pair<uint64_t, uint32_t>, CallGpuDelta> got;
+  for (const CallGpuDelta& d : b.call_gpu) got[{d.call_id, d.token}] = d;
+  ASSERT_EQ(got.size(), 3u);
+  for (uint32_t token : {7u, 8u}) {
+    const CallGpuDelta& d = got.at({20, token});
+    EXPECT_EQ(d.kernels, 1u);
+    EXPECT_EQ(d.busy_ns, 10 * token);
+    EXPECT_EQ(d.site_id, 4u);
+    EXPECT_EQ(d.call_token, 1u);
+    EXPECT_TRUE(d.call_closed);
+  }
+  const CallGpuDelta& open = got.at({30, 7});
+  EXPECT_EQ(open.site_id, 6u);
+  EXPECT_EQ(open.call_token, 7u);
+  EXPECT_FALSE(open.call_closed);
+  // A launch whose call's push was dropped: its site is not known.
+  Batch next;
+  j.OnEvent(1, Launch(700, 999, 7), &next);
+  j.OnActivity(Kernel(700, 0, 5), &next);
+  j.EndDrain(&next);
+  ASSERT_EQ(next.call_gpu.size(), 1u);
+  EXPECT_EQ(next.call_gpu[0].site_id, kNoSite);
+  EXPECT_TRUE(next.call_gpu[0].call_closed);
 }
 
 // Instantiation may also report the exec's node as created, after its clone event, while

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/comm_kernels.h"
+#include "core/joiner.h"
 #include "store/reader.h"
 #include "store/schema.h"
 #include "store/store.h"
@@ -291,8 +292,9 @@ TEST(SummariesTest, NestedCallsOverThreadsAndBatchesMatchAScan) {
     c.Close(1, &out.back());
     c.Close(0, &out.back());
     if (t % 5 == 0) out.emplace_back();
-    // GPU work arriving after its call is in the file (looked up there), and outside calls.
-    out.back().call_gpu.push_back({layer, t, 1, 300, 1, 2, 0});
+    // GPU work arriving after its call is in the file (its site and token carried with it,
+    // as the joiner does), and outside calls.
+    out.back().call_gpu.push_back({layer, t, 1, 300, 1, 2, 0, 2, t, true});
     out.back().call_gpu.push_back({0, t, 1, 40, 1, 2, 0});
     if (t % 11 == 0) out.back().escapes.push_back({layer, t, 0, c.now, EscapeKind::kStreamSync});
   }
@@ -340,8 +342,8 @@ TEST(SummariesTest, TimeInCollectivesMatchesAScan) {
     c.Open(1, 7, t);          // c10d at the top of thread 1
     c.Close(1, &out.back());
     c.Close(0, &out.back());  // the root
-    // GPU work of a collective after its call is in the file (looked up there).
-    out.back().call_gpu.push_back({direct, t, 1, 450, 1, 2, 450});
+    // GPU work of a collective after its call is in the file (its site carried with it).
+    out.back().call_gpu.push_back({direct, t, 1, 450, 1, 2, 450, 7, t, true});
   }
   // A collective whose parent (id 99999, its push dropped) never reaches the file.
   out.back().calls.push_back({c.next_id++, 7, 99, 40, 99999, 0, c.now + 10, c.now + 900});
@@ -370,7 +372,9 @@ TEST(SummariesTest, GraphReplayTokensAndCallsWhoseParentNeverArrives) {
   ASSERT_TRUE(store->Write(b, &error)) << error;
   // Tokens 3..70: CUDA-graph replays, no token call; kernels go to the captured call (id 2).
   Batch replays;
-  for (uint32_t t = 3; t <= 70; ++t) replays.call_gpu.push_back({2, t, 4, 1000, 1, 2, 0});
+  for (uint32_t t = 3; t <= 70; ++t) {
+    replays.call_gpu.push_back({2, t, 4, 1000, 1, 2, 0, /*site=*/2, /*call's token=*/1, true});
+  }
   // A call whose parent (id 999, its push dropped) never reaches the file.
   CallRow orphan{c.next_id++, 3, 1, 70, 999, 0, c.now + 10, c.now + 500};
   replays.calls.push_back(orphan);
@@ -385,6 +389,88 @@ TEST(SummariesTest, GraphReplayTokensAndCallsWhoseParentNeverArrives) {
   EXPECT_FALSE(tokens[1].graph_replay);
   EXPECT_TRUE(tokens[2].graph_replay);
   EXPECT_EQ(tokens[69].kernels, 4);
+}
+
+// The joiner and the writer together, as a run joins them: eager tokens whose kernels
+// complete drains after their calls closed, then a decode graph captured in token 2 and
+// replayed at tokens 3..60, several replays a drain. Each replay's kernels are its own
+// token's (token_stats against the kernel rows), and at the captured calls' sites, in the
+// phase of the token that captured them (site_stats against a scan).
+TEST(SummariesTest, TheJoinersDeltasOverDrainsAndGraphReplaysMatchAScan) {
+  const std::string path = TempPath("joined.sqlite");
+  std::string error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  KernelMode full;
+  full.kind = KernelMode::kFull;
+  Joiner joiner(full);
+  uint64_t id = 1, corr = 1, ticks = 1000;
+  std::vector<GpuActivity> in_flight;  // launched, their records not delivered yet
+  auto event = [&](EventKind kind, uint64_t call, uint64_t a, uint32_t site, uint32_t token,
+                   Batch* b) {
+    joiner.OnEvent(0, MakeEvent(kind, ticks += 100, call, a, 0, site, 0, token, 0), b);
+  };
+  auto kernel = [&](uint64_t correlation, uint64_t node) {
+    GpuActivity a;
+    a.correlation_id = correlation;
+    a.begin_ns = static_cast<int64_t>(ticks);
+    a.end_ns = a.begin_ns + 50 + static_cast<int64_t>(node);
+    a.name = "gemm";
+    a.graph_id = node != 0 ? 9 : 0;
+    a.graph_node_id = node;
+    in_flight.push_back(a);
+  };
+  std::vector<Batch> out(1);
+  out[0].sites = Sites();
+  for (uint32_t t = 1; t <= 60; ++t) {
+    if (t <= 2) {  // eager: root > layer > mlp, two kernels in the mlp
+      const uint64_t root = id++, layer = id++, mlp = id++;
+      event(EventKind::kPush, root, 0, 1, t, &out.back());
+      event(EventKind::kPush, layer, root, 2, t, &out.back());
+      event(EventKind::kPush, mlp, layer, 3, t, &out.back());
+      for (uint64_t node = 1; node <= 2; ++node) {
+        const uint64_t c = corr++;
+        event(EventKind::kLaunch, mlp, c, 0, t, &out.back());
+        if (t == 2) {  // captured: the nodes are the mlp's, no records now
+          event(EventKind::kGraphNodeCreated, mlp, node, 5, t, &out.back());
+          joiner.OnEvent(0,
+                         MakeEvent(EventKind::kGraphNodeCloned, 0, 0, node, 100 + node, 9, 0, 0, 0),
+                         &out.back());
+        } else {
+          kernel(c, 0);
+        }
+      }
+      event(EventKind::kPop, mlp, 0, 0, 0, &out.back());
+      event(EventKind::kPop, layer, 0, 0, 0, &out.back());
+      event(EventKind::kPop, root, 0, 0, 0, &out.back());
+    } else {  // a replay: one launch, the captured nodes' records
+      const uint64_t c = corr++;
+      joiner.OnEvent(0, MakeEvent(EventKind::kGraphLaunch, ticks += 100, 0, c, 0, 0, 9, t, 0),
+                     &out.back());
+      kernel(c, 101);
+      kernel(c, 102);
+    }
+    // Records come a few tokens late; a drain every 4 tokens.
+    if (t % 3 == 0 || t == 60) {
+      for (const GpuActivity& a : in_flight) joiner.OnActivity(a, &out.back());
+      in_flight.clear();
+    }
+    if (t % 4 == 0) {
+      joiner.EndDrain(&out.back());
+      out.emplace_back();
+    }
+  }
+  joiner.Finish(&out.back());
+  WriteAll(store.get(), &out);
+  store->Close();
+  ExpectSummariesMatchScan(path);
+  EXPECT_EQ(Rows(path, "SELECT token, kernels FROM token_stats WHERE kernels > 0 ORDER BY 1"),
+            Rows(path, "SELECT token, count(*) FROM kernels GROUP BY token ORDER BY 1"));
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM token_stats WHERE token = 37"), 2);
+  // The mlp (site 3): 2 eager kernels at token 1 (prefill), 2 x 58 replayed in decode.
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM site_stats WHERE site_id = 3 AND phase = 1"), 2);
+  EXPECT_EQ(QueryInt(path, "SELECT kernels FROM site_stats WHERE site_id = 3 AND phase = 2"),
+            2 * 58);
 }
 
 TEST(SummariesTest, AKilledRunsUnfinishedTokenMatchesAScan) {
@@ -444,10 +530,14 @@ TEST(SummariesTest, WritesRefusedByAFullDiskLeaveSummariesOfWhatTheFileHolds) {
   Batch last;
   c.Close(0, &last);
   last.call_gpu.push_back({1, 1, 5, 500, 1, 2, 0});
+  // Kernels of a refused child, completing late: the call is not in the file, so they count
+  // for the token but at no site (as a scan, which finds no call to join them to).
+  last.call_gpu.push_back({refused.calls.back().id, 1, 2, 99, 1, 2, 0, 3, 1, true});
   ASSERT_TRUE(store->Write(last, &error)) << error;
   store->Close();
   ExpectSummariesMatchScan(path);
   EXPECT_EQ(QueryInt(path, "SELECT kernels FROM site_stats WHERE site_id = 1 AND phase = 1"), 5);
+  EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM site_stats WHERE site_id = 3"), 0);
   EXPECT_EQ(QueryInt(path, "SELECT count(*) FROM calls WHERE site_id = 3"), 0);
 }
 
