@@ -54,7 +54,8 @@
   X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES, 24, "write_failed_escape_sites")            \
   X(TOKENTRACE_LOSS_WRITE_FAILED_STEPS, 25, "write_failed_steps")                          \
   X(TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS, 26, "write_failed_requests")                    \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_TOKEN_TEXT, 27, "write_failed_token_text")
+  X(TOKENTRACE_LOSS_WRITE_FAILED_TOKEN_TEXT, 27, "write_failed_token_text")                \
+  X(TOKENTRACE_LOSS_TOKEN_IDS_UNREAD, 28, "token_ids_unread") /* counted by the Python layer */
 
 /* The tables the Python layer fills (tokentrace_add_rows): the session's writer writes their
  * rows in the transactions of the calls they belong to, and counts the rows of a write that

@@ -171,3 +171,32 @@ def test_reading_the_ids_runs_no_op_that_op_records_see(tmp_path):
     names = {op.name for k in (1, 2) for op in trace[f"self:{k}"].ops}
     assert not names & {"aten::resolve_conj", "aten::resolve_neg", "aten::detach"}, names
     assert all(r.id is not None for r in trace.tokens)
+
+
+def test_ids_tokentrace_cannot_read_are_counted_and_the_job_goes_on(tmp_path):
+    """Ids tokentrace cannot read (int16 here: it reads int64 and int32) never stop the job:
+    the loop runs its 3 tokens as untraced, and the trace counts each failed read."""
+    lm = _lm()
+
+    class Small(torch.nn.Module):  # a root that takes its ids as int16
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids):
+            return self.lm(input_ids.long()).logits
+
+    small = Small()
+
+    def loop(ids):
+        with torch.no_grad():
+            for _ in range(3):
+                nxt = small(ids)[:, -1].argmax(-1, keepdim=True)
+                ids = torch.cat([ids, nxt.to(ids.dtype)], dim=1)
+        return ids
+
+    want = loop(torch.tensor([[1, 2, 3]], dtype=torch.int16))
+    trace = tt.trace(loop, torch.tensor([[1, 2, 3]], dtype=torch.int16), model=small,
+                     tokenizer=Words(), out=str(tmp_path / "t.sqlite"), kernels="off")
+    assert len(want[0]) == 6 and [r.id for r in trace.tokens] == [None] * 3
+    assert trace.losses["token_ids_unread"] == 3

@@ -212,6 +212,7 @@ class Attachment:
         add_rows("saved_outputs", rows)
         add_rows("escape_sites", self.escapes.rows())
         add_rows("call_inputs", self.recorder.table_rows(sink.files if sink is not None else {}))
+        losses["token_ids_unread"] = self.token_texts.failed
         add_losses(losses)
         add_meta(meta)
 
