@@ -30,7 +30,7 @@ log() { echo "[setup] $*" >&2; }
 # 1. System packages (only the missing ones; needs root or sudo when something is missing).
 need=()
 for pkg in build-essential cmake ninja-build libgtest-dev libgmock-dev libbenchmark-dev \
-           libsqlite3-dev sqlite3 libre2-dev python3-venv; do
+           libsqlite3-dev sqlite3 libre2-dev python3-venv nlohmann-json3-dev zlib1g-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -26,36 +26,37 @@
   X(TOKENTRACE_ESCAPE_HOST_READ, 4, "host_read")               /* reported by the Python layer */
 
 /* What could not be recorded, or not fully (never silent: counted in the losses table). */
-#define TOKENTRACE_LOSS_KINDS(X)                                                           \
-  X(TOKENTRACE_LOSS_BUFFER_FULL, 0, "buffer_full")                                         \
-  X(TOKENTRACE_LOSS_CUPTI_DROPPED, 1, "cupti_dropped")                                     \
-  X(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, 2, "gpu_wait_timeout")                               \
-  X(TOKENTRACE_LOSS_UNKNOWN_CORRELATION, 3, "unknown_correlation")                         \
-  X(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE, 4, "unknown_graph_node")                           \
-  X(TOKENTRACE_LOSS_GPU_TIME_MISSING, 5, "gpu_time_missing")                               \
-  X(TOKENTRACE_LOSS_UNBALANCED_POP, 6, "unbalanced_pop")                                   \
-  X(TOKENTRACE_LOSS_UNCLOSED_RANGE, 7, "unclosed_range")                                   \
-  X(TOKENTRACE_LOSS_DEPTH_OVERFLOW, 8, "depth_overflow")                                   \
-  X(TOKENTRACE_LOSS_SITE_OVERFLOW, 9, "site_overflow")                                     \
-  X(TOKENTRACE_LOSS_AFTER_THREAD_EXIT, 10, "after_thread_exit")                            \
-  X(TOKENTRACE_LOSS_OUTPUT_DIMS_TRUNCATED, 11, "output_dims_truncated")                    \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_CALLS, 12, "write_failed_calls")                          \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS, 13, "write_failed_kernels")                      \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES, 14, "write_failed_escapes")                      \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS, 15, "write_failed_outputs")                      \
-  X(TOKENTRACE_LOSS_SAVE_FAILED, 16, "save_failed")     /* counted by the Python layer */  \
-  X(TOKENTRACE_LOSS_INPUTS_FAILED, 17, "inputs_failed") /* counted by the Python layer */  \
-  X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")                                \
-  X(TOKENTRACE_LOSS_COMPILED_UNATTRIBUTED, 19, "compiled_unattributed") /* Python layer */ \
-  X(TOKENTRACE_LOSS_NO_MEMORY, 20, "no_memory")                                            \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_LINKS, 21, "write_failed_links")                          \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_INPUTS, 22, "write_failed_inputs")                        \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_SAVED, 23, "write_failed_saved")                          \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES, 24, "write_failed_escape_sites")            \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_STEPS, 25, "write_failed_steps")                          \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS, 26, "write_failed_requests")                    \
-  X(TOKENTRACE_LOSS_WRITE_FAILED_TOKEN_TEXT, 27, "write_failed_token_text")                \
-  X(TOKENTRACE_LOSS_TOKEN_IDS_UNREAD, 28, "token_ids_unread") /* counted by the Python layer */
+#define TOKENTRACE_LOSS_KINDS(X)                                                                \
+  X(TOKENTRACE_LOSS_BUFFER_FULL, 0, "buffer_full")                                              \
+  X(TOKENTRACE_LOSS_CUPTI_DROPPED, 1, "cupti_dropped")                                          \
+  X(TOKENTRACE_LOSS_GPU_WAIT_TIMEOUT, 2, "gpu_wait_timeout")                                    \
+  X(TOKENTRACE_LOSS_UNKNOWN_CORRELATION, 3, "unknown_correlation")                              \
+  X(TOKENTRACE_LOSS_UNKNOWN_GRAPH_NODE, 4, "unknown_graph_node")                                \
+  X(TOKENTRACE_LOSS_GPU_TIME_MISSING, 5, "gpu_time_missing")                                    \
+  X(TOKENTRACE_LOSS_UNBALANCED_POP, 6, "unbalanced_pop")                                        \
+  X(TOKENTRACE_LOSS_UNCLOSED_RANGE, 7, "unclosed_range")                                        \
+  X(TOKENTRACE_LOSS_DEPTH_OVERFLOW, 8, "depth_overflow")                                        \
+  X(TOKENTRACE_LOSS_SITE_OVERFLOW, 9, "site_overflow")                                          \
+  X(TOKENTRACE_LOSS_AFTER_THREAD_EXIT, 10, "after_thread_exit")                                 \
+  X(TOKENTRACE_LOSS_OUTPUT_DIMS_TRUNCATED, 11, "output_dims_truncated")                         \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_CALLS, 12, "write_failed_calls")                               \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_KERNELS, 13, "write_failed_kernels")                           \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPES, 14, "write_failed_escapes")                           \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_OUTPUTS, 15, "write_failed_outputs")                           \
+  X(TOKENTRACE_LOSS_SAVE_FAILED, 16, "save_failed")     /* counted by the Python layer */       \
+  X(TOKENTRACE_LOSS_INPUTS_FAILED, 17, "inputs_failed") /* counted by the Python layer */       \
+  X(TOKENTRACE_LOSS_SIGNAL_DEADLINE, 18, "signal_deadline")                                     \
+  X(TOKENTRACE_LOSS_COMPILED_UNATTRIBUTED, 19, "compiled_unattributed") /* Python layer */      \
+  X(TOKENTRACE_LOSS_NO_MEMORY, 20, "no_memory")                                                 \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_LINKS, 21, "write_failed_links")                               \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_INPUTS, 22, "write_failed_inputs")                             \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_SAVED, 23, "write_failed_saved")                               \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_ESCAPE_SITES, 24, "write_failed_escape_sites")                 \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_STEPS, 25, "write_failed_steps")                               \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_REQUESTS, 26, "write_failed_requests")                         \
+  X(TOKENTRACE_LOSS_WRITE_FAILED_TOKEN_TEXT, 27, "write_failed_token_text")                     \
+  X(TOKENTRACE_LOSS_TOKEN_IDS_UNREAD, 28, "token_ids_unread") /* counted by the Python layer */ \
+  X(TOKENTRACE_LOSS_IMPORT_OUTSIDE_RANGES, 29, "import_outside_ranges") /* tokentrace import */
 
 /* The tables the Python layer fills (tokentrace_add_rows): the session's writer writes their
  * rows in the transactions of the calls they belong to, and counts the rows of a write that
@@ -93,6 +94,8 @@
   X(TOKENTRACE_META_CLOCK_ANCHOR_START, "clock_anchor_start")                           \
   X(TOKENTRACE_META_CLOCK_ANCHOR_LAST, "clock_anchor_last")                             \
   X(TOKENTRACE_META_CLOCK_ANCHOR_EXIT, "clock_anchor_exit")                             \
+  X(TOKENTRACE_META_IMPORTED_FROM, "imported_from")                                     \
+  X(TOKENTRACE_META_IMPORT_FORMAT, "import_format")                                     \
   /* the launch: ranks and hosts */                                                     \
   X(TOKENTRACE_META_RANK, "rank")                                                       \
   X(TOKENTRACE_META_LOCAL_RANK, "local_rank")                                           \

@@ -17,6 +17,7 @@ int ExportCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
 int PlotCommand(const std::vector<std::string>& args);  // execs python -m tokentrace.plot
 int MergeCommand(const std::vector<std::string>& args);
+int ImportCommand(const std::vector<std::string>& args);  // recorded traces (src/import)
 
 // report / export over the files of several ranks (report_ranks.cc, export_ranks.cc): taken
 // when the arguments name more than one file, a directory or a glob.
@@ -39,6 +40,7 @@ extern const char kReportUsage[];
 extern const char kInfoUsage[];
 extern const char kPlotUsage[];
 extern const char kMergeUsage[];
+extern const char kImportUsage[];
 extern const char kRanksReportUsage[];
 
 }  // namespace tokentrace::cli

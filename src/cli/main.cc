@@ -26,6 +26,7 @@ constexpr char kUsage[] =
     "  info    what a trace file holds\n"
     "  merge   the files of several ranks in one SQLite file: tokentrace merge OUT IN...\n"
     "  plot    per-token latency and GPU time per layer as a PNG (matplotlib)\n"
+    "  import  a torch.profiler or Nsight Systems trace as tokentrace files\n"
     "\n"
     "`tokentrace <command> --help` describes a command's options; `tokentrace --version`\n"
     "prints the version.\n";
@@ -62,9 +63,10 @@ int main(int argc, char** argv) {
   if (cmd == "info") return InfoCommand(args);
   if (cmd == "plot") return PlotCommand(args);
   if (cmd == "merge") return MergeCommand(args);
-  std::fprintf(
-      stderr,
-      "tokentrace: unknown command '%s' (accepted: run, report, export, info, merge, plot)\n",
-      cmd.c_str());
+  if (cmd == "import") return ImportCommand(args);
+  std::fprintf(stderr,
+               "tokentrace: unknown command '%s' (accepted: run, report, export, info, merge, "
+               "plot, import)\n",
+               cmd.c_str());
   return 2;
 }

@@ -418,6 +418,10 @@ int ReportCommand(const std::vector<std::string>& args) {
     kernels_line = "not recorded: " + why;
   }
   out += "  GPU kernels: " + kernels_line + "\n";
+  if (const std::string from = MetaValue(meta, "imported_from"); from != "unknown") {
+    out += "  imported from " + from + " (" + MetaValue(meta, "import_format") +
+           "; `tokentrace import`: times and names as recorded there)\n";
+  }
   // Which module's calls are the tokens, and why it was chosen (python/tokentrace/_record/root.py).
   if (const std::string root = MetaValue(meta, "root"); root != "unknown") {
     out += "  root: " + root + "\n";

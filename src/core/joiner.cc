@@ -252,7 +252,7 @@ bool Joiner::TryAttribute(const GpuActivity& a, uint32_t name_id, Batch* out) {
   if (it == correlations_.end()) return false;
   const Correlation c = it->second;
   CallOf call = c.call;
-  if (a.graph_node_id != 0) {
+  if (a.graph_node_id != 0 && !graph_records_to_launches_) {
     auto node = node_calls_.find(a.graph_node_id);
     if (node != node_calls_.end()) {
       call = node->second.call;

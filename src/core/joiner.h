@@ -53,6 +53,10 @@ class Joiner {
   // unclosed_range), pending records are stored unattributed.
   void Finish(Batch* out);
 
+  // An imported trace (src/import) has no graph capture events: a graph launch's records go
+  // to the launch's call, as its other records do, and no unknown_graph_node is counted.
+  void AttributeGraphRecordsToLaunches() { graph_records_to_launches_ = true; }
+
   // Sites whose first call this session saw since the last call (the file lists only the
   // sites a session used, although the registry is process-wide).
   std::vector<uint32_t> TakeNewSites() { return std::move(new_sites_); }
@@ -112,6 +116,7 @@ class Joiner {
   const std::string& Text(uint32_t text_id);  // interned path/dtype strings, cached
 
   KernelMode mode_;
+  bool graph_records_to_launches_ = false;
   int64_t (*ticks_to_ns_)(uint64_t);
   uint32_t epoch_ = 0;
   uint64_t delivered_ = 0;  // GPU records seen by OnActivity

@@ -1,0 +1,253 @@
+#include "import/replay.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/event.h"
+#include "core/joiner.h"
+#include "core/launch_meta.h"
+#include "core/site_registry.h"
+
+namespace tokentrace::import {
+namespace {
+
+// The root: the module range that began first, the longest of those (so no module range
+// holds it).
+std::string ChooseRoot(const RecordedProcess& p) {
+  const RecordedRange* best = nullptr;
+  for (const RecordedRange& r : p.ranges) {
+    if (r.kind != SiteKind::kModule) continue;
+    if (best == nullptr || r.begin_ns < best->begin_ns ||
+        (r.begin_ns == best->begin_ns && r.end_ns > best->end_ns)) {
+      best = &r;
+    }
+  }
+  return best != nullptr ? best->name : "";
+}
+
+// One step of the replay, in a thread's order: a push or pop of a range, or a launch. `at` is
+// the time it is merged by: never earlier than the thread's step before it (a range that
+// outlives the one below it closes that one at its own begin, before its end).
+struct Step {
+  enum Kind : uint8_t { kPush, kPop, kLaunch } kind;
+  int64_t at;
+  uint32_t index;  // into the process's ranges or launches
+};
+
+// A thread's steps: its ranges (begin ascending, the longer first) and launches (by begin)
+// with each range closed before the first step it does not hold.
+std::vector<Step> ThreadSteps(const RecordedProcess& p, const std::vector<uint32_t>& ranges,
+                              const std::vector<uint32_t>& launches) {
+  std::vector<Step> steps;
+  steps.reserve(2 * ranges.size() + launches.size());
+  std::vector<uint32_t> open;
+  int64_t now = INT64_MIN;
+  // Closes the open ranges that do not hold what comes next at `until`.
+  auto close_until = [&](int64_t until, auto holds) {
+    while (!open.empty() && !holds(p.ranges[open.back()])) {
+      now = std::max(now, std::min(until, p.ranges[open.back()].end_ns));
+      steps.push_back({Step::kPop, now, open.back()});
+      open.pop_back();
+    }
+  };
+  size_t r = 0, l = 0;
+  while (r < ranges.size() || l < launches.size()) {
+    // At equal times a range opens before a launch: a launch at a range's begin is inside.
+    const bool range_next =
+        l == launches.size() ||
+        (r < ranges.size() && p.ranges[ranges[r]].begin_ns <= p.launches[launches[l]].begin_ns);
+    if (range_next) {
+      const RecordedRange& next = p.ranges[ranges[r]];
+      close_until(next.begin_ns, [&](const RecordedRange& o) {
+        return o.begin_ns <= next.begin_ns && next.end_ns <= o.end_ns;
+      });
+      now = std::max(now, next.begin_ns);
+      steps.push_back({Step::kPush, now, ranges[r]});
+      open.push_back(ranges[r++]);
+    } else {
+      const int64_t t = p.launches[launches[l]].begin_ns;
+      close_until(t, [&](const RecordedRange& o) { return t <= o.end_ns; });
+      now = std::max(now, t);
+      steps.push_back({Step::kLaunch, now, launches[l++]});
+    }
+  }
+  close_until(INT64_MAX, [](const RecordedRange&) { return false; });
+  return steps;
+}
+
+struct OpenCall {
+  uint64_t id;
+  uint32_t site;
+  uint32_t token;
+  bool is_token;
+};
+
+}  // namespace
+
+bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store* store,
+                   ImportCounts* counts, std::string* error) {
+  counts->root = options.root.empty() ? ChooseRoot(p) : options.root;
+  // Sites, and each thread's ranges and launches in order.
+  std::vector<uint32_t> site_of(p.ranges.size());
+  std::map<uint64_t, std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> by_thread;
+  for (uint32_t i = 0; i < p.ranges.size(); ++i) {
+    const RecordedRange& r = p.ranges[i];
+    const SiteKind kind =
+        !counts->root.empty() && r.name == counts->root ? SiteKind::kRoot : r.kind;
+    site_of[i] = sites::Intern(r.name.c_str(), r.name.size(), kind);
+    by_thread[r.thread].first.push_back(i);
+  }
+  std::unordered_set<uint64_t> with_records;
+  for (const RecordedGpu& g : p.gpu) with_records.insert(g.correlation);
+  for (uint32_t i = 0; i < p.launches.size(); ++i) {
+    if (with_records.count(p.launches[i].correlation) != 0)
+      by_thread[p.launches[i].thread].second.push_back(i);
+  }
+  struct Cursor {
+    uint32_t slot;    // into stacks and token_depth
+    uint32_t thread;  // the recorded thread id (its low 32 bits), as the calls' thread
+    std::vector<Step> steps;
+    size_t next = 0;
+  };
+  std::vector<Cursor> threads;
+  for (auto& [tid, lists] : by_thread) {
+    auto& [ranges, launches] = lists;
+    std::stable_sort(ranges.begin(), ranges.end(), [&](uint32_t a, uint32_t b) {
+      const RecordedRange &x = p.ranges[a], &y = p.ranges[b];
+      return std::tie(x.begin_ns, y.end_ns) < std::tie(y.begin_ns, x.end_ns);
+    });
+    std::stable_sort(launches.begin(), launches.end(), [&](uint32_t a, uint32_t b) {
+      return p.launches[a].begin_ns < p.launches[b].begin_ns;
+    });
+    threads.push_back({static_cast<uint32_t>(threads.size()), static_cast<uint32_t>(tid),
+                       ThreadSteps(p, ranges, launches)});
+  }
+  std::vector<uint32_t> records(p.gpu.size());
+  for (uint32_t i = 0; i < records.size(); ++i) records[i] = i;
+  std::stable_sort(records.begin(), records.end(),
+                   [&](uint32_t a, uint32_t b) { return p.gpu[a].begin_ns < p.gpu[b].begin_ns; });
+
+  Joiner joiner(options.mode);
+  joiner.AttributeGraphRecordsToLaunches();
+  std::vector<std::vector<OpenCall>> stacks(threads.size());
+  std::vector<uint32_t> token_depth(threads.size(), 0);
+  std::unordered_set<uint64_t> outside;  // correlations launched outside every range
+  uint64_t next_call = 0;
+  uint32_t token = 0;
+  Batch batch;
+  batch.meta = {{"tool_version", TOKENTRACE_VERSION},
+                {"pid", std::to_string(p.pid)},
+                {"kernel_mode", options.mode.ToString()},
+                {"kernels_status", ""},
+                {"root", counts->root.empty()   ? "none (every call is token 0's)"
+                         : options.root.empty() ? counts->root + " (the outermost module range)"
+                                                : counts->root + " (--root)"},
+                {"mode", "import"},
+                {"token_range", options.token_range},
+                {"imported_from", options.source},
+                {"import_format", options.format},
+                {kMetaAnchorStart, FormatAnchor(TakeClockAnchor())}};
+  size_t items = 0;
+  auto write = [&](bool last) {
+    joiner.EndDrain(&batch);
+    if (last) joiner.Finish(&batch);
+    for (uint32_t id : joiner.TakeNewSites()) batch.sites.push_back(sites::Row(id));
+    if (last) {
+      if (counts->outside_ranges != 0) {
+        batch.losses[LossKindName(TOKENTRACE_LOSS_IMPORT_OUTSIDE_RANGES)] +=
+            static_cast<int64_t>(counts->outside_ranges);
+      }
+      batch.meta.emplace_back("events", std::to_string(items));
+      batch.meta.emplace_back(kMetaAnchorExit, FormatAnchor(TakeClockAnchor()));
+    }
+    auto lost = batch.losses.find(LossKindName(TOKENTRACE_LOSS_UNKNOWN_CORRELATION));
+    if (lost != batch.losses.end()) counts->no_launch += static_cast<uint64_t>(lost->second);
+    const bool ok = store->Write(batch, error);
+    batch = Batch();
+    return ok;
+  };
+
+  auto step = [&](Cursor& c) {
+    const Step& s = c.steps[c.next++];
+    std::vector<OpenCall>& stack = stacks[c.slot];
+    if (s.kind == Step::kPush) {
+      const RecordedRange& r = p.ranges[s.index];
+      const uint32_t site = site_of[s.index];
+      const bool is_token = sites::IsToken(site);
+      if (is_token && token_depth[c.slot] == 0) ++token;
+      if (is_token) ++token_depth[c.slot];
+      const uint64_t parent = stack.empty() ? 0 : stack.back().id;
+      stack.push_back({++next_call, site, token, is_token});
+      joiner.OnEvent(c.thread,
+                     MakeEvent(EventKind::kPush, static_cast<uint64_t>(r.begin_ns), next_call,
+                               parent, 0, site, 0, token, 0),
+                     &batch);
+      ++counts->calls;
+    } else if (s.kind == Step::kPop) {
+      const OpenCall call = stack.back();
+      stack.pop_back();
+      if (call.is_token && token_depth[c.slot] > 0) --token_depth[c.slot];
+      joiner.OnEvent(c.thread,
+                     MakeEvent(EventKind::kPop, static_cast<uint64_t>(p.ranges[s.index].end_ns),
+                               call.id, 0, 0, call.site, 0, call.token, 0),
+                     &batch);
+    } else {
+      const RecordedLaunch& l = p.launches[s.index];
+      const OpenCall* top = stack.empty() ? nullptr : &stack.back();
+      if (top == nullptr) outside.insert(l.correlation);
+      joiner.OnEvent(c.thread,
+                     MakeEvent(l.graph ? EventKind::kGraphLaunch : EventKind::kLaunch,
+                               static_cast<uint64_t>(l.begin_ns), top != nullptr ? top->id : 0,
+                               l.correlation, 0, 0, 0, top != nullptr ? top->token : token, 0),
+                     &batch);
+      ++counts->launches;
+    }
+  };
+
+  // Merge: the earliest of each thread's next step and the next GPU record; at equal times the
+  // host's steps first (a record never begins before its launch).
+  size_t record = 0;
+  for (;;) {
+    Cursor* first = nullptr;
+    for (Cursor& c : threads) {
+      if (c.next < c.steps.size() &&
+          (first == nullptr || c.steps[c.next].at < first->steps[first->next].at)) {
+        first = &c;
+      }
+    }
+    const bool host =
+        first != nullptr && (record == records.size() ||
+                             first->steps[first->next].at <= p.gpu[records[record]].begin_ns);
+    if (first == nullptr && record == records.size()) break;
+    if (host) {
+      step(*first);
+    } else {
+      const RecordedGpu& g = p.gpu[records[record++]];
+      GpuActivity a;
+      a.kind = g.kind;
+      a.correlation_id = g.correlation;
+      a.begin_ns = g.begin_ns;
+      a.end_ns = g.end_ns;
+      a.device = g.device;
+      a.stream = g.stream;
+      a.graph_id = g.graph_id;
+      a.graph_node_id = g.graph_node_id;
+      a.bytes = g.bytes;
+      a.copy_kind = g.copy_kind;
+      a.name = g.kind == GpuOpKind::kKernel ? g.name.c_str() : nullptr;
+      a.timed = g.begin_ns != 0 && g.end_ns >= g.begin_ns;
+      joiner.OnActivity(a, &batch);
+      ++counts->records;
+      if (!outside.empty() && outside.count(g.correlation) != 0) ++counts->outside_ranges;
+    }
+    if (++items % options.drain_items == 0 && !write(false)) return false;
+  }
+  counts->tokens = token;
+  return write(true);
+}
+
+}  // namespace tokentrace::import
