@@ -14,16 +14,9 @@ Imports _common and _errors only.
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from .copying import save_copy
     from .reading import FileError, TraceFile
     from .schema import write_schema
 
-_EXPORTS = {
-    "TraceFile": "reading", "FileError": "reading",
-    "save_copy": "copying",
-    "write_schema": "schema",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above

@@ -8,8 +8,8 @@ Opening and reading a trace imports no torch (a call's tensors and shapes do, wh
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
-    from . import token_rows
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
+    from . import token_rows  # its PAGED_TOKENS and PAGE (tests page small runs)
     from .inputs import CallInputs, InputEntry
     from .op_records import OpCall, OpTotal
     from .op_sites import OpLabel, OpSite, SiteTable
@@ -17,15 +17,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .saving import save
     from .trace import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
 
-_EXPORTS = {
-    "CallView": "trace", "OutputMeta": "trace", "Recording": "trace", "SiteView": "trace",
-    "TokenRow": "trace", "Trace": "trace", "load": "trace",
-    "token_rows": "token_rows",  # its PAGED_TOKENS and PAGE (tests page small runs)
-    "CallInputs": "inputs", "InputEntry": "inputs",
-    "OpCall": "op_records", "OpTotal": "op_records",
-    "OpSite": "op_sites", "OpLabel": "op_sites", "SiteTable": "op_sites",
-    "render_report": "report", "save": "saving",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above
