@@ -509,6 +509,41 @@ def test_only_the_file_room_speaks_sqlite():
     assert speaks and all(m.startswith("tokentrace._file.") for m in speaks), speaks
 
 
+def test_no_file_but_trace_py_reaches_into_a_trace():
+    """A Trace's underscore attributes are trace.py's own: what the other readers need of an
+    opened trace (the site table, the outputs, the GPU totals, the per-trace caches) is
+    TraceState's public interface (_read/state.py), handed to them as trace.state."""
+    bad = []
+    for module, path in _package_files():
+        if module == "tokentrace._read.trace":
+            continue
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                continue
+            held = node.value
+            name = (held.id if isinstance(held, ast.Name) else
+                    held.attr if isinstance(held, ast.Attribute) else "")
+            if name in ("trace", "_trace"):
+                bad.append(f"{module}:{node.lineno} uses {name}.{node.attr}")
+    assert bad == []
+
+
+def test_the_readers_of_read_never_import_trace_py():
+    """trace.py imports the other files of _read (as it needs them); none of them imports it
+    back, not even for annotations (no circle): they take a TraceState (state.py)."""
+    faces = _faces()
+    bad = []
+    for module, path in _package_files():
+        if not module.startswith("tokentrace._read.") or module in (
+                "tokentrace._read.__init__", "tokentrace._read.trace"):
+            continue
+        for line, target, _, _ in _imports(module, open(path, encoding="utf-8").read(), faces):
+            if target == "tokentrace._read.trace":
+                bad.append(f"{module}:{line} imports trace.py")
+    assert bad == []
+
+
 def test_the_layout_map_names_every_file_of_the_package():
     """python/README.md's layout map: every file of the package, in its folder."""
     with open(os.path.join(ROOT, "python", "README.md"), encoding="utf-8") as f:

@@ -1,7 +1,8 @@
 """Reading a trace file: tt.load, Trace and Recording and their views (trace.py), a call's
 inputs (inputs.py), its ATen ops (op_records.py), the ops' TorchLens labels and find_sites
 (op_sites.py), the report (report.py, through the `tokentrace` program), tt.save and
-trace.summary() (saving.py). Imports _compiled, _common and _errors; never _record or _edit.
+trace.summary() (saving.py); what an opened trace holds for those readers (state.py:
+TraceState, trace.state). Imports _compiled, _common and _errors; never _record or _edit.
 Opening and reading a trace imports no torch (a call's tensors and shapes do, when asked for).
 """
 
@@ -14,7 +15,8 @@ if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face read
     from .op_records import OpCall, OpTotal
     from .op_sites import OpLabel, OpSite, SiteTable
     from .report import render_report
-    from .saving import save
-    from .trace import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load
+    from .state import OutputMeta
+    from .token_rows import TokenRow
+    from .trace import CallView, Recording, SiteView, Trace, load, save
 
 __getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above
