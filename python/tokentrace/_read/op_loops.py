@@ -134,7 +134,7 @@ def _root_calls(state: TraceState) -> dict[int, int]:
     site = state.sites.get(ROOT)
     if site is None:
         return {}
-    return dict(state.file.q("SELECT id, k FROM calls WHERE site_id = ?", (site[0],)))
+    return dict(state.file.ask("calls_of_site", (site[0],)))
 
 
 _MAX_OUTPUTS = 64  # output tensors op records keep per op (op_observer.cc path_ids)
@@ -145,8 +145,7 @@ def _entries(state: TraceState) -> list[tuple[int, int, int, bool, int]]:
     the order they happened: by call (ids are handed out as calls open), an op's inputs
     before its outputs, a call's rows in the order written."""
     rows: dict[int, tuple[list[str], list[str]]] = {}
-    for cid, inputs, outputs in state.file.q("SELECT call_id, inputs, outputs FROM op_links "
-                                         "ORDER BY rowid"):
+    for cid, inputs, outputs in state.file.ask("op_links"):
         ins, outs = rows.setdefault(cid, ([], []))
         ins += (inputs or "").split()
         outs += (outputs or "").split()

@@ -206,8 +206,7 @@ def _outermost_ops(state: TraceState, tops: dict[int, int]
     children: dict[int, list[tuple[int, str]]] = {}
     last_child: dict[int, int] = {}  # parent -> its latest outermost op, while it is latest
     saved_as: dict[int, int] = {}    # op call -> the OP_SAVE_SITE call after it (op_saver.py)
-    for cid, sid, k, parent, token in state.file.q(
-            "SELECT id, site_id, k, parent_id, token FROM calls ORDER BY id"):
+    for cid, sid, k, parent, token in state.file.ask("calls_in_order"):
         name, kind = names.get(sid, ("?", ""))
         root_k, top, chain = info.get(parent, (None, None, ())) if parent else (None, None, ())
         if kind == OP_KIND:

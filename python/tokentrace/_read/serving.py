@@ -95,16 +95,14 @@ class Request:
 def step_requests(state: TraceState) -> list[StepRequest]:
     if "step_requests" not in state.file.tables:  # files written before the table existed
         return []
-    return [StepRequest(*r) for r in state.file.q(
-        "SELECT token, request, prefill_tokens, decode_tokens, position FROM step_requests "
-        "ORDER BY token, rowid")]
+    return [StepRequest(*r) for r in state.file.ask("step_requests")]
 
 
 def request_events(state: TraceState) -> list[dict]:
     """request_events rows as {column: value}, in the order requests were queued."""
     if "request_events" not in state.file.tables:  # not an engine core's file, or older
         return []
-    return state.file.named("SELECT * FROM request_events ORDER BY queued_ns, rowid")
+    return state.file.ask_named("request_events")
 
 
 def requests(state: TraceState) -> dict[str, Request]:

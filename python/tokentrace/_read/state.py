@@ -79,11 +79,9 @@ class TraceState:
         self.site_order: list[str] = []
         # The shim's site registry is process-wide, so a file can list sites interned for an
         # earlier session; trace.sites shows the ones called in this file.
-        called = {r[0] for r in file.q("SELECT DISTINCT site_id FROM site_stats"
-                                       if file.has_summaries else
-                                       "SELECT DISTINCT site_id FROM calls")}
-        for sid, name, kind, tok in file.q(
-                "SELECT id, name, kind, is_token FROM sites ORDER BY id"):
+        called = {r[0] for r in file.ask("called_sites_summarized" if file.has_summaries
+                                         else "called_sites")}
+        for sid, name, kind, tok in file.ask("sites"):
             self.sites[name] = (sid, kind, bool(tok))
             if sid in called:
                 self.site_order.append(name)
@@ -107,14 +105,11 @@ class TraceState:
             if not self.kernels_recorded or "call_gpu" not in self.file.tables:
                 self._gpu = None
             else:
-                totals = {cid: [n, ns] for cid, n, ns in self.file.q(
-                    "SELECT call_id, kernels, gpu_busy_ns FROM call_gpu")}
+                totals = {cid: [n, ns] for cid, n, ns in self.file.ask("call_gpu")}
                 # Children have larger ids than their parents (ids are handed out at push),
                 # so one descending pass adds every subtree into its root.
                 with numbers_in(self.path, "call_gpu"):
-                    for cid, parent in self.file.q("SELECT id, parent_id FROM calls "
-                                                   "WHERE parent_id IS NOT NULL "
-                                                   "ORDER BY id DESC"):
+                    for cid, parent in self.file.ask("children_last_first"):
                         own = totals.get(cid)
                         if own and parent:
                             acc = totals.setdefault(parent, [0, 0])
@@ -131,15 +126,14 @@ class TraceState:
             # dim=) has a row for each, the others kept here in order.
             self._more_outputs = {}
             if "call_outputs" in self.file.tables:
-                for row in self.file.q("SELECT call_id, path, shape, dtype FROM call_outputs "
-                                       "ORDER BY rowid"):
+                for row in self.file.ask("call_outputs"):
                     if row[0] in outputs:
                         self._more_outputs.setdefault(row[0], []).append(row[1:])
                     else:
                         outputs[row[0]] = row[1:]
             self._saved = {}
             if "saved_outputs" in self.file.tables:
-                for cid, file, key in self.file.q("SELECT call_id, file, key FROM saved_outputs"):
+                for cid, file, key in self.file.ask("saved_outputs"):
                     self._saved[cid] = (file, key)
             self._outputs = outputs
         return self._outputs
