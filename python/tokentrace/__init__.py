@@ -18,20 +18,18 @@ milliseconds.
 
 import importlib
 
+from ._common import lazy_face
+
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see of the names below (the package ships py.typed)
+if TYPE_CHECKING:  # the public names: type checkers import them (py.typed), lazy_face reads them
     from ._api import record, trace
     from ._common import Selector, input_at, module, output_at, register_container
     from ._edit import (
         add,
-        call,
         clamp,
-        every_call,
         fill,
-        load_spec,
         mean_ablate,
         noise,
-        prefill,
         project_off,
         project_onto,
         replace,
@@ -39,73 +37,30 @@ if TYPE_CHECKING:  # what type checkers see of the names below (the package ship
         splice_module,
         steer,
         swap_with,
-        token,
-        when,
         zero,
         zero_ablate,
     )
     from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
     from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load, save
-    from .edits import BoundModel, EditSpec
+    from .edits import BoundModel, EditSpec, call, every_call, load_spec, prefill, token, when
 if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_sites returns
     from ._common import contains, func, in_module, label, regex, where
     from ._read import OpLabel, OpSite, SiteTable
-
-# name -> the submodule that defines it
-_EXPORTS = {
-    "load": "._read", "save": "._read", "record": "._api", "trace": "._api",
-    "EditSkipWarning": "._errors", "ScalarEscapeWarning": "._errors",
-    "TokentraceError": "._errors",
-    "add": "._edit", "clamp": "._edit", "fill": "._edit",
-    "replace": "._edit", "scale": "._edit", "zero": "._edit",
-    "mean_ablate": "._edit", "noise": "._edit", "project_off": "._edit",
-    "project_onto": "._edit", "splice_module": "._edit", "steer": "._edit",
-    "swap_with": "._edit", "zero_ablate": "._edit",
-    "Selector": "._common", "module": "._common", "register_container": "._common",
-    "output_at": "._common", "input_at": "._common",
-    "CallView": "._read", "OutputMeta": "._read", "Recording": "._read",
-    "SiteView": "._read", "Trace": "._read", "TokenRow": "._read",
-    "BoundModel": ".edits", "EditSpec": ".edits", "call": ".edits", "every_call": ".edits",
-    "load_spec": ".edits", "prefill": ".edits", "token": ".edits", "when": ".edits",
-}
-# Op-level sites (TorchLens's selectors over ops, find_sites' table, the op label views).
-_EXPORTS.update({
-    "func": "._common", "in_module": "._common", "label": "._common", "contains": "._common",
-    "where": "._common", "regex": "._common", "SiteTable": "._read", "OpSite": "._read",
-    "OpLabel": "._read",
-})
 
 # Public submodules reached as attributes (TorchLens's tl.options, tl.intervention,
 # tl.fastlog).
 _SUBMODULES = ("options", "intervention", "fastlog")
 
-__all__ = [
-    "trace", "record", "load", "save", "module", "Selector", "when", "prefill", "call", "token",
-    "every_call", "zero", "fill", "add", "scale", "clamp", "replace", "Trace", "Recording",
-    "SiteView", "CallView", "OutputMeta", "TokenRow", "EditSpec", "BoundModel",
-    "ScalarEscapeWarning", "EditSkipWarning", "TokentraceError", "native_available", "load_spec",
-    "steer", "zero_ablate", "mean_ablate", "noise", "project_onto", "project_off", "swap_with",
-    "splice_module", "register_container", "output_at", "input_at",
-]
-__all__ += ["func", "in_module", "label", "contains", "where", "regex", "SiteTable", "OpSite",
-            "OpLabel"]
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-        globals()[name] = value  # once: later lookups are plain attribute reads
-        return value
+def _otherwise(name):
+    """What the names above lack: TorchLens's namespaces, __version__, or the error that says
+    what to use instead of a TorchLens name."""
     if name in _SUBMODULES:  # tt.options, tt.intervention: TorchLens's namespaces
         return importlib.import_module(f".{name}", __name__)
     if name == "__version__":
         return _version()
     from ._common import MODULE_NAMES, missing
     raise missing(name, "module 'tokentrace'", MODULE_NAMES)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES) | {"__version__"})
 
 
 def _version():
@@ -126,3 +81,10 @@ def native_available() -> "tuple[bool, str]":
     """(True, '') when the native extension is loaded, else (False, why)."""
     from ._common import loader
     return (loader.load() is not None, loader.unavailable_reason())
+
+
+__getattr__, _face_dir = lazy_face(__name__, _otherwise)  # and __all__: the names above
+
+
+def __dir__():
+    return sorted(set(_face_dir()) | set(_SUBMODULES) | {"__version__"})

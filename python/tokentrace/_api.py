@@ -271,7 +271,7 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
         fail(str(ending_error))  # nothing readable was left
     if attached.ops:  # its op labels, once read, number a later edit's by label
         try:
-            result._views["\0model"] = weakref.ref(attached.model)
+            result.state.model = weakref.ref(attached.model)
         except TypeError:
             pass
     if attached.edits is not None and attached.ops and attached.edits.numbered_labels:

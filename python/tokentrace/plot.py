@@ -144,7 +144,7 @@ def _site_sums(trace, column):
 def _top_level(trace):
     """{top-level site: [sites under it, itself first]} in call order: the calls directly
     inside a token call and their subtrees, as one decode token (or the prefill) shows them;
-    read as a window of calls (trace._calls_of_tokens), that token's calls only. Each site
+    read as a window of calls (trace.file.calls_of_tokens), that token's calls only. Each site
     is in one group."""
     for token in (2, 1):
         calls = trace.file.q("SELECT c.id, c.parent_id, s.name, " + _is_token_sql(trace) +

@@ -202,16 +202,32 @@ def _is_module(module):
     return os.path.isfile(rest + ".py") or os.path.isfile(os.path.join(rest, "__init__.py"))
 
 
+def _face_imports(path):
+    """{name: (module, name in it or None for the module itself)} of a face's one statement:
+    the imports of its module-level `if TYPE_CHECKING:` blocks (what type checkers read and
+    lazy_face offers), read here on their own; and the public names its body defines."""
+    package = "tokentrace" + "".join(
+        f".{p}" for p in os.path.relpath(os.path.dirname(path), PKG).split(os.sep) if p != ".")
+    names, own = {}, set()
+    for node in ast.parse(open(path, encoding="utf-8").read()).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.level == 1, (path, imp.lineno)
+                for alias in imp.names:
+                    names[alias.asname or alias.name] = (
+                        (f"{package}.{imp.module}", alias.name) if imp.module
+                        else (f"{package}.{alias.name}", None))
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            own.add(node.name)
+    return names, own
+
+
 def _faces():
     """{subpackage: the names its face offers (__all__)}, read from each __init__.py."""
     faces = {}
     for sub in SUBPACKAGES:
-        tree = ast.parse(open(os.path.join(PKG, sub, "__init__.py"), encoding="utf-8").read())
-        exports = {}
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_EXPORTS":
-                exports = ast.literal_eval(node.value)
-        faces[sub] = set(exports) | ({"lazy_face"} if sub == "_common" else set())
+        names, own = _face_imports(os.path.join(PKG, sub, "__init__.py"))
+        faces[sub] = set(names) | own
     return faces
 
 
@@ -379,26 +395,57 @@ def test_the_faces_offer_what_they_name():
             if _is_module(f"tokentrace.{sub}.{name}"):
                 assert value is importlib.import_module(f"tokentrace.{sub}.{name}"), name
     import tokentrace
-    for name, where in tokentrace._EXPORTS.items():  # the top's lazy map: faces or top files
-        target = f"tokentrace{where}"
-        assert _unit(target) == "top" or target == f"tokentrace.{_unit(target)}", (name, where)
-        assert getattr(tokentrace, name) is getattr(importlib.import_module(target), name)
+    names, own = _face_imports(os.path.join(PKG, "__init__.py"))
+    assert sorted(tokentrace.__all__) == sorted(set(names) | own)
+    for name, (target, attr) in names.items():  # the top's names: from faces or top files
+        face_or_top = _unit(target) == "top" or target == f"tokentrace.{_unit(target)}"
+        assert attr is not None and face_or_top, (name, target)
+        assert getattr(tokentrace, name) is getattr(importlib.import_module(target), attr)
+
+
+def _defines(path, name):
+    """Whether the module-level body of the file at `path` binds `name` (def, class,
+    assignment or import), its `if`/`try` blocks included."""
+    def bound(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield node.name
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for target in getattr(node, "targets", [getattr(node, "target", None)]):
+                    for n in ast.walk(target):
+                        if isinstance(n, ast.Name):
+                            yield n.id
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield from ((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.If, ast.Try)):
+                yield from bound(node.body)
+                yield from bound(getattr(node, "orelse", []))
+                for handler in getattr(node, "handlers", []):
+                    yield from bound(handler.body)
+    return name in set(bound(ast.parse(open(path, encoding="utf-8").read()).body))
 
 
 def test_what_type_checkers_see_on_a_face_is_what_it_offers():
-    """A face's TYPE_CHECKING imports (what type checkers read) name the same names from the
-    same files as its _EXPORTS map (what runs)."""
-    for sub in SUBPACKAGES:
-        tree = ast.parse(open(os.path.join(PKG, sub, "__init__.py"), encoding="utf-8").read())
-        exports, seen = {}, {}
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_EXPORTS":
-                exports = ast.literal_eval(node.value)
-            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
-                for imp in node.body:
-                    for alias in imp.names:
-                        seen[alias.name] = imp.module or alias.name
-        assert exports and seen == exports, sub
+    """A face's one statement, its TYPE_CHECKING imports (what type checkers read and what
+    lazy_face offers), names only modules of the package and names their files define: read
+    from the files themselves, so a name on a face that its file lacks fails here, before any
+    import. The faces offer nothing else (their __all__)."""
+    import importlib
+    for init in [os.path.join(PKG, "__init__.py")] + [
+            os.path.join(PKG, sub, "__init__.py") for sub in SUBPACKAGES]:
+        names, own = _face_imports(init)
+        assert names, init
+        for name, (target, attr) in names.items():
+            assert _is_module(target), (init, name, target)
+            if attr is not None:
+                rest = os.path.join(PKG, *target.split(".")[1:])
+                path = rest + ".py" if os.path.isfile(rest + ".py") else os.path.join(
+                    rest, "__init__.py")
+                faced = path.endswith("__init__.py") and _face_imports(path)[0]
+                assert _defines(path, attr) or (faced and attr in faced), (init, name, target)
+        face = importlib.import_module(os.path.relpath(os.path.dirname(init), os.path.dirname(
+            PKG)).replace(os.sep, "."))
+        assert sorted(face.__all__) == sorted(set(names) | own), init
 
 
 def test_the_module_names_given_as_strings_exist():
@@ -428,8 +475,9 @@ def test_what_the_extension_imports_by_name_is_there():
 
 
 def test_faces_and_the_console_script_import_neither_torch_nor_the_extension():
-    """`import tokentrace` imports only itself; the subpackages' faces, `tokentrace --version`'s
-    path (__main__, the loader's program lookup) and tt.load import no torch."""
+    """`import tokentrace` imports only itself and the faces' lazy import (_common's face and
+    lazy.py); the subpackages' faces, `tokentrace --version`'s path (__main__, the loader's
+    program lookup) and tt.load import no torch."""
     code = ("import sys, tokentrace; first = sorted(m for m in sys.modules if "
             "m.startswith('tokentrace'));"
             + "".join(f"import tokentrace.{sub};" for sub in SUBPACKAGES)
@@ -440,7 +488,9 @@ def test_faces_and_the_console_script_import_neither_torch_nor_the_extension():
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["['tokentrace']", "False", "False"]
+    # the top's face needs the faces' lazy import, nothing else
+    assert res.stdout.split() == [
+        "['tokentrace',", "'tokentrace._common',", "'tokentrace._common.lazy']", "False", "False"]
 
 
 def test_the_package_folder_is_where_the_native_files_are_installed():
@@ -457,6 +507,61 @@ def test_only_the_file_room_speaks_sqlite():
               if re.search(r"^\s*(import sqlite3|from sqlite3 )",
                            open(path, encoding="utf-8").read(), re.M)]
     assert speaks and all(m.startswith("tokentrace._file.") for m in speaks), speaks
+
+
+def test_no_file_but_trace_py_reaches_into_a_trace():
+    """A Trace's underscore attributes are trace.py's own: what the other readers need of an
+    opened trace (the site table, the outputs, the GPU totals, the per-trace caches) is
+    TraceState's public interface (_read/state.py), handed to them as trace.state."""
+    bad = []
+    for module, path in _package_files():
+        if module == "tokentrace._read.trace":
+            continue
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                continue
+            held = node.value
+            name = (held.id if isinstance(held, ast.Name) else
+                    held.attr if isinstance(held, ast.Attribute) else "")
+            if name in ("trace", "_trace"):
+                bad.append(f"{module}:{node.lineno} uses {name}.{node.attr}")
+    assert bad == []
+
+
+def test_the_readers_of_read_never_import_trace_py():
+    """trace.py imports the other files of _read (as it needs them); none of them imports it
+    back, not even for annotations (no circle): they take a TraceState (state.py)."""
+    faces = _faces()
+    bad = []
+    for module, path in _package_files():
+        if not module.startswith("tokentrace._read.") or module in (
+                "tokentrace._read.__init__", "tokentrace._read.trace"):
+            continue
+        for line, target, _, _ in _imports(module, open(path, encoding="utf-8").read(), faces):
+            if target == "tokentrace._read.trace":
+                bad.append(f"{module}:{line} imports trace.py")
+    assert bad == []
+
+
+# Files outside _file/ whose SQL is not yet _file/queries.py's (issue 43): the list only shrinks.
+SQL_NOT_YET_NAMED = {"tokentrace._read.trace", "tokentrace._read.op_records",
+                     "tokentrace._read.saving", "tokentrace._compiled.join", "tokentrace.plot"}
+
+
+def test_the_readers_ask_for_their_sql_by_name():
+    """SQL text lives in the file room (_file/queries.py, asked for by name: TraceFile.ask):
+    no string literal of another file holds a SELECT, but the files still listed in
+    SQL_NOT_YET_NAMED; and a listed file that has none left is taken off the list."""
+    found = set()
+    for module, path in _package_files():
+        if module.startswith("tokentrace._file."):
+            continue
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.search(r"\bSELECT\s", node.value):
+                found.add(module)
+    assert found == SQL_NOT_YET_NAMED
 
 
 def test_the_layout_map_names_every_file_of_the_package():

@@ -7,14 +7,8 @@ _errors.
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from . import torch_library
     from .recorder import NativeBackend, check_kernel_mode, get_backend
 
-_EXPORTS = {
-    "NativeBackend": "recorder", "check_kernel_mode": "recorder", "get_backend": "recorder",
-    "torch_library": "torch_library",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above

@@ -17,8 +17,9 @@ Imports only _errors.py.
 from .lazy import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from . import label_memory, loader, op_groups
+    from .lazy import lazy_face  # imported above for real: the faces call it at import
     from .loader import PACKAGE_DIR
     from .naming import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
     from .op_mode import OpMode
@@ -74,34 +75,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
         walk_call,
     )
 
-_EXPORTS = {
-    "ROOT": "naming", "OP_KIND": "naming", "OP_SAVE_SITE": "naming", "OP_EDIT_SITE": "naming",
-    "site_names": "naming",
-    "is_glob": "naming",
-    "Selector": "selectors", "SiteSelector": "selectors", "as_selector": "selectors",
-    "module": "selectors", "parse_env_list": "selectors", "names_ops": "selectors",
-    "PathAt": "selectors", "output_at": "selectors", "input_at": "selectors",
-    "path_text": "selectors",
-    "op_selection": "selectors",
-    "SiteQuery": "op_selectors", "func": "op_selectors", "in_module": "op_selectors",
-    "label": "op_selectors", "contains": "op_selectors", "where": "op_selectors",
-    "op_type": "op_selectors", "op_types_of": "op_selectors", "regex": "op_selectors",
-    "is_op_label": "op_selectors", "OpMode": "op_mode", "op_groups": "op_groups",
-    "label_memory": "label_memory",
-    "LIST_OPS": "op_selectors", "TUPLE_OPS": "op_selectors", "FUNCTION_ATEN": "op_selectors",
-    "KINDS": "values", "MAX_DEPTH": "values", "MAX_ITEMS": "values", "SCALARS": "values",
-    "kind_of": "values", "parameter_names": "values", "walk_call": "values",
-    "children_of": "values", "register_container": "values",
-    "CACHE_NAMES": "paths", "cache_alias": "paths", "ends": "paths", "descend": "paths",
-    "put_at": "paths", "replace_in_output": "paths",
-    "first_tensor": "outputs", "dtype_name": "outputs", "parse_dtype": "outputs",
-    "schema": "store",
-    "add_rows": "store", "add_meta": "store", "RowsToWriter": "store",
-    "ROW_COLUMNS": "store", "add_losses": "store", "check_writable": "store",
-    "loader": "loader", "PACKAGE_DIR": "loader",
-    "MODULE_NAMES": "torchlens_names", "TRACE_METHODS": "torchlens_names",
-    "missing": "torchlens_names",
-}
-
-__all__ = sorted(set(_EXPORTS) | {"lazy_face"})
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above

@@ -7,7 +7,7 @@ calls (join.py). Imports _common and _errors.
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from . import kernel_map, precompiled
     from .call import CompiledCalls, attached_calls, watch_compile
     from .entry import compiled_entry, compiled_layout
@@ -21,13 +21,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
         module_totals,
     )
 
-_EXPORTS = {
-    "compiled_entry": "entry", "compiled_layout": "entry",
-    "CompiledCalls": "call", "attached_calls": "call", "watch_compile": "call",
-    "kernel_map": "kernel_map", "precompiled": "precompiled",
-    "CompiledKernel": "join", "ModuleTotal": "join", "NOT_STORED": "join", "REGION": "join",
-    "compiled_rows": "join", "join_kernels": "join", "module_totals": "join",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above

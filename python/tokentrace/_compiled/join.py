@@ -19,7 +19,8 @@ from .._file import TraceFile
 from . import kernel_map, match
 from .kernel_map import LOSS_KIND, META_KEY, REGIONS_KEY
 
-# gpu_ns: a GPU kernel record's own time; None for an op call (its kernels: Trace._gpu_totals).
+# gpu_ns: a GPU kernel record's own time; None for an op call (its kernels: the reader's GPU
+# totals, _read/state.py).
 CompiledKernel = collections.namedtuple("CompiledKernel",
                                         "call_id token name modules fused cpu_ns gpu_ns",
                                         defaults=(None,))

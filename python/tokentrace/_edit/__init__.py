@@ -6,7 +6,7 @@ _record or _read.
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from .bound import BoundModel
     from .calls import CallSelector, as_calls, call, every_call, prefill, token
     from .helpers import (
@@ -25,20 +25,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .rules import EditContext, Rule
     from .spec import EditSpec, check_edits, load_spec, when
 
-_EXPORTS = {
-    "BoundModel": "bound",
-    "CallSelector": "calls", "as_calls": "calls", "call": "calls", "every_call": "calls",
-    "prefill": "calls", "token": "calls",
-    "EditHooks": "hooks",
-    "mean_ablate": "helpers", "noise": "helpers", "project_off": "helpers",
-    "project_onto": "helpers", "splice_module": "helpers", "steer": "helpers",
-    "swap_with": "helpers", "zero_ablate": "helpers",
-    "EditReport": "report",
-    "EditSpec": "spec", "check_edits": "spec", "load_spec": "spec", "when": "spec",
-    "EditContext": "rules", "Rule": "rules",
-    "Op": "operations", "add": "operations", "clamp": "operations", "fill": "operations",
-    "replace": "operations", "scale": "operations", "zero": "operations",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above

@@ -7,17 +7,12 @@ the top level import it, through this face.
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from .registry import install_watchers, worker_adapter
+
+    # the vLLM adapters themselves, for their tests (tests/python/test_serving.py)
     from .vllm.core import VllmCore
     from .vllm.front import VllmFront
     from .vllm.steps import VllmSteps
 
-_EXPORTS = {
-    "worker_adapter": "registry", "install_watchers": "registry",
-    # the vLLM adapters themselves, for their tests (tests/python/test_serving.py)
-    "VllmSteps": "vllm.steps", "VllmCore": "vllm.core", "VllmFront": "vllm.front",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above

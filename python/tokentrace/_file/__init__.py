@@ -5,7 +5,8 @@ Files: reading.py (TraceFile: a trace opened for reading under the opening rules
 a missing -wal said, views where the schema has tables refused, the schema versions this build
 reads, the writer's summaries found; its queries, with a damaged file one error), copying.py
 (save_copy: a trace copied into one self-contained file, for tt.save), schema.py
-(write_schema: the schema into a connection, for tests that make files by hand). The schema,
+(write_schema: the schema into a connection, for tests that make files by hand), queries.py
+(the readers' SQL by name: TraceFile.ask). The schema,
 its version range and its SELECTs are the extension's (src/store/schema.sql); rows are
 written only by the session's writer (_common/store.py hands them over).
 Imports _common and _errors only.
@@ -14,16 +15,9 @@ Imports _common and _errors only.
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from .copying import save_copy
     from .reading import FileError, TraceFile
     from .schema import write_schema
 
-_EXPORTS = {
-    "TraceFile": "reading", "FileError": "reading",
-    "save_copy": "copying",
-    "write_schema": "schema",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above

@@ -22,10 +22,11 @@ import sqlite3
 import urllib.parse
 import warnings
 import weakref
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .._common import schema
 from .._errors import fail
+from .queries import QUERIES
 
 FileError = sqlite3.Error  # what SQLite raises, for the few callers that catch it themselves
 
@@ -124,6 +125,14 @@ class TraceFile:
             return self.con.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as exc:
             self._damaged(exc)
+
+    def ask(self, name: str, args: Any = ()) -> list:
+        """The rows of the named query (queries.py), as q gives them."""
+        return self.q(QUERIES[name], args)
+
+    def ask_named(self, name: str, args: Any = ()) -> list[dict]:
+        """The rows of the named query (queries.py) as {column: value}, as named gives them."""
+        return self.named(QUERIES[name], args)
 
     def rows(self, sql, args=()):
         """The rows of a query as they are read (an iterator: for long results)."""

@@ -25,8 +25,9 @@ their call numbers), non-tensor arguments and the shapes it read. Per root call:
 A file without op_links (written before op records kept data flow) has no loops or orphans:
 each op is a layer of its own in its root call.
 
-    group(trace, sites, tops)  ({node: its layer's first pass}, {node: its pass within its
-                               root call}, the nodes that take no label)
+    group(state, sites, tops)  ({node: its layer's first pass}, {node: its pass within its
+                               root call}, the nodes that take no label); state: the
+                               trace's TraceState (state.py)
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from collections import defaultdict, deque
 from typing import Any, NamedTuple
 
 from .._common import loader
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .state import TraceState
 
 Node = tuple[int, int]  # (op call id, output index): one labelled tensor
 
@@ -53,14 +58,14 @@ class Flow(NamedTuple):
     #                                      model input, a buffer), parameters aside
 
 
-def _flow(trace: Any, tops: dict[int, int], root_of: dict[Node, int]) -> Flow:
+def _flow(state: TraceState, tops: dict[int, int], root_of: dict[Node, int]) -> Flow:
     """The data flow of the labelled tensors (root_of: each one's root call k). An input is
     joined to the op that last returned the same tensor; an op's own inner ops are the op. A
     root call's output tensors (linked by the hooks, _record/hooks.py) are joined to the last
     op of that root call that returned them."""
     nodes = root_of.keys()
-    params = _params(trace)
-    roots = _root_calls(trace)  # root call id -> k
+    params = _params(state)
+    roots = _root_calls(state)  # root call id -> k
     history: dict[int, list[Node]] = defaultdict(list)  # tensor -> the nodes that returned it
     returned: list[tuple[int, int]] = []  # (root call k, tensor) of each root output
     outside: set[int] = set()
@@ -72,7 +77,7 @@ def _flow(trace: Any, tops: dict[int, int], root_of: dict[Node, int]) -> Flow:
     uses: dict[int, set[int]] = defaultdict(set)
     args: dict[int, list[int]] = defaultdict(list)
     reads: dict[int, list[int]] = defaultdict(list)
-    for cid, slot, tensor, output, shape in _entries(trace):
+    for cid, slot, tensor, output, shape in _entries(state):
         top = tops.get(cid)
         if output:
             if cid in roots:  # the model returned it (joined below: the root's id is first)
@@ -123,25 +128,24 @@ def _flow(trace: Any, tops: dict[int, int], root_of: dict[Node, int]) -> Flow:
                 {cid: tuple(shapes) for cid, shapes in reads.items()}, dict(finals), outside)
 
 
-def _root_calls(trace: Any) -> dict[int, int]:
+def _root_calls(state: TraceState) -> dict[int, int]:
     """{call id: k} of the root's calls (the tokens)."""
     from .._common import ROOT
-    site = trace._sites.get(ROOT)
+    site = state.sites.get(ROOT)
     if site is None:
         return {}
-    return dict(trace.file.q("SELECT id, k FROM calls WHERE site_id = ?", (site[0],)))
+    return dict(state.file.ask("calls_of_site", (site[0],)))
 
 
 _MAX_OUTPUTS = 64  # output tensors op records keep per op (op_observer.cc path_ids)
 
 
-def _entries(trace: Any) -> list[tuple[int, int, int, bool, int]]:
+def _entries(state: TraceState) -> list[tuple[int, int, int, bool, int]]:
     """(call id, slot, identity, is an output, shape hash or 0) of every op_links entry, in
     the order they happened: by call (ids are handed out as calls open), an op's inputs
     before its outputs, a call's rows in the order written."""
     rows: dict[int, tuple[list[str], list[str]]] = {}
-    for cid, inputs, outputs in trace.file.q("SELECT call_id, inputs, outputs FROM op_links "
-                                         "ORDER BY rowid"):
+    for cid, inputs, outputs in state.file.ask("op_links"):
         ins, outs = rows.setdefault(cid, ([], []))
         ins += (inputs or "").split()
         outs += (outputs or "").split()
@@ -158,8 +162,8 @@ def _entries(trace: Any) -> list[tuple[int, int, int, bool, int]]:
     return out
 
 
-def _params(trace: Any) -> set[int]:
-    text = trace.meta.get("op_params")
+def _params(state: TraceState) -> set[int]:
+    text = state.meta.get("op_params")
     if not text:
         return set()
     try:
@@ -168,18 +172,18 @@ def _params(trace: Any) -> set[int]:
         return set()
 
 
-def group(trace: Any, sites: list[Any], tops: dict[int, int]
+def group(state: TraceState, sites: list[Any], tops: dict[int, int]
           ) -> tuple[dict[Node, Node], dict[Node, int], set[Node]]:
     """({node: the first pass of its layer} for nodes in a layer of several passes,
     {node: its pass within its root call}, the nodes that are no op: an ATen op that returned
     a parameter, which TorchLens logs none of) for the OpSites `sites` (of every root call);
     tops maps each op call inside a root call to its outermost op."""
-    if "op_links" not in trace.file.tables or not sites:
+    if "op_links" not in state.file.tables or not sites:
         return {}, {}, set()
     parents, uses, args, sources, reads, finals, outside = _flow(
-        trace, tops, {(s.call_id, s.output_index): s.root for s in sites})
+        state, tops, {(s.call_id, s.output_index): s.root for s in sites})
     if not parents and not uses and not args and not sources and not reads:
-        _say_no_flow(trace)
+        _say_no_flow(state)
     dropped = sources | _orphans(sites, parents, finals, outside)
     sites = [s for s in sites if (s.call_id, s.output_index) not in dropped]
     children: dict[Node, list[Node]] = defaultdict(list)
@@ -223,11 +227,11 @@ def _orphans(sites: list[Any], parents: dict[Node, list[Node]], finals: dict[int
             if finals.get(s.root) and s.call_id not in kept}
 
 
-def _say_no_flow(trace: Any) -> None:
+def _say_no_flow(state: TraceState) -> None:
     """Op records without data flow: the torch ops library that wrote them is older than the
     schema that has it (built before it; scripts/setup.sh rebuilds it)."""
     import warnings
-    warnings.warn(f"tokentrace: {trace.path} has op records but no data flow of them (its torch "
+    warnings.warn(f"tokentrace: {state.path} has op records but no data flow of them (its torch "
                   f"ops library predates it: rebuild with scripts/setup.sh); its op labels are "
                   f"numbered without TorchLens's loops", RuntimeWarning, stacklevel=4)
 

@@ -1,8 +1,9 @@
 """Op records read back: the ATen ops a call ran (CallView.ops) and the ops' totals
 (Trace.top_ops). Recording them is _record/op_records.py's.
 
-    ops_of(trace, call)         the OpCall list behind CallView.ops
-    top_ops(trace, token, n)    the OpTotal list behind Trace.top_ops
+    ops_of(state, call)         the OpCall list behind CallView.ops
+    top_ops(state, token, n)    the OpTotal list behind Trace.top_ops
+(state: the trace's TraceState, state.py.)
 """
 
 import collections
@@ -30,12 +31,12 @@ class OpCall:
         return f"<op {self.name}:{self.k} out={self.shape} in {self.module}>"
 
 
-def ops_of(trace, call):
+def ops_of(state, call):
     """The ops run inside `call` and the module calls under it, outermost ops only (an op's
     own inner ops are in .inner), in the order they started."""
-    kinds = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
-    rows = trace.file.q("SELECT id, site_id, k, parent_id, cpu_begin_ns, cpu_end_ns FROM "
-                    f"{trace.file.calls_of_tokens(':t', ':t')} WHERE id >= :id ORDER BY id",
+    kinds = state.site_kinds()
+    rows = state.file.q("SELECT id, site_id, k, parent_id, cpu_begin_ns, cpu_end_ns FROM "
+                    f"{state.file.calls_of_tokens(':t', ':t')} WHERE id >= :id ORDER BY id",
                     {"t": call.token, "id": call.id})
     # Children have larger ids than their parents (ids are handed out at push): one pass in
     # id order collects the subtree.
@@ -53,7 +54,7 @@ def ops_of(trace, call):
             outer.inner.append(name)
             by_id[cid] = outer
             continue
-        op = OpCall(name, k, call.token, trace._output(cid), inside[parent],
+        op = OpCall(name, k, call.token, state.output(cid), inside[parent],
                     ((e or b) - b) / 1e6, [])
         by_id[cid] = op
         ops.append(op)
@@ -63,11 +64,11 @@ def ops_of(trace, call):
 OpTotal = collections.namedtuple("OpTotal", "name calls cpu_ms gpu_ms kernels")
 
 
-def top_ops(trace, token=None, n=10):
+def top_ops(state, token=None, n=10):
     """[OpTotal(name, calls, cpu_ms, gpu_ms, kernels)] of the outermost ops (an op's inner ops
     count towards it), over the run or one token, by GPU time then CPU time; gpu_ms and
     kernels are None when kernels were not recorded."""
-    kinds = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
+    kinds = state.site_kinds()
     op_sites = [sid for sid, (_, kind) in kinds.items() if kind == OP_KIND]
     if not op_sites:
         return []
@@ -75,12 +76,12 @@ def top_ops(trace, token=None, n=10):
     calls = "calls"
     if token is not None:
         token = int(token)
-        calls = trace.file.calls_of_tokens(str(token), str(token))
-    rows = trace.file.q(
+        calls = state.file.calls_of_tokens(str(token), str(token))
+    rows = state.file.q(
         f"SELECT c.id, c.site_id, c.cpu_begin_ns, c.cpu_end_ns FROM {calls} c "
         f"LEFT JOIN calls p ON p.id = c.parent_id WHERE c.site_id IN ({marks}) "
         f"AND (p.site_id IS NULL OR p.site_id NOT IN ({marks}))", op_sites + op_sites)
-    gpu = trace._gpu_totals()
+    gpu = state.gpu_totals()
     totals = {}
     for cid, sid, b, e in rows:
         acc = totals.setdefault(kinds[sid][0], [0, 0, 0, 0])

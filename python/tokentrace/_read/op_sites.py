@@ -31,9 +31,10 @@ _record/op_saver.py) and their ops are not the model's: they give their tensor t
 before them (or to the op they are inside) and take no label; the calls of OP_EDIT_SITE (an
 op-level edit's own ops, _edit/op_edits.py) and their ops take none either.
 
-    op_sites(trace)          every op site, in execution order (made once per Trace)
-    lookup(trace, key)       the OpSite or OpLabel a label names, or None
-    find_sites(trace, q)     SiteTable of the sites selector q chooses
+    op_sites(state)          every op site, in execution order (made once per trace)
+(state: the trace's TraceState, state.py.)
+    lookup(state, key)       the OpSite or OpLabel a label names, or None
+    find_sites(state, q, calls_of)  SiteTable of the sites selector q chooses
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ from .._common import (
 from .._errors import fail
 from . import op_loops
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .state import TraceState
+
 _LABEL = re.compile(r"^([a-z0-9]+)_(\d+)(?:_(\d+))?(?::(\d+))?$")
 
 
@@ -70,10 +77,10 @@ class OpSite:
     outermost (the root call) first; output_index: which output tensor of the op it is; out,
     shape: that tensor (saved) or its OutputMeta."""
 
-    def __init__(self, trace: Any, call_id: int, name: str, k: int, token: int,
+    def __init__(self, state: TraceState, call_id: int, name: str, k: int, token: int,
                  modules: tuple[str, ...], root: int, output_index: int = 0,
                  saved_id: int | None = None) -> None:
-        self._trace = trace
+        self._state = state
         self._saved_id = saved_id
         self.call_id, self.name, self.k, self.token = call_id, name, k, token
         self.func_name = name
@@ -106,12 +113,12 @@ class OpSite:
         output tensor of its op (max's indices, a split's pieces) its OutputMeta; None for an
         output the op record does not keep (files written before op records kept them)."""
         if self.output_index != 0:
-            return self._trace._output(self.call_id, self.output_index)
-        meta = self._trace._output(self.call_id)
+            return self._state.output(self.call_id, self.output_index)
+        meta = self._state.output(self.call_id)
         if self._saved_id is not None:
             # The tensor saved after this op: its own, unless the function that ran it
             # returned another tensor (shapes disagree), which is then not this op's value.
-            tensor = self._trace._output(self._saved_id)
+            tensor = self._state.output(self._saved_id)
             if meta is None or list(meta.shape) == list(tensor.shape):
                 return tensor
         return meta
@@ -184,13 +191,13 @@ def _pieces(cid: int, children: dict[int, list[tuple[int, str]]]) -> int:
     return count
 
 
-def _outermost_ops(trace: Any, tops: dict[int, int]
+def _outermost_ops(state: TraceState, tops: dict[int, int]
                    ) -> list[tuple[int, str, int, int, tuple[str, ...], int, int, int | None]]:
     """(call id, op name, k, token, module calls, root call k, output tensors, the call id its
     output is saved under or None) of each outermost op inside a root call that returned
     tensors, in the order they started. Fills `tops`: each op call inside a root call -> the
     outermost op (or saving or editing call) it runs in."""
-    names = {sid: (name, kind) for name, (sid, kind, _) in trace._sites.items()}
+    names = state.site_kinds()
     # Per call: (the root call k it runs in or None, the outermost op it runs in or None, the
     # module calls it runs in). Children have larger ids than their parents (ids are handed
     # out at push), so one pass in id order sees every parent first.
@@ -199,8 +206,7 @@ def _outermost_ops(trace: Any, tops: dict[int, int]
     children: dict[int, list[tuple[int, str]]] = {}
     last_child: dict[int, int] = {}  # parent -> its latest outermost op, while it is latest
     saved_as: dict[int, int] = {}    # op call -> the OP_SAVE_SITE call after it (op_saver.py)
-    for cid, sid, k, parent, token in trace.file.q(
-            "SELECT id, site_id, k, parent_id, token FROM calls ORDER BY id"):
+    for cid, sid, k, parent, token in state.file.ask("calls_in_order"):
         name, kind = names.get(sid, ("?", ""))
         root_k, top, chain = info.get(parent, (None, None, ())) if parent else (None, None, ())
         if kind == OP_KIND:
@@ -231,13 +237,12 @@ def _outermost_ops(trace: Any, tops: dict[int, int]
             continue
         own_root = k if (name == ROOT and kind == "root") else root_k
         info[cid] = (own_root, top, chain + (f"{name}:{k}",))
-    trace._load_outputs()
     out = []
     for cid, name, k, token, chain, root_k in found:
-        rows = 1 + len(trace._more_outputs.get(cid, ())) if cid in trace._outputs else 0
+        rows = state.output_rows(cid)
         if name in _LIST_OPS:  # op records keep each piece; files before counted cut pieces
             tensors = max(rows, _pieces(cid, children)) or 1
-        elif cid not in trace._outputs:
+        elif not rows:
             continue  # no tensor out (aten::is_nonzero, aten::item): TorchLens logs none
         else:  # files written before op records kept every output tensor: TUPLE_OPS
             tensors = max(rows, _TUPLE_OPS.get(name, 1))
@@ -245,28 +250,28 @@ def _outermost_ops(trace: Any, tops: dict[int, int]
     return out
 
 
-def op_sites(trace: Any) -> list[OpSite]:
+def op_sites(state: TraceState) -> list[OpSite]:
     """Every op site of the trace, in execution order, numbered (made once per Trace)."""
-    cached = trace._views.get(_CACHE)
+    cached = state.cache.get(_CACHE)
     if cached is not None:
         return cached
     sites: list[OpSite] = []
     tops: dict[int, int] = {}
     raw: dict[int, int] = {}  # root call k -> its labelled tensors so far
-    for cid, name, k, token, chain, root_k, tensors, saved in _outermost_ops(trace, tops):
+    for cid, name, k, token, chain, root_k, tensors, saved in _outermost_ops(state, tops):
         for index in range(tensors):  # TorchLens: one label per output tensor
-            site = OpSite(trace, cid, name, k, token, chain, root_k, index,
+            site = OpSite(state, cid, name, k, token, chain, root_k, index,
                           saved if index == 0 else None)
             raw[root_k] = site.raw_step = raw.get(root_k, 0) + 1
             sites.append(site)
-    leader, position, sources = op_loops.group(trace, sites, tops)
+    leader, position, sources = op_loops.group(state, sites, tops)
     if sources:  # an ATen op that returned a parameter (p.to(dtype)): TorchLens logs none
         sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
     _number(sites, leader, position)
-    trace._views[_CACHE] = sites
-    model = trace._views.get(_MODEL)
+    state.cache[_CACHE] = sites
+    model = state.model
     if model is not None and model() is not None and sites:  # for edits by label later
-        label_memory.remember(model(), sites, str(trace.path))
+        label_memory.remember(model(), sites, str(state.path))
     return sites
 
 
@@ -303,8 +308,7 @@ def _number(sites: list[OpSite], leader: dict[tuple[int, int], tuple[int, int]],
             site.num_passes = len(passes)
 
 
-_CACHE = "\0op_sites"  # its key in trace._views, where no site name can be
-_MODEL = "\0model"  # a weak reference to the model the trace recorded (set by _api)
+_CACHE = "op_sites"  # its key in the trace's state.cache
 
 
 def looks_like_label(key: str) -> bool:
@@ -312,13 +316,13 @@ def looks_like_label(key: str) -> bool:
     return is_op_label(key)
 
 
-def lookup(trace: Any, key: str) -> OpSite | OpLabel | None:
+def lookup(state: TraceState, key: str) -> OpSite | OpLabel | None:
     """What an op label names: an OpLabel for "relu_1_2" (every pass), the OpSite for
     "relu_1_2:k" and "relu_1:k"; None when `key` is no label of this trace."""
     m = _LABEL.match(key)
     if m is None:
         return None
-    sites = op_sites(trace)
+    sites = op_sites(state)
     second, k = m.group(3), m.group(4)
     if second is not None and k is None:
         passes = [s for s in sites if s.layer_label == key]
@@ -332,9 +336,9 @@ def lookup(trace: Any, key: str) -> OpSite | OpLabel | None:
     return None
 
 
-def unknown_label(trace: Any, key: str) -> str:
+def unknown_label(state: TraceState, key: str) -> str:
     """Why `key`, which looks like an op label, names nothing here (one line)."""
-    sites = op_sites(trace)
+    sites = op_sites(state)
     if not sites:
         return (f"no op labelled {key!r} in this trace: it has no op records; an op selector "
                 f"in sites= or save= (tt.func('relu'), ...) or ops=True records them")
@@ -390,23 +394,24 @@ def _key(site: Any) -> str:
     return site.key if isinstance(site, OpSite) else site.name
 
 
-def find_sites(trace: Any, query: Any, max_fanout: int | None = None) -> SiteTable:
-    """The sites `query` chooses: op sites (OpSite) and calls of module sites (CallView), in
-    the order they started; none is an empty table. max_fanout: more matches than that is
-    an error (None: no limit; a generation has a site per token)."""
+def find_sites(state: TraceState, query: Any, calls_of: Callable[[str], list[Any]],
+               max_fanout: int | None = None) -> SiteTable:
+    """The sites `query` chooses: op sites (OpSite) and calls of module sites (CallView, from
+    `calls_of(site name)`), in the order they started; none is an empty table. max_fanout:
+    more matches than that is an error (None: no limit; a generation has a site per token)."""
     selector = as_selector(query, "find_sites()")
     if max_fanout is not None and (not isinstance(max_fanout, int) or max_fanout < 1):
         fail(f"find_sites(max_fanout=) takes a positive int or None, got {max_fanout!r}")
     chosen: list[tuple[int, Any]] = []
     if selector.names_ops:
-        chosen += [(s.call_id, s) for s in op_sites(trace) if selector.matches_op(s)]
-    modules = [n for n in trace.sites if trace._sites[n][1] != OP_KIND]
+        chosen += [(s.call_id, s) for s in op_sites(state) if selector.matches_op(s)]
+    modules = [n for n in state.site_order if state.sites[n][1] != OP_KIND]
     for leaf in (selector.module_leaves() if hasattr(selector, "module_leaves")
                  else [selector]):
         leaf.resolve(modules, "find_sites()")  # an unknown module: tt.module's error
     for name in modules:
         if selector.matches_module(name):
-            chosen += [(c.id, c) for c in trace[name].calls]
+            chosen += [(c.id, c) for c in calls_of(name)]
     chosen.sort(key=lambda pair: pair[0])
     if max_fanout is not None and len(chosen) > max_fanout:
         fail(f"{selector!r} chose {len(chosen)} sites, more than max_fanout={max_fanout}; "

@@ -19,7 +19,7 @@ from typing import Optional
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .trace import Trace
+    from .state import TraceState
 
 StepRequest = namedtuple("StepRequest",
                          "token request prefill_tokens decode_tokens position")
@@ -92,26 +92,24 @@ class Request:
         return self.steps[-1].token  # not reached: done ends at total
 
 
-def step_requests(trace: Trace) -> list[StepRequest]:
-    if "step_requests" not in trace.file.tables:  # files written before the table existed
+def step_requests(state: TraceState) -> list[StepRequest]:
+    if "step_requests" not in state.file.tables:  # files written before the table existed
         return []
-    return [StepRequest(*r) for r in trace.file.q(
-        "SELECT token, request, prefill_tokens, decode_tokens, position FROM step_requests "
-        "ORDER BY token, rowid")]
+    return [StepRequest(*r) for r in state.file.ask("step_requests")]
 
 
-def request_events(trace: Trace) -> list[dict]:
+def request_events(state: TraceState) -> list[dict]:
     """request_events rows as {column: value}, in the order requests were queued."""
-    if "request_events" not in trace.file.tables:  # not an engine core's file, or older
+    if "request_events" not in state.file.tables:  # not an engine core's file, or older
         return []
-    return trace.file.named("SELECT * FROM request_events ORDER BY queued_ns, rowid")
+    return state.file.ask_named("request_events")
 
 
-def requests(trace: Trace) -> dict[str, Request]:
+def requests(state: TraceState) -> dict[str, Request]:
     out: dict[str, Request] = {}
-    for row in step_requests(trace):
+    for row in step_requests(state):
         out.setdefault(row.request, Request(row.request)).steps.append(row)
-    for events in request_events(trace):
+    for events in request_events(state):
         role = events.get("role") or "engine_core"
         out.setdefault(events["request"], Request(events["request"])).events[role] = events
     return out

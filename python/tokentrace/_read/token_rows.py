@@ -13,13 +13,19 @@ however long the run.
 from __future__ import annotations
 
 from array import array
+from collections import namedtuple
 from collections.abc import Sequence
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
-    from .trace import TokenRow
+# finished: False for a token whose root call never closed (the job was killed inside it);
+# its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too. id, text:
+# the token generated at that step (its first sequence's; text when a tokenizer was known),
+# None where the file has none (an older file, a job whose root reads no token ids).
+TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill finished id text",
+                      defaults=(True, None, None))
 
 PAGE = 1 << 16            # tokens a page of PagedTokenRows reads (~2.6 MB held)
 PAGED_TOKENS = 2 * PAGE   # trace.tokens of longer runs: PagedTokenRows

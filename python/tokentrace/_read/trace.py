@@ -4,21 +4,26 @@ extension reads, OLDEST_READABLE_SCHEMA to SCHEMA_VERSION; version 1 files have 
 Reads are lazy: sites are loaded on open, each site's calls on first access, and GPU totals
 (inclusive of child calls) in one pass when first asked for. The file may still be growing
 (preload mode); reopen with tt.load to see newer rows.
+
+What the readers of the other files (ops, op labels, serving, tt.save's copy) need of an
+opened trace is its TraceState (state.py: the file, the site table, the outputs, the GPU
+totals, the per-trace caches), handed to them as trace.state: they never import this file,
+which imports them (inside the functions that use them, so that opening a trace imports only
+what reading it needs).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections import namedtuple
 from typing import Any, NoReturn
 
 from .._common import OP_EDIT_SITE, OP_SAVE_SITE
-from .._errors import TokentraceError, fail
+from .._errors import fail
 from .._file import TraceFile
 from . import token_rows
-from .token_rows import PagedTokenRows, TokenRows
+from .state import OutputMeta, TraceState, numbers_in
+from .token_rows import PagedTokenRows, TokenRow, TokenRows
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import no torch
@@ -32,46 +37,10 @@ if TYPE_CHECKING:  # the annotations' names; tt.load and reading a trace import 
     from .op_sites import SiteTable
     from .serving import Request, StepRequest
 
-# finished: False for a token whose root call never closed (the job was killed inside it);
-# its cpu_ms is 0. A CUDA-graph replay token (no host call at all) has cpu_ms 0 too. id, text:
-# the token generated at that step (its first sequence's; text when a tokenizer was known),
-# None where the file has none (an older file, a job whose root reads no token ids).
-TokenRow = namedtuple("TokenRow", "token cpu_ms gpu_ms kernels escapes prefill finished id text",
-                      defaults=(True, None, None))
 
-
-class OutputMeta:
-    """Shape and dtype of a call's output (its first tensor), when the tensor was not saved."""
-
-    saved = False
-
-    def __init__(self, shape: list[int | None], dtype: torch.dtype | str | None,
-                 path: str) -> None:
-        # A shape the record could not hold whole ends in None (the trace's losses count it
-        # as output_dims_truncated): then a plain tuple, since torch.Size takes only ints.
-        import torch  # here, not at the top: tt.load and reading a trace need no torch
-        dims = [d for d in shape if d is not None]
-        self.shape = torch.Size(dims) if len(dims) == len(shape) else tuple(shape)
-        self.dtype = dtype
-        self.path = path  # where the tensor sits in the output: "", "[0]", "logits", ...
-
-    def __repr__(self) -> str:
-        where = f" at {self.path!r}" if self.path else ""
-        return f"OutputMeta(shape={list(self.shape)}, dtype={self.dtype}{where})"
-
-
-@contextlib.contextmanager
 def _numbers_in(trace, table):
-    """Arithmetic on rows of `table`: a value of the wrong type there (text where the schema
-    has a number: a damaged or crafted file) is one TokentraceError naming the file, not a
-    TypeError from inside tokentrace. Costs nothing while the values are numbers."""
-    try:
-        yield
-    except TokentraceError:
-        raise
-    except (TypeError, ValueError, OverflowError) as exc:
-        fail(f"{trace.path}: its {table} table holds a value of the wrong type where a number "
-             f"belongs (a damaged or crafted file; {exc})")
+    """numbers_in (state.py) for a table of `trace`'s file."""
+    return numbers_in(trace.path, table)
 
 
 class CallView:
@@ -91,7 +60,7 @@ class CallView:
     @property
     def out(self) -> torch.Tensor | OutputMeta | None:
         """The output tensor when saved (save=), else OutputMeta(shape, dtype, path), or None."""
-        return self._trace._output(self.id)
+        return self._trace.state.output(self.id)
 
     @property
     def inputs(self) -> CallInputs:
@@ -103,12 +72,12 @@ class CallView:
         """The ATen ops this call ran, in order (ops=True; [] without): OpCall(name, k, out,
         module, cpu_ms, inner), outermost ops only."""
         from .op_records import ops_of
-        return ops_of(self._trace, self)
+        return ops_of(self._trace.state, self)
 
     @property
     def gpu_ms(self) -> float | None:
         """GPU busy time of this call's kernels and its children's; None when not recorded."""
-        totals = self._trace._gpu_totals()
+        totals = self._trace.state.gpu_totals()
         if totals is None:
             return None
         with _numbers_in(self._trace, "call_gpu"):
@@ -117,7 +86,7 @@ class CallView:
     @property
     def kernels(self) -> int | None:
         """Number of kernels of this call and its children; None when not recorded."""
-        totals = self._trace._gpu_totals()
+        totals = self._trace.state.gpu_totals()
         if totals is None:
             return None
         return totals.get(self.id, (0, 0))[0]
@@ -219,25 +188,14 @@ class Trace:
         self.has_summaries = self._file.has_summaries
         self._tables = self._file.tables
         self._tokens_sql = self._file.tokens_sql
-        self._sites = {}
-        self._site_order = []
-        # The shim's site registry is process-wide, so a file can list sites interned for an
-        # earlier session; trace.sites shows the ones called in this file.
-        called = {r[0] for r in self._q("SELECT DISTINCT site_id FROM site_stats"
-                                        if self.has_summaries else
-                                        "SELECT DISTINCT site_id FROM calls")}
-        for sid, name, kind, tok in self._q(
-                "SELECT id, name, kind, is_token FROM sites ORDER BY id"):
-            self._sites[name] = (sid, kind, bool(tok))
-            if sid in called:
-                self._site_order.append(name)
-        self._views: dict[str, Any] = {}
-        self._outputs = None
-        self._more_outputs: dict[int, list[tuple[str, str, str]]] = {}
+        # The site table, the outputs, the GPU totals and the readers' caches (state.py):
+        # what the readers of the other files (ops, labels, serving, tt.save) are handed.
+        # Not a public API; tt.trace sets its model.
+        self.state = TraceState(self._file, self.kernels_recorded)
+        self._sites = self.state.sites
+        self._site_order = self.state.site_order
+        self._views: dict[str, SiteView] = {}
         self._input_rows = None
-        self._saved: dict[int, tuple[str, str]] | None = None
-        self._gpu = False
-        self._shards: dict[str, Any] = {}
 
     # --- plumbing -----------------------------------------------------------------------
     @property
@@ -281,10 +239,10 @@ class Trace:
             return self._site(site)[int(k)]
         from . import op_sites
         if op_sites.looks_like_label(key):
-            found = op_sites.lookup(self, key)
+            found = op_sites.lookup(self.state, key)
             if found is not None:
                 return found
-            fail(op_sites.unknown_label(self, key))
+            fail(op_sites.unknown_label(self.state, key))
         self._unknown(site if (sep and k.isdigit()) else key)
 
     def find_sites(self, query: Any, *, max_fanout: int | None = None) -> SiteTable:
@@ -292,7 +250,7 @@ class Trace:
         recorded) and module calls (CallView); an empty SiteTable when none. max_fanout:
         more matches is an error (None, the default: no limit)."""
         from .op_sites import find_sites
-        return find_sites(self, query, max_fanout)
+        return find_sites(self.state, query, lambda name: self._site(name).calls, max_fanout)
 
     def _site(self, name):
         view = self._views.get(name)
@@ -396,64 +354,10 @@ class Trace:
     def kernels_recorded(self) -> bool:
         return self.kernel_mode != "off" and not self.kernels_status
 
-    def _gpu_totals(self):
-        """{call_id: (kernels, gpu_busy_ns)} inclusive of child calls, or None if not recorded."""
-        if self._gpu is False:
-            if not self.kernels_recorded or "call_gpu" not in self._tables:
-                self._gpu = None
-            else:
-                totals = {cid: [n, ns] for cid, n, ns in self._q(
-                    "SELECT call_id, kernels, gpu_busy_ns FROM call_gpu")}
-                # Children have larger ids than their parents (ids are handed out at push),
-                # so one descending pass adds every subtree into its root.
-                with _numbers_in(self, "call_gpu"):
-                    for cid, parent in self._q("SELECT id, parent_id FROM calls "
-                                               "WHERE parent_id IS NOT NULL ORDER BY id DESC"):
-                        own = totals.get(cid)
-                        if own and parent:
-                            acc = totals.setdefault(parent, [0, 0])
-                            acc[0] += own[0]
-                            acc[1] += own[1]
-                self._gpu = {k: tuple(v) for k, v in totals.items()}
-        return self._gpu
-
     # --- outputs ------------------------------------------------------------------------
-    def _load_outputs(self):
-        if self._outputs is None:
-            self._outputs = {}
-            # The first row is the call's output; an op returning several tensors (max with
-            # dim=) has a row for each, the others kept here in order.
-            self._more_outputs = {}
-            if "call_outputs" in self._tables:
-                for row in self._q("SELECT call_id, path, shape, dtype FROM call_outputs "
-                                   "ORDER BY rowid"):
-                    if row[0] in self._outputs:
-                        self._more_outputs.setdefault(row[0], []).append(row[1:])
-                    else:
-                        self._outputs[row[0]] = row[1:]
-            self._saved = {}
-            if "saved_outputs" in self._tables:
-                for cid, file, key in self._q("SELECT call_id, file, key FROM saved_outputs"):
-                    self._saved[cid] = (file, key)
-
     @property
     def has_saved(self) -> bool:
-        self._load_outputs()
-        return bool(self._saved)
-
-    def _output(self, call_id, index=0):
-        """The call's output (index 0), or the OutputMeta of its index-th output tensor."""
-        self._load_outputs()
-        saved = self._saved.get(call_id) if index == 0 else None
-        if saved is not None:
-            return self._tensor(*saved)
-        rows = [self._outputs[call_id]] if call_id in self._outputs else []
-        rows += self._more_outputs.get(call_id, [])
-        if index >= len(rows):
-            return None
-        path, shape, dtype = rows[index]
-        from .._common import parse_dtype  # imports torch
-        return OutputMeta(json.loads(shape), parse_dtype(dtype), path)
+        return bool(self.state.saved_ids())
 
     def _inputs(self, call):
         from .inputs import CallInputs
@@ -468,18 +372,7 @@ class Trace:
             for row in self._q("SELECT call_id, path, kind, type, shape, dtype, device, value, "
                                "file, key FROM call_inputs ORDER BY rowid"):
                 self._input_rows.setdefault(row[0], []).append(row[1:])
-        return CallInputs(call.name, self._input_rows.get(call.id, ()), self._tensor)
-
-    def _tensor(self, file, key):
-        from safetensors import safe_open
-        handle = self._shards.get(file)
-        if handle is None:
-            full = os.path.join(os.path.dirname(self.path), file)
-            if not os.path.exists(full):
-                fail(f"the saved tensors of this trace are missing: {full} (keep the "
-                     f".tensors directory next to the .sqlite file)")
-            handle = self._shards[file] = safe_open(full, framework="pt")
-        return handle.get_tensor(key)
+        return CallInputs(call.name, self._input_rows.get(call.id, ()), self.state.tensor)
 
     # --- escapes, losses, report ------------------------------------------------------
     @property
@@ -494,7 +387,7 @@ class Trace:
         """With ops=True: [OpTotal(name, calls, cpu_ms, gpu_ms, kernels)] of the ATen ops, over
         the run or one token, by GPU time then CPU time (see op_records.top_ops)."""
         from .op_records import top_ops
-        return top_ops(self, token, n)
+        return top_ops(self.state, token, n)
 
     def compiled_kernels(self, token: int | None = None) -> list[CompiledKernel]:
         """With ops=True on a torch.compile'd model: [CompiledKernel(call_id, token, name,
@@ -511,7 +404,7 @@ class Trace:
         each of its modules."""
         from .._compiled import module_totals
         kernels, _ = self._compiled()
-        return module_totals(kernels, self._gpu_totals(), token)
+        return module_totals(kernels, self.state.gpu_totals(), token)
 
     def _compiled(self):
         """The compiled-kernel join of this file, made once (the file does not change)."""
@@ -544,20 +437,21 @@ class Trace:
         """A serving engine's steps (vLLM): one row per request a step computed tokens for
         (token = the step), in step order; [] for other traces."""
         from .serving import step_requests
-        return step_requests(self)
+        return step_requests(self.state)
 
     @property
     def requests(self) -> dict[str, Request]:
         """A serving engine's requests: {request id: Request(steps, prefill_tokens,
         decode_tokens, first_step, first_token_step, last_step)}; {} for other traces."""
         from .serving import requests
-        return requests(self)
+        return requests(self.state)
 
     def summary(self) -> str:
         """One row per called site: kind, calls, CPU ms, GPU ms and the first output's shape
         (tokentrace's form of TorchLens's trace.summary(); report() is the per-token view)."""
         from .saving import summary
-        return summary(self)
+        return summary(self.path, self.num_tokens, self.kernels_recorded,
+                       [self._site(name) for name in self.sites])
 
     def __repr__(self) -> str:
         return (f"<tokentrace.Trace {os.path.basename(self.path)}: {len(self._sites)} sites, "
@@ -574,8 +468,7 @@ class Recording(Trace):
 
     @property
     def saved_sites(self) -> list[str]:
-        self._load_outputs()
-        ids = set(self._saved or {})
+        ids = self.state.saved_ids()
         if not ids:
             return []
         names = {sid: n for n, (sid, _, _) in self._sites.items()}
@@ -602,3 +495,13 @@ def load(path: str | os.PathLike[str]) -> Trace:
     if trace_obj.has_saved:
         return Recording(path)
     return trace_obj
+
+
+def save(trace: Trace, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
+    """Copies `trace` (from tt.trace, tt.record or tt.load) and its saved tensors to `path`
+    (a .sqlite file; its shards go beside it); returns the new path, which tt.load opens."""
+    if not isinstance(trace, Trace):
+        fail(f"tt.save(trace, path) takes a trace from tt.trace, tt.record or tt.load, got "
+             f"{type(trace).__name__}")
+    from .saving import save_trace
+    return save_trace(trace.state, path, overwrite)

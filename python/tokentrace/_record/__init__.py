@@ -15,7 +15,7 @@ Imports _compiled, _backend, _common and _errors; never _edit or _read.
 from .._common import lazy_face
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
+if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from . import op_records
     from .attach import Attachment, selection, warn_if_doubtful
     from .escapes import EscapeCounter, warn_once
@@ -25,17 +25,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, imported for real
     from .root import ASSISTANT, FirstRoot, RootChoice, sites_of
     from .sink import TensorSink
 
-_EXPORTS = {
-    "Attachment": "attach", "selection": "attach",
-    "FirstRoot": "root", "RootChoice": "root", "sites_of": "root", "ASSISTANT": "root",
-    "warn_if_doubtful": "attach",
-    "HookSet": "hooks",
-    "InputRecorder": "inputs", "tensor_meta": "inputs",
-    "TensorSink": "sink",
-    "EscapeCounter": "escapes", "warn_once": "escapes",
-    "op_records": "op_records",
-    "is_text": "prompt", "tokenize": "prompt", "find_tokenizer": "prompt",
-}
-
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_face(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__)  # and __all__, the names above
