@@ -10,7 +10,6 @@ import os
 import shutil
 import tempfile
 import warnings
-import weakref
 
 import torch
 
@@ -18,7 +17,7 @@ from ._backend import check_kernel_mode, get_backend
 from ._common import ROOT, as_selector, check_writable, names_ops, op_selection, where
 from ._compat import chunked, run_options
 from ._compiled import compiled_entry, watch_compile
-from ._edit import check_edits
+from ._edit import check_edits, remember_labels
 from ._errors import TokentraceError, fail
 from ._file import FileError
 from ._read import Recording, Trace
@@ -270,10 +269,7 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
             raise
         fail(str(ending_error))  # nothing readable was left
     if attached.ops:  # its op labels, once read, number a later edit's by label
-        try:
-            result.state.model = weakref.ref(attached.model)
-        except TypeError:
-            pass
+        result.state.on_labels = remember_labels(attached.model)
     if attached.edits is not None and attached.ops and attached.edits.numbered_labels:
         read = {(s.root, s.raw_step): s.layer_label
                 for s in result.find_sites(where(lambda op: True))}

@@ -25,6 +25,9 @@ This module is the public face; the feature is the subpackage _edit/, split by c
     report.py        EditReport and the skip warning
     bound.py         BoundModel
     inputs.py        edits of a call's input by path (input=)
+    op_labels.py     LiveLabels: a run's ops numbered as TorchLens labels them
+    op_edits.py      op-level edits (tt.when over ATen ops)
+    label_memory.py  a model's last trace's op labels, handed by the trace (edits by label)
 The value paths ("[0].logits") are parsed in one place, _common/paths.py, shared with the
 recording of inputs.
 """

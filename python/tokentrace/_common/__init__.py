@@ -6,7 +6,6 @@ Files: naming.py (site names, the root `self`), selectors.py (tt.module), op_sel
 of values inside a call's arguments and the walk over them), paths.py (the one parser of value
 paths such as "[0].logits"), op_groups.py (the Python calls that are ops of their own,
 x[i], torch.tensor, x / y), op_mode.py (the TorchFunctionMode of op saves and edits),
-label_memory.py (a model's last trace's op labels, for edits by label),
 outputs.py (the first tensor of an output, dtype names), store.py
 (the trace file: schema, and the Python layer's rows handed to its writer), loader.py (finds
 and loads the extension tokentrace._native), lazy.py (the faces' lazy import),
@@ -18,7 +17,7 @@ from .lazy import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
-    from . import label_memory, loader, op_groups
+    from . import loader, op_groups
     from .lazy import lazy_face  # imported above for real: the faces call it at import
     from .loader import PACKAGE_DIR
     from .naming import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names

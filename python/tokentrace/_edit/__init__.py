@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face read
         zero_ablate,
     )
     from .hooks import EditHooks
+    from .label_memory import for_model as remember_labels
     from .operations import Op, add, clamp, fill, replace, scale, zero
     from .report import EditReport
     from .rules import EditContext, Rule

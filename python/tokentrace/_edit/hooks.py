@@ -37,8 +37,9 @@ import warnings
 import torch
 
 from .._backend import torch_library
-from .._common import ROOT, first_tensor, label_memory, replace_in_output, site_names
+from .._common import ROOT, first_tensor, replace_in_output, site_names
 from .._errors import fail
+from . import label_memory
 from .inputs import input_hook, output_finder
 from .op_edits import OpEdits
 from .op_labels import LiveLabels

@@ -68,7 +68,7 @@ def _is_param(value):
 
 class LiveLabels:
     """The numbering of one run. With `known`, the LabelMap of the last trace of the same
-    model whose op labels were read (_common/label_memory.py): op n of root call k takes the
+    model whose op labels were read (label_memory.py): op n of root call k takes the
     labels that trace gave op n of its root call k, TorchLens's loops and orphans included (an
     orphan there takes none), while the run's ops agree with it in type and the root call is
     one the trace had. Otherwise, and from the first op that disagrees, as the reader numbers

@@ -51,7 +51,6 @@ from .._common import (
     TUPLE_OPS,
     as_selector,
     is_op_label,
-    label_memory,
     op_type,
 )
 from .._errors import fail
@@ -269,9 +268,8 @@ def op_sites(state: TraceState) -> list[OpSite]:
         sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
     _number(sites, leader, position)
     state.cache[_CACHE] = sites
-    model = state.model
-    if model is not None and model() is not None and sites:  # for edits by label later
-        label_memory.remember(model(), sites, str(state.path))
+    if state.on_labels is not None:  # for edits by label later (_api hands the callback)
+        state.on_labels(sites, str(state.path))
     return sites
 
 

@@ -18,7 +18,7 @@ from .._errors import TokentraceError, fail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import weakref
+    from collections.abc import Callable
 
     import torch
 
@@ -66,9 +66,10 @@ class TraceState:
     file: the TraceFile (_file/reading.py: the tables, the queries); path, meta: its own.
     sites: {name: (site id, kind, is_token)} of every site the file lists; site_order: the
     names of those called in this file, in the order first seen. cache: {key: value} that
-    the readers keep per trace (op_sites.py: the numbered op sites). model: a weak reference
-    to the model the trace recorded (tt.trace/tt.record with ops set it), or None: op labels,
-    once read, are remembered for it (edits by label)."""
+    the readers keep per trace (op_sites.py: the numbered op sites). on_labels: None, or a
+    callback(op sites, path) called once when the op sites are first numbered (tt.trace and
+    tt.record with ops hand it: edits of the same model by label number ops as this trace
+    did; _edit/label_memory.py)."""
 
     def __init__(self, file: TraceFile, kernels_recorded: bool) -> None:
         self.file = file
@@ -86,7 +87,7 @@ class TraceState:
             if sid in called:
                 self.site_order.append(name)
         self.cache: dict[str, Any] = {}
-        self.model: weakref.ref | None = None
+        self.on_labels: Callable[[list[Any], str], None] | None = None
         self._outputs: dict[int, tuple[str, str, str]] | None = None
         self._more_outputs: dict[int, list[tuple[str, str, str]]] = {}
         self._saved: dict[int, tuple[str, str]] = {}
