@@ -136,6 +136,26 @@ TEST(ImportTest, CallsNestAsTheirRangesAndTheRootsCallsAreTokens) {
             3);
 }
 
+// --root names the ranges whose calls are tokens: here the loader's annotation, so every call
+// on either thread is in its one token.
+TEST(ImportTest, TheRootCanBeNamed) {
+  const std::string path = TempPath("root.sqlite");
+  std::string error;
+  auto store = Store::Open(path, &error);
+  ASSERT_NE(store, nullptr) << error;
+  ImportOptions options;
+  options.mode.kind = KernelMode::kFull;
+  options.root = "loader";
+  ImportCounts counts;
+  ASSERT_TRUE(ImportProcess(Hand(), options, store.get(), &counts, &error)) << error;
+  store->Close();
+  EXPECT_EQ(counts.root, "loader");
+  EXPECT_EQ(counts.tokens, 1u);
+  EXPECT_EQ(Rows(path, "SELECT DISTINCT token FROM calls"), "1\n");
+  EXPECT_EQ(QueryText(path, "SELECT kind FROM sites WHERE name = 'Model_0'"), "module");
+  EXPECT_EQ(QueryText(path, "SELECT value FROM meta WHERE key = 'root'"), "loader (--root)");
+}
+
 TEST(ImportTest, SmallDrainsJoinTheSameAsOne) {
   ImportCounts one, many;
   const std::string whole = Import(Hand(), &one);
