@@ -1,5 +1,6 @@
 // `tokentrace import TRACE`: a torch.profiler or Nsight Systems trace made into tokentrace
 // files, one per recorded process (src/import).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -101,6 +102,12 @@ int ImportCommand(const std::vector<std::string>& args) {
   }
   if (out.empty()) out = DefaultOut(trace);
 
+  struct stat info;
+  if (stat(trace.c_str(), &info) == 0 && info.st_size > (int64_t{64} << 20)) {
+    // A long read: say what is happening (a 1 GB trace takes tens of seconds).
+    std::fprintf(stderr, "tokentrace: reading '%s' (%lld MB)...\n", trace.c_str(),
+                 static_cast<long long>(info.st_size >> 20));
+  }
   import::RecordedTrace recorded;
   if (!import::ReadRecorded(trace, &recorded, &error)) {
     std::fprintf(stderr, "tokentrace: %s\n", error.c_str());
