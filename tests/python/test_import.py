@@ -8,8 +8,8 @@ records of launches outside every range) are the oracle's counts. The oracle is 
 on its own against the numbers the traces' README states, so a wrong oracle fails there, not
 as a disagreement with the import.
 
-The traces are found in $TOKENTRACE_GPU_TRACES or <repo>/../shared/gpu-traces; without them
-those tests skip. The tests of bad input need only the program (`tokentrace import`).
+The traces are found in $TOKENTRACE_GPU_TRACES, else the repository's copy
+(tests/data/gpu-traces), else <repo>/../shared/gpu-traces; without them those tests skip. The tests of bad input need only the program (`tokentrace import`).
 """
 
 import collections
@@ -38,8 +38,10 @@ CRASH_TEXT = ("Traceback", "terminate called", "what():", "Segmentation", "Abort
 
 
 def _traces_dir():
-    where = os.environ.get("TOKENTRACE_GPU_TRACES") or os.path.join(
-        os.path.dirname(ROOT), "shared", "gpu-traces")
+    where = os.environ.get("TOKENTRACE_GPU_TRACES") or next(
+        (d for d in (os.path.join(ROOT, "tests", "data", "gpu-traces"),
+                     os.path.join(os.path.dirname(ROOT), "shared", "gpu-traces"))
+         if os.path.isdir(d)), os.path.join(ROOT, "tests", "data", "gpu-traces"))
     if not os.path.isdir(where):
         pytest.skip("no recorded GPU traces at %s (set TOKENTRACE_GPU_TRACES)" % where)
     return where
