@@ -135,19 +135,20 @@ bool ReadKineto(const std::string& path, RecordedTrace* out, std::string* error)
         launch_pid[l.correlation] = pid;
         out->processes[pid].launches.push_back(l);
       } else {
-        RecordedGpu g;
+        RecordedGpu r;
+        GpuActivity& g = r.activity;
         g.kind = cat == "kernel"       ? GpuOpKind::kKernel
                  : cat == "gpu_memcpy" ? GpuOpKind::kMemcpy
                                        : GpuOpKind::kMemset;
-        if (g.kind == GpuOpKind::kKernel) g.name = name;
+        if (g.kind == GpuOpKind::kKernel) r.name = name;
         if (g.kind == GpuOpKind::kMemcpy) g.copy_kind = CopyKind(name);
         g.begin_ns = Ns(ts);
         g.end_ns = Ns(ts + dur);
         g.device = static_cast<uint32_t>(Uint(args, "device"));
         g.stream = static_cast<uint32_t>(Uint(args, "stream"));
-        g.correlation = Uint(args, "correlation");
+        g.correlation_id = Uint(args, "correlation");
         g.bytes = Uint(args, "bytes");
-        gpu.push_back(std::move(g));
+        gpu.push_back(std::move(r));
       }
     }
   } catch (const json::exception& e) {
@@ -170,7 +171,7 @@ bool ReadKineto(const std::string& path, RecordedTrace* out, std::string* error)
     }
   }
   for (RecordedGpu& g : gpu) {
-    auto it = launch_pid.find(g.correlation);
+    auto it = launch_pid.find(g.activity.correlation_id);
     out->processes[it != launch_pid.end() ? it->second : main_pid].gpu.push_back(std::move(g));
   }
   out->records = gpu.size();

@@ -143,20 +143,21 @@ bool ReadNsys(const std::string& path, RecordedTrace* out, std::string* error) {
                       " r LEFT JOIN StringIds s ON s.id = r.demangledName"
                 : "NULL FROM " + std::string(source.table) + " r");
     ok &= db.Each(sql, [&](sqlite3_stmt* st) {
-      RecordedGpu g;
+      RecordedGpu r;
+      GpuActivity& g = r.activity;
       g.kind = source.kind;
       g.begin_ns = sqlite3_column_int64(st, 0);
       g.end_ns = sqlite3_column_int64(st, 1);
       g.device = static_cast<uint32_t>(sqlite3_column_int64(st, 2));
       g.stream = static_cast<uint32_t>(sqlite3_column_int64(st, 3));
-      g.correlation = static_cast<uint64_t>(sqlite3_column_int64(st, 4));
+      g.correlation_id = static_cast<uint64_t>(sqlite3_column_int64(st, 4));
       const int64_t pid = PidOf(sqlite3_column_int64(st, 5));
       g.graph_id = static_cast<uint32_t>(sqlite3_column_int64(st, 6));
       g.graph_node_id = static_cast<uint64_t>(sqlite3_column_int64(st, 7));
       g.copy_kind = static_cast<uint8_t>(sqlite3_column_int64(st, 8));
       g.bytes = static_cast<uint64_t>(sqlite3_column_int64(st, 9));
-      if (kernel) g.name = Export::Text(st, 10);
-      out->processes[pid].gpu.push_back(std::move(g));
+      if (kernel) r.name = Export::Text(st, 10);
+      out->processes[pid].gpu.push_back(std::move(r));
       ++out->records;
     });
   }

@@ -29,18 +29,11 @@ struct RecordedLaunch {
   bool graph = false;  // a CUDA-graph launch: many records under its one correlation id
 };
 
+// A GPU record as CUPTI would hand it (its name pointer is set from `name` when it is given
+// to the joiner), with its kernel name owned here.
 struct RecordedGpu {
-  GpuOpKind kind = GpuOpKind::kKernel;
+  GpuActivity activity;
   std::string name;  // kernels; copies and sets are named by the joiner
-  int64_t begin_ns = 0;
-  int64_t end_ns = 0;
-  uint32_t device = 0;
-  uint32_t stream = 0;
-  uint64_t correlation = 0;
-  uint32_t graph_id = 0;
-  uint64_t graph_node_id = 0;
-  uint8_t copy_kind = 0;  // as GpuActivity's
-  uint64_t bytes = 0;
 };
 
 struct RecordedProcess {

@@ -102,7 +102,7 @@ bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store
     by_thread[r.thread].first.push_back(i);
   }
   std::unordered_set<uint64_t> with_records;
-  for (const RecordedGpu& g : p.gpu) with_records.insert(g.correlation);
+  for (const RecordedGpu& g : p.gpu) with_records.insert(g.activity.correlation_id);
   for (uint32_t i = 0; i < p.launches.size(); ++i) {
     if (with_records.count(p.launches[i].correlation) != 0)
       by_thread[p.launches[i].thread].second.push_back(i);
@@ -128,8 +128,9 @@ bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store
   }
   std::vector<uint32_t> records(p.gpu.size());
   for (uint32_t i = 0; i < records.size(); ++i) records[i] = i;
-  std::stable_sort(records.begin(), records.end(),
-                   [&](uint32_t a, uint32_t b) { return p.gpu[a].begin_ns < p.gpu[b].begin_ns; });
+  std::stable_sort(records.begin(), records.end(), [&](uint32_t a, uint32_t b) {
+    return p.gpu[a].activity.begin_ns < p.gpu[b].activity.begin_ns;
+  });
 
   Joiner joiner(options.mode);
   joiner.AttributeGraphRecordsToLaunches();
@@ -219,30 +220,20 @@ bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store
         first = &c;
       }
     }
-    const bool host =
-        first != nullptr && (record == records.size() ||
-                             first->steps[first->next].at <= p.gpu[records[record]].begin_ns);
+    const bool host = first != nullptr &&
+                      (record == records.size() ||
+                       first->steps[first->next].at <= p.gpu[records[record]].activity.begin_ns);
     if (first == nullptr && record == records.size()) break;
     if (host) {
       step(*first);
     } else {
       const RecordedGpu& g = p.gpu[records[record++]];
-      GpuActivity a;
-      a.kind = g.kind;
-      a.correlation_id = g.correlation;
-      a.begin_ns = g.begin_ns;
-      a.end_ns = g.end_ns;
-      a.device = g.device;
-      a.stream = g.stream;
-      a.graph_id = g.graph_id;
-      a.graph_node_id = g.graph_node_id;
-      a.bytes = g.bytes;
-      a.copy_kind = g.copy_kind;
-      a.name = g.kind == GpuOpKind::kKernel ? g.name.c_str() : nullptr;
-      a.timed = g.begin_ns != 0 && g.end_ns >= g.begin_ns;
+      GpuActivity a = g.activity;
+      a.name = a.kind == GpuOpKind::kKernel ? g.name.c_str() : nullptr;
+      a.timed = a.begin_ns != 0 && a.end_ns >= a.begin_ns;
       joiner.OnActivity(a, &batch);
       ++counts->records;
-      if (!outside.empty() && outside.count(g.correlation) != 0) ++counts->outside_ranges;
+      if (!outside.empty() && outside.count(a.correlation_id) != 0) ++counts->outside_ranges;
     }
     if (++items % options.drain_items == 0 && !write(false)) return false;
   }

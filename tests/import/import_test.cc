@@ -19,41 +19,22 @@ namespace {
 
 using testing::QueryInt;
 using testing::QueryText;
+using testing::Rows;
 using testing::TempPath;
-
-// All rows of `sql`, "a|b" each, NULL as "-".
-std::string Rows(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  std::string out;
-  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-    out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
-  }
-  while (st != nullptr && sqlite3_step(st) == SQLITE_ROW) {
-    for (int c = 0; c < sqlite3_column_count(st); ++c) {
-      const unsigned char* t = sqlite3_column_text(st, c);
-      out += (c ? "|" : "") + std::string(t ? reinterpret_cast<const char*>(t) : "-");
-    }
-    out += "\n";
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return out;
-}
 
 RecordedRange Range(uint64_t thread, int64_t begin, int64_t end, const char* name,
                     SiteKind kind = SiteKind::kModule) {
   return RecordedRange{thread, begin, end, name, kind};
 }
 RecordedGpu Kernel(uint64_t correlation, int64_t begin, const char* name = "gemm") {
-  RecordedGpu g;
-  g.name = name;
-  g.correlation = correlation;
+  RecordedGpu r;
+  r.name = name;
+  GpuActivity& g = r.activity;
+  g.correlation_id = correlation;
   g.begin_ns = begin;
   g.end_ns = begin + 10;
   g.stream = 7;
-  return g;
+  return r;
 }
 
 // Each kernel's launch, and the site of the call it was attributed to ("-": none).
@@ -61,16 +42,21 @@ constexpr char kAttribution[] =
     "SELECT k.correlation_id, s.name FROM kernels k LEFT JOIN calls c ON c.id = k.call_id "
     "LEFT JOIN sites s ON s.id = c.site_id ORDER BY k.correlation_id, k.gpu_begin_ns";
 
-std::string Import(const RecordedProcess& p, ImportCounts* counts, size_t drain_items = 1 << 16) {
-  const std::string path = TempPath("import.sqlite");
-  std::string error;
-  auto store = Store::Open(path, &error);
-  EXPECT_NE(store, nullptr) << error;
+ImportOptions Full(size_t drain_items = 1 << 16) {
   ImportOptions options;
   options.mode.kind = KernelMode::kFull;
   options.source = "test";
   options.format = "test";
   options.drain_items = drain_items;
+  return options;
+}
+
+std::string Import(const RecordedProcess& p, ImportCounts* counts,
+                   const ImportOptions& options = Full()) {
+  const std::string path = TempPath("import.sqlite");
+  std::string error;
+  auto store = Store::Open(path, &error);
+  EXPECT_NE(store, nullptr) << error;
   EXPECT_TRUE(ImportProcess(p, options, store.get(), counts, &error)) << error;
   store->Close();
   return path;
@@ -96,7 +82,7 @@ RecordedProcess Hand() {
 TEST(ImportTest, EachRecordGoesToTheInnermostRangeOpenAtItsLaunch) {
   ImportCounts counts;
   const std::string path = Import(Hand(), &counts);
-  EXPECT_EQ(Rows(path, kAttribution),
+  EXPECT_EQ(Rows(path, kAttribution, "-"),
             "1|Model_0\n2|Linear_0\n3|Linear_1\n4|Model_0\n5|-\n6|Attn_0\n6|Attn_0\n6|Attn_0\n"
             "7|Proj_0\n8|Model_0\n9|loader\n99|-\n");
   EXPECT_EQ(QueryInt(path, "SELECT count FROM losses WHERE kind = 'unknown_correlation'"), 1);
@@ -139,16 +125,10 @@ TEST(ImportTest, CallsNestAsTheirRangesAndTheRootsCallsAreTokens) {
 // --root names the ranges whose calls are tokens: here the loader's annotation, so every call
 // on either thread is in its one token.
 TEST(ImportTest, TheRootCanBeNamed) {
-  const std::string path = TempPath("root.sqlite");
-  std::string error;
-  auto store = Store::Open(path, &error);
-  ASSERT_NE(store, nullptr) << error;
-  ImportOptions options;
-  options.mode.kind = KernelMode::kFull;
+  ImportOptions options = Full();
   options.root = "loader";
   ImportCounts counts;
-  ASSERT_TRUE(ImportProcess(Hand(), options, store.get(), &counts, &error)) << error;
-  store->Close();
+  const std::string path = Import(Hand(), &counts, options);
   EXPECT_EQ(counts.root, "loader");
   EXPECT_EQ(counts.tokens, 1u);
   EXPECT_EQ(Rows(path, "SELECT DISTINCT token FROM calls"), "1\n");
@@ -159,7 +139,7 @@ TEST(ImportTest, TheRootCanBeNamed) {
 TEST(ImportTest, SmallDrainsJoinTheSameAsOne) {
   ImportCounts one, many;
   const std::string whole = Import(Hand(), &one);
-  const std::string drained = Import(Hand(), &many, /*drain_items=*/2);
+  const std::string drained = Import(Hand(), &many, Full(/*drain_items=*/2));
   EXPECT_EQ(Rows(whole, kAttribution), Rows(drained, kAttribution));
   EXPECT_EQ(Rows(whole, "SELECT token, kernels, calls FROM token_stats ORDER BY 1"),
             Rows(drained, "SELECT token, kernels, calls FROM token_stats ORDER BY 1"));
@@ -217,10 +197,10 @@ TEST(KinetoTest, ReadsRangesLaunchesAndRecordsPlainOrGzipped) {
     EXPECT_TRUE(p.launches[1].graph);
     ASSERT_EQ(p.gpu.size(), 2u);
     EXPECT_EQ(p.gpu[0].name, "mm_kernel");
-    EXPECT_EQ(p.gpu[0].stream, 7u);
-    EXPECT_EQ(p.gpu[1].kind, GpuOpKind::kMemcpy);
-    EXPECT_EQ(p.gpu[1].copy_kind, 2);
-    EXPECT_EQ(p.gpu[1].bytes, 64u);
+    EXPECT_EQ(p.gpu[0].activity.stream, 7u);
+    EXPECT_EQ(p.gpu[1].activity.kind, GpuOpKind::kMemcpy);
+    EXPECT_EQ(p.gpu[1].activity.copy_kind, 2);
+    EXPECT_EQ(p.gpu[1].activity.bytes, 64u);
   }
 }
 
@@ -302,11 +282,11 @@ TEST(NsysTest, ReadsEachProcessWithItsNamesFromStringIds) {
   EXPECT_TRUE(b.launches[0].graph);
   ASSERT_EQ(a.gpu.size(), 2u);
   EXPECT_EQ(a.gpu[0].name, "gemm<float>");
-  EXPECT_EQ(a.gpu[1].kind, GpuOpKind::kMemset);
-  EXPECT_EQ(a.gpu[1].bytes, 16u);
-  EXPECT_EQ(b.gpu[0].graph_id, 3u);
-  EXPECT_EQ(b.gpu[0].graph_node_id, 55u);
-  EXPECT_EQ(b.gpu[0].device, 1u);
+  EXPECT_EQ(a.gpu[1].activity.kind, GpuOpKind::kMemset);
+  EXPECT_EQ(a.gpu[1].activity.bytes, 16u);
+  EXPECT_EQ(b.gpu[0].activity.graph_id, 3u);
+  EXPECT_EQ(b.gpu[0].activity.graph_node_id, 55u);
+  EXPECT_EQ(b.gpu[0].activity.device, 1u);
 }
 
 TEST(NsysTest, ASqliteFileThatIsNoExportIsRefused) {

@@ -30,31 +30,8 @@ namespace {
 
 using testing::QueryInt;
 using testing::QueryText;
+using testing::Rows;
 using testing::TempPath;
-
-// All rows of `sql`, one line each ("a|b|c"), NULL as "null".
-std::string Rows(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  std::string out;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    return "<cannot open>";
-  }
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-    out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
-  } else {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      for (int c = 0; c < sqlite3_column_count(st); ++c) {
-        const unsigned char* t = sqlite3_column_text(st, c);
-        out += (c ? "|" : "") + std::string(t ? reinterpret_cast<const char*>(t) : "null");
-      }
-      out += "\n";
-    }
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return out;
-}
 
 void Exec(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;

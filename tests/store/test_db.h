@@ -49,4 +49,30 @@ inline std::string QueryText(const std::string& path, const std::string& sql) {
   return v;
 }
 
+// All rows of `sql`, one line each ("a|b|c"), NULL as `null_text`.
+inline std::string Rows(const std::string& path, const std::string& sql,
+                        const std::string& null_text = "null") {
+  sqlite3* db = nullptr;
+  std::string out;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return "<cannot open>";
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+    out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
+  } else {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      for (int c = 0; c < sqlite3_column_count(st); ++c) {
+        const unsigned char* t = sqlite3_column_text(st, c);
+        out += (c ? "|" : "") + (t ? std::string(reinterpret_cast<const char*>(t)) : null_text);
+      }
+      out += "\n";
+    }
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
 }  // namespace tokentrace::testing
