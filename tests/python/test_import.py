@@ -9,7 +9,8 @@ on its own against the numbers the traces' README states, so a wrong oracle fail
 as a disagreement with the import.
 
 The traces are found in $TOKENTRACE_GPU_TRACES, else the repository's copy
-(tests/data/gpu-traces), else <repo>/../shared/gpu-traces; without them those tests skip. The tests of bad input need only the program (`tokentrace import`).
+(tests/data/gpu-traces), else <repo>/../shared/gpu-traces; without them those tests skip.
+The tests of bad input need only the program (`tokentrace import`).
 """
 
 import collections
