@@ -27,13 +27,12 @@ import warnings
 from collections import defaultdict
 
 from ._errors import TokentraceError, fail
+from ._file import queries
 
 _LAYER = re.compile(r"^(.*?\.)(\d+)(\.|$)")
 MAX_BARS = 200  # bars in the first panel: beyond this, tokens are binned
-
 # Token 1 (the prefill) is bin 0 on its own; decode tokens 2.. fill bins of `width` tokens.
-_BIN = "(CASE WHEN {t} <= 1 THEN 0 ELSE 1 + ({t} - 2) / :width END)"
-
+# The SQL of each question below is the file room's (_file/queries.py).
 
 # Summaries (site_blocks): past this many calls the first panel's bins are made of blocks of
 # tokens (each bin a whole number of blocks) instead of summed from the calls.
@@ -43,8 +42,6 @@ MAX_SCANNED_CALLS = 2_000_000
 def _token_bins(trace, width):
     """{bin: (first token, tokens, root ns)}: the tokens of each bin and their summed CPU wall
     time (0 for a token without a finished root call, as in trace.tokens)."""
-    src = (f"SELECT token, cpu_end_ns - cpu_begin_ns AS ns FROM ({trace.file.tokens_sql}) "
-           "WHERE token > 0")
     if trace.has_summaries:
         # One range of token_stats per bin (read in token order): a GROUP BY over every
         # token would sort them all first.
@@ -52,52 +49,33 @@ def _token_bins(trace, width):
         bins = {}
         for b, lo, hi in [(0, 1, 1)] + [(1 + i, 2 + i * width, 1 + (i + 1) * width)
                                         for i in range(-(-max(last - 1, 0) // width))]:
-            first, n, ns = trace.file.q(f"SELECT MIN(token), COUNT(*), SUM(COALESCE(ns, 0)) FROM "
-                                    f"({src}) WHERE token BETWEEN ? AND ?", (lo, hi))[0]
+            first, n, ns = trace.file.q(*queries.token_latency_range(trace.file.tokens_sql,
+                                                                     lo, hi))[0]
             if n:
                 bins[b] = (first, n, ns)
         return bins
-    rows = trace.file.q(f"SELECT {_BIN.format(t='token')} AS bin, MIN(token), COUNT(*), "
-                    f"SUM(COALESCE(ns, 0)) FROM ({src}) GROUP BY bin ORDER BY bin",
-                    {"width": width})
+    rows = trace.file.q(*queries.token_latency_bins(trace.file.tokens_sql, width))
     return {b: (first, n, ns) for b, first, n, ns in rows}
 
 
-def _is_token_sql(trace):
-    cols = [r[1] for r in trace.file.q("PRAGMA table_info(sites)")]
-    return "s.is_token" if "is_token" in cols else "s.kind = 'root'"
-
-
-def _self_time_sql(trace, select, where="", group="s.name"):
-    """SQL over the self time (own time less its child calls') `d.ns` of each call of a
-    non-token site, joined to its site `s`."""
-    return ("WITH d AS (SELECT id, parent_id, site_id, token, "
-            "           COALESCE(cpu_end_ns, cpu_begin_ns) - cpu_begin_ns AS ns FROM calls), "
-            "kids AS (SELECT parent_id AS id, SUM(ns) AS ns FROM d "
-            "         WHERE parent_id IS NOT NULL GROUP BY parent_id) "
-            f"SELECT {select} FROM d JOIN sites s ON s.id = d.site_id "
-            "LEFT JOIN kids ON kids.id = d.id "
-            f"WHERE d.token > 0 AND NOT ({_is_token_sql(trace)}) {where} GROUP BY {group}")
+def _has_is_token(trace):
+    """Whether the file's sites have the is_token column (else the root is the token site)."""
+    return "is_token" in [r[1] for r in trace.file.ask("site_columns")]
 
 
 def _site_totals(trace):
     """{site name: self ns over all tokens}, costliest first. One row per site: a file of a
     million sites costs one pass, never a row per site and bin."""
     if trace.has_summaries:
-        return dict(trace.file.q("SELECT s.name, SUM(t.cpu_self_ns) AS ns FROM site_stats t "
-                             "JOIN sites s ON s.id = t.site_id "
-                             "WHERE t.phase > 0 AND NOT s.is_token GROUP BY s.name "
-                             "ORDER BY ns DESC"))
-    rows = trace.file.q(_self_time_sql(trace, "s.name, SUM(d.ns - COALESCE(kids.ns, 0)) AS ns") +
-                    " ORDER BY ns DESC")
-    return dict(rows)
+        return dict(trace.file.ask("site_self_totals"))
+    return dict(trace.file.q(*queries.site_self_totals_from_calls(_has_is_token(trace))))
 
 
 def _token_block(trace):
     """Tokens per site_blocks block, when the first panel is drawn from blocks (else None)."""
     if not trace.has_summaries:
         return None
-    calls = trace.file.q("SELECT COALESCE(SUM(calls), 0) FROM token_stats")[0][0]
+    calls = trace.file.ask("calls_summarized")[0][0]
     block = trace.meta.get("token_block", "")
     return int(block) if calls > MAX_SCANNED_CALLS and block.isdigit() and int(block) > 0 else None
 
@@ -107,20 +85,10 @@ def _site_self_times(trace, width, names, block=None):
     from the calls, or with `block` (width a multiple of it) from site_blocks."""
     if not names:
         return defaultdict(dict)
-    marks = ",".join("?" * len(names))
     if block:
-        rows = trace.file.q(
-            f"SELECT CASE WHEN b.block <= 1 THEN 0 ELSE 1 + (b.block - 2) / {width // block} END "
-            f"AS bin, s.name, SUM(b.cpu_self_ns) FROM site_blocks b "
-            f"JOIN sites s ON s.id = b.site_id WHERE b.block > 0 AND s.name IN ({marks}) "
-            f"GROUP BY bin, s.name", names)
+        rows = trace.file.q(*queries.site_block_bins(width // block, names))
     else:
-        rows = trace.file.q(
-            _self_time_sql(trace, f"{_BIN.format(t='d.token')} AS bin, s.name, "
-                                  "SUM(d.ns - COALESCE(kids.ns, 0))",
-                           where=f"AND s.name IN ({marks})",
-                           group="bin, s.name").replace(":width", str(int(width))),
-            names)
+        rows = trace.file.q(*queries.site_self_time_bins(_has_is_token(trace), width, names))
     per_bin = defaultdict(dict)
     for b, name, ns in rows:
         per_bin[b][name] = ns
@@ -131,25 +99,20 @@ def _site_sums(trace, column):
     """{site name: the sum of `column` over all its calls}: CPU self ns (`self`) or GPU busy
     ns (`gpu`), from site_stats where the file has it, else one pass over the calls."""
     if trace.has_summaries:
-        col = {"self": "t.cpu_self_ns", "gpu": "t.gpu_busy_ns"}[column]
-        return dict(trace.file.q(f"SELECT s.name, SUM({col}) FROM site_stats t "
-                             "JOIN sites s ON s.id = t.site_id GROUP BY s.name"))
+        return dict(trace.file.q(*queries.site_sums(column)))
     if column == "gpu":
-        return dict(trace.file.q("SELECT s.name, SUM(g.gpu_busy_ns) FROM call_gpu g "
-                             "JOIN calls c ON c.id = g.call_id "
-                             "JOIN sites s ON s.id = c.site_id GROUP BY s.name"))
+        return dict(trace.file.ask("site_gpu_from_calls"))
     return _site_totals(trace)
 
 
 def _top_level(trace):
     """{top-level site: [sites under it, itself first]} in call order: the calls directly
     inside a token call and their subtrees, as one decode token (or the prefill) shows them;
-    read as a window of calls (trace.file.calls_of_tokens), that token's calls only. Each site
-    is in one group."""
+    read as a window of calls (queries.token_calls_with_sites), that token's calls only. Each
+    site is in one group."""
     for token in (2, 1):
-        calls = trace.file.q("SELECT c.id, c.parent_id, s.name, " + _is_token_sql(trace) +
-                         f" FROM {trace.file.calls_of_tokens(str(token), str(token))} c "
-                         "JOIN sites s ON s.id = c.site_id ORDER BY c.id")
+        calls = trace.file.q(*queries.token_calls_with_sites(
+            trace.has_summaries, _has_is_token(trace), token))
         roots = {cid for cid, _, _, tok in calls if tok}
         top_of, groups, placed = {}, {}, set()
         for cid, parent, name, tok in calls:  # ids grow from parent to child
@@ -240,11 +203,9 @@ def plot(path: "str | os.PathLike[str]", out: str, top: int = 6) -> str:
 
 def _num_tokens(trace):
     if trace.has_summaries:  # every call's token counts in token_stats
-        return trace.file.q("SELECT COALESCE(MAX(token), 0) FROM token_stats")[0][0]
-    src = ["SELECT MAX(token) FROM calls"]
-    if "token_stats" in trace.file.tables:
-        src.append("SELECT MAX(token) FROM token_stats")
-    return max((r[0] or 0) for r in trace.file.q(" UNION ALL ".join(src)))
+        return trace.file.ask("last_token_summarized")[0][0]
+    return max((r[0] or 0) for r in trace.file.q(
+        *queries.last_tokens("token_stats" in trace.file.tables)))
 
 
 def _second_panel(trace, totals, ax2):

@@ -544,24 +544,19 @@ def test_the_readers_of_read_never_import_trace_py():
     assert bad == []
 
 
-# Files outside _file/ whose SQL is not yet _file/queries.py's (issue 43): the list only shrinks.
-SQL_NOT_YET_NAMED = {"tokentrace._read.trace", "tokentrace._read.op_records",
-                     "tokentrace._read.saving", "tokentrace._compiled.join", "tokentrace.plot"}
-
-
 def test_the_readers_ask_for_their_sql_by_name():
-    """SQL text lives in the file room (_file/queries.py, asked for by name: TraceFile.ask):
-    no string literal of another file holds a SELECT, but the files still listed in
-    SQL_NOT_YET_NAMED; and a listed file that has none left is taken off the list."""
+    """SQL text lives in the file room (_file/queries.py: fixed texts asked for by name,
+    TraceFile.ask, and the functions that build the texts that depend on the file or the
+    question): no string literal of a file outside _file/ holds a SELECT (or a PRAGMA)."""
     found = set()
     for module, path in _package_files():
         if module.startswith("tokentrace._file."):
             continue
         for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and re.search(r"\bSELECT\s", node.value):
-                found.add(module)
-    assert found == SQL_NOT_YET_NAMED
+                    and re.search(r"\b(SELECT|PRAGMA)\s", node.value):
+                found.add(f"{module}:{node.lineno}")
+    assert found == set()
 
 
 def test_the_layout_map_names_every_file_of_the_package():

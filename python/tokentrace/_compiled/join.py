@@ -1,7 +1,7 @@
 """The run-time join of compiled kernels with the modules they came from (see kernel_map.py).
 
     join_kernels(q) -> (kernels, unattributed) from a trace file's rows; q(sql, args) runs a
-                       query
+                       query (the texts are the file room's: _file/queries.py's QUERIES)
     module_totals(kernels, gpu, token)  the per-module rows behind Trace.compiled_modules
     compiled_rows(path)  the meta and losses a recording adds to its file at the end
 
@@ -15,7 +15,7 @@ import collections
 import json
 
 from .._common import OP_KIND, ROOT
-from .._file import TraceFile
+from .._file import TraceFile, queries
 from . import kernel_map, match
 from .kernel_map import LOSS_KIND, META_KEY, REGIONS_KEY
 
@@ -26,6 +26,7 @@ CompiledKernel = collections.namedtuple("CompiledKernel",
                                         defaults=(None,))
 ModuleTotal = collections.namedtuple("ModuleTotal", "module kernels fused cpu_ms gpu_ms")
 REGION = "Torch-Compiled Region"  # TorchDynamo's range around a compiled frame's run
+QUERIES = queries.QUERIES  # the join's texts, run through the q it is handed
 
 
 def _site(parent_site, path):
@@ -48,7 +49,7 @@ def _is_marker(name):
 
 
 def _meta_json(q, key):
-    row = q("SELECT value FROM meta WHERE key = ?", (key,))
+    row = q(QUERIES["meta_value"], (key,))
     return json.loads(row[0][0]) if row else {}
 
 
@@ -60,9 +61,7 @@ def _gpu_records(q, markers):
     (launch order), or the GPU start when a file has none. A replayed kernel's call is the
     call its graph node was captured in (the shim's joiner), its token the replay's; replay
     tells one graph launch from another (all its kernels have the launch's correlation id)."""
-    rows = q("SELECT k.call_id, k.token, s.text, k.gpu_begin_ns, k.gpu_end_ns, "
-             "k.correlation_id, k.graph_id FROM kernels k LEFT JOIN strings s "
-             "ON s.id = k.name_id")
+    rows = q(QUERIES["kernel_records"])
     by_corr = all(r[5] for r in rows)
     in_marker, first, replays = collections.defaultdict(list), {}, []
     for call, token, name, b, e, corr, graph in rows:
@@ -120,7 +119,7 @@ def _not_stored(q, owner, records, children):
     totals count it, the join cannot name it, so it is counted."""
     if not owner:
         return []
-    total = {c: n for c, n in q("SELECT call_id, kernels FROM call_gpu")}
+    total = {c: n for c, n, _ in q(QUERIES["call_gpu"])}
     out = []
     for marker, token in owner.items():
         own = total.get(marker, 0) - sum(total.get(c, 0) for c in children.get(marker, ()))
@@ -155,7 +154,7 @@ def join_kernels(q, noted=None):
     # Without a map (every graph compiled before the trace) nothing is attributed: each op and
     # kernel of a region is counted.
     m = match.Map(noted_json(META_KEY), noted_json(REGIONS_KEY))
-    sites = {sid: (name, kind) for sid, name, kind in q("SELECT id, name, kind FROM sites")}
+    sites = {sid: (name, kind) for sid, name, kind in q(QUERIES["site_kinds"])}
     if not any(name.startswith(REGION) for name, _ in sites.values()):
         return [], []  # no compiled code ran in this trace (the map may be from earlier ones)
     owner = {}  # marker call -> (module call whose region it is in, compile id, token)
@@ -165,8 +164,7 @@ def join_kernels(q, noted=None):
     module_site = {}                       #   cpu_ns, gpu_ns, compile id]]
     info = {}  # outermost op in a region -> (module call, compile id, name)
     region_at = {}  # (token, compile id) -> that token's (first) region call
-    for cid, sid, token, parent, b, e in q("SELECT id, site_id, token, parent_id, "
-                                           "cpu_begin_ns, cpu_end_ns FROM calls ORDER BY id"):
+    for cid, sid, token, parent, b, e in q(QUERIES["calls_with_times"]):
         name, kind = sites.get(sid, ("?", ""))
         if kind != OP_KIND:
             module_site[cid] = name
@@ -301,8 +299,8 @@ UNRECORDED_REGIONS_KEY = "compiled_unrecorded_regions"
 
 
 def _ran_regions(q):
-    return {name[len(REGION):].lstrip(": ") for (name,) in q(
-        "SELECT name FROM sites WHERE name LIKE ?", (REGION + "%",))}
+    return {name[len(REGION):].lstrip(": ") for (name,) in q(QUERIES["site_names_like"],
+                                                             (REGION + "%",))}
 
 
 def unmapped_regions(q, noted=None):

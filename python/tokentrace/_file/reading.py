@@ -77,8 +77,7 @@ class TraceFile:
             self.con = sqlite3.connect(uri, uri=True, timeout=30)
             self._closer = weakref.finalize(self, _close_reader, self.con, path, made_shm)
             self.con.text_factory = lambda b: b.decode("utf-8", "replace")
-            objects = self.con.execute(
-                "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+            objects = self.con.execute(QUERIES["objects"]).fetchall()
         except sqlite3.DatabaseError as exc:
             _fail_not_a_trace(path, f"SQLite file ({exc})", wal_missing)
         # Only tables are read. The table names are the schema's (src/store/schema.sql).
@@ -91,7 +90,7 @@ class TraceFile:
             _fail_not_a_trace(path, "trace (no sites/calls tables)", wal_missing)
         if "meta" not in self.tables:
             _fail_not_a_trace(path, "trace (no meta table)", wal_missing)
-        self.meta = dict(self.q("SELECT key, value FROM meta"))
+        self.meta = dict(self.ask("meta"))
         native = schema()
         oldest, newest = native.OLDEST_READABLE_SCHEMA, native.SCHEMA_VERSION
         version = self.meta.get("schema_version")
@@ -156,17 +155,6 @@ class TraceFile:
             return self.con.execute(sql, args).fetchone()
         except sqlite3.DatabaseError:
             return None
-
-    def calls_of_tokens(self, first: str, last: str) -> str:
-        """The calls of tokens between the SQL expressions `first` and `last` as a subquery:
-        with summaries a range of rowids (token_stats' first and last call: schema 4 files have
-        no index on calls), else through calls_by_token (Reader::CallsOfTokens in C++)."""
-        tokens = f"token BETWEEN {first} AND {last}"
-        if not self.has_summaries:
-            return f"(SELECT * FROM calls WHERE {tokens})"
-        return (f"(SELECT * FROM calls WHERE id BETWEEN (SELECT min(first_call) FROM "
-                f"token_stats WHERE {tokens}) AND (SELECT max(last_call) FROM token_stats "
-                f"WHERE {tokens}) AND {tokens})")
 
     def being_written(self) -> bool:
         return schema().being_written(self.path)

@@ -9,6 +9,7 @@
 import collections
 
 from .._common import OP_KIND
+from .._file import queries
 
 
 class OpCall:
@@ -35,9 +36,8 @@ def ops_of(state, call):
     """The ops run inside `call` and the module calls under it, outermost ops only (an op's
     own inner ops are in .inner), in the order they started."""
     kinds = state.site_kinds()
-    rows = state.file.q("SELECT id, site_id, k, parent_id, cpu_begin_ns, cpu_end_ns FROM "
-                    f"{state.file.calls_of_tokens(':t', ':t')} WHERE id >= :id ORDER BY id",
-                    {"t": call.token, "id": call.id})
+    rows = state.file.q(*queries.token_calls_from(state.file.has_summaries, call.token,
+                                                   call.id))
     # Children have larger ids than their parents (ids are handed out at push): one pass in
     # id order collects the subtree.
     inside = {call.id: f"{call.site}:{call.k}"}
@@ -72,15 +72,9 @@ def top_ops(state, token=None, n=10):
     op_sites = [sid for sid, (_, kind) in kinds.items() if kind == OP_KIND]
     if not op_sites:
         return []
-    marks = ",".join("?" * len(op_sites))
-    calls = "calls"
     if token is not None:
         token = int(token)
-        calls = state.file.calls_of_tokens(str(token), str(token))
-    rows = state.file.q(
-        f"SELECT c.id, c.site_id, c.cpu_begin_ns, c.cpu_end_ns FROM {calls} c "
-        f"LEFT JOIN calls p ON p.id = c.parent_id WHERE c.site_id IN ({marks}) "
-        f"AND (p.site_id IS NULL OR p.site_id NOT IN ({marks}))", op_sites + op_sites)
+    rows = state.file.q(*queries.outermost_op_calls(op_sites, state.file.has_summaries, token))
     gpu = state.gpu_totals()
     totals = {}
     for cid, sid, b, e in rows:

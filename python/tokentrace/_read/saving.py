@@ -15,7 +15,7 @@ import shutil
 from typing import Any
 
 from .._errors import fail
-from .._file import save_copy
+from .._file import queries, save_copy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,10 +24,9 @@ if TYPE_CHECKING:
 
 def _shard_files(state: TraceState) -> list[str]:
     files: set[str] = set()
-    for table in ("saved_outputs", "call_inputs"):
+    for table in queries.SHARD_TABLES:
         if table in state.file.tables:
-            files.update(r[0] for r in state.file.q(
-                f"SELECT DISTINCT file FROM {table} WHERE file IS NOT NULL AND file != ''"))
+            files.update(r[0] for r in state.file.q(*queries.shard_files(table)))
     return sorted(files)
 
 

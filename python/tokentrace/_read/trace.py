@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from .._common import OP_EDIT_SITE, OP_SAVE_SITE
 from .._errors import fail
-from .._file import TraceFile
+from .._file import TraceFile, queries
 from . import token_rows
 from .state import OutputMeta, TraceState, numbers_in
 from .token_rows import PagedTokenRows, TokenRow, TokenRows
@@ -94,10 +94,7 @@ class CallView:
     @property
     def kernel_list(self) -> list[tuple[str, float]]:
         """(kernel name, gpu_ms) of the kernels this call launched itself (kernels='full')."""
-        rows = self._trace._q(
-            "SELECT s.text, k.gpu_begin_ns, k.gpu_end_ns FROM kernels k "
-            "LEFT JOIN strings s ON s.id = k.name_id WHERE k.call_id = ? "
-            "ORDER BY k.gpu_begin_ns", (self.id,))
+        rows = self._trace.file.ask("call_kernels", (self.id,))
         with _numbers_in(self._trace, "kernels"):
             return [(name, (e - b) / 1e6) for name, b, e in rows]
 
@@ -116,9 +113,7 @@ class SiteView:
     @property
     def calls(self) -> list[CallView]:
         if self._calls is None:
-            rows = self._trace._q(
-                "SELECT id, k, token, parent_id, thread, cpu_begin_ns, cpu_end_ns FROM calls "
-                "WHERE site_id = ? ORDER BY k", (self.id,))
+            rows = self._trace.file.ask("site_calls", (self.id,))
             self._calls = [CallView(self._trace, self.name, r) for r in rows]
         return self._calls
 
@@ -284,18 +279,10 @@ class Trace:
         """The tokens after token `after` (skipping `offset`, at most `limit`; -1: all), as
         (token, cpu_ms, gpu_ms, kernels, escapes, finished)."""
         # The C++ readers' SELECT (the file room's tokens_sql); it counts CUDA-graph replays,
-        # which have no token call of their own.
-        # Each token's generated id and text (token_text: its first sequence's; the row with
-        # the text, handed at the end, over the row of the id alone).
-        first = "token = t.token AND sequence = (SELECT MIN(sequence) FROM token_text)"
-        columns = (f"(SELECT MAX(id) FROM token_text WHERE {first}), "
-                   f"(SELECT MAX(text) FROM token_text WHERE {first})"
-                   if "token_text" in self._tables else "NULL, NULL")
-        rows = self._file.rows(
-            f"SELECT t.token, t.cpu_begin_ns, t.cpu_end_ns, t.kernels, t.gpu_busy_ns, "
-            f"t.escapes, {columns} FROM ({self._tokens_sql}) t WHERE t.token > ? "
-            f"ORDER BY t.token LIMIT ? OFFSET ?",
-            (max(after, 0), limit, offset))
+        # which have no token call of their own. Each token's generated id and text
+        # (token_text: its first sequence's).
+        rows = self._file.rows(*queries.token_page(
+            self._tokens_sql, "token_text" in self._tables, max(after, 0), limit, offset))
         with _numbers_in(self, "calls or token_stats"):
             yield from (
                 (t, (e - b) / 1e6 if b is not None and e is not None else 0.0,
@@ -309,8 +296,7 @@ class Trace:
             return None
         if self._file.being_written():
             return None
-        row = self._file.one_or_none(
-            "SELECT COALESCE(SUM(tokens), 0) FROM token_totals WHERE phase IN (1, 2)")
+        row = self._file.one_or_none(queries.QUERIES["listed_tokens"])
         if row is None:
             return None
         (count,) = row
@@ -321,8 +307,7 @@ class Trace:
         """The prompt's text (the first sequence's), when a tokenizer was known; else None."""
         if "token_text" not in self._tables:
             return None
-        rows = self._q("SELECT MAX(text) FROM token_text WHERE token = 0 GROUP BY sequence "
-                       "ORDER BY sequence LIMIT 1")
+        rows = self._file.ask("prompt_text")
         return rows[0][0] if rows else None
 
     @property
@@ -331,8 +316,7 @@ class Trace:
         was known; else None."""
         if "token_text" not in self._tables:
             return None
-        rows = self._q("SELECT MAX(text) FROM token_text WHERE token > 0 AND sequence = "
-                       "(SELECT MIN(sequence) FROM token_text) GROUP BY token ORDER BY token")
+        rows = self._file.ask("generated_texts")
         texts = [t for (t,) in rows]
         return "".join(texts) if texts and all(t is not None for t in texts) else None
 
@@ -369,8 +353,7 @@ class Trace:
                  f"inputs_of=tt.module({call.site!r}); the root's are always recorded")
         if self._input_rows is None:
             self._input_rows = {}
-            for row in self._q("SELECT call_id, path, kind, type, shape, dtype, device, value, "
-                               "file, key FROM call_inputs ORDER BY rowid"):
+            for row in self._file.ask("call_inputs"):
                 self._input_rows.setdefault(row[0], []).append(row[1:])
         return CallInputs(call.name, self._input_rows.get(call.id, ()), self.state.tensor)
 
@@ -380,8 +363,7 @@ class Trace:
         """[(location, reads)] of host reads seen from Python, most frequent first."""
         if "escape_sites" not in self._tables:
             return []
-        return self._q("SELECT location, SUM(count) AS n FROM escape_sites GROUP BY location "
-                       "ORDER BY n DESC")
+        return self._file.ask("escape_locations")
 
     def top_ops(self, token: int | None = None, n: int = 10) -> list[OpTotal]:
         """With ops=True: [OpTotal(name, calls, cpu_ms, gpu_ms, kernels)] of the ATen ops, over
@@ -417,8 +399,7 @@ class Trace:
     def losses(self) -> dict[str, int]:
         if "losses" not in self._tables:
             return {}
-        return {k: n for k, n in self._q("SELECT kind, SUM(count) FROM losses GROUP BY kind")
-                if n}
+        return {k: n for k, n in self._file.ask("losses_by_kind") if n}
 
     def report(self, top: int = 15) -> str:
         """The per-token report of `tokentrace report FILE` (one implementation, in C++: tokens,
@@ -472,8 +453,7 @@ class Recording(Trace):
         if not ids:
             return []
         names = {sid: n for n, (sid, _, _) in self._sites.items()}
-        found = {r[0] for r in self._q(
-            "SELECT DISTINCT site_id FROM calls WHERE id IN (%s)" % ",".join(map(str, ids)))}
+        found = {r[0] for r in self._file.ask("sites_of_saved_calls")}
         # The copies of saved op outputs are calls of OP_SAVE_SITE; the ops are the sites.
         return [names[s] for s in sorted(found) if names[s] not in (OP_SAVE_SITE, OP_EDIT_SITE)]
 
