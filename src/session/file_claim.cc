@@ -35,10 +35,18 @@ FileClaim ClaimOutputFile(const std::string& path, const std::string& run_id, lo
     claim.store = Store::Open(path, error);
     return claim;
   }
-  const int dir_fd = open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  // The directory's lock is held by this descriptor until it is closed, on every way out: an
+  // allocation failure below throws (the drain counts it and retries later), and a descriptor
+  // left open would keep the lock, so the retry's flock on a new descriptor would wait forever.
+  struct DirLock {
+    int fd;
+    ~DirLock() {
+      if (fd >= 0) close(fd);  // releases the lock
+    }
+  } dir{open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   int locked = -1;
-  if (dir_fd >= 0) {
-    while ((locked = flock(dir_fd, LOCK_EX)) != 0 && errno == EINTR) {
+  if (dir.fd >= 0) {
+    while ((locked = flock(dir.fd, LOCK_EX)) != 0 && errno == EINTR) {
     }
   }
   std::string owner;
@@ -61,8 +69,7 @@ FileClaim ClaimOutputFile(const std::string& path, const std::string& run_id, lo
     mine.meta = {{"run_id", run_id}};
     if (!claim.store->Write(mine, error)) claim.store.reset();
   }
-  if (dir_fd >= 0) close(dir_fd);  // releases the lock
-  return claim;
+  return claim;  // the lock goes with `dir`, after the claim is written
 }
 
 }  // namespace tokentrace

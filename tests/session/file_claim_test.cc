@@ -1,12 +1,33 @@
 #include "session/file_claim.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <string>
 
 #include "store/reader.h"
 #include "store/test_db.h"
+
+// This binary's allocations fail on request: the Nth allocation of this thread after
+// g_fail_at is set throws std::bad_alloc, as the drain meets it in a job that has taken all
+// its memory.
+namespace {
+thread_local int g_fail_at = 0;  // 0: never
+thread_local int g_allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_fail_at > 0 && ++g_allocations == g_fail_at) throw std::bad_alloc();
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace tokentrace {
 namespace {
@@ -111,6 +132,38 @@ TEST(FileClaimTest, DirOfABareNameIsTheWorkingDirectory) {
   EXPECT_EQ(DirOf("t.sqlite"), ".");
   EXPECT_EQ(DirOf("/t.sqlite"), "/");
   EXPECT_EQ(DirOf("a/b/t.sqlite"), "a/b");
+}
+
+// The directory's lock is released on every way out of a claim, an allocation failure
+// included: the drain counts the failure and claims again later, and a lock left held by a
+// lost descriptor made that retry wait forever on itself (a job that hung at exit).
+TEST(FileClaimTest, AnAllocationFailureInAClaimReleasesTheDirectoryLock) {
+  const std::string path = TempPath("oom.sqlite");
+  const std::string dir = DirOf(path);
+  // The first allocations of a claim: naming the directory, then (the lock held) reading the
+  // file's meta and opening the store; each fails once.
+  for (int n = 1; n <= 40; ++n) {
+    std::string error;
+    bool threw = false;
+    g_allocations = 0;
+    g_fail_at = n;
+    try {
+      FileClaim claim = ClaimOutputFile(path, "run-oom", 11, &error);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    g_fail_at = 0;
+    EXPECT_TRUE(threw) << "allocation " << n;
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    const int free_now = flock(fd, LOCK_EX | LOCK_NB);
+    close(fd);
+    // (an ASSERT: the next claim would wait for the lock held by the lost descriptor forever)
+    ASSERT_EQ(free_now, 0) << "the lock is still held after allocation " << n;
+  }
+  std::string error;
+  FileClaim claim = ClaimOutputFile(path, "run-oom", 11, &error);
+  EXPECT_NE(claim.store, nullptr) << error;
 }
 
 }  // namespace
