@@ -132,6 +132,8 @@ bool ReadKineto(const std::string& path, RecordedTrace* out, std::string* error)
         l.begin_ns = Ns(ts);
         l.correlation = Uint(args, "correlation");
         l.graph = name == "cudaGraphLaunch" || name == "cuGraphLaunch";
+        l.api = name;
+        l.driver = cat == "cuda_driver";
         launch_pid[l.correlation] = pid;
         out->processes[pid].launches.push_back(l);
       } else {

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <set>
+#include <string_view>
 
 #include "import/readers.h"
 
@@ -119,6 +120,8 @@ bool ReadNsys(const std::string& path, RecordedTrace* out, std::string* error) {
           l.correlation = static_cast<uint64_t>(sqlite3_column_int64(st, 2));
           const std::string name = Export::Text(st, 3);
           l.graph = name.rfind("cudaGraphLaunch", 0) == 0 || name.rfind("cuGraphLaunch", 0) == 0;
+          l.api = name;
+          l.driver = std::string_view(table) == "CUPTI_ACTIVITY_KIND_DRIVER";
           out->processes[PidOf(global)].launches.push_back(l);
         });
   }

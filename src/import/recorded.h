@@ -27,6 +27,10 @@ struct RecordedLaunch {
   int64_t begin_ns = 0;
   uint64_t correlation = 0;
   bool graph = false;  // a CUDA-graph launch: many records under its one correlation id
+  // The API call as the trace names it ("cudaLaunchKernel", nsys: "cudaLaunchKernel_v7000"),
+  // and whether it is a driver call (Kineto's cuda_driver, nsys's _DRIVER table).
+  std::string api;
+  bool driver = false;
 };
 
 // A GPU record as CUPTI would hand it (its name pointer is set from `name` when it is given

@@ -15,23 +15,9 @@
 namespace tokentrace::import {
 namespace {
 
-// The root: the module range that began first, the longest of those (so no module range
-// holds it).
-std::string ChooseRoot(const RecordedProcess& p) {
-  const RecordedRange* best = nullptr;
-  for (const RecordedRange& r : p.ranges) {
-    if (r.kind != SiteKind::kModule) continue;
-    if (best == nullptr || r.begin_ns < best->begin_ns ||
-        (r.begin_ns == best->begin_ns && r.end_ns > best->end_ns)) {
-      best = &r;
-    }
-  }
-  return best != nullptr ? best->name : "";
-}
-
-// One step of the replay, in a thread's order: a push or pop of a range, or a launch. `at` is
-// the time it is merged by: never earlier than the thread's step before it (a range that
-// outlives the one below it closes that one at its own begin, before its end).
+// One step of a thread, in its order: a push or pop of a range, or a launch. `at` is the time
+// it is merged by: never earlier than the thread's step before it (a range that outlives the
+// one below it closes that one at its own begin, before its end).
 struct Step {
   enum Kind : uint8_t { kPush, kPop, kLaunch } kind;
   int64_t at;
@@ -88,32 +74,31 @@ struct OpenCall {
 
 }  // namespace
 
-bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store* store,
-                   ImportCounts* counts, std::string* error) {
-  counts->root = options.root.empty() ? ChooseRoot(p) : options.root;
-  // Sites, and each thread's ranges and launches in order.
-  std::vector<uint32_t> site_of(p.ranges.size());
-  std::map<uint64_t, std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> by_thread;
-  for (uint32_t i = 0; i < p.ranges.size(); ++i) {
-    const RecordedRange& r = p.ranges[i];
-    const SiteKind kind =
-        !counts->root.empty() && r.name == counts->root ? SiteKind::kRoot : r.kind;
-    site_of[i] = sites::Intern(r.name.c_str(), r.name.size(), kind);
-    by_thread[r.thread].first.push_back(i);
+std::string ChooseRoot(const RecordedProcess& p) {
+  const RecordedRange* best = nullptr;
+  for (const RecordedRange& r : p.ranges) {
+    if (r.kind != SiteKind::kModule) continue;
+    if (best == nullptr || r.begin_ns < best->begin_ns ||
+        (r.begin_ns == best->begin_ns && r.end_ns > best->end_ns)) {
+      best = &r;
+    }
   }
+  return best != nullptr ? best->name : "";
+}
+
+ReplaySchedule Schedule(const RecordedProcess& p, bool all_launches) {
+  std::map<uint64_t, std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> by_thread;
+  for (uint32_t i = 0; i < p.ranges.size(); ++i) by_thread[p.ranges[i].thread].first.push_back(i);
   std::unordered_set<uint64_t> with_records;
-  for (const RecordedGpu& g : p.gpu) with_records.insert(g.activity.correlation_id);
+  if (!all_launches) {
+    for (const RecordedGpu& g : p.gpu) with_records.insert(g.activity.correlation_id);
+  }
   for (uint32_t i = 0; i < p.launches.size(); ++i) {
-    if (with_records.count(p.launches[i].correlation) != 0)
+    if (all_launches || with_records.count(p.launches[i].correlation) != 0)
       by_thread[p.launches[i].thread].second.push_back(i);
   }
-  struct Cursor {
-    uint32_t slot;    // into stacks and token_depth
-    uint32_t thread;  // the recorded thread id (its low 32 bits), as the calls' thread
-    std::vector<Step> steps;
-    size_t next = 0;
-  };
-  std::vector<Cursor> threads;
+  ReplaySchedule out;
+  std::vector<std::vector<Step>> threads;
   for (auto& [tid, lists] : by_thread) {
     auto& [ranges, launches] = lists;
     std::stable_sort(ranges.begin(), ranges.end(), [&](uint32_t a, uint32_t b) {
@@ -123,19 +108,61 @@ bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store
     std::stable_sort(launches.begin(), launches.end(), [&](uint32_t a, uint32_t b) {
       return p.launches[a].begin_ns < p.launches[b].begin_ns;
     });
-    threads.push_back({static_cast<uint32_t>(threads.size()), static_cast<uint32_t>(tid),
-                       ThreadSteps(p, ranges, launches)});
+    out.threads.push_back(tid);
+    threads.push_back(ThreadSteps(p, ranges, launches));
   }
   std::vector<uint32_t> records(p.gpu.size());
   for (uint32_t i = 0; i < records.size(); ++i) records[i] = i;
   std::stable_sort(records.begin(), records.end(), [&](uint32_t a, uint32_t b) {
     return p.gpu[a].activity.begin_ns < p.gpu[b].activity.begin_ns;
   });
+  // Merge: the earliest of each thread's next step and the next GPU record; at equal times the
+  // host's steps first (a record never begins before its launch).
+  std::vector<size_t> next(threads.size(), 0);
+  size_t record = 0, total = records.size();
+  for (const auto& t : threads) total += t.size();
+  out.steps.reserve(total);
+  for (;;) {
+    int first = -1;
+    for (size_t t = 0; t < threads.size(); ++t) {
+      if (next[t] < threads[t].size() &&
+          (first < 0 || threads[t][next[t]].at < threads[first][next[first]].at)) {
+        first = static_cast<int>(t);
+      }
+    }
+    if (first < 0 && record == records.size()) break;
+    const bool host =
+        first >= 0 && (record == records.size() ||
+                       threads[first][next[first]].at <= p.gpu[records[record]].activity.begin_ns);
+    if (host) {
+      const Step& s = threads[first][next[first]++];
+      const ReplayStep::Kind kind = s.kind == Step::kPush  ? ReplayStep::kPush
+                                    : s.kind == Step::kPop ? ReplayStep::kPop
+                                                           : ReplayStep::kLaunch;
+      out.steps.push_back({kind, static_cast<uint32_t>(first), s.index});
+    } else {
+      out.steps.push_back({ReplayStep::kRecord, 0, records[record++]});
+    }
+  }
+  return out;
+}
+
+bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store* store,
+                   ImportCounts* counts, std::string* error) {
+  counts->root = options.root.empty() ? ChooseRoot(p) : options.root;
+  std::vector<uint32_t> site_of(p.ranges.size());
+  for (uint32_t i = 0; i < p.ranges.size(); ++i) {
+    const RecordedRange& r = p.ranges[i];
+    const SiteKind kind =
+        !counts->root.empty() && r.name == counts->root ? SiteKind::kRoot : r.kind;
+    site_of[i] = sites::Intern(r.name.c_str(), r.name.size(), kind);
+  }
+  const ReplaySchedule schedule = Schedule(p, /*all_launches=*/false);
 
   Joiner joiner(options.mode);
   joiner.AttributeGraphRecordsToLaunches();
-  std::vector<std::vector<OpenCall>> stacks(threads.size());
-  std::vector<uint32_t> token_depth(threads.size(), 0);
+  std::vector<std::vector<OpenCall>> stacks(schedule.threads.size());
+  std::vector<uint32_t> token_depth(schedule.threads.size(), 0);
   std::unordered_set<uint64_t> outside;  // correlations launched outside every range
   uint64_t next_call = 0;
   uint32_t token = 0;
@@ -172,62 +199,43 @@ bool ImportProcess(const RecordedProcess& p, const ImportOptions& options, Store
     return ok;
   };
 
-  auto step = [&](Cursor& c) {
-    const Step& s = c.steps[c.next++];
-    std::vector<OpenCall>& stack = stacks[c.slot];
-    if (s.kind == Step::kPush) {
+  for (const ReplayStep& s : schedule.steps) {
+    // Calls carry the recorded thread id (its low 32 bits) as their thread.
+    const uint32_t thread = static_cast<uint32_t>(schedule.threads[s.thread]);
+    std::vector<OpenCall>& stack = stacks[s.thread];
+    if (s.kind == ReplayStep::kPush) {
       const RecordedRange& r = p.ranges[s.index];
       const uint32_t site = site_of[s.index];
       const bool is_token = sites::IsToken(site);
-      if (is_token && token_depth[c.slot] == 0) ++token;
-      if (is_token) ++token_depth[c.slot];
+      if (is_token && token_depth[s.thread] == 0) ++token;
+      if (is_token) ++token_depth[s.thread];
       const uint64_t parent = stack.empty() ? 0 : stack.back().id;
       stack.push_back({++next_call, site, token, is_token});
-      joiner.OnEvent(c.thread,
+      joiner.OnEvent(thread,
                      MakeEvent(EventKind::kPush, static_cast<uint64_t>(r.begin_ns), next_call,
                                parent, 0, site, 0, token, 0),
                      &batch);
       ++counts->calls;
-    } else if (s.kind == Step::kPop) {
+    } else if (s.kind == ReplayStep::kPop) {
       const OpenCall call = stack.back();
       stack.pop_back();
-      if (call.is_token && token_depth[c.slot] > 0) --token_depth[c.slot];
-      joiner.OnEvent(c.thread,
+      if (call.is_token && token_depth[s.thread] > 0) --token_depth[s.thread];
+      joiner.OnEvent(thread,
                      MakeEvent(EventKind::kPop, static_cast<uint64_t>(p.ranges[s.index].end_ns),
                                call.id, 0, 0, call.site, 0, call.token, 0),
                      &batch);
-    } else {
+    } else if (s.kind == ReplayStep::kLaunch) {
       const RecordedLaunch& l = p.launches[s.index];
       const OpenCall* top = stack.empty() ? nullptr : &stack.back();
       if (top == nullptr) outside.insert(l.correlation);
-      joiner.OnEvent(c.thread,
+      joiner.OnEvent(thread,
                      MakeEvent(l.graph ? EventKind::kGraphLaunch : EventKind::kLaunch,
                                static_cast<uint64_t>(l.begin_ns), top != nullptr ? top->id : 0,
                                l.correlation, 0, 0, 0, top != nullptr ? top->token : token, 0),
                      &batch);
       ++counts->launches;
-    }
-  };
-
-  // Merge: the earliest of each thread's next step and the next GPU record; at equal times the
-  // host's steps first (a record never begins before its launch).
-  size_t record = 0;
-  for (;;) {
-    Cursor* first = nullptr;
-    for (Cursor& c : threads) {
-      if (c.next < c.steps.size() &&
-          (first == nullptr || c.steps[c.next].at < first->steps[first->next].at)) {
-        first = &c;
-      }
-    }
-    const bool host = first != nullptr &&
-                      (record == records.size() ||
-                       first->steps[first->next].at <= p.gpu[records[record]].activity.begin_ns);
-    if (first == nullptr && record == records.size()) break;
-    if (host) {
-      step(*first);
     } else {
-      const RecordedGpu& g = p.gpu[records[record++]];
+      const RecordedGpu& g = p.gpu[s.index];
       GpuActivity a = g.activity;
       a.name = a.kind == GpuOpKind::kKernel ? g.name.c_str() : nullptr;
       a.timed = a.begin_ns != 0 && a.end_ns >= a.begin_ns;

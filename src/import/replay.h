@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "import/recorded.h"
@@ -44,6 +45,28 @@ struct ImportCounts {
   uint32_t tokens = 0;
   std::string root;  // the root site chosen ("" none)
 };
+
+// The root ImportProcess takes when ImportOptions::root is "": the module range that began
+// first (the longest of those), "" when the process has no module ranges.
+std::string ChooseRoot(const RecordedProcess& process);
+
+// What the process's host threads did and when its GPU records arrived, in one order: each
+// thread's ranges pushed and popped as described above, its API calls, and the GPU records,
+// merged by time (at equal times host steps first; a record never begins before its launch).
+// ImportProcess gives these steps to a joiner; the live replay of the CUPTI path
+// (tests/import/cupti_replay.cc) performs them on threads of its own.
+struct ReplayStep {
+  enum Kind : uint8_t { kPush, kPop, kLaunch, kRecord } kind;
+  uint32_t thread;  // into ReplaySchedule::threads (kRecord: 0)
+  uint32_t index;   // into the process's ranges, launches or gpu
+};
+struct ReplaySchedule {
+  std::vector<uint64_t> threads;  // the recorded thread ids, ascending
+  std::vector<ReplayStep> steps;
+};
+// all_launches: every API call of the trace; else only those that have GPU records (the
+// others launched nothing an import could attribute).
+ReplaySchedule Schedule(const RecordedProcess& process, bool all_launches);
 
 // Writes `process` to `store`; false and *error when a write fails.
 bool ImportProcess(const RecordedProcess& process, const ImportOptions& options, Store* store,

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "../store/test_db.h"
 #include "import/readers.h"
@@ -69,9 +70,25 @@ RecordedProcess Hand() {
               Range(1, 400, 600, "Linear_1"),  // begins as its sibling ends
               Range(1, 620, 900, "Attn_0"),    Range(1, 800, 950, "Proj_0"),  // Proj outlives Attn
               Range(1, 2000, 3000, "Model_0"), Range(2, 0, 5000, "loader", SiteKind::kRange)};
-  p.launches = {{1, 150, 1, false},  {1, 200, 2, false},  {1, 400, 3, false}, {1, 1000, 4, false},
-                {1, 1100, 5, false}, {1, 700, 6, true},   {1, 850, 7, false}, {1, 2500, 8, false},
-                {2, 300, 9, false},  {1, 2600, 10, false}};  // a launch whose records never came
+  // (thread, begin, correlation, graph); 10: a launch whose records never came
+  for (auto [thread, begin, correlation, graph] : {std::tuple{1, 150, 1, false},
+                                                   {1, 200, 2, false},
+                                                   {1, 400, 3, false},
+                                                   {1, 1000, 4, false},
+                                                   {1, 1100, 5, false},
+                                                   {1, 700, 6, true},
+                                                   {1, 850, 7, false},
+                                                   {1, 2500, 8, false},
+                                                   {2, 300, 9, false},
+                                                   {1, 2600, 10, false}}) {
+    RecordedLaunch l;
+    l.thread = static_cast<uint64_t>(thread);
+    l.begin_ns = begin;
+    l.correlation = static_cast<uint64_t>(correlation);
+    l.graph = graph;
+    l.api = graph ? "cudaGraphLaunch" : "cudaLaunchKernel";
+    p.launches.push_back(l);
+  }
   for (uint64_t c = 1; c <= 9; ++c) p.gpu.push_back(Kernel(c, 5000 + 10 * c));
   p.gpu.push_back(Kernel(6, 5200));  // the graph's other two records
   p.gpu.push_back(Kernel(6, 5300));

@@ -293,6 +293,140 @@ def test_the_edges_of_the_rule(tmp_path):
     _check(truth, _import(str(trace), str(out)), "edges")
 
 
+# --- the live CUPTI path, driven by the same traces --------------------------------------------
+
+def _replayer():
+    """(cupti_replay, the shim, the fake libcupti, the fake libcuda) from the build, or skip."""
+    native = os.environ.get("TOKENTRACE_NATIVE_DIR") or os.path.join(ROOT, "build")
+    paths = [os.path.join(native, name) for name in (
+        "cupti_replay", "libtokentrace.so", "libfake_cupti.so", "libfake_cuda.so")]
+    if not all(os.path.exists(path) for path in paths):
+        pytest.skip("the live replay needs the build's test programs (%s)" % ", ".join(paths))
+    return paths
+
+
+def _live(trace, pid, out, per_buffer=None):
+    """One process of `trace` performed again under the preloaded shim, its calls as CUPTI
+    callbacks and its GPU records in buffers of the fake libcupti (tests/import/cupti_replay.cc);
+    returns what the shim wrote."""
+    replay, shim, cupti, cuda = _replayer()
+    env = dict(os.environ, LD_PRELOAD=shim, TOKENTRACE_CUPTI=cupti, TOKENTRACE_OUT=out,
+               TOKENTRACE_KERNELS="full")
+    args = [replay, trace, str(pid), cuda] + ([str(per_buffer)] if per_buffer else [])
+    said = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert said.returncode == 0, said.stdout + said.stderr
+    # the calls it could not make (a name CUPTI's headers lack): "unknown NAME N calls R records"
+    return {line.split()[1]: (int(line.split()[2]), int(line.split()[4]))
+            for line in said.stdout.splitlines() if line.startswith("unknown ")}
+
+
+def _with_tokens(path):
+    """Counter of ((correlation, begin, stream, device), site, token) over the file's records."""
+    con = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    try:
+        return collections.Counter(con.execute(
+            "SELECT k.correlation_id, k.gpu_begin_ns, k.stream, k.device, s.name, k.token "
+            "FROM kernels k LEFT JOIN calls c ON c.id = k.call_id "
+            "LEFT JOIN sites s ON s.id = c.site_id").fetchall())
+    finally:
+        con.close()
+
+
+def _check_live(trace, truth, imported, tmp_path, per_buffer=None):
+    """Each process replayed live: its records as the truth says and as the import has them,
+    token for token; nothing lost on the way."""
+    for pid, imported_path in imported.items():
+        live = str(tmp_path / ("live-%d.sqlite" % pid))
+        unknown = _live(trace, pid, live, per_buffer)
+        want, got = truth[pid], _read(live)
+        expected = collections.Counter()
+        for (key, site), n in want.records.items():
+            expected[(key, None if site is import_truth.NO_LAUNCH else site)] += n
+        assert got["records"] == expected, _differences(expected, got["records"])
+        assert got["orphans"] == 0
+        assert got["losses"].get("unknown_correlation", 0) == want.no_launch
+        # nothing dropped, untimed or lost in between (records outside ranges are no loss live)
+        assert set(got["losses"]) <= {"unknown_correlation"}, got["losses"]
+        assert got["meta"]["kernel_mode"] == "full" and got["meta"]["kernels_status"] == ""
+        # the live path and the import agree on each record's call and token
+        live_rows, imported_rows = _with_tokens(live), _with_tokens(imported_path)
+        assert live_rows == imported_rows, _differences(imported_rows, live_rows)
+        # the same sites, of the same kinds (the root's calls are the tokens)
+        assert got["sites"] == _read(imported_path)["sites"]
+        # every call was made as its callback but those Kineto could not name (INVALID), and
+        # none of them launched GPU work
+        assert set(unknown) <= {"INVALID"} and all(
+            records == 0 for _, records in unknown.values()), unknown
+        print("live %s pid %d: %d records, %d calls" % (os.path.basename(trace), pid,
+                                                        want.total, got["calls"]))
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_the_live_cupti_path_attributes_as_import_and_the_truth(name, imported, tmp_path):
+    trace = _trace(name)
+    _check_live(trace, import_truth.truth(trace), imported(name), tmp_path)
+
+
+def _live_rows(name, tmp_path):
+    """{pid: [(correlation, stream, site, thread of the launching call)]} of a shared trace
+    replayed live."""
+    trace = _trace(name)
+    out = {}
+    for pid in import_truth.truth(trace):
+        path = str(tmp_path / ("%s-%d.sqlite" % (name.split(".")[0], pid)))
+        _live(trace, pid, path)
+        con = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+        out[pid] = con.execute(
+            "SELECT k.correlation_id, k.stream, s.name, c.thread FROM kernels k "
+            "LEFT JOIN calls c ON c.id = k.call_id LEFT JOIN sites s ON s.id = c.site_id"
+        ).fetchall()
+        con.close()
+    return out
+
+
+def test_the_live_path_on_what_only_real_streams_hold(tmp_path):
+    """What hand-built records never had, each seen through the live path (the test above
+    checks every record; this one checks that each of these is there to be checked)."""
+    # CUDA-graph launches fan out: each of V100's 12 cudaGraphLaunch calls has its 339 or 502
+    # records under its one correlation id, all in one call
+    truth = import_truth.truth(_trace(V100))
+    (pid, rows), = _live_rows(V100, tmp_path).items()
+    per_launch = collections.defaultdict(list)
+    for correlation, _, site, _ in rows:
+        per_launch[correlation].append(site)
+    fanned = sorted(len(sites) for sites in per_launch.values() if len(sites) > 1)
+    assert fanned == sorted(n for _, _, n in truth[pid].fan_out) and len(fanned) == 12
+    assert all(len(set(per_launch[c])) == 1 for c in per_launch if len(per_launch[c]) > 1)
+    # several streams, and launches from several threads
+    assert len({stream for _, stream, _, _ in rows}) > 1
+    assert len({thread for _, _, site, thread in rows if site is not None}) > 1
+    # driver launches (B200's cuLaunchKernelEx, beside runtime ones) are attributed as the
+    # runtime's are: each of their records is in a range
+    with gzip.open(_trace(B200), "rt") as f:
+        driver = {e["args"]["correlation"] for e in json.load(f)["traceEvents"]
+                  if e.get("cat") == "cuda_driver" and "correlation" in e.get("args", {})}
+    (pid, rows), = _live_rows(B200, tmp_path).items()
+    by_driver = [site for correlation, _, site, _ in rows if correlation in driver]
+    assert len(by_driver) >= 200 and None not in by_driver
+    # a deep queue: Qwen's 509 records launched before the profiler started are the live
+    # path's unknown_correlation, with no call
+    truth = import_truth.truth(_trace(QWEN))
+    (pid, rows), = _live_rows(QWEN, tmp_path).items()
+    launched = {c for c, _, site, _ in rows if site is not None}
+    assert sum(1 for c, _, site, _ in rows if site is None and c not in launched) == \
+        truth[pid].no_launch == 509
+
+
+def test_the_live_path_at_the_edges_of_the_rule(tmp_path):
+    trace = tmp_path / "edges.json"
+    trace.write_text(json.dumps(_edges_trace()))
+    out = tmp_path / "out"
+    out.mkdir()
+    imported = _import(str(trace), str(out))
+    # one record per buffer: each arrives in its own buffer, handed back out of order
+    _check_live(str(trace), import_truth.truth(str(trace)), imported, tmp_path, per_buffer=1)
+
+
 # --- bad input: one line naming the file, exit status 1 --------------------------------------
 
 def _gpu_free_trace():
