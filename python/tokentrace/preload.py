@@ -159,7 +159,7 @@ def _select(env, names, default_all):
 
 def _attach(choice):
     edits = _attach_edits(choice.model, choice.assistant)
-    if not _attach_recording(choice) and edits is not None:
+    if not _attach_recording(choice, edits) and edits is not None:
         atexit.register(_say_fires, edits)
 
 
@@ -203,8 +203,10 @@ def _attach_edits(model, assistant=None):
     return hooks
 
 
-def _attach_recording(choice):
-    """The recording hooks; False when nothing records (no extension, or the shim is off)."""
+def _attach_recording(choice, edits=None):
+    """The recording hooks; False when nothing records (no extension, or the shim is off).
+    `edits`: the spec's hooks (_attach_edits), whose tokens are a serving engine's steps when
+    the recording finds one."""
     try:
         backend = get_backend()
     except TokentraceError as exc:
@@ -218,7 +220,12 @@ def _attach_recording(choice):
     tokenizer = os.environ.get("TOKENTRACE_TOKENIZER", "").strip() or None
     attached = Attachment(backend, backend.settled_path, _env_selection, ops=_ops_wanted(),
                           say=_say, tokenizer=tokenizer)
+    attached.step_edits = edits
     attached.attach(choice)
+    if attached.engine is not None and edits is not None:
+        # a serving engine may kill this process at shutdown, before any exit handler: the
+        # fires so far go with the rows it writes whenever it is idle
+        attached.engine.idle_meta = lambda: _fires_meta(edits)
     _state["attached"] = attached  # generate's output goes to it (_generate_returned)
     not_hooked = attached.not_hooked_message()
     if not_hooked:
@@ -259,11 +266,16 @@ def _patch_meta():
     edits = _state.get("edits")
     if edits is not None:
         _say_unfired(edits)
-        report = edits.report()
-        return {"patch_fires": json.dumps({
-            "num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
-            "spec": os.path.abspath(_edits_variable()[1])})}
+        return _fires_meta(edits)
     return {}
+
+
+def _fires_meta(edits):
+    """{"patch_fires": ...}: the edits' fires so far, as the trace's meta keeps them."""
+    report = edits.report()
+    return {"patch_fires": json.dumps({
+        "num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
+        "spec": os.path.abspath(_edits_variable()[1])})}
 
 
 def _say_fires(edits):

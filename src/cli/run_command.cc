@@ -85,6 +85,17 @@ std::string Absolute(const std::string& p) {
   return realpath(p.c_str(), buf) != nullptr ? std::string(buf) : p;
 }
 
+// `p` against the current directory when it is relative (not resolved: an output pattern's
+// file does not exist yet). The job's processes may run elsewhere (torch.compile's and vLLM's
+// compiler children run in temporary directories): a relative path would name another file,
+// or a directory that is not there, in each of them.
+std::string FromHere(const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof cwd) == nullptr) return p;
+  return std::string(cwd) + "/" + (p.rfind("./", 0) == 0 ? p.substr(2) : p);
+}
+
 // The directory of the output file must exist and accept a new file (tried for real: access()
 // is wrong for root and for read-only mounts).
 bool CheckOutDir(const std::string& pattern, const std::string& what, std::string* error) {
@@ -310,6 +321,17 @@ int RunCommand(const std::vector<std::string>& args) {
     return 1;
   }
 
+  // Paths as the command's directory reads them, for every process of the job wherever it
+  // runs; the output pattern always (its default is relative too).
+  Option& tokenizer_path = opts[9];
+  for (Option* o : {&edits, &tokenizer_path}) {
+    if (!o->value.empty()) {
+      o->value = FromHere(o->value);
+      o->given = true;
+    }
+  }
+  out.value = FromHere(out.value.empty() ? Config().out_path : out.value);
+  out.given = true;
   for (const Option& o : opts) {
     if (o.given) setenv(o.env, o.value.c_str(), 1);
   }

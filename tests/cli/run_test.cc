@@ -47,6 +47,32 @@ TEST(RunTest, SetsTheEnvironmentAndKeepsThePid) {
                        ":libold.so\n/boot/dir:/old/py\nmodel.layers.1.*\n");
 }
 
+// Relative paths are the command's directory's for every process of the job: a child that
+// runs elsewhere (torch.compile's compiler, in a temporary directory) gets them absolute, and
+// so does the default output pattern.
+TEST(RunTest, RelativePathsAreMadeAbsoluteForProcessesThatRunElsewhere) {
+  const std::string dir = testing::TempDir() + "/relative";
+  mkdir(dir.c_str(), 0755);
+  mkdir((dir + "/traces").c_str(), 0755);
+  std::ofstream(dir + "/e.json") << "[]";
+  char here[PATH_MAX];
+  ASSERT_NE(getcwd(here, sizeof here), nullptr);
+  ASSERT_EQ(chdir(dir.c_str()), 0);
+  char real[PATH_MAX];
+  ASSERT_NE(getcwd(real, sizeof real), nullptr);
+  const std::string cwd = real;
+  auto given = RunCli({"run", "--out", "traces/t-%p.sqlite", "--edits", "./e.json", "--", "/bin/sh",
+                       "-c", "cd / && echo $TOKENTRACE_OUT && echo $TOKENTRACE_EDITS"},
+                      {kShimEnv});
+  auto by_default = RunCli({"run", "--", "/bin/sh", "-c", "cd / && echo $TOKENTRACE_OUT"},
+                           {kShimEnv, "TOKENTRACE_OUT"});
+  ASSERT_EQ(chdir(here), 0);
+  ASSERT_EQ(given.status, 0) << given.err;
+  EXPECT_EQ(given.out, cwd + "/traces/t-%p.sqlite\n" + cwd + "/e.json\n");
+  ASSERT_EQ(by_default.status, 0) << by_default.err;
+  EXPECT_EQ(by_default.out, cwd + "/tokentrace-%p.sqlite\n");
+}
+
 TEST(RunTest, OldPatchesSpellingStillWorksWithADeprecationNote) {
   std::string dir = testing::TempDir();
   std::string spec = dir + "/old.json";

@@ -114,6 +114,7 @@ class EditHooks:
             self.handle = self.table.handle
         self.handles = []
         self._run = 0
+        self.step_driven = False  # a serving engine's steps are the tokens (engine_step)
         self._warned = False
         self._warned_unfired = False
         self._local = threading.local()
@@ -219,6 +220,26 @@ class EditHooks:
         self._reset_python()
         if self.table is not None:
             self.table.reset()
+
+    def follow_steps(self):
+        """The tokens are a serving engine's steps, which its adapter (_engines/) begins with
+        engine_step(); the root's calls (the engine's profiling, warm-up, compile and
+        CUDA-graph capture runs among them) advance no token."""
+        self.step_driven = True
+
+    def engine_step(self, step):
+        """Served step `step` (1, 2, ...) begins, before its model call. The first starts every
+        counter from zero, so what ran before it (vLLM's start-up runs, which compile and
+        capture modes make more of) counts nowhere; each sets the table's token to the step,
+        on the table's device (stream-ordered, outside any captured graph), where compiled
+        code and CUDA-graph replays read it."""
+        if step == 1:
+            self._reset_python()
+            if self.table is not None:
+                self.table.reset()
+        self.token = step
+        if self.table is not None:
+            self.table.set_token(step)
 
     def report(self):
         report = EditReport(self, self._run, self.fires)
@@ -402,10 +423,10 @@ class EditHooks:
         return getattr(self._local, "root_depth", 0)
 
     def _root_pre(self, module, args):
-        if self.table is not None:
+        if self.table is not None and not self.step_driven:
             torch.ops.tokentrace.advance_token(self.handle)
         if self.has_callables or self.op_rules:
-            if self._depth() == 0:
+            if self._depth() == 0 and not self.step_driven:
                 self.token += 1
             self._local.root_depth = self._depth() + 1
 

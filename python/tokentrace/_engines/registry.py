@@ -10,7 +10,9 @@ the preloaded job call without naming an engine.
 
 A worker adapter makes each engine step one token: `token_site` (the root site's name),
 `token_how` (how the root was chosen, in words), install() / remove() / close(), meta() (its
-meta rows) and its rows handed to the writer as the steps run. vLLM is the one engine built
+meta rows), its rows handed to the writer as the steps run, `on_step` (called with each step's
+number as it begins, before its model call: the edits' tokens are the steps) and `idle_meta`
+(meta rows read only while the engine is idle: the edits' fires). vLLM is the one engine built
 (vllm/); SGLang would be a second entry here (docs/serving.md).
 """
 

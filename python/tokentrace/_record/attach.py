@@ -71,6 +71,9 @@ class Attachment:
         self.sink = self.hooks = self.edits = self.collectives = self.compiled_calls = None
         self.compiled_note = None  # one line: the job compiled the model while traced
         self.engine = None  # a serving engine's worker adapter (_engines/), when one runs
+        # edits installed apart from this recording (the preloaded job's TOKENTRACE_EDITS),
+        # whose tokens are the engine's steps too when one runs
+        self.step_edits = None
         self.recorder = InputRecorder(backend.current, None, backend.settled_path)
         self.on_cpu = True
         self.ops_on = False
@@ -104,6 +107,12 @@ class Attachment:
                              self.recorder, names=names, root_is_token=root.token is None,
                              link_outputs=self.ops,
                              root_input=self.token_texts.hook if root.token is None else None)
+        step_edits = self.edits if self.edits is not None else self.step_edits
+        if self.engine is not None and step_edits is not None:
+            # an engine's steps are the edits' tokens too (set before install(), which may
+            # open the step the first model call runs in)
+            step_edits.follow_steps()
+            self.engine.on_step = step_edits.engine_step
         if self.engine is not None:
             self.engine.install()
         if self.edits is not None:

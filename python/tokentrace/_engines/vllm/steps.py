@@ -119,6 +119,13 @@ class VllmSteps:
         self._open = False
         self._patched = None  # (class, execute_model, sample_tokens) as they were
         self.failed = 0  # steps whose composition could not be read
+        # Told each step's number as it begins, before its model call: the edits' counters
+        # (EditHooks.engine_step), whose tokens are then the engine's steps.
+        self.on_step = None
+        # Meta rows that cost a read of the device (the edits' fires): taken only when the
+        # engine is idle, and handed with the others from then on.
+        self.idle_meta = None
+        self._idle_rows: dict[str, Any] = {}
 
     def install(self):
         cls = runner_class()
@@ -178,6 +185,8 @@ class VllmSteps:
         self.steps += 1
         self.backend.push(self.site_id)
         self._open = True
+        if self.on_step is not None:
+            self.on_step(self.steps)
         # The recorder's token: this step's own, or the engine core's step it runs in (the
         # worker in the engine core's process; a token site inside a token is no new token).
         token = self.backend.current()[1]
@@ -190,6 +199,11 @@ class VllmSteps:
         for request in getattr(scheduler_output, "finished_req_ids", ()):
             self.prompt_lengths.pop(request, None)
         if not self.prompt_lengths:
+            if self.idle_meta is not None:
+                try:
+                    self._idle_rows = self.idle_meta()
+                except Exception:  # never into the engine; the exit's rows will say
+                    pass
             self.rows.flush()
 
     def _end(self):
@@ -204,4 +218,5 @@ class VllmSteps:
 
     def meta(self) -> dict[str, Any]:
         return {"engine": "vllm", "engine_steps": self.steps,
-                "engine_step_rows_unread": self.failed, **role_meta("worker")}
+                "engine_step_rows_unread": self.failed, **role_meta("worker"),
+                **self._idle_rows}
