@@ -184,6 +184,21 @@ def _ops_for(ops, sites, save):
     return op_records.check(ops) or names_ops(save, "save=") or names_ops(sites, "sites=")
 
 
+def _default_ops(ops):
+    """tt.trace's ops=: None (the default) is on, as TorchLens records every op of a trace,
+    where the torch ops library that records them loads; where it does not, a trace of module
+    calls, said once (ops=True asks for them and fails there; ops=False turns them off)."""
+    if ops is not None:
+        return ops
+    problem = op_records.unavailable()
+    if problem:
+        warnings.warn(f"tokentrace: op records are off for this trace (module calls only): "
+                      f"{problem}; pass ops=False to say so and not be told", RuntimeWarning,
+                      stacklevel=3)
+        return False
+    return True
+
+
 def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
          ops=False, op_save=None, tokenizer=None):
     """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
@@ -303,7 +318,8 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
           sites: SiteSelector | None = None, kernels: str | None = None,
           out: str | os.PathLike[str] | None = None, tokenizer: Callable[..., Any] | None = None,
           model: torch.nn.Module | None = None, edits: EditSpec | None = None,
-          shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
+          shard_mb: float = 64, inputs_of: SiteSelector | None = None,
+          ops: bool | None = None,
           intervene: EditSpec | None = None, capture: CaptureOptions | None = None,
           episode: EpisodeSpec | None = None, chunk_size: int | None = None,
           chunk_paths: Any = None) -> Trace:
@@ -319,9 +335,10 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     kernels: 'off' | 'summary' | 'full' | 'sample:N'; None (the default): TOKENTRACE_KERNELS,
     else 'summary'.
     out: the SQLite file (default: a temporary file; see trace.path).
-    ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops); an op
-    selector in sites= or save= (tt.func("relu"), tt.in_module(...), ...) turns this on by
-    itself, and in save= keeps those ops' outputs (trace["relu_1_2"].out).
+    ops: op records, on by default as in TorchLens (ops=False: module calls only): every ATen
+    op is a call inside its module's call (trace['site:k'].ops), labelled as TorchLens labels
+    it (trace["relu_1_2"], trace.find_sites(tt.func("relu"))); an op selector in save= keeps
+    those ops' outputs (trace["relu_1_2"].out).
     edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
     TorchLens's capture=tt.options.CaptureOptions(...), episode=tt.options.EpisodeSpec(...) and
     chunk_size= (a model's forward run once per chunk of its batch, one token each) are mapped
@@ -348,7 +365,7 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
         select(list(sites_of(root.model, root.assistant)))
     with options.around_run():
         result = _run("trace", fn, root, args, kwargs, select, kernels, out,
-                      int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
+                      int(shard_mb * (1 << 20)), edits, _ops_for(_default_ops(ops), sites, save),
                       op_selection(save, "save="), tokenizer)
     options.check_steps(result, 2)
     return result
