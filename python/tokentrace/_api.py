@@ -15,7 +15,7 @@ import torch
 
 from ._backend import check_kernel_mode, get_backend
 from ._common import ROOT, as_selector, check_writable, names_ops, op_selection, where
-from ._compat import chunked, run_options
+from ._compat import capture_with, chunked, run_options
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits, remember_labels
 from ._errors import TokentraceError, fail
@@ -200,13 +200,14 @@ def _default_ops(ops):
 
 
 def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
-         ops=False, op_save=None, tokenizer=None):
+         ops=False, op_save=None, tokenizer=None, with_output=False):
     """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
-    select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None."""
+    select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None.
+    with_output: (fn's return value, the result)."""
     with _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops,
                   op_save, tokenizer) as box:
         box["output"] = fn(*args, **kwargs)  # generate's: the last token's ids
-    return box["result"]
+    return (box["output"], box["result"]) if with_output else box["result"]
 
 
 # Frames between the session's code after its yield and the user's: the generator,
@@ -322,7 +323,7 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
           ops: bool | None = None,
           intervene: EditSpec | None = None, capture: CaptureOptions | None = None,
           episode: EpisodeSpec | None = None, chunk_size: int | None = None,
-          chunk_paths: Any = None) -> Trace:
+          chunk_paths: Any = None, **capture_fields: Any) -> Trace:
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
     fn: a model, a bound method of one (model.generate), or any function that calls a model
@@ -341,19 +342,24 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     those ops' outputs (trace["relu_1_2"].out).
     edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
     TorchLens's capture=tt.options.CaptureOptions(...), episode=tt.options.EpisodeSpec(...) and
-    chunk_size= (a model's forward run once per chunk of its batch, one token each) are mapped
-    onto these (docs/from-torchlens.md).
+    chunk_size= (a model's forward run once per chunk of its batch, one token each; chunk_paths=
+    the inputs to split) are mapped onto these (docs/from-torchlens.md); CaptureOptions fields
+    are also taken as keyword arguments (capture_container_structure=True).
     """
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
+    capture = capture_with(capture, capture_fields, "trace")
+    edits = check_edits(edits, intervene)
+    again = dict(save=save, sites=sites, kernels=kernels, tokenizer=tokenizer, model=model,
+                 edits=edits, shard_mb=shard_mb, inputs_of=inputs_of, ops=ops, capture=capture,
+                 episode=episode, chunk_size=chunk_size, chunk_paths=chunk_paths)
     options = run_options(capture, episode, save, model, "trace")
     save, model = options.save, options.model
     how = "model=" if model is not None else "the model traced"
     model = _model_of(fn, model)
     _warn_if_compiled_function(fn, model)
     select = _selector(sites, save, True, inputs_of)
-    edits = check_edits(edits, intervene)
     if is_text(inputs) and tokenizer is None and model is not None:
         tokenizer = find_tokenizer(model)  # the prompt's, and the tokens' text
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
@@ -368,7 +374,21 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
                       int(shard_mb * (1 << 20)), edits, _ops_for(_default_ops(ops), sites, save),
                       op_selection(save, "save="), tokenizer)
     options.check_steps(result, 2)
+    _remember(result, fn, input_kwargs, again, episode, model)
     return result
+
+
+def _remember(result, fn, input_kwargs, again, episode, model):
+    """What trace.run() reruns (the call's arguments) and what trace.annotations' header
+    says of an episode."""
+    def rerun(target, inputs, kwargs):
+        given = dict(again)
+        if target is not fn and isinstance(target, torch.nn.Module):
+            given["model"] = None  # the model handed to run() is the root
+        return trace(target, inputs, kwargs if kwargs is not None else input_kwargs, **given)
+    result._capture = (fn, {"rerun": rerun})
+    if episode is not None and model is not None:
+        result._episode = {"stepped_module": type(model).__name__, "n_steps": episode.n_steps}
 
 
 def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any = None,
@@ -380,7 +400,8 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
            shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
            intervene: EditSpec | None = None,
            input_kwargs: dict[str, Any] | None = None,
-           capture: CaptureOptions | None = None) -> Recording:
+           capture: CaptureOptions | None = None, return_output: bool = False,
+           **capture_fields: Any) -> Any:
     """Runs fn.generate(inputs, **generate_kwargs) for a model fn (or fn(inputs, **generate_kwargs)
     for any other callable), recording only the `save=` sites. A model without generate runs
     one forward, fn(inputs, **generate_kwargs), as TorchLens's record does (input_kwargs= is
@@ -390,8 +411,13 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
     bounded by `shard_mb` however many steps run. model=: the root when fn is a function (else
     the model fn calls first, or the model whose generate it calls, is). inputs_of=, edits=: as
-    for trace (the inputs of saved sites stream to the shards too).
+    for trace (the inputs of saved sites stream to the shards too). return_output=True:
+    (what the model returned, the Recording), as TorchLens's. CaptureOptions fields are taken
+    as keyword arguments too.
     """
+    if not isinstance(return_output, bool):
+        fail(f"record(return_output=) takes True or False, got {return_output!r}")
+    capture = capture_with(capture, capture_fields, "record")
     options = run_options(capture, None, save, model, "record")
     save = options.save
     how = "the model traced"
@@ -429,7 +455,7 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     with options.around_run():
         return _run("record", fn, root, args, kwargs, select, kernels, out,
                     int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
-                    op_selection(save, "save="), tokenizer)
+                    op_selection(save, "save="), tokenizer, with_output=return_output)
 
 
 class Recorder:

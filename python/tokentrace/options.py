@@ -42,6 +42,9 @@ _CAPTURE_MAPPED = {
     "emit_nvtx": "always on: every module call is an NVTX range",
     "detach_saved_activations": "always on: saved outputs are detached copies",
     "verbose": "no effect (tokentrace prints only warnings)",
+    "intervention_ready": "always: a trace's edits run on the model (tt.when(...).bind, "
+                          "edits=, trace.run), nothing to prepare",
+    "save_code_context": "no effect: tokentrace keeps no source code context of an op",
 }
 
 _EPISODE_DEFAULTS: dict[str, Any] = {
@@ -87,8 +90,11 @@ class _Options:
 
 class CaptureOptions(_Options):
     """TorchLens's capture options. Mapped: layers_to_save, random_seed, inference_only,
-    capture_container_structure, emit_nvtx, detach_saved_activations, verbose; any other
-    field set to a value other than TorchLens's default is an error at trace()."""
+    capture_container_structure, emit_nvtx, detach_saved_activations, verbose,
+    intervention_ready (always ready), save_code_context (no effect); any other field set to
+    a value other than TorchLens's default is an error at trace(). Each is also taken as a
+    keyword argument of tt.trace / tt.record (capture_container_structure=True), as in
+    TorchLens."""
 
     _kind = "CaptureOptions"
     _defaults = _CAPTURE_DEFAULTS

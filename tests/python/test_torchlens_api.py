@@ -304,8 +304,29 @@ def test_chunk_size_runs_one_token_per_chunk(tmp_path):
     assert torch.equal(trace["1:3"].out, torch.relu(m[0](x[8:])))
     with pytest.raises(tt.TokentraceError, match="chunk_size= takes an int >= 1"):
         tt.trace(m, x, chunk_size=0)
-    with pytest.raises(tt.TokentraceError, match="chunk_paths= is not supported"):
-        tt.trace(m, x, chunk_size=2, chunk_paths=["0"])
+    with pytest.raises(tt.TokentraceError, match="chunk_paths= takes a list of paths"):
+        tt.trace(m, x, chunk_size=2, chunk_paths="0")
+
+
+class _Mix(torch.nn.Module):
+    def forward(self, a, b, scale):
+        return a * b["w"] + scale
+
+
+def test_chunk_paths_split_several_inputs_together(tmp_path):
+    a, w = torch.randn(5, 3), torch.randn(5, 3)
+    trace = tt.trace(_Mix(), (a, {"w": w}, torch.ones(3)), chunk_size=2,
+                     chunk_paths=["0", '1["w"]'], save="self", out=str(tmp_path / "p.sqlite"))
+    assert trace.num_tokens == 3
+    assert torch.equal(trace["self:3"].out, a[4:] * w[4:] + 1)
+    # chunk_paths=: the tensors to split (without it, three tensors are one too many)
+    with pytest.raises(tt.TokentraceError, match="name the ones to split with chunk_paths="):
+        tt.trace(_Mix(), (a, {"w": w}, torch.ones(3)), chunk_size=2)
+    with pytest.raises(tt.TokentraceError, match="must have one batch size"):
+        tt.trace(_Mix(), (a, {"w": w[:4]}, torch.ones(3)), chunk_size=2,
+                 chunk_paths=["0", "1.w"])
+    with pytest.raises(tt.TokentraceError, match="start with a positional argument's index"):
+        tt.trace(_Mix(), (a, {"w": w}, torch.ones(3)), chunk_size=2, chunk_paths=["w"])
 
 
 def test_episode_spec_names_the_root_and_the_steps(tmp_path):
@@ -388,3 +409,150 @@ def test_register_container_makes_a_users_container_walkable_and_editable(tmp_pa
     assert torch.count_nonzero(pair.right) > 0  # the caller's container is left as it was
     with pytest.raises(tt.TokentraceError, match="takes a class first"):
         tt.register_container("Pair", lambda v: ([], None))
+
+
+# --- issue 47: the rest of what TorchLens's documented examples use ----------------------
+class _ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(1, 2, 3), torch.nn.Conv2d(2, 2, 3)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x))).sigmoid()
+
+
+def test_ops_are_recorded_by_default_with_torchlens_labels(tmp_path):
+    m = _mlp2()
+    trace = tt.trace(m, torch.randn(3, 4), out=str(tmp_path / "t.sqlite"))
+    assert trace["relu_1_2"].module == "1:1" and trace["linear_1_1"].layer_type == "linear"
+    assert trace.find_sites(tt.func("relu")).labels() == ("relu_1_2",)
+    off = tt.trace(m, torch.randn(3, 4), ops=False, out=str(tmp_path / "o.sqlite"))
+    with pytest.raises(tt.TokentraceError, match="no op records"):
+        off.num_ops
+
+
+def test_followed_by_and_preceded_by_choose_ops_by_their_data_flow(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(1, 1, 8, 8)
+    fed = tt.func("conv2d") & tt.followed_by(tt.func("relu"))
+    trace = tt.trace(_ConvNet(), x, save=fed, out=str(tmp_path / "c.sqlite"))
+    assert trace.find_sites(fed).labels() == ("conv2d_1_1",)  # conv2d_2_3 feeds a sigmoid
+    assert trace.find_sites(tt.preceded_by(tt.func("conv2d"))).labels() == ("relu_1_2",
+                                                                            "sigmoid_1_4")
+    assert trace.find_sites(tt.func("sigmoid") & tt.preceded_by(tt.label("conv2d_2_3"))
+                            ).labels() == ("sigmoid_1_4",)
+    assert trace["relu_1_2"].parent_layers == ["conv2d_1_1"]
+    assert trace["conv2d_1_1"].child_layers == ["relu_1_2"]
+    assert list(trace["conv2d_1_1"].out.shape) == [1, 2, 6, 6]  # saved: a tensor
+    assert not trace.find_sites(tt.followed_by(tt.func("tanh")))
+    with pytest.raises(tt.TokentraceError, match=r"takes an op selector .* selects modules"):
+        tt.followed_by(tt.module("c1"))
+    with pytest.raises(tt.TokentraceError, match="known when the trace is read"):
+        tt.when(tt.followed_by(tt.func("relu")), tt.zero()).bind(_ConvNet())(x)
+
+
+def test_capture_options_fields_are_trace_keyword_arguments(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    trace = tt.trace(m, x, capture_container_structure=True, intervention_ready=True,
+                     save_code_context=True, layers_to_save=["1"], out=str(tmp_path / "k.sqlite"))
+    assert torch.equal(trace["1"].out, torch.relu(m[0](x)))
+    ready = tt.trace(m, x, capture=tt.options.CaptureOptions(intervention_ready=True),
+                     out=str(tmp_path / "r.sqlite"))
+    assert ready.num_tokens == 1
+    with pytest.raises(tt.TokentraceError, match="unexpected keyword argument 'bogus'"):
+        tt.trace(m, x, bogus=1)
+    with pytest.raises(tt.TokentraceError, match=r"CaptureOptions\(save_grads=\.\.\.\) is a "
+                                                 r"TorchLens option"):
+        tt.trace(m, x, save_grads=True)
+    with pytest.raises(tt.TokentraceError, match="give it once"):
+        tt.trace(m, x, random_seed=1, capture=tt.options.CaptureOptions(random_seed=2))
+
+
+def test_num_ops_annotations_and_cleanup(tmp_path):
+    m = _mlp2()
+    trace = tt.trace(m, torch.randn(3, 4), out=str(tmp_path / "n.sqlite"))
+    assert trace.num_ops == 2  # linear, relu
+    ledger = trace.annotations["episode"]
+    assert ledger["header"]["capture_kind"] == "episode" and ledger["header"]["n_steps"] == 1
+    assert [(r["episode_step"], r["role"], r["status"]) for r in ledger["rows"]] == [
+        (0, "prefill", "complete")]
+    trace.cleanup()
+    assert tt.load(trace.path).num_tokens == 1  # the file stays
+
+
+def test_annotations_of_a_generation_and_an_episode(lm, tmp_path):
+    trace = tt.trace(lm.generate, IDS, {"max_new_tokens": 3, "do_sample": False,
+                                        "pad_token_id": 0}, out=str(tmp_path / "g.sqlite"))
+    rows = trace.annotations["episode"]["rows"]
+    assert [r["role"] for r in rows] == ["prefill", "decode", "decode"]
+    assert [r["step_output"] for r in rows] == [t.id for t in trace.tokens]
+    m = _mlp2()
+    spec = tt.options.EpisodeSpec(stepped_module=m, n_steps=2)
+    ep = tt.trace(lambda x: [m(x) for _ in range(2)], torch.randn(2, 4), episode=spec,
+                  out=str(tmp_path / "e.sqlite"))
+    header = ep.annotations["episode"]["header"]
+    assert header["n_steps_declared"] == 2 and header["stepped_module"] == "Sequential"
+
+
+def test_record_return_output_and_to_trace(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    spec = tt.when(tt.module("1"), tt.scale(2.0))
+    output, rec = tt.record(m, x, save=tt.func("linear"), edits=spec, return_output=True,
+                            out=str(tmp_path / "r.sqlite"))
+    assert torch.equal(output, spec.bind(m)(x))
+    assert isinstance(rec, tt.Recording) and rec.n_records == 1
+    as_trace = rec.to_trace()
+    assert type(as_trace) is tt.Trace and as_trace.path == rec.path
+    assert torch.equal(as_trace["linear_1_1"].out, m[0](x))
+    with pytest.raises(tt.TokentraceError, match=r"return_output=\) takes True or False"):
+        tt.record(m, x, save="1", return_output="yes")
+
+
+def test_bundle_compares_traces_at_a_site(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    clean = tt.trace(m, x, save=tt.func("relu"), out=str(tmp_path / "a.sqlite"))
+    patched = tt.trace(m, x, save=tt.func("relu"), out=str(tmp_path / "b.sqlite"),
+                       edits=tt.when(tt.func("relu"), tt.zero_ablate()))
+    bundle = tt.bundle({"clean": clean, "patched": patched}, baseline="clean")
+    assert bundle.names == ["clean", "patched"] and bundle.baseline == "clean"
+    assert bundle["patched"] is patched
+    matrix = bundle.compare_at("relu_1_2")
+    assert matrix.shape == (2, 2) and matrix[0, 0] == 0 and matrix[0, 1] == 1  # zeroed
+    assert torch.equal(bundle.compare_at(tt.func("relu")), matrix)
+    assert bundle.most_changed()[0] == ("relu_1_2", 1.0)
+    assert tt.Bundle([clean, clean]).compare_at("relu_1_2").sum() == 0
+    with pytest.raises(tt.TokentraceError, match="has no saved output tensor"):
+        bundle.compare_at("linear_1_1")
+    with pytest.raises(tt.TokentraceError, match="names no member"):
+        tt.bundle({"clean": clean}, baseline="other")
+
+
+def test_utils_list_modules_and_list_ops():
+    m = _mlp2()
+    assert tt.utils.list_modules(m) == [("self", torch.nn.Sequential),
+                                        ("0", torch.nn.Linear), ("1", torch.nn.ReLU)]
+    m.train()
+    assert tt.utils.list_ops(m, torch.randn(2, 4)) == [("linear", 1), ("relu", 1)]
+    both = tt.utils.list_ops(m, torch.randn(2, 4), mode="both")
+    assert set(both) == {"eval", "train"} and m.training  # the modes are restored
+    with pytest.raises(tt.TokentraceError, match=r"mode=\) takes"):
+        tt.utils.list_ops(m, torch.randn(2, 4), mode="fast")
+
+
+def test_trace_run_reruns_the_capture_with_its_edits_on_new_inputs(tmp_path):
+    m = _mlp2()
+    spec = tt.when(tt.module("1"), tt.scale(3.0))
+    trace = tt.trace(m, torch.randn(2, 4), save="1", edits=spec, out=str(tmp_path / "r.sqlite"))
+    first = trace.path
+    x = torch.randn(5, 4)
+    assert trace.run(m, x) is trace
+    assert trace.path != first and trace.last_run["engine"] == "guarded_fast"
+    assert trace.last_run["fast_refused"] is None
+    assert torch.equal(trace["1"].out, spec.bind(m)(x))  # the edit, on the new input
+    trace.run(inputs=torch.randn(1, 4), fast=True)
+    assert trace["1"].out.shape == (1, 8)
+    with pytest.raises(tt.TokentraceError, match="has no model to run"):
+        tt.load(first).run(m, x)

@@ -540,3 +540,70 @@ def where(predicate: Callable[[Any], Any], *, name_hint: str | None = None) -> W
     if name_hint is not None and not isinstance(name_hint, str):
         fail(f"tt.where(name_hint=) takes a string; got {type(name_hint).__name__}")
     return WhereQuery(predicate, name_hint)
+
+
+class _TemporalQuery(SiteQuery):
+    """TorchLens's temporal selectors: an op chosen by the ops next to it in the data flow
+    (op records keep which op's output each op read: OpSite.parents, .children). Decided
+    when the trace is read (find_sites, save=, trace[...]); an edit decides each op as it
+    runs, before the ops that read its output exist."""
+
+    symbol = ""
+    relation = ""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def _neighbours(self, op: Any) -> list[Any]:
+        return list(getattr(op, self.relation, ()))
+
+    def matches_op(self, op: Any) -> bool:
+        return any(self.inner.matches_op(n) for n in self._neighbours(op))
+
+    def needs(self, names: list[str], what: str = "selector") -> set[str]:
+        return _needs(self.inner, names, what)
+
+    def live_problem(self) -> str | None:
+        return (f"tt.{self.symbol}(...) chooses an op by the ops next to it in the data flow, "
+                f"known when the trace is read; use it in save=, sites= or find_sites, and "
+                f"edit with tt.func(...) / tt.in_module(...) / tt.label(...)")
+
+    def module_leaves(self) -> list[Selector]:
+        return _leaves(self.inner)
+
+    def __repr__(self) -> str:
+        return f"tt.{self.symbol}({self.inner!r})"
+
+
+class FollowedByQuery(_TemporalQuery):
+    """tt.followed_by(sel): ops whose output a later op that `sel` chooses reads."""
+
+    symbol, relation = "followed_by", "children"
+
+
+class PrecededByQuery(_TemporalQuery):
+    """tt.preceded_by(sel): ops that read the output of an earlier op that `sel` chooses."""
+
+    symbol, relation = "preceded_by", "parents"
+
+
+def _temporal(cls: Any, inner: Any) -> Any:
+    query = as_query(inner, f"tt.{cls.symbol}()")
+    if OP not in _kinds(query):
+        fail(f"tt.{cls.symbol}() takes an op selector (tt.func('relu'), tt.label(...), "
+             f"tt.in_module(...), ...), got {query!r}, which selects modules")
+    return cls(query)
+
+
+def followed_by(inner: Any) -> FollowedByQuery:
+    """Selects the ops whose output a later op matching `inner` reads, as TorchLens's
+    tl.followed_by: tt.func("conv2d") & tt.followed_by(tt.func("relu")) is each conv2d that
+    feeds a relu."""
+    return _temporal(FollowedByQuery, inner)
+
+
+def preceded_by(inner: Any) -> PrecededByQuery:
+    """Selects the ops that read the output of an earlier op matching `inner`, as TorchLens's
+    tl.preceded_by: tt.func("relu") & tt.preceded_by(tt.func("conv2d")) is each relu fed by a
+    conv2d."""
+    return _temporal(PrecededByQuery, inner)

@@ -54,9 +54,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "resample_ablate": ("resampling ablation", ""),
     "Edit": ("the edit-object type", "the actions of tt.when (tt.zero(), tt.steer(...), ...)"),
     "validate": ("replay validation of saved activations", ""),
-    # bundles
-    "bundle": ("a named collection of traces", "a dict of tt.load(path) traces"),
-    "Bundle": ("a named collection of traces", "a dict of tt.load(path) traces"),
     # gradients
     "bwd_hook": ("a backward hook", _GRAD),
     "grad_clip": ("a gradient edit", _GRAD),
@@ -71,8 +68,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "in_backward_pass": ("a backward selector", _GRAD),
     "without_op": ("a backward selector", _GRAD),
     # selectors tokentrace lacks
-    "followed_by": ("a temporal selector", ""),
-    "preceded_by": ("a temporal selector", ""),
     "func_transform": ("a torch.func transform selector", ""),
     "facet": ("a mutator-only selector", ""),
     "head": ("an attention-head selector", "tt.when(..., index=(...)) on the head's slice"),
@@ -139,7 +134,6 @@ TRACE_METHODS: dict[str, tuple[str, str]] = {
     "set": ("setting a recorded value", _REPLAY),
     "attach_hooks": ("hooks on a recorded trace", _REPLAY),
     "push": ("propagating an edit over the saved graph", _REPLAY),
-    "run": ("re-running the model", _REPLAY),
     "rerun": ("re-running the model", _REPLAY),
     "resolve_sites": ("strict site resolution", "trace.find_sites(...) or trace[name]"),
     "save_intervention": ("saving a spec", "spec.to_json(path) (an EditSpec)"),

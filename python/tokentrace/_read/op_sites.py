@@ -74,7 +74,8 @@ class OpSite:
     label_short "relu_1:p"; name, k: the op call (trace[f"{name}:{k}"] is it); token;
     module: the innermost module call ("site:k"); modules: the module calls it ran in,
     outermost (the root call) first; output_index: which output tensor of the op it is; out,
-    shape: that tensor (saved) or its OutputMeta."""
+    shape: that tensor (saved) or its OutputMeta; parents, children: the OpSites whose output
+    it read and that read its output (parent_layers, child_layers: their labels)."""
 
     def __init__(self, state: TraceState, call_id: int, name: str, k: int, token: int,
                  modules: tuple[str, ...], root: int, output_index: int = 0,
@@ -91,6 +92,18 @@ class OpSite:
         self.pass_index = root  # set by number(): the layer's pass
         self.raw_step = 0  # its place among its root call's ops, loops and orphans included
         self.num_passes = 1  # set once every root call is numbered
+        self.parents: list[OpSite] = []  # the labelled ops whose output it read (_link)
+        self.children: list[OpSite] = []  # the labelled ops that read its output
+
+    @property
+    def parent_layers(self) -> list[str]:
+        """TorchLens's name: the labels of the ops whose output this op read."""
+        return [p.key for p in self.parents]
+
+    @property
+    def child_layers(self) -> list[str]:
+        """TorchLens's name: the labels of the ops that read this op's output."""
+        return [c.key for c in self.children]
 
     def number(self, type_index: int, step_index: int, pass_index: int) -> None:
         """Gives it its labels: its layer (the type_index-th of its type, step_index-th of
@@ -166,6 +179,18 @@ class OpLabel:
     @property
     def outs(self) -> list[Any]:
         return [s.out for s in self.passes]
+
+    def __getattr__(self, name: str) -> Any:
+        # A layer of one pass reads as that pass (TorchLens's Layer): its labels, module,
+        # shape, parent_layers, child_layers.
+        if name.startswith("_") or name == "passes":
+            raise AttributeError(name)
+        if len(self.passes) == 1 and hasattr(self.passes[0], name):
+            return getattr(self.passes[0], name)
+        if self.passes and hasattr(self.passes[0], name):
+            fail(f"{self.layer_label} ran {len(self.passes)} times: ask one pass for .{name} "
+                 f"(trace['{self.layer_label}:k'].{name})")
+        raise AttributeError(f"OpLabel has no attribute {name!r}")
 
     def __repr__(self) -> str:
         return f"<op label {self.layer_label}: {len(self.passes)} passes>"
@@ -267,10 +292,22 @@ def op_sites(state: TraceState) -> list[OpSite]:
     if sources:  # an ATen op that returned a parameter (p.to(dtype)): TorchLens logs none
         sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
     _number(sites, leader, position)
+    _link(sites, state.cache.get(op_loops.PARENTS, {}))
     state.cache[_CACHE] = sites
     if state.on_labels is not None:  # for edits by label later (_api hands the callback)
         state.on_labels(sites, str(state.path))
     return sites
+
+
+def _link(sites: list[OpSite], parents: dict[tuple[int, int], list[tuple[int, int]]]) -> None:
+    """Each site's parents (the labelled ops whose output it read) and children (the ones
+    that read its output), from op records' data flow (none in a file without it)."""
+    by_node = {(s.call_id, s.output_index): s for s in sites}
+    for site in sites:
+        found = parents.get((site.call_id, site.output_index), ())
+        site.parents = [by_node[n] for n in found if n in by_node]
+        for parent in site.parents:
+            parent.children.append(site)
 
 
 def _number(sites: list[OpSite], leader: dict[tuple[int, int], tuple[int, int]],

@@ -408,6 +408,72 @@ class Trace:
         from .report import render_report
         return render_report(self.path, self.escape_sites, top)
 
+    # --- TorchLens's names ----------------------------------------------------------------
+    @property
+    def num_ops(self) -> int:
+        """TorchLens's trace.num_ops: the ops the run recorded, one per labelled tensor
+        (trace.find_sites(tt.where(lambda op: True)) lists them); op records must be on."""
+        from .op_sites import op_sites
+        if not any(kind == "op" for _, kind, _ in self._sites.values()):
+            fail("this trace has no op records, so no ops to count: trace without ops=False "
+                 "(tt.trace records them by default; tt.record with ops=True)")
+        return len(op_sites(self.state))
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        """TorchLens's trace.annotations: {"episode": {"header": {...}, "rows": [...]}}, the
+        episode's ledger, where each root call (token) is a step: rows of episode_step (from
+        0), role ("prefill" for the first, then "decode"), status ("complete", or
+        "interrupted" for a call that never returned), coord ({"member_call_index": k}),
+        step_output (the generated token id, where known) and cpu_ms."""
+        tokens = list(self.tokens)
+        declared = getattr(self, "_episode", None) or {}
+        header = {
+            "capture_kind": "episode",
+            "stepped_module": declared.get("stepped_module", "self"),
+            "n_steps_declared": declared.get("n_steps"),
+            "n_steps": len(tokens),
+            "token_feed": "open",
+        }
+        rows = [{"episode_step": i, "role": "prefill" if i == 0 else "decode",
+                 "status": "complete" if t.finished else "interrupted",
+                 "coord": {"member_call_index": t.token}, "step_output": t.id,
+                 "cpu_ms": t.cpu_ms}
+                for i, t in enumerate(tokens)]
+        return {"episode": {"header": header, "rows": rows}}
+
+    def cleanup(self) -> None:
+        """TorchLens's trace.cleanup(): lets go of what the trace holds (the file, its
+        caches, the tensors read); the file stays on disk (tt.load opens it again)."""
+        self.state.cache.clear()
+        self._views.clear()
+        self._input_rows = None
+        self.close()
+
+    def run(self, model: Any = None, inputs: Any = None, input_kwargs: Any = None, *,
+            fast: bool = False) -> Trace:
+        """TorchLens's trace.run(model, inputs): the recorded capture run again on new inputs,
+        with the same save=, sites=, edits (intervene=) and options, its saved sites refreshed:
+        this Trace then reads the new run (a new file; trace.path says which). model: the
+        model (or function) to run, by default the one traced; fast= is accepted (every
+        tokentrace run is the model's own forward with hooks). trace.last_run says what ran."""
+        capture = getattr(self, "_capture", None)
+        if capture is None:
+            fail("trace.run() reruns a capture of this process (tt.trace); a trace opened "
+                 "with tt.load has no model to run: call tt.trace(model, inputs, ...)")
+        if not isinstance(fast, bool):
+            fail(f"trace.run(fast=) takes True or False, got {fast!r}")
+        fn, arguments = capture
+        fresh = arguments["rerun"](model if model is not None else fn, inputs, input_kwargs)
+        keep = {"_capture": capture}
+        self.close()
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__)
+        self.__dict__.update(keep)
+        self.last_run = {"engine": "guarded_fast", "fast_refused": None, "path": self.path,
+                         "tokens": self.num_tokens}
+        return self
+
     def __getattr__(self, name: str) -> Any:
         # only for names a Trace lacks: TorchLens's trace methods get a message that says so
         from .._common import TRACE_METHODS, missing
@@ -446,6 +512,20 @@ class Recording(Trace):
     def steps(self) -> int:
         """The number of steps (tokens) recorded."""
         return self.num_tokens
+
+    @property
+    def n_records(self) -> int:
+        """TorchLens's recording.n_records: the saved outputs it holds."""
+        return len(self.state.saved_ids())
+
+    def to_trace(self) -> Trace:
+        """TorchLens's recording.to_trace(): this recording as a Trace (the same file; a
+        Recording already is one, with steps and saved_sites besides)."""
+        trace = Trace(self.path)
+        for name in ("_capture", "_episode"):
+            if name in self.__dict__:
+                trace.__dict__[name] = self.__dict__[name]
+        return trace
 
     @property
     def saved_sites(self) -> list[str]:
