@@ -212,9 +212,35 @@ def chunked(fn, model, args, kwargs, chunk_size, chunk_paths):
     return run_chunks, len(pieces)
 
 
+# TorchLens's trace arguments tokentrace takes and needs nothing for, with the values they
+# accept (lookback= keeps recent ops for tl.preceded_by: op records keep every op's parents).
+_TAKEN = {
+    "lookback": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "lookback_payload_policy": lambda v: isinstance(v, str),
+}
+# TorchLens's trace arguments tokentrace does not have: what to do instead.
+_REFUSED = {
+    "halt": "tokentrace records the whole run (a generation's tokens are its calls); select "
+            "what to keep with save= and sites=",
+    "input_size": "tokentrace runs the model on a real input: pass one",
+    "backend": "tokentrace traces PyTorch models only",
+    "storage": "out= (trace files always stream to disk; saved tensors to shards)",
+    "streaming": "out= (trace files always stream to disk; saved tensors to shards)",
+}
+
+
 def capture_with(capture, given, call):
     """capture= with CaptureOptions fields given as keyword arguments of trace/record (TorchLens
     takes both spellings); a keyword that is no such field is one error."""
+    for name in [n for n in given if n in _TAKEN]:
+        value = given.pop(name)
+        if not _TAKEN[name](value):
+            fail(f"{call}({name}=) takes {'an int >= 0' if name == 'lookback' else 'a str'}, "
+                 f"got {value!r}")
+    refused = next((n for n in given if n in _REFUSED), None)
+    if refused is not None:
+        fail(f"{call}({refused}=) is a TorchLens argument tokentrace does not have; instead: "
+             f"{_REFUSED[refused]}")
     if not given:
         return capture
     fields = CaptureOptions._defaults

@@ -556,3 +556,25 @@ def test_trace_run_reruns_the_capture_with_its_edits_on_new_inputs(tmp_path):
     assert trace["1"].out.shape == (1, 8)
     with pytest.raises(tt.TokentraceError, match="has no model to run"):
         tt.load(first).run(m, x)
+
+
+def test_short_names_ordinals_and_lookback(tmp_path):
+    torch.manual_seed(0)
+    trace = tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), out=str(tmp_path / "s.sqlite"))
+    assert trace["conv2d_2"].layer_label == "conv2d_2_3"  # the ordinal suffix left out
+    assert trace[3].layer_label == "conv2d_2_3" and trace[2].layer_type == "relu"
+    with pytest.raises(tt.TokentraceError, match="step indexes run 1..4"):
+        trace[9]
+    with pytest.raises(tt.TokentraceError, match="input \\(0\\) and negative ordinals"):
+        trace[-1]
+    with pytest.raises(tt.TokentraceError, match="no site named 'conv2d_9'"):
+        trace["conv2d_9"]
+    kept = tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), lookback=4,
+                    lookback_payload_policy="detached_raw", out=str(tmp_path / "l.sqlite"),
+                    save=tt.func("conv2d") & tt.followed_by(tt.func("relu")))
+    assert kept.find_sites(tt.preceded_by(tt.func("conv2d"))).labels()[0] == "relu_1_2"
+    with pytest.raises(tt.TokentraceError, match=r"trace\(halt=\) is a TorchLens argument "
+                                                 r"tokentrace does not have"):
+        tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), halt=tt.func("relu"))
+    with pytest.raises(tt.TokentraceError, match=r"lookback=\) takes an int >= 0"):
+        tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), lookback=-1)

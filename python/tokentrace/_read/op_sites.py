@@ -371,12 +371,48 @@ def lookup(state: TraceState, key: str) -> OpSite | OpLabel | None:
     return None
 
 
+_SHORT = re.compile(r"^([a-z0-9]+)_(\d+)$")
+
+
+def lookup_short(state: TraceState, key: str) -> OpLabel | None:
+    """TorchLens's short name "conv2d_3" (the 3rd conv2d layer, its ordinal suffix left
+    out): that layer (an OpLabel, every pass), or None when `key` is no such name here."""
+    m = _SHORT.match(key)
+    if m is None:
+        return None
+    kind, index = m.group(1), int(m.group(2))
+    passes = [s for s in op_sites(state) if s.layer_type == kind and s.type_index == index]
+    if not passes or len({s.layer_label for s in passes}) != 1:
+        return None
+    return OpLabel(passes[0].layer_label, passes)
+
+
+def by_step(state: TraceState, step: int) -> OpLabel:
+    """TorchLens's ordinal trace[i]: the layer whose step index is i (conv2d_3_7 is
+    trace[7]; 0 is TorchLens's input layer, which tokentrace does not label)."""
+    sites = op_sites(state)
+    if not sites:
+        fail(f"trace[{step}] is TorchLens's i-th op, and this trace has no op records (traced "
+             f"with ops=False, or by tt.record): index it by site name")
+    if step < 1:
+        fail(f"trace[{step}]: op ordinals here are step indexes from 1 (conv2d_3_7 is "
+             f"trace[7]); TorchLens's input (0) and negative ordinals are not labelled: use "
+             f"trace['self:k'].inputs and .out for the model's input and output")
+    passes = [s for s in sites if s.step_index == step]
+    if not passes:
+        last = max(s.step_index for s in sites)
+        fail(f"trace[{step}]: the ops' step indexes run 1..{last}")
+    return OpLabel(passes[0].layer_label, [s for s in passes
+                                           if s.layer_label == passes[0].layer_label])
+
+
 def unknown_label(state: TraceState, key: str) -> str:
     """Why `key`, which looks like an op label, names nothing here (one line)."""
     sites = op_sites(state)
     if not sites:
-        return (f"no op labelled {key!r} in this trace: it has no op records; an op selector "
-                f"in sites= or save= (tt.func('relu'), ...) or ops=True records them")
+        return (f"no op labelled {key!r} in this trace: it has no op records (traced with "
+                f"ops=False, or by tt.record); tt.trace records them by default, and ops=True "
+                f"or an op selector in save= (tt.func('relu'), ...) turns them on")
     import difflib
     keys = list(dict.fromkeys(s.key for s in sites))
     close = difflib.get_close_matches(key, keys, n=3, cutoff=0.5)

@@ -221,10 +221,14 @@ class Trace:
     def __contains__(self, key: object) -> bool:
         return key in self._sites
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str | int) -> Any:
         """trace['site'] (SiteView), trace['site:k'] (CallView); with op records, an op's
         TorchLens label: trace['relu_1_2'] (OpLabel, every pass), trace['relu_1_2:k'] and
-        trace['relu_1:k'] (OpSite; see op_sites.py)."""
+        trace['relu_1:k'] (OpSite; see op_sites.py), its short name trace['relu_1'] and its
+        ordinal trace[2] (the layer of step index 2), as TorchLens's."""
+        if isinstance(key, int) and not isinstance(key, bool):
+            from . import op_sites
+            return op_sites.by_step(self.state, key)  # TorchLens's ordinal: trace[7]
         if not isinstance(key, str):
             fail(f"index a trace with 'site' or 'site:k' (k 1-based), got {key!r}")
         if key in self._sites:
@@ -238,6 +242,9 @@ class Trace:
             if found is not None:
                 return found
             fail(op_sites.unknown_label(self.state, key))
+        short = op_sites.lookup_short(self.state, key)  # "conv2d_3": the layer, every pass
+        if short is not None:
+            return short
         self._unknown(site if (sep and k.isdigit()) else key)
 
     def find_sites(self, query: Any, *, max_fanout: int | None = None) -> SiteTable:
