@@ -578,3 +578,27 @@ def test_short_names_ordinals_and_lookback(tmp_path):
         tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), halt=tt.func("relu"))
     with pytest.raises(tt.TokentraceError, match=r"lookback=\) takes an int >= 0"):
         tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), lookback=-1)
+
+
+class _Blocked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.block(x)) + torch.relu(self.lin(x))
+
+
+def test_preceded_by_chooses_ops_while_the_model_runs(tmp_path):
+    torch.manual_seed(0)
+    m, x = _Blocked(), torch.randn(2, 4)
+    fed = tt.func("relu") & tt.preceded_by(tt.in_module("block"))
+    trace = tt.trace(m, x, save=tt.func("relu"), edits=tt.when(fed, tt.zero_ablate()),
+                     lookback=4, out=str(tmp_path / "p.sqlite"))
+    assert trace["relu_1_2"].out.abs().max() == 0  # fed by block's linear: zeroed
+    assert torch.equal(trace["relu_2_4"].out, torch.relu(m.lin(x)))  # fed by lin: kept
+    assert trace.find_sites(fed).labels() == ("relu_1_2",)
+    bound = tt.when(fed, tt.scale(2.0)).bind(m)
+    torch.testing.assert_close(bound(x), 2 * torch.relu(m.block(x)) + torch.relu(m.lin(x)))
+    assert bound.last_report.fire_count == 1

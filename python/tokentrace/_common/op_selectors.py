@@ -127,6 +127,11 @@ class SiteQuery:
         when it can."""
         return None
 
+    def needs_history(self) -> bool:
+        """Whether deciding it while the model runs needs each op's parents, the recent ops
+        whose output it read (tt.preceded_by): the edits then keep a window of recent ops."""
+        return False
+
     def needs_labels(self) -> bool:
         """Whether deciding it while the model runs needs the ops' TorchLens labels (tt.label,
         tt.contains, tt.regex, and tt.where, whose predicate may read them): an op-level edit
@@ -228,6 +233,9 @@ class AllQuery(SiteQuery):
     def needs_labels(self) -> bool:
         return any(isinstance(p, SiteQuery) and p.needs_labels() for p in self.parts)
 
+    def needs_history(self) -> bool:
+        return any(isinstance(p, SiteQuery) and p.needs_history() for p in self.parts)
+
     def names_labels(self) -> bool:
         return any(isinstance(p, SiteQuery) and p.names_labels() for p in self.parts)
 
@@ -281,6 +289,9 @@ class NotQuery(SiteQuery):
 
     def needs_labels(self) -> bool:
         return isinstance(self.inner, SiteQuery) and self.inner.needs_labels()
+
+    def needs_history(self) -> bool:
+        return isinstance(self.inner, SiteQuery) and self.inner.needs_history()
 
     def names_labels(self) -> bool:
         return isinstance(self.inner, SiteQuery) and self.inner.names_labels()
@@ -582,9 +593,23 @@ class FollowedByQuery(_TemporalQuery):
 
 
 class PrecededByQuery(_TemporalQuery):
-    """tt.preceded_by(sel): ops that read the output of an earlier op that `sel` chooses."""
+    """tt.preceded_by(sel): ops that read the output of an earlier op that `sel` chooses.
+    Also in an op-level edit (tt.when): the edits keep the recent ops' outputs and ask `sel`
+    of the ones the op reads (RecentOps, _edit/op_edits.py)."""
 
     symbol, relation = "preceded_by", "parents"
+
+    def live_problem(self) -> str | None:
+        return _live_problem(self.inner)
+
+    def needs_history(self) -> bool:
+        return True
+
+    def needs_labels(self) -> bool:
+        return isinstance(self.inner, SiteQuery) and self.inner.needs_labels()
+
+    def matches_live(self, op: Any) -> bool:
+        return any(self.inner.matches_live(p) for p in getattr(op, "parents", ()))
 
 
 def _temporal(cls: Any, inner: Any) -> Any:
