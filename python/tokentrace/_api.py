@@ -370,11 +370,15 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
     with options.around_run():
-        result = _run("trace", fn, root, args, kwargs, select, kernels, out,
-                      int(shard_mb * (1 << 20)), edits, _ops_for(_default_ops(ops), sites, save),
-                      op_selection(save, "save="), tokenizer)
+        output, result = _run("trace", fn, root, args, kwargs, select, kernels, out,
+                              int(shard_mb * (1 << 20)), edits,
+                              _ops_for(_default_ops(ops), sites, save),
+                              op_selection(save, "save="), tokenizer, with_output=True)
     options.check_steps(result, 2)
     _remember(result, fn, input_kwargs, again, episode, model)
+    if episode is not None:
+        result._episode["step_outputs"] = _step_outputs(output, result.num_tokens,
+                                                        episode.step_axis)
     return result
 
 
@@ -387,8 +391,23 @@ def _remember(result, fn, input_kwargs, again, episode, model):
             given["model"] = None  # the model handed to run() is the root
         return trace(target, inputs, kwargs if kwargs is not None else input_kwargs, **given)
     result._capture = (fn, {"rerun": rerun})
-    if episode is not None and model is not None:
-        result._episode = {"stepped_module": type(model).__name__, "n_steps": episode.n_steps}
+    if episode is not None:
+        name = type(model).__name__ if model is not None else "self"
+        result._episode = {"stepped_module": name, "n_steps": episode.n_steps}
+
+
+def _step_outputs(output, steps, axis):
+    """TorchLens's per-step evidence of an episode ("tokens"): the last `steps` positions of
+    the root's integer output along `axis`, one a step (a list of the batch's ids each); None
+    where the output is no such tensor."""
+    if not isinstance(output, torch.Tensor) or output.is_floating_point() or output.dim() == 0:
+        return None
+    if not isinstance(axis, int) or not -output.dim() <= axis < output.dim():
+        return None
+    n = output.shape[axis]
+    if steps < 1 or n < steps:
+        return None
+    return [output.select(axis, n - steps + i).tolist() for i in range(steps)]
 
 
 def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any = None,

@@ -494,6 +494,38 @@ def test_annotations_of_a_generation_and_an_episode(lm, tmp_path):
     header = ep.annotations["episode"]["header"]
     assert header["n_steps_declared"] == 2 and header["stepped_module"] == "Sequential"
 
+    class Greedy(torch.nn.Module):  # TorchLens's episode example: a loop returning its ids
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids):
+            out = []
+            for _ in range(3):
+                step = self.inner(ids).argmax(-1, keepdim=True)
+                out.append(step)
+                ids = torch.cat([ids, step], 1)
+            return torch.cat(out, 1)
+
+    torch.manual_seed(0)
+    inner = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))
+    greedy = Greedy(_LastPosition(inner))
+    ids = torch.tensor([[1, 2]])
+    expected = greedy(ids)
+    got = tt.trace(greedy, ids, episode=tt.options.EpisodeSpec(stepped_module=greedy.inner,
+                                                               n_steps=3),
+                   out=str(tmp_path / "g2.sqlite")).annotations["episode"]["rows"]
+    assert [r["step_output"] for r in got] == [expected[:, i].tolist() for i in range(3)]
+
+
+class _LastPosition(torch.nn.Module):  # the last position's logits of a model
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids)[:, -1]
+
 
 def test_record_return_output_and_to_trace(tmp_path):
     m = _mlp2()

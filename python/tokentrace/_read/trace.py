@@ -432,7 +432,8 @@ class Trace:
         episode's ledger, where each root call (token) is a step: rows of episode_step (from
         0), role ("prefill" for the first, then "decode"), status ("complete", or
         "interrupted" for a call that never returned), coord ({"member_call_index": k}),
-        step_output (the generated token id, where known) and cpu_ms."""
+        step_output (the generated token id where known; for episode=, as TorchLens, the
+        root's integer output's last positions, one a step) and cpu_ms."""
         tokens = list(self.tokens)
         declared = getattr(self, "_episode", None) or {}
         header = {
@@ -442,9 +443,11 @@ class Trace:
             "n_steps": len(tokens),
             "token_feed": "open",
         }
+        evidence = declared.get("step_outputs")  # from the root's output, episode= runs
         rows = [{"episode_step": i, "role": "prefill" if i == 0 else "decode",
                  "status": "complete" if t.finished else "interrupted",
-                 "coord": {"member_call_index": t.token}, "step_output": t.id,
+                 "coord": {"member_call_index": t.token},
+                 "step_output": evidence[i] if evidence is not None else t.id,
                  "cpu_ms": t.cpu_ms}
                 for i, t in enumerate(tokens)]
         return {"episode": {"header": header, "rows": rows}}
