@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # the public names: type checkers import them (py.typed), laz
     from .edits import BoundModel, EditSpec, call, every_call, load_spec, prefill, token, when
 if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_sites returns
     from ._common import (
+        at_step,
         contains,
         followed_by,
         func,

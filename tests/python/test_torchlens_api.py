@@ -634,3 +634,18 @@ def test_preceded_by_chooses_ops_while_the_model_runs(tmp_path):
     bound = tt.when(fed, tt.scale(2.0)).bind(m)
     torch.testing.assert_close(bound(x), 2 * torch.relu(m.block(x)) + torch.relu(m.lin(x)))
     assert bound.last_report.fire_count == 1
+
+
+def test_at_step_chooses_the_ops_of_episode_steps(lm, tmp_path):
+    kwargs = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+    norms2 = tt.func("layer_norm") & tt.at_step(2)
+    trace = tt.trace(lm.generate, IDS, kwargs, out=str(tmp_path / "a.sqlite"))
+    assert [op.token for op in trace.find_sites(norms2)] == [3] * 5  # step 2: the 3rd token
+    assert len(trace.find_sites(tt.at_step(0, 2))) == len(
+        trace.find_sites(tt.at_step(0))) + len(trace.find_sites(tt.at_step(2)))
+    from tokentrace.intervention import at_step
+    bound = tt.when(tt.func("layer_norm") & at_step(1), tt.scale(1.0)).bind(lm)
+    bound.generate(IDS, **kwargs)
+    assert bound.last_report.fire_count == 5  # 2 layers' two norms and ln_f, at step 1
+    with pytest.raises(tt.TokentraceError, match="step indexes >= 0"):
+        tt.at_step(-1)

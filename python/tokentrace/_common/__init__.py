@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face read
         LIST_OPS,
         TUPLE_OPS,
         SiteQuery,
+        at_step,
         contains,
         followed_by,
         func,

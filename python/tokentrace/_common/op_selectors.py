@@ -632,3 +632,32 @@ def preceded_by(inner: Any) -> PrecededByQuery:
     tl.preceded_by: tt.func("relu") & tt.preceded_by(tt.func("conv2d")) is each relu fed by a
     conv2d."""
     return _temporal(PrecededByQuery, inner)
+
+
+class AtStepQuery(SiteQuery):
+    """tt.at_step(*steps): the ops of those episode steps (0-based: step 0 is the first root
+    call, the prefill; step k the root call k + 1), as TorchLens's at_step."""
+
+    def __init__(self, steps: tuple[int, ...]) -> None:
+        self.steps = frozenset(steps)
+        self._text = ", ".join(str(s) for s in steps)
+
+    def matches_op(self, op: Any) -> bool:
+        return getattr(op, "root", op.token) - 1 in self.steps
+
+    def matches_live(self, op: Any) -> bool:
+        return op.token - 1 in self.steps
+
+    def __repr__(self) -> str:
+        return f"tt.at_step({self._text})"
+
+
+def at_step(*steps: int) -> AtStepQuery:
+    """Selects the ops of the given 0-based episode steps (TorchLens's at_step): each root
+    call (token) is a step, step 0 the prefill; compose it with any op selector:
+    tt.when(tt.func("softmax") & tt.at_step(2), tt.zero_ablate())."""
+    if not steps or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                            for s in steps):
+        fail(f"tt.at_step() takes one or more step indexes >= 0 (0 is the prefill), got "
+             f"{steps!r}")
+    return AtStepQuery(tuple(steps))
