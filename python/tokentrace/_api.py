@@ -15,7 +15,7 @@ import torch
 
 from ._backend import check_kernel_mode, get_backend
 from ._common import ROOT, as_selector, check_writable, names_ops, op_selection, where
-from ._compat import capture_with, chunked, run_options
+from ._compat import capture_with, chunked, run_options, storage_out
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits, remember_labels
 from ._errors import TokentraceError, fail
@@ -349,6 +349,7 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
+    out = storage_out(capture_fields, out, "trace")
     capture = capture_with(capture, capture_fields, "trace")
     edits = check_edits(edits, intervene)
     again = dict(save=save, sites=sites, kernels=kernels, tokenizer=tokenizer, model=model,
@@ -436,6 +437,7 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     """
     if not isinstance(return_output, bool):
         fail(f"record(return_output=) takes True or False, got {return_output!r}")
+    out = storage_out(capture_fields, out, "record")
     capture = capture_with(capture, capture_fields, "record")
     options = run_options(capture, None, save, model, "record")
     save = options.save

@@ -4,6 +4,7 @@ episode=EpisodeSpec(...), chunk_size= (tt.trace, tt.record; _api.py calls these)
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import torch
 
 from ._common import is_op_label, label
 from ._errors import fail
-from .options import CaptureOptions, EpisodeSpec, mapped_capture_fields
+from .options import CaptureOptions, DiskTarget, EpisodeSpec, mapped_capture_fields
 
 
 @dataclass
@@ -224,9 +225,28 @@ _REFUSED = {
             "what to keep with save= and sites=",
     "input_size": "tokentrace runs the model on a real input: pass one",
     "backend": "tokentrace traces PyTorch models only",
-    "storage": "out= (trace files always stream to disk; saved tensors to shards)",
-    "streaming": "out= (trace files always stream to disk; saved tensors to shards)",
 }
+
+
+def storage_out(given, out, call):
+    """out= from TorchLens's storage=tt.to_disk(path) (or streaming=), taken out of `given`."""
+    for name in ("storage", "streaming"):
+        if name not in given:
+            continue
+        target = given.pop(name)
+        if target is None:
+            continue
+        if not isinstance(target, DiskTarget):
+            fail(f"{call}({name}=) takes tt.to_disk(path) (the trace file's path), got "
+                 f"{type(target).__name__}")
+        if out is not None:
+            fail(f"{call}() got out= and {name}=tt.to_disk(...); give the trace file's path "
+                 f"once")
+        if os.path.exists(target.path):
+            fail(f"{call}({name}=tt.to_disk({target.path!r})): the path exists; TorchLens's "
+                 f"to_disk takes a new path, pass another")
+        out = target.path
+    return out
 
 
 def capture_with(capture, given, call):

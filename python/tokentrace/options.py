@@ -121,3 +121,32 @@ class EpisodeSpec(_Options):
 def mapped_capture_fields() -> dict[str, str]:
     """{field: what tokentrace does with it} (docs and errors)."""
     return dict(_CAPTURE_MAPPED)
+
+
+_TO_DISK_OPTIONS = ("retain_in_memory", "include_custom_attributes", "include_buffer_values",
+                    "async_writes", "max_pending_bytes")
+
+
+class DiskTarget:
+    """What tt.to_disk(path) returns: trace(..., storage=tt.to_disk(path)) writes the trace
+    file at `path` (tokentrace's out=); trace files always stream to disk."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"tt.to_disk({self.path!r})"
+
+
+def to_disk(path: Any, **options: Any) -> DiskTarget:
+    """TorchLens's tl.to_disk(path): the storage= target of a trace, here its trace file's
+    path (out=); TorchLens's options (retain_in_memory, async_writes, ...) are taken and do
+    nothing (tokentrace streams every trace to its file and saved tensors to shards)."""
+    import os
+    if not isinstance(path, (str, os.PathLike)):
+        fail(f"to_disk() takes a path (str or os.PathLike), got {type(path).__name__}")
+    bad = [name for name in options if name not in _TO_DISK_OPTIONS]
+    if bad:
+        fail(f"to_disk({bad[0]}=...): TorchLens has no such option either; its options are "
+             f"{', '.join(_TO_DISK_OPTIONS)}")
+    return DiskTarget(path)

@@ -649,3 +649,19 @@ def test_at_step_chooses_the_ops_of_episode_steps(lm, tmp_path):
     assert bound.last_report.fire_count == 5  # 2 layers' two norms and ln_f, at step 1
     with pytest.raises(tt.TokentraceError, match="step indexes >= 0"):
         tt.at_step(-1)
+
+
+def test_storage_to_disk_is_the_trace_files_path(tmp_path):
+    m = _mlp2()
+    path = tmp_path / "run.tlspec"
+    trace = tt.trace(m, torch.randn(2, 4), storage=tt.to_disk(str(path), async_writes=True))
+    assert trace.path == str(path) and tt.load(path).num_tokens == 1
+    with pytest.raises(tt.TokentraceError, match="the path exists"):
+        tt.trace(m, torch.randn(2, 4), storage=tt.to_disk(str(path)))
+    with pytest.raises(tt.TokentraceError, match="give the trace file's path once"):
+        tt.trace(m, torch.randn(2, 4), out=str(tmp_path / "a.sqlite"),
+                 streaming=tt.to_disk(str(tmp_path / "b")))
+    with pytest.raises(tt.TokentraceError, match=r"storage=\) takes tt.to_disk\(path\)"):
+        tt.trace(m, torch.randn(2, 4), storage=str(tmp_path / "c"))
+    with pytest.raises(tt.TokentraceError, match="no such option either"):
+        tt.to_disk(str(tmp_path / "d"), compress=True)

@@ -38,9 +38,10 @@ class Net(nn.Module):  # stands in for the docs' torchvision model
         self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(8 * 6 * 6, 10), nn.ReLU(),
                                         nn.Linear(10, 4))
         self.block = nn.Sequential(nn.Conv2d(8, 8, 1), nn.ReLU())
+        self.encoder = nn.Identity()  # the module the fences of an encoder model name
 
     def forward(self, x):
-        return self.classifier(self.block(self.features(x)))
+        return self.classifier(self.block(self.encoder(self.features(x))))
 
 
 model = Net().eval()
@@ -457,7 +458,6 @@ MISSING = {
     "readme-index-output": "negative ordinals",  # TorchLens's output layer is not labelled
     "readme-recurrent": "draw",              # no graph drawing
     "readme-bundle": "no saved output",      # tl.trace saves no output unless save= says
-    "api-record": "to_disk",                 # trace files always stream to disk
     "containers-runtime-view": "ops",        # no op list object; trace['site:k'].ops
     "containers-output-at": "resolve_sites",  # trace.find_sites(...) instead
 }

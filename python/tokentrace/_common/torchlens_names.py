@@ -24,8 +24,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "extract_dataset": ("dataset-scale extraction to disk",
                         "tt.record(...) per batch (saved tensors stream to shards)"),
     "load_extraction": ("reading an extraction", "tt.load(path)"),
-    "to_disk": ("a streaming storage= target",
-                "out= (trace files always stream to disk; saved tensors to shards)"),
     "facets": ("semantic facets", ""),
     "clear_capture_cache": ("the cache=True capture cache", "tokentrace keeps no capture cache"),
     "release_model": ("model-lifecycle release", ""),
