@@ -595,10 +595,12 @@ def test_short_names_ordinals_and_lookback(tmp_path):
     trace = tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), out=str(tmp_path / "s.sqlite"))
     assert trace["conv2d_2"].layer_label == "conv2d_2_3"  # the ordinal suffix left out
     assert trace[3].layer_label == "conv2d_2_3" and trace[2].layer_type == "relu"
-    with pytest.raises(tt.TokentraceError, match="step indexes run 1..4"):
+    # TorchLens's layer list: input_1, the ops, output_1
+    assert trace[0].layer_label == "input_1" and trace[0].shape == [1, 1, 8, 8]
+    assert trace[-1].layer_label == "output_1" and trace[-1].shape == [1, 2, 4, 4]
+    assert trace[-2].layer_label == "sigmoid_1_4" and trace["output_1"].shape == [1, 2, 4, 4]
+    with pytest.raises(tt.TokentraceError, match=r"runs 0 \(input_1\) to 5 \(output_1\)"):
         trace[9]
-    with pytest.raises(tt.TokentraceError, match="input \\(0\\) and negative ordinals"):
-        trace[-1]
     with pytest.raises(tt.TokentraceError, match="no site named 'conv2d_9'"):
         trace["conv2d_9"]
     kept = tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), lookback=4,

@@ -387,21 +387,44 @@ def lookup_short(state: TraceState, key: str) -> OpLabel | None:
     return OpLabel(passes[0].layer_label, passes)
 
 
-def by_step(state: TraceState, step: int) -> OpLabel:
-    """TorchLens's ordinal trace[i]: the layer whose step index is i (conv2d_3_7 is
-    trace[7]; 0 is TorchLens's input layer, which tokentrace does not label)."""
+class BoundaryLayer:
+    """TorchLens's input and output layers (input_1, output_1: trace[0], trace[-1]): the
+    root's first call's first input tensor and its output (an OpSite-like view: layer_label,
+    layer_type, func_name, out, shape)."""
+
+    def __init__(self, kind: str, out: Any) -> None:
+        self.layer_type = self.func_name = kind
+        self.layer_label = self.label_short = f"{kind}_1"
+        self.label = f"{kind}_1:1"
+        self.out = out
+
+    @property
+    def shape(self) -> list[int | None] | None:
+        return None if self.out is None else list(self.out.shape)
+
+    def __repr__(self) -> str:
+        return f"<{self.layer_label}: the model's {self.layer_type}>"
+
+
+def by_step(state: TraceState, step: int, boundary: Any) -> OpLabel | BoundaryLayer:
+    """TorchLens's ordinal trace[i] over its layer list [input_1, the ops by step index,
+    output_1]: trace[7] the layer of step index 7 (conv2d_3_7), trace[0] the input,
+    trace[-1] the output, trace[-2] the last op. boundary(kind): the BoundaryLayer."""
     sites = op_sites(state)
     if not sites:
         fail(f"trace[{step}] is TorchLens's i-th op, and this trace has no op records (traced "
              f"with ops=False, or by tt.record): index it by site name")
-    if step < 1:
-        fail(f"trace[{step}]: op ordinals here are step indexes from 1 (conv2d_3_7 is "
-             f"trace[7]); TorchLens's input (0) and negative ordinals are not labelled: use "
-             f"trace['self:k'].inputs and .out for the model's input and output")
+    last = max(s.step_index for s in sites)
+    if step < 0:
+        step = last + 2 + step  # -1: output_1 at last + 1
+    if step == 0:
+        return boundary("input")
+    if step == last + 1:
+        return boundary("output")
     passes = [s for s in sites if s.step_index == step]
     if not passes:
-        last = max(s.step_index for s in sites)
-        fail(f"trace[{step}]: the ops' step indexes run 1..{last}")
+        fail(f"trace[{step}]: TorchLens's layer list here runs 0 (input_1) to {last + 1} "
+             f"(output_1), -{last + 2} to -1 from its end")
     return OpLabel(passes[0].layer_label, [s for s in passes
                                            if s.layer_label == passes[0].layer_label])
 

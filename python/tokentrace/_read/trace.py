@@ -228,7 +228,7 @@ class Trace:
         ordinal trace[2] (the layer of step index 2), as TorchLens's."""
         if isinstance(key, int) and not isinstance(key, bool):
             from . import op_sites
-            return op_sites.by_step(self.state, key)  # TorchLens's ordinal: trace[7]
+            return op_sites.by_step(self.state, key, self._boundary)  # TorchLens's trace[7]
         if not isinstance(key, str):
             fail(f"index a trace with 'site' or 'site:k' (k 1-based), got {key!r}")
         if key in self._sites:
@@ -242,10 +242,26 @@ class Trace:
             if found is not None:
                 return found
             fail(op_sites.unknown_label(self.state, key))
+        if key in ("input_1", "output_1") and self._sites.get("self"):
+            return self._boundary(key[:-2])  # TorchLens's model input and output layers
         short = op_sites.lookup_short(self.state, key)  # "conv2d_3": the layer, every pass
         if short is not None:
             return short
         self._unknown(site if (sep and k.isdigit()) else key)
+
+    def _boundary(self, kind: str) -> Any:
+        """TorchLens's input_1 / output_1: the root's first call's first input tensor (where
+        its inputs were recorded) or its output."""
+        from .op_sites import BoundaryLayer
+        call = self._site("self")[1]
+        if kind == "output":
+            return BoundaryLayer(kind, call.out)
+        try:
+            inputs = call.inputs
+            out = next((inputs[p] for p in inputs if hasattr(inputs[p], "shape")), None)
+        except Exception:  # inputs not recorded (a file without them): no value to give
+            out = None
+        return BoundaryLayer(kind, out)
 
     def find_sites(self, query: Any, *, max_fanout: int | None = None) -> SiteTable:
         """The sites a selector chooses, in the order they ran: op sites (OpSite, with ops
