@@ -14,8 +14,17 @@ import warnings
 import torch
 
 from ._backend import check_kernel_mode, get_backend
-from ._common import ROOT, as_selector, check_writable, names_ops, op_selection, where
-from ._compat import capture_with, chunked, run_options, storage_out
+from ._common import (
+    HALT,
+    ROOT,
+    Halted,
+    as_selector,
+    check_writable,
+    names_ops,
+    op_selection,
+    where,
+)
+from ._compat import capture_with, chunked, halt_rule, run_options, storage_out
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits, remember_labels
 from ._errors import TokentraceError, fail
@@ -200,14 +209,27 @@ def _default_ops(ops):
 
 
 def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
-         ops=False, op_save=None, tokenizer=None, with_output=False):
+         ops=False, op_save=None, tokenizer=None, with_output=False, halting=False):
     """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
     select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None.
-    with_output: (fn's return value, the result)."""
-    with _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops,
-                  op_save, tokenizer) as box:
-        box["output"] = fn(*args, **kwargs)  # generate's: the last token's ids
-    return (box["output"], box["result"]) if with_output else box["result"]
+    with_output: (fn's return value, the result). halting: a halt= rule is among the edits;
+    its Halted ends the run early (the result's `halted` is then True, the output None)."""
+    unwatch = HALT.watch() if halting else None
+    try:
+        with _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops,
+                      op_save, tokenizer) as box:
+            try:
+                box["output"] = fn(*args, **kwargs)  # generate's: the last token's ids
+            except Halted:
+                pass
+        halted = halting and (HALT.fired or HALT.pending)
+    finally:
+        if unwatch is not None:
+            unwatch()
+            HALT.pending = HALT.fired = False  # never left asking a later run to end
+    result = box["result"]
+    result.halted = halted
+    return (box.get("output"), result) if with_output else result
 
 
 # Frames between the session's code after its yield and the user's: the generator,
@@ -350,13 +372,19 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
     out = storage_out(capture_fields, out, "trace")
+    halt = capture_fields.pop("halt", None)
+    stop = halt_rule(halt, "trace")
     capture = capture_with(capture, capture_fields, "trace")
     edits = check_edits(edits, intervene)
     again = dict(save=save, sites=sites, kernels=kernels, tokenizer=tokenizer, model=model,
                  edits=edits, shard_mb=shard_mb, inputs_of=inputs_of, ops=ops, capture=capture,
                  episode=episode, chunk_size=chunk_size, chunk_paths=chunk_paths)
+    if halt is not None:
+        again["halt"] = halt
     options = run_options(capture, episode, save, model, "trace")
     save, model = options.save, options.model
+    if stop is not None:  # halt=: its rule after the edits', which it ends the run after
+        edits = stop if edits is None else edits + stop
     how = "model=" if model is not None else "the model traced"
     model = _model_of(fn, model)
     _warn_if_compiled_function(fn, model)
@@ -374,7 +402,8 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
         output, result = _run("trace", fn, root, args, kwargs, select, kernels, out,
                               int(shard_mb * (1 << 20)), edits,
                               _ops_for(_default_ops(ops), sites, save),
-                              op_selection(save, "save="), tokenizer, with_output=True)
+                              op_selection(save, "save="), tokenizer, with_output=True,
+                              halting=stop is not None)
     options.check_steps(result, 2)
     _remember(result, fn, input_kwargs, again, episode, model)
     if episode is not None:

@@ -221,11 +221,23 @@ _TAKEN = {
 }
 # TorchLens's trace arguments tokentrace does not have: what to do instead.
 _REFUSED = {
-    "halt": "tokentrace records the whole run (a generation's tokens are its calls); select "
-            "what to keep with save= and sites=",
     "input_size": "tokentrace runs the model on a real input: pass one",
     "backend": "tokentrace traces PyTorch models only",
 }
+
+
+def halt_rule(halt, call):
+    """TorchLens's halt=: an edit rule (tt.when) that ends the run after the first op or
+    module call the selector chooses, recorded and saved (_common/halt.py); None without
+    halt=."""
+    if halt is None:
+        return None
+    from ._common import HALT, SiteQuery, as_selector
+    from ._edit import when
+    selector = as_selector(halt, "halt=")
+    if isinstance(selector, SiteQuery) and selector.live_problem():
+        fail(f"{call}(halt={selector!r}): {selector.live_problem()}")
+    return when(selector, HALT.request)
 
 
 def storage_out(given, out, call):

@@ -607,9 +607,9 @@ def test_short_names_ordinals_and_lookback(tmp_path):
                     lookback_payload_policy="detached_raw", out=str(tmp_path / "l.sqlite"),
                     save=tt.func("conv2d") & tt.followed_by(tt.func("relu")))
     assert kept.find_sites(tt.preceded_by(tt.func("conv2d"))).labels()[0] == "relu_1_2"
-    with pytest.raises(tt.TokentraceError, match=r"trace\(halt=\) is a TorchLens argument "
-                                                 r"tokentrace does not have"):
-        tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), halt=tt.func("relu"))
+    with pytest.raises(tt.TokentraceError, match=r"trace\(input_size=\) is a TorchLens "
+                                                 r"argument tokentrace does not have"):
+        tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), input_size=(1, 1, 8, 8))
     with pytest.raises(tt.TokentraceError, match=r"lookback=\) takes an int >= 0"):
         tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), lookback=-1)
 
@@ -667,3 +667,24 @@ def test_storage_to_disk_is_the_trace_files_path(tmp_path):
         tt.trace(m, torch.randn(2, 4), storage=str(tmp_path / "c"))
     with pytest.raises(tt.TokentraceError, match="no such option either"):
         tt.to_disk(str(tmp_path / "d"), compress=True)
+
+
+def test_halt_ends_the_run_after_the_first_site_it_chooses(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3)),
+        torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(64, 3))
+    x = torch.randn(1, 3, 8, 8)
+    log = tt.trace(model, x, save=tt.in_module("0.2"), halt=tt.in_module("0.2"),
+                   out=str(tmp_path / "h.sqlite"))
+    assert log.halted and log.find_sites(tt.where(lambda op: True)).labels() == (
+        "conv2d_1_1", "relu_1_2", "conv2d_2_3")  # nothing after the halting op ran
+    assert torch.equal(log["conv2d_2_3"].out, model[0](x))  # the halting op is saved
+    by_module = tt.trace(model, x, halt=tt.module("0"), out=str(tmp_path / "m.sqlite"))
+    assert by_module.halted and "1" not in by_module.sites
+    whole = tt.trace(model, x, halt=tt.func("tanh"), out=str(tmp_path / "w.sqlite"))
+    assert not whole.halted and whole.num_ops == 6  # it never chose: the whole run
+    after = tt.trace(model, x, out=str(tmp_path / "a.sqlite"))  # nothing left asking to halt
+    assert not after.halted and after.num_ops == 6
+    with pytest.raises(tt.TokentraceError, match=r"halt=tt.followed_by"):
+        tt.trace(model, x, halt=tt.followed_by(tt.func("relu")))

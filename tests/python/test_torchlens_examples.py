@@ -454,7 +454,6 @@ site = trace.resolve_sites(tl.output_at(("past_key_values", 0, 1))).first()
 
 # Fences that use what tokentrace does not have: the name its one-line error gives.
 MISSING = {
-    "readme-extraction": "halt=",            # tokentrace records the whole run
     "readme-recurrent": "draw",              # no graph drawing
     "readme-bundle": "no saved output",      # tl.trace saves no output unless save= says
     "containers-runtime-view": "ops",        # no op list object; trace['site:k'].ops

@@ -167,6 +167,8 @@ class SiteView:
 class Trace:
     """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
 
+    halted = False  # TorchLens's trace.halted: tt.trace(..., halt=) ended the run early
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._compiled_join = None  # _compiled()
