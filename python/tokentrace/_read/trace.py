@@ -487,8 +487,9 @@ class Trace:
         tokentrace run is the model's own forward with hooks). trace.last_run says what ran."""
         capture = getattr(self, "_capture", None)
         if capture is None:
-            fail("trace.run() reruns a capture of this process (tt.trace); a trace opened "
-                 "with tt.load has no model to run: call tt.trace(model, inputs, ...)")
+            fail("trace.run() reruns a tt.trace capture of this process; this trace has no "
+                 "model to run (opened with tt.load, or made by tt.record): call "
+                 "tt.trace(model, inputs, ...)")
         if not isinstance(fast, bool):
             fail(f"trace.run(fast=) takes True or False, got {fast!r}")
         fn, arguments = capture
