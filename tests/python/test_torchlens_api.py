@@ -688,3 +688,23 @@ def test_halt_ends_the_run_after_the_first_site_it_chooses(tmp_path):
     assert not after.halted and after.num_ops == 6
     with pytest.raises(tt.TokentraceError, match=r"halt=tt.followed_by"):
         tt.trace(model, x, halt=tt.followed_by(tt.func("relu")))
+
+
+def test_ops_table_and_the_output_layers_container(tmp_path):
+    m = _mlp2()
+    trace = tt.trace(m, torch.randn(2, 4), capture_container_structure=True,
+                     out=str(tmp_path / "o.sqlite"))
+    assert list(trace.ops) == trace.layer_labels == ["input_1", "linear_1_1", "relu_1_2",
+                                                     "output_1"]
+    assert trace.output_layers == ["output_1"] and trace.input_layers == ["input_1"]
+    assert trace.ops[trace.output_layers[0]].container is None  # a plain tensor, as TorchLens
+    assert trace.ops["relu_1_2"].layer_type == "relu"
+
+    class Nested(torch.nn.Module):
+        def forward(self, x):
+            return {"a": x * 2, "b": (x + 1, x - 1)}
+
+    nested = tt.trace(Nested(), torch.randn(2, 4), out=str(tmp_path / "n.sqlite"))
+    with pytest.raises(tt.TokentraceError, match="tensor at 'a' of the model's output; "
+                                                 "tokentrace keeps that path"):
+        nested.ops["output_1"].container

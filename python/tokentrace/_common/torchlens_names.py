@@ -143,7 +143,6 @@ TRACE_METHODS: dict[str, tuple[str, str]] = {
     "provenance": ("provenance records", "trace.meta"),
     "layers": ("the layer list", "trace.sites"),
     "layer_list": ("the layer list", "trace.sites"),
-    "ops": ("the op list", "ops=True, then trace['site:k'].ops"),
     "grad_fn_logs": ("backward records", _GRAD),
 }
 

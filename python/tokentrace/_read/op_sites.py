@@ -392,11 +392,24 @@ class BoundaryLayer:
     root's first call's first input tensor and its output (an OpSite-like view: layer_label,
     layer_type, func_name, out, shape)."""
 
-    def __init__(self, kind: str, out: Any) -> None:
+    def __init__(self, kind: str, out: Any, path: str | None = None) -> None:
         self.layer_type = self.func_name = kind
         self.layer_label = self.label_short = f"{kind}_1"
         self.label = f"{kind}_1:1"
         self.out = out
+        self._path = path  # where the tensor sat in the model's input or output ("": itself)
+
+    @property
+    def container(self) -> None:
+        """TorchLens's op.container: None for a plain tensor (as TorchLens's); tokentrace keeps
+        no container view of a nested input or output (one error saying what it keeps)."""
+        if not self._path:
+            return None
+        read = ("trace['self:k'].out is that tensor" if self.layer_type == "output"
+                else "trace['self:k'].inputs has every input by path")
+        fail(f"{self.layer_label} is the tensor at {self._path!r} of the model's "
+             f"{self.layer_type}; tokentrace keeps that path, not a container view: {read}, "
+             f"and tt.output_at / tt.input_at edit by path")
 
     @property
     def shape(self) -> list[int | None] | None:

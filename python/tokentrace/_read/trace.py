@@ -257,13 +257,41 @@ class Trace:
         from .op_sites import BoundaryLayer
         call = self._site("self")[1]
         if kind == "output":
-            return BoundaryLayer(kind, call.out)
+            row = self.state._load_outputs().get(call.id)
+            return BoundaryLayer(kind, call.out, row[0] if row else None)
         try:
             inputs = call.inputs
-            out = next((inputs[p] for p in inputs if hasattr(inputs[p], "shape")), None)
+            paths = [p for p in inputs if hasattr(inputs[p], "shape")]
         except Exception:  # inputs not recorded (a file without them): no value to give
-            out = None
-        return BoundaryLayer(kind, out)
+            return BoundaryLayer(kind, None)
+        if not paths:
+            return BoundaryLayer(kind, None)
+        return BoundaryLayer(kind, inputs[paths[0]], "" if len(list(inputs)) == 1 else paths[0])
+
+    @property
+    def ops(self) -> dict[str, Any]:
+        """TorchLens's trace.ops: {label: op} of every op the trace labelled (an op of one
+        pass by its layer label, of several each pass by its pass-qualified label), with
+        TorchLens's input_1 and output_1 (trace.input_layers, trace.output_layers)."""
+        from .op_sites import op_sites
+        table: dict[str, Any] = {"input_1": self._boundary("input")}
+        for op in op_sites(self.state):
+            table.setdefault(op.key, op)
+        table["output_1"] = self._boundary("output")
+        return table
+
+    @property
+    def layer_labels(self) -> list[str]:
+        """TorchLens's trace.layer_labels: the keys of trace.ops, in order."""
+        return list(self.ops)
+
+    @property
+    def input_layers(self) -> list[str]:
+        return ["input_1"]
+
+    @property
+    def output_layers(self) -> list[str]:
+        return ["output_1"]
 
     def find_sites(self, query: Any, *, max_fanout: int | None = None) -> SiteTable:
         """The sites a selector chooses, in the order they ran: op sites (OpSite, with ops
