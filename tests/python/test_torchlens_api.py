@@ -708,3 +708,10 @@ def test_ops_table_and_the_output_layers_container(tmp_path):
     with pytest.raises(tt.TokentraceError, match="tensor at 'a' of the model's output; "
                                                  "tokentrace keeps that path"):
         nested.ops["output_1"].container
+
+
+def test_resolve_sites_must_resolve(tmp_path):
+    trace = tt.trace(_mlp2(), torch.randn(2, 4), out=str(tmp_path / "r.sqlite"))
+    assert trace.resolve_sites(tt.func("relu")).labels() == ("relu_1_2",)
+    with pytest.raises(tt.TokentraceError, match="resolves to no site of this trace"):
+        trace.resolve_sites(tt.func("tanh"))

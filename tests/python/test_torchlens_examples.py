@@ -456,7 +456,7 @@ site = trace.resolve_sites(tl.output_at(("past_key_values", 0, 1))).first()
 MISSING = {
     "readme-recurrent": "draw",              # no graph drawing
     "readme-bundle": "no saved output",      # tl.trace saves no output unless save= says
-    "containers-output-at": "resolve_sites",  # trace.find_sites(...) instead
+    "containers-output-at": "selects a leaf of the model's output",  # an edit's, not a site
 }
 
 

@@ -133,7 +133,6 @@ TRACE_METHODS: dict[str, tuple[str, str]] = {
     "attach_hooks": ("hooks on a recorded trace", _REPLAY),
     "push": ("propagating an edit over the saved graph", _REPLAY),
     "rerun": ("re-running the model", _REPLAY),
-    "resolve_sites": ("strict site resolution", "trace.find_sites(...) or trace[name]"),
     "save_intervention": ("saving a spec", "spec.to_json(path) (an EditSpec)"),
     "to_agent_json": ("an agent-facing export", "`tokentrace export --chrome OUT FILE`"),
     "output_table": ("a table of outputs", "trace.summary()"),

@@ -300,6 +300,17 @@ class Trace:
         from .op_sites import find_sites
         return find_sites(self.state, query, lambda name: self._site(name).calls, max_fanout)
 
+    def resolve_sites(self, query: Any, *, strict: bool = False,
+                      max_fanout: int | None = 8) -> SiteTable:
+        """TorchLens's trace.resolve_sites: find_sites that must resolve: no site is an error,
+        and more than max_fanout (8, TorchLens's default) too. strict= is taken (tokentrace's
+        selectors are all portable)."""
+        table = self.find_sites(query, max_fanout=max_fanout)
+        if not len(table):
+            fail(f"{query!r} resolves to no site of this trace (resolve_sites needs one; "
+                 f"find_sites returns an empty table)")
+        return table
+
     def _site(self, name):
         view = self._views.get(name)
         if view is None:
