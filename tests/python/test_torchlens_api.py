@@ -479,6 +479,9 @@ def test_num_ops_annotations_and_cleanup(tmp_path):
         (0, "prefill", "complete")]
     trace.cleanup()
     assert tt.load(trace.path).num_tokens == 1  # the file stays
+    with pytest.raises(tt.TokentraceError, match=r"was closed \(trace.close\(\) or "
+                                                 r"trace.cleanup\(\)\); open it again"):
+        trace.tokens
 
 
 def test_annotations_of_a_generation_and_an_episode(lm, tmp_path):
