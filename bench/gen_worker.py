@@ -19,10 +19,10 @@ import tempfile
 import threading
 import time
 
-SETUPS = ("plain", "tt-off", "tt-layers", "tt-record", "tt-summary", "tt-full", "tt-sample16",
-          "patch", "torch-profiler", "bare-cupti")
+SETUPS = ("plain", "tt-off", "tt-ops", "tt-layers", "tt-record", "tt-summary", "tt-full",
+          "tt-sample16", "patch", "torch-profiler", "bare-cupti")
 TT_MODES = {"tt-off": "off", "tt-summary": "summary", "tt-full": "full", "tt-sample16": "sample:16",
-            "tt-layers": "off", "tt-record": "off"}
+            "tt-layers": "off", "tt-record": "off", "tt-ops": "off"}
 
 
 def proc_status(field):
@@ -244,7 +244,8 @@ class Worker:
         else:
             sites = tt.module(*self.sites(layers + r"\.\d+")) if self.setup == "tt-layers" else None
             trace = tt.trace(generate, self.ids, self.generate_kwargs(n), model=self.model,
-                             kernels=mode, out=path, sites=sites)
+                             kernels=mode, out=path, sites=sites,
+                             ops=self.setup == "tt-ops")
         total = time.perf_counter() - t0
         res = {"sec": timing["sec"], "stop_and_load_s": total - timing["sec"],
                "trace_bytes": file_bytes(path), "losses": trace.losses,

@@ -25,11 +25,12 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ALL_SETUPS = ["plain", "tt-off", "tt-layers", "tt-record", "tt-summary", "tt-full",
-              "tt-sample16", "patch", "torch-profiler", "bare-cupti"]
+ALL_SETUPS = ["plain", "tt-off", "tt-ops", "tt-layers", "tt-record", "tt-summary",
+              "tt-full", "tt-sample16", "patch", "torch-profiler", "bare-cupti"]
 WHAT = {
     "plain": "no tool",
-    "tt-off": "tokentrace, hooks on every module, kernels off",
+    "tt-off": "tokentrace, hooks on every module, kernels off, ops=False",
+    "tt-ops": "tokentrace, hooks on every module, op records (tt.trace's default), kernels off",
     "tt-layers": "tokentrace, hooks on the decoder layers only, kernels off",
     "tt-record": "tt.record saving one site per layer (each layer's mlp output), kernels off",
     "tt-summary": "tokentrace summary (per-call kernel count + GPU busy)",

@@ -23,6 +23,7 @@ from ._common import lazy_face
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the public names: type checkers import them (py.typed), lazy_face reads them
     from ._api import record, trace
+    from ._bundle import Bundle, bundle
     from ._common import Selector, input_at, module, output_at, register_container
     from ._edit import (
         add,
@@ -43,13 +44,24 @@ if TYPE_CHECKING:  # the public names: type checkers import them (py.typed), laz
     from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
     from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load, save
     from .edits import BoundModel, EditSpec, call, every_call, load_spec, prefill, token, when
+    from .options import to_disk
 if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_sites returns
-    from ._common import contains, func, in_module, label, regex, where
+    from ._common import (
+        at_step,
+        contains,
+        followed_by,
+        func,
+        in_module,
+        label,
+        preceded_by,
+        regex,
+        where,
+    )
     from ._read import OpLabel, OpSite, SiteTable
 
 # Public submodules reached as attributes (TorchLens's tl.options, tl.intervention,
-# tl.fastlog).
-_SUBMODULES = ("options", "intervention", "fastlog")
+# tl.fastlog, tl.utils).
+_SUBMODULES = ("options", "intervention", "fastlog", "utils")
 
 
 def _otherwise(name):

@@ -14,8 +14,17 @@ import warnings
 import torch
 
 from ._backend import check_kernel_mode, get_backend
-from ._common import ROOT, as_selector, check_writable, names_ops, op_selection, where
-from ._compat import chunked, run_options
+from ._common import (
+    HALT,
+    ROOT,
+    Halted,
+    as_selector,
+    check_writable,
+    names_ops,
+    op_selection,
+    where,
+)
+from ._compat import capture_with, chunked, halt_rule, run_options, storage_out
 from ._compiled import compiled_entry, watch_compile
 from ._edit import check_edits, remember_labels
 from ._errors import TokentraceError, fail
@@ -184,14 +193,43 @@ def _ops_for(ops, sites, save):
     return op_records.check(ops) or names_ops(save, "save=") or names_ops(sites, "sites=")
 
 
+def _default_ops(ops):
+    """tt.trace's ops=: None (the default) is on, as TorchLens records every op of a trace,
+    where the torch ops library that records them loads; where it does not, a trace of module
+    calls, said once (ops=True asks for them and fails there; ops=False turns them off)."""
+    if ops is not None:
+        return ops
+    problem = op_records.unavailable()
+    if problem:
+        warnings.warn(f"tokentrace: op records are off for this trace (module calls only): "
+                      f"{problem}; pass ops=False to say so and not be told", RuntimeWarning,
+                      stacklevel=3)
+        return False
+    return True
+
+
 def _run(kind, fn, root, args, kwargs, select, kernels, out, shard_bytes, edits,
-         ops=False, op_save=None, tokenizer=None):
+         ops=False, op_save=None, tokenizer=None, with_output=False, halting=False):
     """Runs fn with the recording on; root None: attach to what FirstRoot chooses.
-    select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None."""
-    with _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops,
-                  op_save, tokenizer) as box:
-        box["output"] = fn(*args, **kwargs)  # generate's: the last token's ids
-    return box["result"]
+    select(names) -> (hooked, saved, inputs); op_save: save='s op selector, or None.
+    with_output: (fn's return value, the result). halting: a halt= rule is among the edits;
+    its Halted ends the run early (the result's `halted` is then True, the output None)."""
+    unwatch = HALT.watch() if halting else None
+    try:
+        with _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops,
+                      op_save, tokenizer) as box:
+            try:
+                box["output"] = fn(*args, **kwargs)  # generate's: the last token's ids
+            except Halted:
+                pass
+        halted = halting and (HALT.fired or HALT.pending)
+    finally:
+        if unwatch is not None:
+            unwatch()
+            HALT.pending = HALT.fired = False  # never left asking a later run to end
+    result = box["result"]
+    result.halted = halted
+    return (box.get("output"), result) if with_output else result
 
 
 # Frames between the session's code after its yield and the user's: the generator,
@@ -303,10 +341,11 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
           sites: SiteSelector | None = None, kernels: str | None = None,
           out: str | os.PathLike[str] | None = None, tokenizer: Callable[..., Any] | None = None,
           model: torch.nn.Module | None = None, edits: EditSpec | None = None,
-          shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
+          shard_mb: float = 64, inputs_of: SiteSelector | None = None,
+          ops: bool | None = None,
           intervene: EditSpec | None = None, capture: CaptureOptions | None = None,
           episode: EpisodeSpec | None = None, chunk_size: int | None = None,
-          chunk_paths: Any = None) -> Trace:
+          chunk_paths: Any = None, **capture_fields: Any) -> Trace:
     """Runs fn(inputs, **input_kwargs) with hooks on every module (or `sites=`) and returns a Trace.
 
     fn: a model, a bound method of one (model.generate), or any function that calls a model
@@ -319,24 +358,37 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     kernels: 'off' | 'summary' | 'full' | 'sample:N'; None (the default): TOKENTRACE_KERNELS,
     else 'summary'.
     out: the SQLite file (default: a temporary file; see trace.path).
-    ops=True: every ATen op is a call inside its module's call (trace['site:k'].ops); an op
-    selector in sites= or save= (tt.func("relu"), tt.in_module(...), ...) turns this on by
-    itself, and in save= keeps those ops' outputs (trace["relu_1_2"].out).
+    ops: op records, on by default as in TorchLens (ops=False: module calls only): every ATen
+    op is a call inside its module's call (trace['site:k'].ops), labelled as TorchLens labels
+    it (trace["relu_1_2"], trace.find_sites(tt.func("relu"))); an op selector in save= keeps
+    those ops' outputs (trace["relu_1_2"].out).
     edits=: an edit spec (tt.when(...)) applied during the run (intervene=: its deprecated name).
     TorchLens's capture=tt.options.CaptureOptions(...), episode=tt.options.EpisodeSpec(...) and
-    chunk_size= (a model's forward run once per chunk of its batch, one token each) are mapped
-    onto these (docs/from-torchlens.md).
+    chunk_size= (a model's forward run once per chunk of its batch, one token each; chunk_paths=
+    the inputs to split) are mapped onto these (docs/from-torchlens.md); CaptureOptions fields
+    are also taken as keyword arguments (capture_container_structure=True).
     """
     if not callable(fn):
         fail(f"trace() needs a callable: a model or a bound method such as model.generate; "
              f"got {type(fn).__name__}")
+    out = storage_out(capture_fields, out, "trace")
+    halt = capture_fields.pop("halt", None)
+    stop = halt_rule(halt, "trace")
+    capture = capture_with(capture, capture_fields, "trace")
+    edits = check_edits(edits, intervene)
+    again = dict(save=save, sites=sites, kernels=kernels, tokenizer=tokenizer, model=model,
+                 edits=edits, shard_mb=shard_mb, inputs_of=inputs_of, ops=ops, capture=capture,
+                 episode=episode, chunk_size=chunk_size, chunk_paths=chunk_paths)
+    if halt is not None:
+        again["halt"] = halt
     options = run_options(capture, episode, save, model, "trace")
     save, model = options.save, options.model
+    if stop is not None:  # halt=: its rule after the edits', which it ends the run after
+        edits = stop if edits is None else edits + stop
     how = "model=" if model is not None else "the model traced"
     model = _model_of(fn, model)
     _warn_if_compiled_function(fn, model)
     select = _selector(sites, save, True, inputs_of)
-    edits = check_edits(edits, intervene)
     if is_text(inputs) and tokenizer is None and model is not None:
         tokenizer = find_tokenizer(model)  # the prompt's, and the tokens' text
     args, kwargs = _call_args(model, inputs, input_kwargs, tokenizer)
@@ -347,11 +399,45 @@ def trace(fn: Callable[..., Any], inputs: Any = None,
     if root is not None:  # bad selectors fail before anything runs
         select(list(sites_of(root.model, root.assistant)))
     with options.around_run():
-        result = _run("trace", fn, root, args, kwargs, select, kernels, out,
-                      int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
-                      op_selection(save, "save="), tokenizer)
+        output, result = _run("trace", fn, root, args, kwargs, select, kernels, out,
+                              int(shard_mb * (1 << 20)), edits,
+                              _ops_for(_default_ops(ops), sites, save),
+                              op_selection(save, "save="), tokenizer, with_output=True,
+                              halting=stop is not None)
     options.check_steps(result, 2)
+    _remember(result, fn, input_kwargs, again, episode, model)
+    if episode is not None:
+        result._episode["step_outputs"] = _step_outputs(output, result.num_tokens,
+                                                        episode.step_axis)
     return result
+
+
+def _remember(result, fn, input_kwargs, again, episode, model):
+    """What trace.run() reruns (the call's arguments) and what trace.annotations' header
+    says of an episode."""
+    def rerun(target, inputs, kwargs):
+        given = dict(again)
+        if target is not fn and isinstance(target, torch.nn.Module):
+            given["model"] = None  # the model handed to run() is the root
+        return trace(target, inputs, kwargs if kwargs is not None else input_kwargs, **given)
+    result._capture = (fn, {"rerun": rerun})
+    if episode is not None:
+        name = type(model).__name__ if model is not None else "self"
+        result._episode = {"stepped_module": name, "n_steps": episode.n_steps}
+
+
+def _step_outputs(output, steps, axis):
+    """TorchLens's per-step evidence of an episode ("tokens"): the last `steps` positions of
+    the root's integer output along `axis`, one a step (a list of the batch's ids each); None
+    where the output is no such tensor."""
+    if not isinstance(output, torch.Tensor) or output.is_floating_point() or output.dim() == 0:
+        return None
+    if not isinstance(axis, int) or not -output.dim() <= axis < output.dim():
+        return None
+    n = output.shape[axis]
+    if steps < 1 or n < steps:
+        return None
+    return [output.select(axis, n - steps + i).tolist() for i in range(steps)]
 
 
 def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any = None,
@@ -363,7 +449,8 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
            shard_mb: float = 64, inputs_of: SiteSelector | None = None, ops: bool = False,
            intervene: EditSpec | None = None,
            input_kwargs: dict[str, Any] | None = None,
-           capture: CaptureOptions | None = None) -> Recording:
+           capture: CaptureOptions | None = None, return_output: bool = False,
+           **capture_fields: Any) -> Any:
     """Runs fn.generate(inputs, **generate_kwargs) for a model fn (or fn(inputs, **generate_kwargs)
     for any other callable), recording only the `save=` sites. A model without generate runs
     one forward, fn(inputs, **generate_kwargs), as TorchLens's record does (input_kwargs= is
@@ -373,8 +460,14 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     Saved tensors stream to safetensors shards next to the SQLite file, so memory stays
     bounded by `shard_mb` however many steps run. model=: the root when fn is a function (else
     the model fn calls first, or the model whose generate it calls, is). inputs_of=, edits=: as
-    for trace (the inputs of saved sites stream to the shards too).
+    for trace (the inputs of saved sites stream to the shards too). return_output=True:
+    (what the model returned, the Recording), as TorchLens's. CaptureOptions fields are taken
+    as keyword arguments too.
     """
+    if not isinstance(return_output, bool):
+        fail(f"record(return_output=) takes True or False, got {return_output!r}")
+    out = storage_out(capture_fields, out, "record")
+    capture = capture_with(capture, capture_fields, "record")
     options = run_options(capture, None, save, model, "record")
     save = options.save
     how = "the model traced"
@@ -412,7 +505,7 @@ def record(fn: torch.nn.Module | Callable[..., Any] | None = None, inputs: Any =
     with options.around_run():
         return _run("record", fn, root, args, kwargs, select, kernels, out,
                     int(shard_mb * (1 << 20)), edits, _ops_for(ops, sites, save),
-                    op_selection(save, "save="), tokenizer)
+                    op_selection(save, "save="), tokenizer, with_output=return_output)
 
 
 class Recorder:

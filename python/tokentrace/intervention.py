@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ._common import at_step, followed_by, preceded_by
 from ._edit import (
     EditReport,
     EditSpec,
@@ -30,9 +31,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SteerResult", "add", "clamp", "fill", "mean_ablate", "noise", "project_off",
-           "project_onto", "replace", "scale", "splice_module", "steer", "steer_generate",
-           "swap_with", "when", "zero", "zero_ablate"]
+__all__ = ["SteerResult", "add", "at_step", "clamp", "fill", "followed_by", "mean_ablate",
+           "noise", "preceded_by", "project_off", "project_onto", "replace", "scale",
+           "splice_module", "steer", "steer_generate", "swap_with", "when", "zero",
+           "zero_ablate"]
 
 
 class SteerResult(NamedTuple):

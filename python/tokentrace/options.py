@@ -42,6 +42,9 @@ _CAPTURE_MAPPED = {
     "emit_nvtx": "always on: every module call is an NVTX range",
     "detach_saved_activations": "always on: saved outputs are detached copies",
     "verbose": "no effect (tokentrace prints only warnings)",
+    "intervention_ready": "always: a trace's edits run on the model (tt.when(...).bind, "
+                          "edits=, trace.run), nothing to prepare",
+    "save_code_context": "no effect: tokentrace keeps no source code context of an op",
 }
 
 _EPISODE_DEFAULTS: dict[str, Any] = {
@@ -87,8 +90,11 @@ class _Options:
 
 class CaptureOptions(_Options):
     """TorchLens's capture options. Mapped: layers_to_save, random_seed, inference_only,
-    capture_container_structure, emit_nvtx, detach_saved_activations, verbose; any other
-    field set to a value other than TorchLens's default is an error at trace()."""
+    capture_container_structure, emit_nvtx, detach_saved_activations, verbose,
+    intervention_ready (always ready), save_code_context (no effect); any other field set to
+    a value other than TorchLens's default is an error at trace(). Each is also taken as a
+    keyword argument of tt.trace / tt.record (capture_container_structure=True), as in
+    TorchLens."""
 
     _kind = "CaptureOptions"
     _defaults = _CAPTURE_DEFAULTS
@@ -115,3 +121,32 @@ class EpisodeSpec(_Options):
 def mapped_capture_fields() -> dict[str, str]:
     """{field: what tokentrace does with it} (docs and errors)."""
     return dict(_CAPTURE_MAPPED)
+
+
+_TO_DISK_OPTIONS = ("retain_in_memory", "include_custom_attributes", "include_buffer_values",
+                    "async_writes", "max_pending_bytes")
+
+
+class DiskTarget:
+    """What tt.to_disk(path) returns: trace(..., storage=tt.to_disk(path)) writes the trace
+    file at `path` (tokentrace's out=); trace files always stream to disk."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"tt.to_disk({self.path!r})"
+
+
+def to_disk(path: Any, **options: Any) -> DiskTarget:
+    """TorchLens's tl.to_disk(path): the storage= target of a trace, here its trace file's
+    path (out=); TorchLens's options (retain_in_memory, async_writes, ...) are taken and do
+    nothing (tokentrace streams every trace to its file and saved tensors to shards)."""
+    import os
+    if not isinstance(path, (str, os.PathLike)):
+        fail(f"to_disk() takes a path (str or os.PathLike), got {type(path).__name__}")
+    bad = [name for name in options if name not in _TO_DISK_OPTIONS]
+    if bad:
+        fail(f"to_disk({bad[0]}=...): TorchLens has no such option either; its options are "
+             f"{', '.join(_TO_DISK_OPTIONS)}")
+    return DiskTarget(path)

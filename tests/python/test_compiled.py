@@ -86,8 +86,10 @@ def test_a_compiled_model_stays_compiled_while_traced(how, find):
     assert plain_breaks == 1 and plain_graphs == 2 and plain_runs == 6  # the model's own break
     assert (breaks, graphs, runs) == (plain_breaks, plain_graphs, plain_runs)  # no eager fallback
     assert all(torch.equal(a, b) for a, b in zip(outs, plain_outs))
-    # Tokens come from the root call, outside the compiled region.
-    assert trace.sites == ["self"] and trace["self"].num_calls == 3
+    # Tokens come from the root call, outside the compiled region; the rest are op records
+    # (tt.trace's default), which keep it compiled (above).
+    modules = [s for s in trace.sites if trace._site(s).kind != "op"]
+    assert modules == ["self"] and trace["self"].num_calls == 3
     assert list(trace["self:3"].out.shape) == [1, 4]
 
 

@@ -76,9 +76,9 @@ def test_labels_are_lookup_keys_with_their_out(cnn_trace):
 
 
 def test_a_trace_without_op_records_says_how_to_get_labels(cnn):
-    trace = tt.trace(cnn, torch.randn(1, 1, 6, 6), kernels="off")
+    trace = tt.trace(cnn, torch.randn(1, 1, 6, 6), kernels="off", ops=False)
     with pytest.raises(TokentraceError, match=r"no op labelled 'relu_1_2' in this trace: it "
-                                              r"has no op records"):
+                                              r"has no op records \(traced with ops=False"):
         trace["relu_1_2"]
     assert len(trace.find_sites(tt.func("relu"))) == 0
 
@@ -171,15 +171,15 @@ def test_a_selector_naming_ops_turns_op_records_on(cnn, monkeypatch):
     # The modules it needs are recorded (in_module's and those inside it), and the root.
     assert [s for s in trace.sites if "::" not in s] == ["self", "block", "block.0", "block.1"]
     assert op_records.stop() is False  # the observer went off with the trace
-    # Without an op selector nothing of op records is started (and costs nothing).
+    # With ops=False and no op selector nothing of op records is started (and costs nothing).
 
     def refuse(*args, **kwargs):
         raise AssertionError("op records started for a trace with no op selector")
     monkeypatch.setattr(op_records, "start", refuse)
-    plain = tt.trace(cnn, x, kernels="off", sites=tt.module("block") | "fc")
+    plain = tt.trace(cnn, x, kernels="off", sites=tt.module("block") | "fc", ops=False)
     assert not any("::" in s for s in plain.sites)
     with pytest.raises(AssertionError, match="op records started"):
-        tt.trace(cnn, x, kernels="off", sites=tt.func("relu"))
+        tt.trace(cnn, x, kernels="off", sites=tt.func("relu"), ops=False)
 
 
 @pytest.mark.parametrize("make,message", [

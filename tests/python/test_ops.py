@@ -84,12 +84,22 @@ def test_host_reads_are_escapes_named_by_their_op(op_trace):
     assert len(names) == sum(n for _, n in op_trace.escape_sites)
 
 
-def test_ops_are_off_by_default_and_the_observer_is_removed(gpt2_gelu, op_trace):
+def test_ops_are_on_by_default_off_with_ops_false_and_the_observer_is_removed(gpt2_gelu,
+                                                                              op_trace):
     # After an ops=True trace, the observer is gone again (stop finds nothing to remove).
     assert op_records.stop() is False
-    trace = tt.trace(gpt2_gelu, torch.tensor([[1, 2, 3]]), kernels="off")
+    # tt.trace records op records unless told not to, as TorchLens records every op.
+    default = tt.trace(gpt2_gelu, torch.tensor([[1, 2, 3]]), kernels="off")
+    assert op_records.stop() is False
+    assert any(default._site(s).kind == "op" for s in default.sites)
+    assert "aten::addmm" in [op.name for op in default["transformer.h.0.mlp:1"].ops]
+    trace = tt.trace(gpt2_gelu, torch.tensor([[1, 2, 3]]), kernels="off", ops=False)
     assert not any(trace._site(s).kind == "op" for s in trace.sites)
     assert trace["transformer.h.0.mlp:1"].ops == []
+    # tt.record keeps the sites it saves, without op records unless asked.
+    rec = tt.record(gpt2_gelu, torch.tensor([[1, 2, 3]]), save=tt.module("transformer.h.0.mlp"),
+                    generate_kwargs={"max_new_tokens": 1}, kernels="off")
+    assert not any(rec._site(s).kind == "op" for s in rec.sites)
 
 
 def test_bad_ops_value_is_one_clear_error(gpt2_gelu):

@@ -464,7 +464,8 @@ def test_preload_records_what_trace_records_with_the_same_options(tmp_path):
     traced = tt.trace(scope["lm"].generate, scope["prompt"], scope["gen"],
                       sites=tt.module("transformer.h.*.mlp"),
                       save=tt.module("transformer.h.1.mlp"),
-                      inputs_of=tt.module("transformer.h.*.mlp"), out=tmp_path / "tr.sqlite")
+                      inputs_of=tt.module("transformer.h.*.mlp"), out=tmp_path / "tr.sqlite",
+                      ops=False)  # as `tokentrace run` without --ops
     mlps = ["transformer.h.0.mlp", "transformer.h.1.mlp"]
     assert _summary(preloaded, mlps) == _summary(traced, mlps)
     for k in range(1, 5):

@@ -34,7 +34,7 @@ def _record(tmp_path, tokens=6):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return tt.trace(run, torch.ones(1, 4), model=net, kernels="off",
+        return tt.trace(run, torch.ones(1, 4), model=net, kernels="off", ops=False,
                         out=tmp_path / "net.sqlite")
 
 

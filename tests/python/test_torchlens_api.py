@@ -304,8 +304,29 @@ def test_chunk_size_runs_one_token_per_chunk(tmp_path):
     assert torch.equal(trace["1:3"].out, torch.relu(m[0](x[8:])))
     with pytest.raises(tt.TokentraceError, match="chunk_size= takes an int >= 1"):
         tt.trace(m, x, chunk_size=0)
-    with pytest.raises(tt.TokentraceError, match="chunk_paths= is not supported"):
-        tt.trace(m, x, chunk_size=2, chunk_paths=["0"])
+    with pytest.raises(tt.TokentraceError, match="chunk_paths= takes a list of paths"):
+        tt.trace(m, x, chunk_size=2, chunk_paths="0")
+
+
+class _Mix(torch.nn.Module):
+    def forward(self, a, b, scale):
+        return a * b["w"] + scale
+
+
+def test_chunk_paths_split_several_inputs_together(tmp_path):
+    a, w = torch.randn(5, 3), torch.randn(5, 3)
+    trace = tt.trace(_Mix(), (a, {"w": w}, torch.ones(3)), chunk_size=2,
+                     chunk_paths=["0", '1["w"]'], save="self", out=str(tmp_path / "p.sqlite"))
+    assert trace.num_tokens == 3
+    assert torch.equal(trace["self:3"].out, a[4:] * w[4:] + 1)
+    # chunk_paths=: the tensors to split (without it, three tensors are one too many)
+    with pytest.raises(tt.TokentraceError, match="name the ones to split with chunk_paths="):
+        tt.trace(_Mix(), (a, {"w": w}, torch.ones(3)), chunk_size=2)
+    with pytest.raises(tt.TokentraceError, match="must have one batch size"):
+        tt.trace(_Mix(), (a, {"w": w[:4]}, torch.ones(3)), chunk_size=2,
+                 chunk_paths=["0", "1.w"])
+    with pytest.raises(tt.TokentraceError, match="start with a positional argument's index"):
+        tt.trace(_Mix(), (a, {"w": w}, torch.ones(3)), chunk_size=2, chunk_paths=["w"])
 
 
 def test_episode_spec_names_the_root_and_the_steps(tmp_path):
@@ -388,3 +409,312 @@ def test_register_container_makes_a_users_container_walkable_and_editable(tmp_pa
     assert torch.count_nonzero(pair.right) > 0  # the caller's container is left as it was
     with pytest.raises(tt.TokentraceError, match="takes a class first"):
         tt.register_container("Pair", lambda v: ([], None))
+
+
+# --- issue 47: the rest of what TorchLens's documented examples use ----------------------
+class _ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(1, 2, 3), torch.nn.Conv2d(2, 2, 3)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x))).sigmoid()
+
+
+def test_ops_are_recorded_by_default_with_torchlens_labels(tmp_path):
+    m = _mlp2()
+    trace = tt.trace(m, torch.randn(3, 4), out=str(tmp_path / "t.sqlite"))
+    assert trace["relu_1_2"].module == "1:1" and trace["linear_1_1"].layer_type == "linear"
+    assert trace.find_sites(tt.func("relu")).labels() == ("relu_1_2",)
+    off = tt.trace(m, torch.randn(3, 4), ops=False, out=str(tmp_path / "o.sqlite"))
+    with pytest.raises(tt.TokentraceError, match="no op records"):
+        off.num_ops
+
+
+def test_followed_by_and_preceded_by_choose_ops_by_their_data_flow(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(1, 1, 8, 8)
+    fed = tt.func("conv2d") & tt.followed_by(tt.func("relu"))
+    trace = tt.trace(_ConvNet(), x, save=fed, out=str(tmp_path / "c.sqlite"))
+    assert trace.find_sites(fed).labels() == ("conv2d_1_1",)  # conv2d_2_3 feeds a sigmoid
+    assert trace.find_sites(tt.preceded_by(tt.func("conv2d"))).labels() == ("relu_1_2",
+                                                                            "sigmoid_1_4")
+    assert trace.find_sites(tt.func("sigmoid") & tt.preceded_by(tt.label("conv2d_2_3"))
+                            ).labels() == ("sigmoid_1_4",)
+    assert trace["relu_1_2"].parent_layers == ["conv2d_1_1"]
+    assert trace["conv2d_1_1"].child_layers == ["relu_1_2"]
+    assert list(trace["conv2d_1_1"].out.shape) == [1, 2, 6, 6]  # saved: a tensor
+    assert not trace.find_sites(tt.followed_by(tt.func("tanh")))
+    with pytest.raises(tt.TokentraceError, match=r"takes an op selector .* selects modules"):
+        tt.followed_by(tt.module("c1"))
+    with pytest.raises(tt.TokentraceError, match="known when the trace is read"):
+        tt.when(tt.followed_by(tt.func("relu")), tt.zero()).bind(_ConvNet())(x)
+
+
+def test_capture_options_fields_are_trace_keyword_arguments(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    trace = tt.trace(m, x, capture_container_structure=True, intervention_ready=True,
+                     save_code_context=True, layers_to_save=["1"], out=str(tmp_path / "k.sqlite"))
+    assert torch.equal(trace["1"].out, torch.relu(m[0](x)))
+    ready = tt.trace(m, x, capture=tt.options.CaptureOptions(intervention_ready=True),
+                     out=str(tmp_path / "r.sqlite"))
+    assert ready.num_tokens == 1
+    with pytest.raises(tt.TokentraceError, match="unexpected keyword argument 'bogus'"):
+        tt.trace(m, x, bogus=1)
+    with pytest.raises(tt.TokentraceError, match=r"CaptureOptions\(save_grads=\.\.\.\) is a "
+                                                 r"TorchLens option"):
+        tt.trace(m, x, save_grads=True)
+    with pytest.raises(tt.TokentraceError, match="give it once"):
+        tt.trace(m, x, random_seed=1, capture=tt.options.CaptureOptions(random_seed=2))
+
+
+def test_num_ops_annotations_and_cleanup(tmp_path):
+    m = _mlp2()
+    trace = tt.trace(m, torch.randn(3, 4), out=str(tmp_path / "n.sqlite"))
+    assert trace.num_ops == 2  # linear, relu
+    ledger = trace.annotations["episode"]
+    assert ledger["header"]["capture_kind"] == "episode" and ledger["header"]["n_steps"] == 1
+    assert [(r["episode_step"], r["role"], r["status"]) for r in ledger["rows"]] == [
+        (0, "prefill", "complete")]
+    trace.cleanup()
+    assert tt.load(trace.path).num_tokens == 1  # the file stays
+    with pytest.raises(tt.TokentraceError, match=r"was closed \(trace.close\(\) or "
+                                                 r"trace.cleanup\(\)\); open it again"):
+        trace.tokens
+
+
+def test_annotations_of_a_generation_and_an_episode(lm, tmp_path):
+    trace = tt.trace(lm.generate, IDS, {"max_new_tokens": 3, "do_sample": False,
+                                        "pad_token_id": 0}, out=str(tmp_path / "g.sqlite"))
+    rows = trace.annotations["episode"]["rows"]
+    assert [r["role"] for r in rows] == ["prefill", "decode", "decode"]
+    assert [r["step_output"] for r in rows] == [t.id for t in trace.tokens]
+    m = _mlp2()
+    spec = tt.options.EpisodeSpec(stepped_module=m, n_steps=2)
+    ep = tt.trace(lambda x: [m(x) for _ in range(2)], torch.randn(2, 4), episode=spec,
+                  out=str(tmp_path / "e.sqlite"))
+    header = ep.annotations["episode"]["header"]
+    assert header["n_steps_declared"] == 2 and header["stepped_module"] == "Sequential"
+
+    class Greedy(torch.nn.Module):  # TorchLens's episode example: a loop returning its ids
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids):
+            out = []
+            for _ in range(3):
+                step = self.inner(ids).argmax(-1, keepdim=True)
+                out.append(step)
+                ids = torch.cat([ids, step], 1)
+            return torch.cat(out, 1)
+
+    torch.manual_seed(0)
+    inner = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8))
+    greedy = Greedy(_LastPosition(inner))
+    ids = torch.tensor([[1, 2]])
+    expected = greedy(ids)
+    got = tt.trace(greedy, ids, episode=tt.options.EpisodeSpec(stepped_module=greedy.inner,
+                                                               n_steps=3),
+                   out=str(tmp_path / "g2.sqlite")).annotations["episode"]["rows"]
+    assert [r["step_output"] for r in got] == [expected[:, i].tolist() for i in range(3)]
+
+
+class _LastPosition(torch.nn.Module):  # the last position's logits of a model
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids)[:, -1]
+
+
+def test_record_return_output_and_to_trace(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    spec = tt.when(tt.module("1"), tt.scale(2.0))
+    output, rec = tt.record(m, x, save=tt.func("linear"), edits=spec, return_output=True,
+                            out=str(tmp_path / "r.sqlite"))
+    assert torch.equal(output, spec.bind(m)(x))
+    assert isinstance(rec, tt.Recording) and rec.n_records == 1
+    as_trace = rec.to_trace()
+    assert type(as_trace) is tt.Trace and as_trace.path == rec.path
+    assert torch.equal(as_trace["linear_1_1"].out, m[0](x))
+    with pytest.raises(tt.TokentraceError, match=r"return_output=\) takes True or False"):
+        tt.record(m, x, save="1", return_output="yes")
+
+
+def test_bundle_compares_traces_at_a_site(tmp_path):
+    m = _mlp2()
+    x = torch.randn(3, 4)
+    clean = tt.trace(m, x, save=tt.func("relu"), out=str(tmp_path / "a.sqlite"))
+    patched = tt.trace(m, x, save=tt.func("relu"), out=str(tmp_path / "b.sqlite"),
+                       edits=tt.when(tt.func("relu"), tt.zero_ablate()))
+    bundle = tt.bundle({"clean": clean, "patched": patched}, baseline="clean")
+    assert bundle.names == ["clean", "patched"] and bundle.baseline == "clean"
+    assert bundle["patched"] is patched
+    matrix = bundle.compare_at("relu_1_2")
+    assert matrix.shape == (2, 2) and matrix[0, 0] == 0 and matrix[0, 1] == 1  # zeroed
+    assert torch.equal(bundle.compare_at(tt.func("relu")), matrix)
+    assert bundle.most_changed()[0] == ("relu_1_2", 1.0)
+    assert tt.Bundle([clean, clean]).compare_at("relu_1_2").sum() == 0
+    with pytest.raises(tt.TokentraceError, match="has no saved output tensor"):
+        bundle.compare_at("linear_1_1")
+    with pytest.raises(tt.TokentraceError, match="names no member"):
+        tt.bundle({"clean": clean}, baseline="other")
+
+
+def test_utils_list_modules_and_list_ops():
+    m = _mlp2()
+    assert tt.utils.list_modules(m) == [("self", torch.nn.Sequential),
+                                        ("0", torch.nn.Linear), ("1", torch.nn.ReLU)]
+    m.train()
+    assert tt.utils.list_ops(m, torch.randn(2, 4)) == [("linear", 1), ("relu", 1)]
+    both = tt.utils.list_ops(m, torch.randn(2, 4), mode="both")
+    assert set(both) == {"eval", "train"} and m.training  # the modes are restored
+    with pytest.raises(tt.TokentraceError, match=r"mode=\) takes"):
+        tt.utils.list_ops(m, torch.randn(2, 4), mode="fast")
+
+
+def test_trace_run_reruns_the_capture_with_its_edits_on_new_inputs(tmp_path):
+    m = _mlp2()
+    spec = tt.when(tt.module("1"), tt.scale(3.0))
+    trace = tt.trace(m, torch.randn(2, 4), save="1", edits=spec, out=str(tmp_path / "r.sqlite"))
+    first = trace.path
+    x = torch.randn(5, 4)
+    assert trace.run(m, x) is trace
+    assert trace.path != first and trace.last_run["engine"] == "guarded_fast"
+    assert trace.last_run["fast_refused"] is None
+    assert torch.equal(trace["1"].out, spec.bind(m)(x))  # the edit, on the new input
+    trace.run(inputs=torch.randn(1, 4), fast=True)
+    assert trace["1"].out.shape == (1, 8)
+    with pytest.raises(tt.TokentraceError, match="has no model to run"):
+        tt.load(first).run(m, x)
+
+
+def test_short_names_ordinals_and_lookback(tmp_path):
+    torch.manual_seed(0)
+    trace = tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), out=str(tmp_path / "s.sqlite"))
+    assert trace["conv2d_2"].layer_label == "conv2d_2_3"  # the ordinal suffix left out
+    assert trace[3].layer_label == "conv2d_2_3" and trace[2].layer_type == "relu"
+    # TorchLens's layer list: input_1, the ops, output_1
+    assert trace[0].layer_label == "input_1" and trace[0].shape == [1, 1, 8, 8]
+    assert trace[-1].layer_label == "output_1" and trace[-1].shape == [1, 2, 4, 4]
+    assert trace[-2].layer_label == "sigmoid_1_4" and trace["output_1"].shape == [1, 2, 4, 4]
+    with pytest.raises(tt.TokentraceError, match=r"runs 0 \(input_1\) to 5 \(output_1\)"):
+        trace[9]
+    with pytest.raises(tt.TokentraceError, match="no site named 'conv2d_9'"):
+        trace["conv2d_9"]
+    kept = tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), lookback=4,
+                    lookback_payload_policy="detached_raw", out=str(tmp_path / "l.sqlite"),
+                    save=tt.func("conv2d") & tt.followed_by(tt.func("relu")))
+    assert kept.find_sites(tt.preceded_by(tt.func("conv2d"))).labels()[0] == "relu_1_2"
+    with pytest.raises(tt.TokentraceError, match=r"trace\(input_size=\) is a TorchLens "
+                                                 r"argument tokentrace does not have"):
+        tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), input_size=(1, 1, 8, 8))
+    with pytest.raises(tt.TokentraceError, match=r"lookback=\) takes an int >= 0"):
+        tt.trace(_ConvNet(), torch.randn(1, 1, 8, 8), lookback=-1)
+
+
+class _Blocked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.block(x)) + torch.relu(self.lin(x))
+
+
+def test_preceded_by_chooses_ops_while_the_model_runs(tmp_path):
+    torch.manual_seed(0)
+    m, x = _Blocked(), torch.randn(2, 4)
+    fed = tt.func("relu") & tt.preceded_by(tt.in_module("block"))
+    trace = tt.trace(m, x, save=tt.func("relu"), edits=tt.when(fed, tt.zero_ablate()),
+                     lookback=4, out=str(tmp_path / "p.sqlite"))
+    assert trace["relu_1_2"].out.abs().max() == 0  # fed by block's linear: zeroed
+    assert torch.equal(trace["relu_2_4"].out, torch.relu(m.lin(x)))  # fed by lin: kept
+    assert trace.find_sites(fed).labels() == ("relu_1_2",)
+    bound = tt.when(fed, tt.scale(2.0)).bind(m)
+    torch.testing.assert_close(bound(x), 2 * torch.relu(m.block(x)) + torch.relu(m.lin(x)))
+    assert bound.last_report.fire_count == 1
+
+
+def test_at_step_chooses_the_ops_of_episode_steps(lm, tmp_path):
+    kwargs = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+    norms2 = tt.func("layer_norm") & tt.at_step(2)
+    trace = tt.trace(lm.generate, IDS, kwargs, out=str(tmp_path / "a.sqlite"))
+    assert [op.token for op in trace.find_sites(norms2)] == [3] * 5  # step 2: the 3rd token
+    assert len(trace.find_sites(tt.at_step(0, 2))) == len(
+        trace.find_sites(tt.at_step(0))) + len(trace.find_sites(tt.at_step(2)))
+    from tokentrace.intervention import at_step
+    bound = tt.when(tt.func("layer_norm") & at_step(1), tt.scale(1.0)).bind(lm)
+    bound.generate(IDS, **kwargs)
+    assert bound.last_report.fire_count == 5  # 2 layers' two norms and ln_f, at step 1
+    with pytest.raises(tt.TokentraceError, match="step indexes >= 0"):
+        tt.at_step(-1)
+
+
+def test_storage_to_disk_is_the_trace_files_path(tmp_path):
+    m = _mlp2()
+    path = tmp_path / "run.tlspec"
+    trace = tt.trace(m, torch.randn(2, 4), storage=tt.to_disk(str(path), async_writes=True))
+    assert trace.path == str(path) and tt.load(path).num_tokens == 1
+    with pytest.raises(tt.TokentraceError, match="the path exists"):
+        tt.trace(m, torch.randn(2, 4), storage=tt.to_disk(str(path)))
+    with pytest.raises(tt.TokentraceError, match="give the trace file's path once"):
+        tt.trace(m, torch.randn(2, 4), out=str(tmp_path / "a.sqlite"),
+                 streaming=tt.to_disk(str(tmp_path / "b")))
+    with pytest.raises(tt.TokentraceError, match=r"storage=\) takes tt.to_disk\(path\)"):
+        tt.trace(m, torch.randn(2, 4), storage=str(tmp_path / "c"))
+    with pytest.raises(tt.TokentraceError, match="no such option either"):
+        tt.to_disk(str(tmp_path / "d"), compress=True)
+
+
+def test_halt_ends_the_run_after_the_first_site_it_chooses(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3)),
+        torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(64, 3))
+    x = torch.randn(1, 3, 8, 8)
+    log = tt.trace(model, x, save=tt.in_module("0.2"), halt=tt.in_module("0.2"),
+                   out=str(tmp_path / "h.sqlite"))
+    assert log.halted and log.find_sites(tt.where(lambda op: True)).labels() == (
+        "conv2d_1_1", "relu_1_2", "conv2d_2_3")  # nothing after the halting op ran
+    assert torch.equal(log["conv2d_2_3"].out, model[0](x))  # the halting op is saved
+    by_module = tt.trace(model, x, halt=tt.module("0"), out=str(tmp_path / "m.sqlite"))
+    assert by_module.halted and "1" not in by_module.sites
+    whole = tt.trace(model, x, halt=tt.func("tanh"), out=str(tmp_path / "w.sqlite"))
+    assert not whole.halted and whole.num_ops == 6  # it never chose: the whole run
+    after = tt.trace(model, x, out=str(tmp_path / "a.sqlite"))  # nothing left asking to halt
+    assert not after.halted and after.num_ops == 6
+    with pytest.raises(tt.TokentraceError, match=r"halt=tt.followed_by"):
+        tt.trace(model, x, halt=tt.followed_by(tt.func("relu")))
+
+
+def test_ops_table_and_the_output_layers_container(tmp_path):
+    m = _mlp2()
+    trace = tt.trace(m, torch.randn(2, 4), capture_container_structure=True,
+                     out=str(tmp_path / "o.sqlite"))
+    assert list(trace.ops) == trace.layer_labels == ["input_1", "linear_1_1", "relu_1_2",
+                                                     "output_1"]
+    assert trace.output_layers == ["output_1"] and trace.input_layers == ["input_1"]
+    assert trace.ops[trace.output_layers[0]].container is None  # a plain tensor, as TorchLens
+    assert trace.ops["relu_1_2"].layer_type == "relu"
+
+    class Nested(torch.nn.Module):
+        def forward(self, x):
+            return {"a": x * 2, "b": (x + 1, x - 1)}
+
+    nested = tt.trace(Nested(), torch.randn(2, 4), out=str(tmp_path / "n.sqlite"))
+    with pytest.raises(tt.TokentraceError, match="tensor at 'a' of the model's output; "
+                                                 "tokentrace keeps that path"):
+        nested.ops["output_1"].container
+
+
+def test_resolve_sites_must_resolve(tmp_path):
+    trace = tt.trace(_mlp2(), torch.randn(2, 4), out=str(tmp_path / "r.sqlite"))
+    assert trace.resolve_sites(tt.func("relu")).labels() == ("relu_1_2",)
+    with pytest.raises(tt.TokentraceError, match="resolves to no site of this trace"):
+        trace.resolve_sites(tt.func("tanh"))

@@ -18,6 +18,7 @@ from .lazy import lazy_face
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from . import loader, op_groups
+    from .halt import HALT, Halted
     from .lazy import lazy_face  # imported above for real: the faces call it at import
     from .loader import PACKAGE_DIR
     from .naming import OP_EDIT_SITE, OP_KIND, OP_SAVE_SITE, ROOT, is_glob, site_names
@@ -27,13 +28,16 @@ if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face read
         LIST_OPS,
         TUPLE_OPS,
         SiteQuery,
+        at_step,
         contains,
+        followed_by,
         func,
         in_module,
         is_op_label,
         label,
         op_type,
         op_types_of,
+        preceded_by,
         regex,
         where,
     )

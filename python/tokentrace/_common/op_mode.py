@@ -22,6 +22,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import op_groups
+from .halt import HALT
 from .op_selectors import op_types_of
 
 
@@ -52,6 +53,8 @@ class OpMode(TorchFunctionMode):
             self._eager = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if HALT.pending:  # halt= chose the op before this one: the run ends here
+            HALT.check()
         kwargs = kwargs or {}
         # The call's name: TorchLens's, of the Python entry point that made it where torch
         # dispatches under another (x / y reaches here as Tensor.div: op_groups.py)

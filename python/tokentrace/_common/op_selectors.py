@@ -127,6 +127,11 @@ class SiteQuery:
         when it can."""
         return None
 
+    def needs_history(self) -> bool:
+        """Whether deciding it while the model runs needs each op's parents, the recent ops
+        whose output it read (tt.preceded_by): the edits then keep a window of recent ops."""
+        return False
+
     def needs_labels(self) -> bool:
         """Whether deciding it while the model runs needs the ops' TorchLens labels (tt.label,
         tt.contains, tt.regex, and tt.where, whose predicate may read them): an op-level edit
@@ -228,6 +233,9 @@ class AllQuery(SiteQuery):
     def needs_labels(self) -> bool:
         return any(isinstance(p, SiteQuery) and p.needs_labels() for p in self.parts)
 
+    def needs_history(self) -> bool:
+        return any(isinstance(p, SiteQuery) and p.needs_history() for p in self.parts)
+
     def names_labels(self) -> bool:
         return any(isinstance(p, SiteQuery) and p.names_labels() for p in self.parts)
 
@@ -281,6 +289,9 @@ class NotQuery(SiteQuery):
 
     def needs_labels(self) -> bool:
         return isinstance(self.inner, SiteQuery) and self.inner.needs_labels()
+
+    def needs_history(self) -> bool:
+        return isinstance(self.inner, SiteQuery) and self.inner.needs_history()
 
     def names_labels(self) -> bool:
         return isinstance(self.inner, SiteQuery) and self.inner.names_labels()
@@ -540,3 +551,113 @@ def where(predicate: Callable[[Any], Any], *, name_hint: str | None = None) -> W
     if name_hint is not None and not isinstance(name_hint, str):
         fail(f"tt.where(name_hint=) takes a string; got {type(name_hint).__name__}")
     return WhereQuery(predicate, name_hint)
+
+
+class _TemporalQuery(SiteQuery):
+    """TorchLens's temporal selectors: an op chosen by the ops next to it in the data flow
+    (op records keep which op's output each op read: OpSite.parents, .children). Decided
+    when the trace is read (find_sites, save=, trace[...]); an edit decides each op as it
+    runs, before the ops that read its output exist."""
+
+    symbol = ""
+    relation = ""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def _neighbours(self, op: Any) -> list[Any]:
+        return list(getattr(op, self.relation, ()))
+
+    def matches_op(self, op: Any) -> bool:
+        return any(self.inner.matches_op(n) for n in self._neighbours(op))
+
+    def needs(self, names: list[str], what: str = "selector") -> set[str]:
+        return _needs(self.inner, names, what)
+
+    def live_problem(self) -> str | None:
+        return (f"tt.{self.symbol}(...) chooses an op by the ops next to it in the data flow, "
+                f"known when the trace is read; use it in save=, sites= or find_sites, and "
+                f"edit with tt.func(...) / tt.in_module(...) / tt.label(...)")
+
+    def module_leaves(self) -> list[Selector]:
+        return _leaves(self.inner)
+
+    def __repr__(self) -> str:
+        return f"tt.{self.symbol}({self.inner!r})"
+
+
+class FollowedByQuery(_TemporalQuery):
+    """tt.followed_by(sel): ops whose output a later op that `sel` chooses reads."""
+
+    symbol, relation = "followed_by", "children"
+
+
+class PrecededByQuery(_TemporalQuery):
+    """tt.preceded_by(sel): ops that read the output of an earlier op that `sel` chooses.
+    Also in an op-level edit (tt.when): the edits keep the recent ops' outputs and ask `sel`
+    of the ones the op reads (RecentOps, _edit/op_edits.py)."""
+
+    symbol, relation = "preceded_by", "parents"
+
+    def live_problem(self) -> str | None:
+        return _live_problem(self.inner)
+
+    def needs_history(self) -> bool:
+        return True
+
+    def needs_labels(self) -> bool:
+        return isinstance(self.inner, SiteQuery) and self.inner.needs_labels()
+
+    def matches_live(self, op: Any) -> bool:
+        return any(self.inner.matches_live(p) for p in getattr(op, "parents", ()))
+
+
+def _temporal(cls: Any, inner: Any) -> Any:
+    query = as_query(inner, f"tt.{cls.symbol}()")
+    if OP not in _kinds(query):
+        fail(f"tt.{cls.symbol}() takes an op selector (tt.func('relu'), tt.label(...), "
+             f"tt.in_module(...), ...), got {query!r}, which selects modules")
+    return cls(query)
+
+
+def followed_by(inner: Any) -> FollowedByQuery:
+    """Selects the ops whose output a later op matching `inner` reads, as TorchLens's
+    tl.followed_by: tt.func("conv2d") & tt.followed_by(tt.func("relu")) is each conv2d that
+    feeds a relu."""
+    return _temporal(FollowedByQuery, inner)
+
+
+def preceded_by(inner: Any) -> PrecededByQuery:
+    """Selects the ops that read the output of an earlier op matching `inner`, as TorchLens's
+    tl.preceded_by: tt.func("relu") & tt.preceded_by(tt.func("conv2d")) is each relu fed by a
+    conv2d."""
+    return _temporal(PrecededByQuery, inner)
+
+
+class AtStepQuery(SiteQuery):
+    """tt.at_step(*steps): the ops of those episode steps (0-based: step 0 is the first root
+    call, the prefill; step k the root call k + 1), as TorchLens's at_step."""
+
+    def __init__(self, steps: tuple[int, ...]) -> None:
+        self.steps = frozenset(steps)
+        self._text = ", ".join(str(s) for s in steps)
+
+    def matches_op(self, op: Any) -> bool:
+        return getattr(op, "root", op.token) - 1 in self.steps
+
+    def matches_live(self, op: Any) -> bool:
+        return op.token - 1 in self.steps
+
+    def __repr__(self) -> str:
+        return f"tt.at_step({self._text})"
+
+
+def at_step(*steps: int) -> AtStepQuery:
+    """Selects the ops of the given 0-based episode steps (TorchLens's at_step): each root
+    call (token) is a step, step 0 the prefill; compose it with any op selector:
+    tt.when(tt.func("softmax") & tt.at_step(2), tt.zero_ablate())."""
+    if not steps or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                            for s in steps):
+        fail(f"tt.at_step() takes one or more step indexes >= 0 (0 is the prefill), got "
+             f"{steps!r}")
+    return AtStepQuery(tuple(steps))

@@ -24,8 +24,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "extract_dataset": ("dataset-scale extraction to disk",
                         "tt.record(...) per batch (saved tensors stream to shards)"),
     "load_extraction": ("reading an extraction", "tt.load(path)"),
-    "to_disk": ("a streaming storage= target",
-                "out= (trace files always stream to disk; saved tensors to shards)"),
     "facets": ("semantic facets", ""),
     "clear_capture_cache": ("the cache=True capture cache", "tokentrace keeps no capture cache"),
     "release_model": ("model-lifecycle release", ""),
@@ -54,9 +52,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "resample_ablate": ("resampling ablation", ""),
     "Edit": ("the edit-object type", "the actions of tt.when (tt.zero(), tt.steer(...), ...)"),
     "validate": ("replay validation of saved activations", ""),
-    # bundles
-    "bundle": ("a named collection of traces", "a dict of tt.load(path) traces"),
-    "Bundle": ("a named collection of traces", "a dict of tt.load(path) traces"),
     # gradients
     "bwd_hook": ("a backward hook", _GRAD),
     "grad_clip": ("a gradient edit", _GRAD),
@@ -71,8 +66,6 @@ MODULE_NAMES: dict[str, tuple[str, str]] = {
     "in_backward_pass": ("a backward selector", _GRAD),
     "without_op": ("a backward selector", _GRAD),
     # selectors tokentrace lacks
-    "followed_by": ("a temporal selector", ""),
-    "preceded_by": ("a temporal selector", ""),
     "func_transform": ("a torch.func transform selector", ""),
     "facet": ("a mutator-only selector", ""),
     "head": ("an attention-head selector", "tt.when(..., index=(...)) on the head's slice"),
@@ -139,9 +132,7 @@ TRACE_METHODS: dict[str, tuple[str, str]] = {
     "set": ("setting a recorded value", _REPLAY),
     "attach_hooks": ("hooks on a recorded trace", _REPLAY),
     "push": ("propagating an edit over the saved graph", _REPLAY),
-    "run": ("re-running the model", _REPLAY),
     "rerun": ("re-running the model", _REPLAY),
-    "resolve_sites": ("strict site resolution", "trace.find_sites(...) or trace[name]"),
     "save_intervention": ("saving a spec", "spec.to_json(path) (an EditSpec)"),
     "to_agent_json": ("an agent-facing export", "`tokentrace export --chrome OUT FILE`"),
     "output_table": ("a table of outputs", "trace.summary()"),
@@ -151,7 +142,6 @@ TRACE_METHODS: dict[str, tuple[str, str]] = {
     "provenance": ("provenance records", "trace.meta"),
     "layers": ("the layer list", "trace.sites"),
     "layer_list": ("the layer list", "trace.sites"),
-    "ops": ("the op list", "ops=True, then trace['site:k'].ops"),
     "grad_fn_logs": ("backward records", _GRAD),
 }
 

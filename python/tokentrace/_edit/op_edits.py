@@ -27,9 +27,12 @@ The call number k of an op rule is the number of ops its selector has chosen so 
 the token is the root call, as for module rules; calls= selects among them in the same way.
 """
 
+import collections
 import functools
 import operator
 import warnings
+
+import torch
 
 from .._common import ROOT, OpMode, first_tensor, op_type, op_types_of, replace_in_output
 from .._errors import fail
@@ -53,6 +56,7 @@ class LiveOp:
 
     def __init__(self, func_name, modules, token, out, args, kwargs, labels=None):
         self.func_name, self.modules, self.token = func_name, modules, token
+        self.parents = []  # the recent ops whose output it read (tt.preceded_by's runs only)
         self.types = op_types_of(func_name)
         self.out, self.args, self.kwargs = out, args, kwargs
         if labels is None:
@@ -106,9 +110,11 @@ class OpEdits(OpMode):
         self.hooks, self.rules = hooks, rules
         self.by_label = [sel.needs_labels() for _, sel, _ in rules]
         self.numbered = any(self.by_label)
+        # tt.preceded_by: each op's parents, the recent ops whose output it read
+        self.recent = RecentOps() if any(sel.needs_history() for _, sel, _ in rules) else None
 
     def _decide(self, name):
-        return True if self.numbered else super()._decide(name)
+        return True if self.numbered or self.recent is not None else super()._decide(name)
 
     def chosen(self, func, name, args, kwargs, out):
         if self.numbered:
@@ -121,6 +127,8 @@ class OpEdits(OpMode):
         if not modules:  # outside the root's calls (generate's own ops): not an op site
             return out
         op = LiveOp(name, modules, hooks.token, values, args, kwargs)
+        if self.recent is not None:
+            op.parents = self.recent.parents(args, kwargs)
         new = values
         for _, selector, apply in self.rules:
             if not selector.matches_live(op):
@@ -129,6 +137,8 @@ class OpEdits(OpMode):
                 if new is values:
                     new = values.clone()
                 new = apply(new, op)
+        if self.recent is not None:
+            self.recent.add(new, op)
         return replace_in_output(out, path, new) if new is not values else out
 
     def _chosen_numbered(self, func, name, args, kwargs, out):
@@ -161,15 +171,18 @@ class OpEdits(OpMode):
         # Numbered; when no rule can choose an op of these types (a label names its type, a
         # function its own), nothing more to do: most calls end here
         types = op_types_of(name).union([kind for kind, _, _, _ in found])
-        if not any(selector.may_save(types) for _, selector, _ in self.rules):
+        if self.recent is None and not any(selector.may_save(types) for _, selector, _ in
+                                           self.rules):
             return out
         ops = []
+        parents = self.recent.parents(args, kwargs) if self.recent is not None else []
         for (kind, index, tensor, path), labels in zip(found, numbers):
             if labels is None:  # an orphan of the trace whose labels these are: no label
                 continue
             type_index, step_index, pass_index = labels
             ops.append((LiveOp(name, modules, token, tensor, args, kwargs,
                                (kind, index, type_index, step_index, pass_index)), path))
+            ops[-1][0].parents = parents
         values, first_path = first_tensor(out)
         first = next(((op, p) for op, p in ops if p == first_path and p is not None), None)
         edited = {}  # path -> the edited copy
@@ -195,4 +208,48 @@ class OpEdits(OpMode):
                     edited[path] = apply(new, op)
         for path, new in edited.items():
             out = replace_in_output(out, path, new)
+        if self.recent is not None:
+            for op, path in ops:
+                tensor = edited.get(path, op.out)
+                if tensor is not None:
+                    self.recent.add(tensor, op)
         return out
+
+
+class RecentOps:
+    """The last WINDOW ops' output tensors (held, so that their ids stay theirs) and their
+    LiveOps: an op's parents are the ones whose output it reads (tt.preceded_by while the
+    model runs; the trace's reader has every op's, op_loops.py)."""
+
+    WINDOW = 256
+
+    def __init__(self):
+        self._ring = collections.deque()
+        self._by_id = {}
+
+    def add(self, tensor, op):
+        self._ring.append((tensor, op))
+        self._by_id[id(tensor)] = op
+        if len(self._ring) > self.WINDOW:
+            old, old_op = self._ring.popleft()
+            if self._by_id.get(id(old)) is old_op:
+                del self._by_id[id(old)]
+
+    def parents(self, args, kwargs):
+        found = []
+        for value in _tensors_in((args, kwargs)):
+            op = self._by_id.get(id(value))
+            if op is not None and op not in found:
+                found.append(op)
+        return found
+
+
+def _tensors_in(value, depth=0):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth < 3 and isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item, depth + 1)
+    elif depth < 3 and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item, depth + 1)

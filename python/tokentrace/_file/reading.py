@@ -163,4 +163,7 @@ class TraceFile:
         self._closer()
 
     def _damaged(self, exc) -> NoReturn:
+        if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
+            fail(f"{self.path} was closed (trace.close() or trace.cleanup()); open it again "
+                 f"with tt.load(path)")
         fail(f"{self.path} cannot be read: {exc} (the file is damaged or was cut short)")

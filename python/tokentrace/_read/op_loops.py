@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .state import TraceState
 
 Node = tuple[int, int]  # (op call id, output index): one labelled tensor
+PARENTS = "op_parents"  # state.cache key of Flow.parents, for OpSite.parents and .children
 
 
 class Flow(NamedTuple):
@@ -182,6 +183,7 @@ def group(state: TraceState, sites: list[Any], tops: dict[int, int]
         return {}, {}, set()
     parents, uses, args, sources, reads, finals, outside = _flow(
         state, tops, {(s.call_id, s.output_index): s.root for s in sites})
+    state.cache[PARENTS] = parents  # what each labelled tensor's op read (OpSite.parents)
     if not parents and not uses and not args and not sources and not reads:
         _say_no_flow(state)
     dropped = sources | _orphans(sites, parents, finals, outside)

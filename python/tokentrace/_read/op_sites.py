@@ -74,7 +74,8 @@ class OpSite:
     label_short "relu_1:p"; name, k: the op call (trace[f"{name}:{k}"] is it); token;
     module: the innermost module call ("site:k"); modules: the module calls it ran in,
     outermost (the root call) first; output_index: which output tensor of the op it is; out,
-    shape: that tensor (saved) or its OutputMeta."""
+    shape: that tensor (saved) or its OutputMeta; parents, children: the OpSites whose output
+    it read and that read its output (parent_layers, child_layers: their labels)."""
 
     def __init__(self, state: TraceState, call_id: int, name: str, k: int, token: int,
                  modules: tuple[str, ...], root: int, output_index: int = 0,
@@ -91,6 +92,18 @@ class OpSite:
         self.pass_index = root  # set by number(): the layer's pass
         self.raw_step = 0  # its place among its root call's ops, loops and orphans included
         self.num_passes = 1  # set once every root call is numbered
+        self.parents: list[OpSite] = []  # the labelled ops whose output it read (_link)
+        self.children: list[OpSite] = []  # the labelled ops that read its output
+
+    @property
+    def parent_layers(self) -> list[str]:
+        """TorchLens's name: the labels of the ops whose output this op read."""
+        return [p.key for p in self.parents]
+
+    @property
+    def child_layers(self) -> list[str]:
+        """TorchLens's name: the labels of the ops that read this op's output."""
+        return [c.key for c in self.children]
 
     def number(self, type_index: int, step_index: int, pass_index: int) -> None:
         """Gives it its labels: its layer (the type_index-th of its type, step_index-th of
@@ -166,6 +179,18 @@ class OpLabel:
     @property
     def outs(self) -> list[Any]:
         return [s.out for s in self.passes]
+
+    def __getattr__(self, name: str) -> Any:
+        # A layer of one pass reads as that pass (TorchLens's Layer): its labels, module,
+        # shape, parent_layers, child_layers.
+        if name.startswith("_") or name == "passes":
+            raise AttributeError(name)
+        if len(self.passes) == 1 and hasattr(self.passes[0], name):
+            return getattr(self.passes[0], name)
+        if self.passes and hasattr(self.passes[0], name):
+            fail(f"{self.layer_label} ran {len(self.passes)} times: ask one pass for .{name} "
+                 f"(trace['{self.layer_label}:k'].{name})")
+        raise AttributeError(f"OpLabel has no attribute {name!r}")
 
     def __repr__(self) -> str:
         return f"<op label {self.layer_label}: {len(self.passes)} passes>"
@@ -267,10 +292,22 @@ def op_sites(state: TraceState) -> list[OpSite]:
     if sources:  # an ATen op that returned a parameter (p.to(dtype)): TorchLens logs none
         sites = [s for s in sites if (s.call_id, s.output_index) not in sources]
     _number(sites, leader, position)
+    _link(sites, state.cache.get(op_loops.PARENTS, {}))
     state.cache[_CACHE] = sites
     if state.on_labels is not None:  # for edits by label later (_api hands the callback)
         state.on_labels(sites, str(state.path))
     return sites
+
+
+def _link(sites: list[OpSite], parents: dict[tuple[int, int], list[tuple[int, int]]]) -> None:
+    """Each site's parents (the labelled ops whose output it read) and children (the ones
+    that read its output), from op records' data flow (none in a file without it)."""
+    by_node = {(s.call_id, s.output_index): s for s in sites}
+    for site in sites:
+        found = parents.get((site.call_id, site.output_index), ())
+        site.parents = [by_node[n] for n in found if n in by_node]
+        for parent in site.parents:
+            parent.children.append(site)
 
 
 def _number(sites: list[OpSite], leader: dict[tuple[int, int], tuple[int, int]],
@@ -334,12 +371,84 @@ def lookup(state: TraceState, key: str) -> OpSite | OpLabel | None:
     return None
 
 
+_SHORT = re.compile(r"^([a-z0-9]+)_(\d+)$")
+
+
+def lookup_short(state: TraceState, key: str) -> OpLabel | None:
+    """TorchLens's short name "conv2d_3" (the 3rd conv2d layer, its ordinal suffix left
+    out): that layer (an OpLabel, every pass), or None when `key` is no such name here."""
+    m = _SHORT.match(key)
+    if m is None:
+        return None
+    kind, index = m.group(1), int(m.group(2))
+    passes = [s for s in op_sites(state) if s.layer_type == kind and s.type_index == index]
+    if not passes or len({s.layer_label for s in passes}) != 1:
+        return None
+    return OpLabel(passes[0].layer_label, passes)
+
+
+class BoundaryLayer:
+    """TorchLens's input and output layers (input_1, output_1: trace[0], trace[-1]): the
+    root's first call's first input tensor and its output (an OpSite-like view: layer_label,
+    layer_type, func_name, out, shape)."""
+
+    def __init__(self, kind: str, out: Any, path: str | None = None) -> None:
+        self.layer_type = self.func_name = kind
+        self.layer_label = self.label_short = f"{kind}_1"
+        self.label = f"{kind}_1:1"
+        self.out = out
+        self._path = path  # where the tensor sat in the model's input or output ("": itself)
+
+    @property
+    def container(self) -> None:
+        """TorchLens's op.container: None for a plain tensor (as TorchLens's); tokentrace keeps
+        no container view of a nested input or output (one error saying what it keeps)."""
+        if not self._path:
+            return None
+        read = ("trace['self:k'].out is that tensor" if self.layer_type == "output"
+                else "trace['self:k'].inputs has every input by path")
+        fail(f"{self.layer_label} is the tensor at {self._path!r} of the model's "
+             f"{self.layer_type}; tokentrace keeps that path, not a container view: {read}, "
+             f"and tt.output_at / tt.input_at edit by path")
+
+    @property
+    def shape(self) -> list[int | None] | None:
+        return None if self.out is None else list(self.out.shape)
+
+    def __repr__(self) -> str:
+        return f"<{self.layer_label}: the model's {self.layer_type}>"
+
+
+def by_step(state: TraceState, step: int, boundary: Any) -> OpLabel | BoundaryLayer:
+    """TorchLens's ordinal trace[i] over its layer list [input_1, the ops by step index,
+    output_1]: trace[7] the layer of step index 7 (conv2d_3_7), trace[0] the input,
+    trace[-1] the output, trace[-2] the last op. boundary(kind): the BoundaryLayer."""
+    sites = op_sites(state)
+    if not sites:
+        fail(f"trace[{step}] is TorchLens's i-th op, and this trace has no op records (traced "
+             f"with ops=False, or by tt.record): index it by site name")
+    last = max(s.step_index for s in sites)
+    if step < 0:
+        step = last + 2 + step  # -1: output_1 at last + 1
+    if step == 0:
+        return boundary("input")
+    if step == last + 1:
+        return boundary("output")
+    passes = [s for s in sites if s.step_index == step]
+    if not passes:
+        fail(f"trace[{step}]: TorchLens's layer list here runs 0 (input_1) to {last + 1} "
+             f"(output_1), -{last + 2} to -1 from its end")
+    return OpLabel(passes[0].layer_label, [s for s in passes
+                                           if s.layer_label == passes[0].layer_label])
+
+
 def unknown_label(state: TraceState, key: str) -> str:
     """Why `key`, which looks like an op label, names nothing here (one line)."""
     sites = op_sites(state)
     if not sites:
-        return (f"no op labelled {key!r} in this trace: it has no op records; an op selector "
-                f"in sites= or save= (tt.func('relu'), ...) or ops=True records them")
+        return (f"no op labelled {key!r} in this trace: it has no op records (traced with "
+                f"ops=False, or by tt.record); tt.trace records them by default, and ops=True "
+                f"or an op selector in save= (tt.func('relu'), ...) turns them on")
     import difflib
     keys = list(dict.fromkeys(s.key for s in sites))
     close = difflib.get_close_matches(key, keys, n=3, cutoff=0.5)

@@ -167,6 +167,8 @@ class SiteView:
 class Trace:
     """A recorded run. trace[site], trace['site:k'], trace.tokens, trace.report()."""
 
+    halted = False  # TorchLens's trace.halted: tt.trace(..., halt=) ended the run early
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._compiled_join = None  # _compiled()
@@ -221,10 +223,14 @@ class Trace:
     def __contains__(self, key: object) -> bool:
         return key in self._sites
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str | int) -> Any:
         """trace['site'] (SiteView), trace['site:k'] (CallView); with op records, an op's
         TorchLens label: trace['relu_1_2'] (OpLabel, every pass), trace['relu_1_2:k'] and
-        trace['relu_1:k'] (OpSite; see op_sites.py)."""
+        trace['relu_1:k'] (OpSite; see op_sites.py), its short name trace['relu_1'] and its
+        ordinal trace[2] (the layer of step index 2), as TorchLens's."""
+        if isinstance(key, int) and not isinstance(key, bool):
+            from . import op_sites
+            return op_sites.by_step(self.state, key, self._boundary)  # TorchLens's trace[7]
         if not isinstance(key, str):
             fail(f"index a trace with 'site' or 'site:k' (k 1-based), got {key!r}")
         if key in self._sites:
@@ -238,7 +244,54 @@ class Trace:
             if found is not None:
                 return found
             fail(op_sites.unknown_label(self.state, key))
+        if key in ("input_1", "output_1") and self._sites.get("self"):
+            return self._boundary(key[:-2])  # TorchLens's model input and output layers
+        short = op_sites.lookup_short(self.state, key)  # "conv2d_3": the layer, every pass
+        if short is not None:
+            return short
         self._unknown(site if (sep and k.isdigit()) else key)
+
+    def _boundary(self, kind: str) -> Any:
+        """TorchLens's input_1 / output_1: the root's first call's first input tensor (where
+        its inputs were recorded) or its output."""
+        from .op_sites import BoundaryLayer
+        call = self._site("self")[1]
+        if kind == "output":
+            row = self.state._load_outputs().get(call.id)
+            return BoundaryLayer(kind, call.out, row[0] if row else None)
+        try:
+            inputs = call.inputs
+            paths = [p for p in inputs if hasattr(inputs[p], "shape")]
+        except Exception:  # inputs not recorded (a file without them): no value to give
+            return BoundaryLayer(kind, None)
+        if not paths:
+            return BoundaryLayer(kind, None)
+        return BoundaryLayer(kind, inputs[paths[0]], "" if len(list(inputs)) == 1 else paths[0])
+
+    @property
+    def ops(self) -> dict[str, Any]:
+        """TorchLens's trace.ops: {label: op} of every op the trace labelled (an op of one
+        pass by its layer label, of several each pass by its pass-qualified label), with
+        TorchLens's input_1 and output_1 (trace.input_layers, trace.output_layers)."""
+        from .op_sites import op_sites
+        table: dict[str, Any] = {"input_1": self._boundary("input")}
+        for op in op_sites(self.state):
+            table.setdefault(op.key, op)
+        table["output_1"] = self._boundary("output")
+        return table
+
+    @property
+    def layer_labels(self) -> list[str]:
+        """TorchLens's trace.layer_labels: the keys of trace.ops, in order."""
+        return list(self.ops)
+
+    @property
+    def input_layers(self) -> list[str]:
+        return ["input_1"]
+
+    @property
+    def output_layers(self) -> list[str]:
+        return ["output_1"]
 
     def find_sites(self, query: Any, *, max_fanout: int | None = None) -> SiteTable:
         """The sites a selector chooses, in the order they ran: op sites (OpSite, with ops
@@ -246,6 +299,17 @@ class Trace:
         more matches is an error (None, the default: no limit)."""
         from .op_sites import find_sites
         return find_sites(self.state, query, lambda name: self._site(name).calls, max_fanout)
+
+    def resolve_sites(self, query: Any, *, strict: bool = False,
+                      max_fanout: int | None = 8) -> SiteTable:
+        """TorchLens's trace.resolve_sites: find_sites that must resolve: no site is an error,
+        and more than max_fanout (8, TorchLens's default) too. strict= is taken (tokentrace's
+        selectors are all portable)."""
+        table = self.find_sites(query, max_fanout=max_fanout)
+        if not len(table):
+            fail(f"{query!r} resolves to no site of this trace (resolve_sites needs one; "
+                 f"find_sites returns an empty table)")
+        return table
 
     def _site(self, name):
         view = self._views.get(name)
@@ -408,6 +472,76 @@ class Trace:
         from .report import render_report
         return render_report(self.path, self.escape_sites, top)
 
+    # --- TorchLens's names ----------------------------------------------------------------
+    @property
+    def num_ops(self) -> int:
+        """TorchLens's trace.num_ops: the ops the run recorded, one per labelled tensor
+        (trace.find_sites(tt.where(lambda op: True)) lists them); op records must be on."""
+        from .op_sites import op_sites
+        if not any(kind == "op" for _, kind, _ in self._sites.values()):
+            fail("this trace has no op records, so no ops to count: trace without ops=False "
+                 "(tt.trace records them by default; tt.record with ops=True)")
+        return len(op_sites(self.state))
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        """TorchLens's trace.annotations: {"episode": {"header": {...}, "rows": [...]}}, the
+        episode's ledger, where each root call (token) is a step: rows of episode_step (from
+        0), role ("prefill" for the first, then "decode"), status ("complete", or
+        "interrupted" for a call that never returned), coord ({"member_call_index": k}),
+        step_output (the generated token id where known; for episode=, as TorchLens, the
+        root's integer output's last positions, one a step) and cpu_ms."""
+        tokens = list(self.tokens)
+        declared = getattr(self, "_episode", None) or {}
+        header = {
+            "capture_kind": "episode",
+            "stepped_module": declared.get("stepped_module", "self"),
+            "n_steps_declared": declared.get("n_steps"),
+            "n_steps": len(tokens),
+            "token_feed": "open",
+        }
+        evidence = declared.get("step_outputs")  # from the root's output, episode= runs
+        rows = [{"episode_step": i, "role": "prefill" if i == 0 else "decode",
+                 "status": "complete" if t.finished else "interrupted",
+                 "coord": {"member_call_index": t.token},
+                 "step_output": evidence[i] if evidence is not None else t.id,
+                 "cpu_ms": t.cpu_ms}
+                for i, t in enumerate(tokens)]
+        return {"episode": {"header": header, "rows": rows}}
+
+    def cleanup(self) -> None:
+        """TorchLens's trace.cleanup(): lets go of what the trace holds (the file, its
+        caches, the tensors read); the file stays on disk (tt.load opens it again)."""
+        self.state.cache.clear()
+        self._views.clear()
+        self._input_rows = None
+        self.close()
+
+    def run(self, model: Any = None, inputs: Any = None, input_kwargs: Any = None, *,
+            fast: bool = False) -> Trace:
+        """TorchLens's trace.run(model, inputs): the recorded capture run again on new inputs,
+        with the same save=, sites=, edits (intervene=) and options, its saved sites refreshed:
+        this Trace then reads the new run (a new file; trace.path says which). model: the
+        model (or function) to run, by default the one traced; fast= is accepted (every
+        tokentrace run is the model's own forward with hooks). trace.last_run says what ran."""
+        capture = getattr(self, "_capture", None)
+        if capture is None:
+            fail("trace.run() reruns a tt.trace capture of this process; this trace has no "
+                 "model to run (opened with tt.load, or made by tt.record): call "
+                 "tt.trace(model, inputs, ...)")
+        if not isinstance(fast, bool):
+            fail(f"trace.run(fast=) takes True or False, got {fast!r}")
+        fn, arguments = capture
+        fresh = arguments["rerun"](model if model is not None else fn, inputs, input_kwargs)
+        keep = {"_capture": capture}
+        self.close()
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__)
+        self.__dict__.update(keep)
+        self.last_run = {"engine": "guarded_fast", "fast_refused": None, "path": self.path,
+                         "tokens": self.num_tokens}
+        return self
+
     def __getattr__(self, name: str) -> Any:
         # only for names a Trace lacks: TorchLens's trace methods get a message that says so
         from .._common import TRACE_METHODS, missing
@@ -446,6 +580,20 @@ class Recording(Trace):
     def steps(self) -> int:
         """The number of steps (tokens) recorded."""
         return self.num_tokens
+
+    @property
+    def n_records(self) -> int:
+        """TorchLens's recording.n_records: the saved outputs it holds."""
+        return len(self.state.saved_ids())
+
+    def to_trace(self) -> Trace:
+        """TorchLens's recording.to_trace(): this recording as a Trace (the same file; a
+        Recording already is one, with steps and saved_sites besides)."""
+        trace = Trace(self.path)
+        for name in ("_capture", "_episode"):
+            if name in self.__dict__:
+                trace.__dict__[name] = self.__dict__[name]
+        return trace
 
     @property
     def saved_sites(self) -> list[str]:

@@ -7,6 +7,7 @@ output tensor as the call's output. Off, nothing is registered and torch runs it
 RecordFunction at all. Reading them back is _read/op_records.py's.
 
     check(ops)                  ops= as given to trace/record: True or False
+    unavailable()               why op records cannot be on here ('' when they can)
     start(backend, host_reads)  turns the observer on (host_reads: report escape ops as host
                                 reads, for models on the CPU where CUPTI sees none)
     stop()                      turns it off
@@ -33,6 +34,16 @@ def check(ops, where="ops="):
     if not isinstance(ops, bool):
         fail(f"{where} takes True or False (record every ATen op as a call), got {ops!r}")
     return ops
+
+
+def unavailable():
+    """Why op records cannot be on in this process (the torch ops library does not load), or
+    '' when they can: tt.trace's default turns them on only then."""
+    try:
+        torch_library.load_library()
+    except TokentraceError as exc:
+        return str(exc).removeprefix("tokentrace: ")
+    return ""
 
 
 def parameters(model):

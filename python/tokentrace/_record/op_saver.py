@@ -14,7 +14,7 @@ the saved tensor belongs to the last op call before it, or to the op it is insid
 shapes agree.
 """
 
-from .._common import OP_SAVE_SITE, OpMode
+from .._common import HALT, OP_SAVE_SITE, OpMode
 
 
 class OpSaver(OpMode):
@@ -25,7 +25,11 @@ class OpSaver(OpMode):
         self.errors = 0    # outputs that could not be saved (counted in save_failed)
 
     def chosen(self, func, name, args, kwargs, out):
-        self._save(out)
+        HALT.busy += 1  # the copy's own calls are not the model's next op (halt=)
+        try:
+            self._save(out)
+        finally:
+            HALT.busy -= 1
         return out
 
     def _save(self, out):
