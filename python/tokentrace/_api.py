@@ -312,8 +312,12 @@ def _session(kind, fn, root, select, kernels, out, shard_bytes, edits, ops=False
         read = {(s.root, s.raw_step): s.layer_label
                 for s in result.find_sites(where(lambda op: True))}
         attached.edits.warn_label_drift(read, user)
-    if ending_error is not None:
-        message = str(ending_error).removeprefix("tokentrace: ")
+    # The file refused writes: at the stop (ending_error), or in a drain while the job ran
+    # (said on stderr then; counted in the file's write_failed_* losses).
+    refused = sum(n for kind, n in result.losses.items() if kind.startswith("write_failed"))
+    if ending_error is not None or refused:
+        message = (str(ending_error).removeprefix("tokentrace: ") if ending_error is not None
+                   else f"{refused} rows were refused while it ran")
         counted = (", and its losses count the rest" if result.losses
                    else "; what is missing is not counted in it")
         warnings.warn(f"tokentrace: the run finished but its trace could not be written whole "

@@ -92,8 +92,10 @@ def test_bad_lookup(gpt2, prompt):
         trace["transformer.h.0.mlpp"]
     with pytest.raises(tt.TokentraceError, match="has 1 calls; k must be 1..1"):
         trace["transformer.h.0.mlp:2"]
-    with pytest.raises(tt.TokentraceError, match="index a trace"):
-        trace[0]
+    # an integer is TorchLens's ordinal over the op records (trace[0]: the root's input)
+    assert "input_1" in repr(trace[0])
+    with pytest.raises(tt.TokentraceError, match="no op records.*index it by site name"):
+        tt.trace(gpt2, prompt, ops=False)[0]
 
 
 def test_errors_are_one_line(gpt2, prompt):
