@@ -150,6 +150,9 @@ def test_accelerates_hooks_on_every_module_trace_as_without(smol, tmp_path):
                      input_kwargs=kwargs, ops=False)
     hooked = tt.trace(mapped.generate, PROMPT, out=str(tmp_path / "b.sqlite"), kernels="off",
                       input_kwargs=kwargs, ops=False)
-    assert hooked.generated == plain.generated
+    # what the hooked model answers untraced (whether a device_map load answers as the plain
+    # load does is transformers' and accelerate's affair, not the trace's)
+    assert hooked.generated == _generate(mapped, tokenizer, n=3)
+    assert plain.generated == _generate(model, tokenizer, n=3)
     assert hooked.sites == plain.sites
     assert [hooked[s].num_calls for s in hooked.sites] == [plain[s].num_calls for s in plain.sites]
