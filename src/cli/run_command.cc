@@ -220,6 +220,7 @@ int RunCommand(const std::vector<std::string>& args) {
   Option& edits = opts[4];
   Option& token_range = opts[5];
   Option& on_full = opts[7];
+  Option& tokenizer = opts[9];
 
   bool ops = false;
   size_t i = 0;
@@ -306,7 +307,6 @@ int RunCommand(const std::vector<std::string>& args) {
     return UsageError("tokentrace: TOKENTRACE_OPS='" + ops_env +
                       "' is not accepted (accepted: 1 to record ATen ops, 0 or unset for not)");
   }
-  const Option& tokenizer = opts[9];
   if (!tokenizer.value.empty() && access(tokenizer.value.c_str(), R_OK) != 0) {
     return UsageError("tokentrace: " + what(tokenizer) + "='" + tokenizer.value +
                       "' is not there (accepted: a saved tokenizer's directory or a .gguf file)");
@@ -323,8 +323,7 @@ int RunCommand(const std::vector<std::string>& args) {
 
   // Paths as the command's directory reads them, for every process of the job wherever it
   // runs; the output pattern always (its default is relative too).
-  Option& tokenizer_path = opts[9];
-  for (Option* o : {&edits, &tokenizer_path}) {
+  for (Option* o : {&edits, &tokenizer}) {
     if (!o->value.empty()) {
       o->value = FromHere(o->value);
       o->given = true;

@@ -19,7 +19,7 @@ namespace {
 // it is merged by: never earlier than the thread's step before it (a range that outlives the
 // one below it closes that one at its own begin, before its end).
 struct Step {
-  enum Kind : uint8_t { kPush, kPop, kLaunch } kind;
+  ReplayStep::Kind kind;  // kPush, kPop or kLaunch
   int64_t at;
   uint32_t index;  // into the process's ranges or launches
 };
@@ -36,7 +36,7 @@ std::vector<Step> ThreadSteps(const RecordedProcess& p, const std::vector<uint32
   auto close_until = [&](int64_t until, auto holds) {
     while (!open.empty() && !holds(p.ranges[open.back()])) {
       now = std::max(now, std::min(until, p.ranges[open.back()].end_ns));
-      steps.push_back({Step::kPop, now, open.back()});
+      steps.push_back({ReplayStep::kPop, now, open.back()});
       open.pop_back();
     }
   };
@@ -52,13 +52,13 @@ std::vector<Step> ThreadSteps(const RecordedProcess& p, const std::vector<uint32
         return o.begin_ns <= next.begin_ns && next.end_ns <= o.end_ns;
       });
       now = std::max(now, next.begin_ns);
-      steps.push_back({Step::kPush, now, ranges[r]});
+      steps.push_back({ReplayStep::kPush, now, ranges[r]});
       open.push_back(ranges[r++]);
     } else {
       const int64_t t = p.launches[launches[l]].begin_ns;
       close_until(t, [&](const RecordedRange& o) { return t <= o.end_ns; });
       now = std::max(now, t);
-      steps.push_back({Step::kLaunch, now, launches[l++]});
+      steps.push_back({ReplayStep::kLaunch, now, launches[l++]});
     }
   }
   close_until(INT64_MAX, [](const RecordedRange&) { return false; });
@@ -136,10 +136,7 @@ ReplaySchedule Schedule(const RecordedProcess& p, bool all_launches) {
                        threads[first][next[first]].at <= p.gpu[records[record]].activity.begin_ns);
     if (host) {
       const Step& s = threads[first][next[first]++];
-      const ReplayStep::Kind kind = s.kind == Step::kPush  ? ReplayStep::kPush
-                                    : s.kind == Step::kPop ? ReplayStep::kPop
-                                                           : ReplayStep::kLaunch;
-      out.steps.push_back({kind, static_cast<uint32_t>(first), s.index});
+      out.steps.push_back({s.kind, static_cast<uint32_t>(first), s.index});
     } else {
       out.steps.push_back({ReplayStep::kRecord, 0, records[record++]});
     }

@@ -42,6 +42,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cupti.h"
@@ -261,8 +262,8 @@ int main(int argc, char** argv) {
     });
   }
   {
-    std::unordered_map<uint64_t, bool> launched;
-    for (const RecordedLaunch& l : p.launches) launched[l.correlation] = true;
+    std::unordered_set<uint64_t> launched;
+    for (const RecordedLaunch& l : p.launches) launched.insert(l.correlation);
     for (const auto& [correlation, list] : records_of) {
       if (launched.count(correlation) != 0) continue;
       for (uint32_t i : list) AddRecord(fake, p.gpu[i]);
