@@ -8,11 +8,12 @@
 // next launch on the stream starts after this one ends, so it sees both stores.
 //
 // How entries on the same site compose without races: the kernel resolves the entries that
-// match this call into shared memory, in table order. For entry j, a thread walks j's box and
-// owns an element only if no earlier valid entry's box contains it; the owner applies, in
-// order, entry j and every later matching entry whose box contains the element, and stores
-// once. Each element is thus written by one thread with the fold of all its entries in table
-// order, which is what the host (entry after entry) computes.
+// match this call into shared memory, in table order. An entry covers the elements of its box
+// (for a rows entry, those in rows its mask marks: EntryCovers). For entry j, a thread walks j's
+// box and owns an element j covers only if no earlier valid entry covers it; the owner applies,
+// in order, entry j and every later matching entry that covers the element, and stores once.
+// Each element is thus written by one thread with the fold of all its entries in table order,
+// which is what the host (entry after entry) computes.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -48,13 +49,14 @@ __device__ __noinline__ uint32_t ScanMatches(const PatchTable* t, uint32_t site,
   for (uint32_t base = 0; base < count; base += 32) {
     const uint32_t i = base + lane;
     PatchEntry* e = i < count ? &t->entries[i] : nullptr;
-    const bool match = e && e->site_id == site && SelectorMatches(e->selector, call, token);
+    const bool match =
+        e && e->site_id == site && SelectorMatches(e->selector, call, token, MasksOf(*t));
     const unsigned mask = __ballot_sync(0xffffffffu, match);
     if (match) {
       const uint32_t slot = n + __popc(mask & ((1u << lane) - 1u));
       PatchErrorInfo err = MakeError(PatchError::kTooManyMatches, -1, kMaxMatchesPerCall);
       if (slot < static_cast<uint32_t>(kMaxMatchesPerCall)) {
-        err = ResolveEntryCore(*e, i, out.ndim, out.shape, out.dtype, &slots[slot]);
+        err = ResolveEntryCore(*e, i, out.ndim, out.shape, out.dtype, MasksOf(*t), &slots[slot]);
         if (err.code != 0) slots[slot].valid = 0;
       }
       if (blockIdx.x == 0) {  // one thread per entry per call counts
@@ -127,6 +129,8 @@ __global__ void ResetCountersKernel(PatchTable* t) {
     t->site_calls[s] = 0;
     t->site_done[s] = 0;
   }
+  for (uint32_t k = threadIdx.x; k < t->max_masks; k += blockDim.x)
+    t->mask_counts[k] = RowMaskCounts{0, 0};
   if (threadIdx.x == 0) *t->token = 0;
 }
 

@@ -25,10 +25,20 @@ std::string ShapeString(int ndim, const int64_t* shape) {
 }
 
 std::string SelectorString(const CallSelector& s) {
-  static const char* const kNames[] = {"every", "call", "calls", "token", "tokens"};
-  if (s.kind > 4) return "kind " + std::to_string(s.kind);
-  std::string out = std::string(kNames[s.kind]) + " " + std::to_string(s.first);
-  if (s.kind == 2 || s.kind == 4) out += ".." + std::to_string(s.last);
+  const char* name = nullptr;
+  switch (static_cast<SelectorKind>(s.kind)) {
+#define TT_SELECTOR_NAME_(enumerator, value, text) \
+  case SelectorKind::enumerator:                   \
+    name = text;                                   \
+    break;
+    TT_PATCH_SELECTORS(TT_SELECTOR_NAME_)
+#undef TT_SELECTOR_NAME_
+  }
+  if (name == nullptr) return "kind " + std::to_string(s.kind);
+  std::string out = std::string(name) + " " + std::to_string(s.first);
+  if (s.kind == static_cast<uint32_t>(SelectorKind::kCallRange) ||
+      s.kind == static_cast<uint32_t>(SelectorKind::kTokenRange))
+    out += ".." + std::to_string(s.last);
   return out;
 }
 
@@ -66,7 +76,8 @@ constexpr std::array<RowFn, 6> RowFns() {
 }
 
 // Applies one resolved entry over its whole box: rows of the last dimension, the rows in
-// odometer order.
+// odometer order. A rows entry skips the unmarked output rows (RowMarked, as the kernel): whole
+// rows of the walk when the output has 2+ dims, single elements when dim 0 is the walk's row.
 void ApplyEntryHost(const ResolvedEntry& r, void* data, const OutputDesc& out) {
   static constexpr std::array<std::array<RowFn, 6>, 3> kFns = {RowFns<0>(), RowFns<1>(),
                                                                RowFns<2>()};
@@ -84,7 +95,16 @@ void ApplyEntryHost(const ResolvedEntry& r, void* data, const OutputDesc& out) {
       obase += (b.start[d] + c[d] * b.step[d]) * out.strides[d];
       pbase += c[d] * r.operand_stride[d];
     }
-    row_fn(data, obase, ostep, r, pbase, pstep, inner);
+    if (!HasRowMask(r)) {
+      row_fn(data, obase, ostep, r, pbase, pstep, inner);
+    } else if (last > 0) {
+      if (RowMarked(r, b.start[0] + c[0] * b.step[0]))
+        row_fn(data, obase, ostep, r, pbase, pstep, inner);
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        if (RowMarked(r, b.start[0] + i * b.step[0]))
+          row_fn(data, obase + i * ostep, ostep, r, pbase + i * pstep, pstep, 1);
+    }
     for (int d = last - 1; d >= 0; --d) {
       if (++c[d] < b.count[d]) break;
       c[d] = 0;
@@ -193,6 +213,17 @@ std::string FormatPatchError(const PatchErrorInfo& e, const PatchEntry& entry) {
     case PatchError::kBadShape:
       m = "dimension " + d + " of the output has negative size " + a;
       break;
+    case PatchError::kBadMaskSlot:
+      m = "rows selector slot " + a +
+          (e.a < 0 ? " is negative; row mask slots count from 0"
+                   : " is not below the table's max_masks " + b +
+                         "; create the table with max_masks >= " + std::to_string(e.a + 1));
+      break;
+    case PatchError::kRowsScalarOutput:
+      m = "call selector '" + SelectorString(entry.selector) +
+          "' edits rows (dimension 0) but the output is 0-d; a rows selector needs an output of "
+          "1 or more dimensions";
+      break;
     default:
       m = "unknown patch error " + std::to_string(e.code);
       break;
@@ -209,16 +240,17 @@ bool ResolveBox(const IndexBox& box, int ndim, const int64_t* shape, ResolvedBox
   return Fail(error, FormatPatchError(e, entry));
 }
 
-bool ValidateEntryStatic(const PatchEntry& entry, std::string* error) {
-  const PatchErrorInfo e = CheckEntryStatic(entry);
+bool ValidateEntryStatic(const PatchEntry& entry, uint32_t max_masks, std::string* error) {
+  const PatchErrorInfo e = CheckEntryStatic(entry, max_masks);
   return e.code == 0 || Fail(error, FormatPatchError(e, entry));
 }
 
 bool ValidateEntry(const PatchEntry& entry, int ndim, const int64_t* shape, DType dtype,
-                   std::string* error) {
+                   uint32_t max_masks, std::string* error) {
   ResolvedEntry r;
+  const RowMaskView no_masks{nullptr, nullptr, max_masks, 0};
   const PatchErrorInfo e =
-      ResolveEntryCore(entry, 0, ndim, shape, static_cast<uint32_t>(dtype), &r);
+      ResolveEntryCore(entry, 0, ndim, shape, static_cast<uint32_t>(dtype), no_masks, &r);
   if (e.code == 0) return true;
   std::string m = FormatPatchError(e, entry);
   if (e.code == static_cast<uint32_t>(PatchError::kOperandShape)) {
@@ -229,13 +261,21 @@ bool ValidateEntry(const PatchEntry& entry, int ndim, const int64_t* shape, DTyp
   return Fail(error, std::move(m));
 }
 
-size_t PatchTableBytes(uint32_t capacity, uint32_t max_sites) {
+// Where the mask regions start: after the counters, 8-aligned (the drawing's M).
+size_t MasksOffset(uint32_t capacity, uint32_t max_sites) {
   return RoundUp8(kHeaderBytes + size_t{capacity} * sizeof(PatchEntry) +
                   2 * size_t{max_sites} * sizeof(uint32_t) + sizeof(uint32_t));
 }
 
+size_t PatchTableBytes(uint32_t capacity, uint32_t max_sites, uint32_t max_masks,
+                       uint32_t max_rows) {
+  return MasksOffset(capacity, max_sites) +
+         RoundUp8(size_t{max_masks} * sizeof(RowMaskCounts) + size_t{max_masks} * max_rows);
+}
+
 bool LayoutPatchTable(void* arena, uintptr_t base_address, const PatchEntry* entries,
-                      uint32_t count, uint32_t capacity, uint32_t max_sites, std::string* error) {
+                      uint32_t count, uint32_t capacity, uint32_t max_sites, uint32_t max_masks,
+                      uint32_t max_rows, std::string* error) {
   if (count > capacity) return Fail(error, "tokentrace: more patch entries than table capacity");
   if (max_sites == 0) return Fail(error, "tokentrace: a patch table needs max_sites >= 1");
   for (uint32_t i = 0; i < count; ++i) {
@@ -244,8 +284,15 @@ bool LayoutPatchTable(void* arena, uintptr_t base_address, const PatchEntry* ent
                              std::to_string(entries[i].site_id) + " but the table has " +
                              std::to_string(max_sites) + " sites");
     }
+    const CallSelector& s = entries[i].selector;
+    if (s.kind == static_cast<uint32_t>(SelectorKind::kRows) && s.first >= max_masks) {
+      return Fail(error,
+                  FormatPatchError(MakeError(PatchError::kBadMaskSlot, -1, s.first, max_masks),
+                                   entries[i]) +
+                      " (patch entry " + std::to_string(i) + ")");
+    }
   }
-  const size_t bytes = PatchTableBytes(capacity, max_sites);
+  const size_t bytes = PatchTableBytes(capacity, max_sites, max_masks, max_rows);
   std::memset(arena, 0, bytes);
   auto* t = static_cast<PatchTable*>(arena);
   t->magic = kPatchTableMagic;
@@ -259,10 +306,16 @@ bool LayoutPatchTable(void* arena, uintptr_t base_address, const PatchEntry* ent
   const size_t calls_off = entries_off + size_t{capacity} * sizeof(PatchEntry);
   const size_t done_off = calls_off + size_t{max_sites} * sizeof(uint32_t);
   const size_t token_off = done_off + size_t{max_sites} * sizeof(uint32_t);
+  const size_t counts_off = MasksOffset(capacity, max_sites);
+  const size_t rows_off = counts_off + size_t{max_masks} * sizeof(RowMaskCounts);
   t->entries = reinterpret_cast<PatchEntry*>(base_address + entries_off);
   t->site_calls = reinterpret_cast<uint32_t*>(base_address + calls_off);
   t->site_done = reinterpret_cast<uint32_t*>(base_address + done_off);
   t->token = reinterpret_cast<uint32_t*>(base_address + token_off);
+  t->max_masks = max_masks;
+  t->max_rows = max_rows;
+  t->mask_counts = reinterpret_cast<RowMaskCounts*>(base_address + counts_off);
+  t->row_masks = reinterpret_cast<uint8_t*>(base_address + rows_off);
   auto* staged = reinterpret_cast<PatchEntry*>(static_cast<char*>(arena) + entries_off);
   for (uint32_t i = 0; i < count; ++i) {
     staged[i] = entries[i];
@@ -286,13 +339,14 @@ bool CheckTableHeader(const PatchTable& t, std::string* error) {
 }
 
 std::unique_ptr<HostPatchTable> HostPatchTable::Create(const std::vector<PatchEntry>& entries,
-                                                       uint32_t max_sites, std::string* error) {
+                                                       uint32_t max_sites, uint32_t max_masks,
+                                                       uint32_t max_rows, std::string* error) {
   auto table = std::unique_ptr<HostPatchTable>(new HostPatchTable());
   const uint32_t count = static_cast<uint32_t>(entries.size());
-  table->arena_.resize(PatchTableBytes(count, max_sites) / 8);
+  table->arena_.resize(PatchTableBytes(count, max_sites, max_masks, max_rows) / 8);
   void* arena = table->arena_.data();
   if (!LayoutPatchTable(arena, reinterpret_cast<uintptr_t>(arena), entries.data(), count, count,
-                        max_sites, error)) {
+                        max_sites, max_masks, max_rows, error)) {
     return nullptr;
   }
   return table;
@@ -320,14 +374,15 @@ ApplyStatus ApplyPatchesHost(PatchTable& table, uint32_t site_id, void* data, DT
   }
   status.call = ++table.site_calls[site_id];
   const uint32_t token = *table.token;
+  const RowMaskView masks = MasksOf(table);
   uint32_t matches = 0;
   for (uint32_t i = 0; i < table.entry_count; ++i) {
     PatchEntry& e = table.entries[i];
-    if (e.site_id != site_id || !SelectorMatches(e.selector, status.call, token)) continue;
+    if (e.site_id != site_id || !SelectorMatches(e.selector, status.call, token, masks)) continue;
     ResolvedEntry r;
     PatchErrorInfo err = MakeError(PatchError::kTooManyMatches, -1, kMaxMatchesPerCall);
     if (matches++ < static_cast<uint32_t>(kMaxMatchesPerCall))
-      err = ResolveEntryCore(e, i, ndim, shape, static_cast<uint32_t>(dtype), &r);
+      err = ResolveEntryCore(e, i, ndim, shape, static_cast<uint32_t>(dtype), masks, &r);
     if (err.code != 0) {
       ++e.skips;
       e.last_error = err;
@@ -364,9 +419,42 @@ void ResetCountersHost(PatchTable& t) {
   std::memset(t.site_calls, 0, sizeof(uint32_t) * t.max_sites);
   std::memset(t.site_done, 0, sizeof(uint32_t) * t.max_sites);
   *t.token = 0;
+  std::memset(t.mask_counts, 0, sizeof(RowMaskCounts) * t.max_masks);
 }
 
 void AdvanceTokenHost(PatchTable& t) { ++*t.token; }
 void SetTokenHost(PatchTable& t, uint32_t token) { *t.token = token; }
+
+bool CheckRowMaskArgs(uint32_t max_masks, uint32_t max_rows, int64_t slot, int64_t n,
+                      std::string* error) {
+  if (slot < 0 || slot >= max_masks) {
+    return Fail(error, "tokentrace: row mask slot " + std::to_string(slot) +
+                           (max_masks == 0 ? std::string(" is not in this patch table (it has no "
+                                                         "row mask slots: max_masks is 0)")
+                                           : " is not in this patch table (slots 0.." +
+                                                 std::to_string(max_masks - 1) + ": max_masks " +
+                                                 std::to_string(max_masks) + ")"));
+  }
+  if (n < 0 || n > max_rows) {
+    return Fail(error, "tokentrace: a row mask of " + std::to_string(n) +
+                           " rows is longer than this patch table's max_rows " +
+                           std::to_string(max_rows));
+  }
+  return true;
+}
+
+bool SetRowMaskHost(PatchTable& t, uint32_t slot, const uint8_t* rows, uint32_t n,
+                    std::string* error) {
+  if (!CheckTableHeader(t, error) || !CheckRowMaskArgs(t.max_masks, t.max_rows, slot, n, error))
+    return false;
+  uint8_t* dst = t.row_masks + size_t{slot} * t.max_rows;
+  uint32_t marked = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    dst[i] = rows[i] != 0 ? 1 : 0;
+    marked += dst[i];
+  }
+  t.mask_counts[slot] = RowMaskCounts{n, marked};
+  return true;
+}
 
 }  // namespace tokentrace::patch

@@ -2,11 +2,12 @@
 // stream-ordered helpers around it.
 //
 // Design (why it works under CUDA graphs): the decision whether an entry fires is made by the
-// kernel from the table's device-side counters, never by the host. Every helper that changes
-// those counters (apply, token advance, reset) is a kernel on the caller's stream, so a graph
-// that captured them replays the same decisions against the counters' current values. Nothing
-// here synchronizes the host except UploadPatchTable (a one-time copy) and
-// ReadCountersDevice (asked for by a report).
+// kernel from the table's device-side counters and row masks, never by the host. Every helper
+// that changes the counters (apply, token advance, reset) is a kernel on the caller's stream, so
+// a graph that captured them replays the same decisions against the counters' current values.
+// Row masks are written by the host between replays (SetRowMaskDevice: stream-ordered copies
+// into the arena, whose address the graph holds). Nothing here synchronizes the host except
+// UploadPatchTable (a one-time copy) and ReadCountersDevice (asked for by a report).
 //
 // A site must be applied on one stream at a time (one module's forward calls are ordered); two
 // concurrent applies of the same site would race on its call counter.
@@ -40,6 +41,8 @@ class DevicePatchTable {
   PatchTable* device() const { return device_; }  // device address of the header
   uint32_t entry_count() const { return entry_count_; }
   uint32_t max_sites() const { return max_sites_; }
+  uint32_t max_masks() const { return max_masks_; }
+  uint32_t max_rows() const { return max_rows_; }
   const std::vector<PatchEntry>& host_entries() const { return entries_; }
   // Indices of the entries for `site`, in table order (empty for an unknown site).
   const std::vector<uint32_t>& SiteEntries(uint32_t site) const;
@@ -49,21 +52,28 @@ class DevicePatchTable {
   void Release();
 
  private:
-  friend bool UploadPatchTable(const std::vector<PatchEntry>&, uint32_t, DevicePatchTable*,
-                               std::string*);
+  friend bool UploadPatchTable(const std::vector<PatchEntry>&, uint32_t, uint32_t, uint32_t,
+                               DevicePatchTable*, std::string*);
   PatchTable* device_ = nullptr;
   size_t bytes_ = 0;
   uint32_t entry_count_ = 0;
   uint32_t max_sites_ = 0;
+  uint32_t max_masks_ = 0;
+  uint32_t max_rows_ = 0;
   std::vector<PatchEntry> entries_;                  // host mirror, as uploaded
   std::vector<std::vector<uint32_t>> site_entries_;  // per site id
 };
 
 // Validates entries (shape-independent checks), checks that operands are device-accessible,
-// allocates the arena and copies it over (synchronously). On failure `out` is left empty and
-// `error` says why.
+// allocates the arena (with max_masks row mask slots of max_rows rows, all empty) and copies it
+// over (synchronously). On failure `out` is left empty and `error` says why.
 bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites,
-                      DevicePatchTable* out, std::string* error);
+                      uint32_t max_masks, uint32_t max_rows, DevicePatchTable* out,
+                      std::string* error);
+inline bool UploadPatchTable(const std::vector<PatchEntry>& entries, uint32_t max_sites,
+                             DevicePatchTable* out, std::string* error) {
+  return UploadPatchTable(entries, max_sites, 0, 0, out, error);
+}
 
 // One kernel launch on `stream`, no host synchronization. Advances the site's call counter and
 // applies every matching entry. Shape and strides are copied into the launch parameters, so
@@ -80,7 +90,19 @@ cudaError_t ApplyPatchesDevice(const DevicePatchTable& table, uint32_t site_id, 
 // Stream-ordered counter updates (tiny kernels, so they can be captured in a graph).
 cudaError_t AdvanceTokenDevice(PatchTable* device_table, cudaStream_t stream);
 cudaError_t SetTokenDevice(PatchTable* device_table, uint32_t token, cudaStream_t stream);
+// Also empties every row mask (mask_len = mask_marked = 0).
 cudaError_t ResetCountersDevice(PatchTable* device_table, cudaStream_t stream);
+
+// Writes row mask `slot` of an uploaded table, ordered on `stream` (the stream its applies run
+// on): cudaMemcpyAsync of host_rows[0..n) (nonzero = marked) and of the slot's counters
+// (mask_len = n, mask_marked = `marked`, which must be the count of nonzero rows: it decides
+// whether the slot's entries fire). Pageable host_rows may be reused on return (the copy stages
+// it); pinned host_rows must stay unchanged until the stream reaches the copy.
+// Not capturable: a graph would replay the copy of this call's rows. Returns
+// cudaErrorStreamCaptureUnsupported while `stream` is capturing, cudaErrorInvalidValue for a
+// table this process did not upload (or released), slot >= max_masks or n > max_rows.
+cudaError_t SetRowMaskDevice(PatchTable* device_table, uint32_t slot, const uint8_t* host_rows,
+                             uint32_t n, uint32_t marked, cudaStream_t stream);
 
 // Called by every launch that reads `table`: when `stream` is capturing, the table is kept
 // alive for the graph (one cudaStreamIsCapturing query otherwise).

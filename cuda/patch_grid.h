@@ -51,8 +51,13 @@ TT_HD void ApplySingle(const GridPos& g, const ResolvedEntry& r, void* data,
   if (sub_row >= per_iter) return;
   const PatchOp op = static_cast<PatchOp>(r.op);
   const bool reads_x = op == PatchOp::kAdd || op == PatchOp::kScale || op == PatchOp::kClamp;
+  // A rows entry: a row of the walk lies in one output row (dim 0) when nd >= 2, and is skipped
+  // whole when that row is unmarked; when nd == 1 the walk's one row is dim 0 itself, so each
+  // element is tested.
+  const bool mask_rows = HasRowMask(r) && nd >= 2;
+  const bool mask_elements = HasRowMask(r) && nd == 1;
   for (int64_t row = g.block * per_iter + sub_row; row < rows; row += g.blocks * per_iter) {
-    int64_t rem = row, obase = ostart, pbase = 0;
+    int64_t rem = row, obase = ostart, pbase = 0, row0 = 0;
     TT_UNROLL
     for (int d = kMaxPatchDims - 2; d >= 0; --d) {
       if (d < last) {
@@ -60,14 +65,18 @@ TT_HD void ApplySingle(const GridPos& g, const ResolvedEntry& r, void* data,
         rem = d == 0 ? 0 : rem / b.count[d];
         obase += (b.start[d] + digit * b.step[d]) * out.strides[d];
         pbase += digit * r.operand_stride[d];
+        if (d == 0) row0 = b.start[0] + digit * b.step[0];
       }
     }
+    if (mask_rows && !RowMarked(r, row0)) continue;
     for (int64_t col = col0; col < inner; col += 4 * col_stride) {
       float x[4], p[4];
+      bool edit[4];
       TT_UNROLL
       for (int k = 0; k < 4; ++k) {
         const int64_t cc = col + k * col_stride;
-        if (cc < inner) {
+        edit[k] = cc < inner && (!mask_elements || RowMarked(r, b.start[0] + cc * b.step[0]));
+        if (edit[k]) {
           x[k] = reads_x ? LoadAsFloat(data, obase + cc * ostep, out.dtype) : 0.0f;
           p[k] = r.operand ? LoadAsFloat(r.operand, pbase + cc * pstep, r.operand_dtype)
                            : r.params.value;
@@ -76,7 +85,7 @@ TT_HD void ApplySingle(const GridPos& g, const ResolvedEntry& r, void* data,
       TT_UNROLL
       for (int k = 0; k < 4; ++k) {
         const int64_t cc = col + k * col_stride;
-        if (cc < inner)
+        if (edit[k])
           StoreFromFloat(data, obase + cc * ostep, out.dtype, ApplyOp(r.op, r.params, x[k], p[k]));
       }
     }
@@ -118,17 +127,18 @@ TT_HD_COLD void ApplyEntry(const GridPos& g, const ResolvedEntry* slots, uint32_
         off += o[d] * out.strides[d];
       }
     }
-    bool owned = true;
+    // Entries cover their box's marked rows only (EntryCovers): an element of j's box in a row j
+    // does not edit is left to the later entries that do, whose own walks find it.
+    bool owned = !HasRowMask(r) || RowMarked(r, o[0]);
     for (uint32_t i = 0; i < j && owned; ++i) {
-      if (slots[i].valid && BoxContains(slots[i].box, o, q)) owned = false;
+      if (slots[i].valid && EntryCovers(slots[i], o, q)) owned = false;
     }
     if (owned) {
       float x = LoadAsFloat(data, off, out.dtype);
       x = ApplyOp(r.op, r.params, x, OperandAt(r, c));
       for (uint32_t k = j + 1; k < n; ++k) {
         const ResolvedEntry& rk = slots[k];
-        if (rk.valid && BoxContains(rk.box, o, q))
-          x = ApplyOp(rk.op, rk.params, x, OperandAt(rk, q));
+        if (rk.valid && EntryCovers(rk, o, q)) x = ApplyOp(rk.op, rk.params, x, OperandAt(rk, q));
       }
       StoreFromFloat(data, off, out.dtype, x);
     }

@@ -137,7 +137,30 @@ TT_HD float ApplyOp(uint32_t op, const OpParams& p, float x, float operand) {
   return x;
 }
 
-TT_HD bool SelectorMatches(const CallSelector& s, uint32_t call, uint32_t token) {
+// The table's row masks as the apply reads them: a view of the arena's mask regions, in the
+// table's address space (device addresses in the kernel). counts == nullptr: no masks to read
+// (validation before any table exists); a rows entry then resolves with no row marked.
+struct RowMaskView {
+  const RowMaskCounts* counts;  // [max_masks]
+  const uint8_t* rows;          // [max_masks * max_rows]
+  uint32_t max_masks;
+  uint32_t max_rows;
+};
+
+TT_HD RowMaskView MasksOf(const PatchTable& t) {
+  RowMaskView m;
+  m.counts = t.mask_counts;
+  m.rows = t.row_masks;
+  m.max_masks = t.max_masks;
+  m.max_rows = t.max_rows;
+  return m;
+}
+
+// A rows selector whose slot is beyond the table matches, so the resolve records why it cannot
+// apply (kBadMaskSlot) instead of the entry silently never firing; tables refuse such entries
+// when they are built, so only a hand-made table gets here.
+TT_HD bool SelectorMatches(const CallSelector& s, uint32_t call, uint32_t token,
+                           const RowMaskView& masks) {
   switch (static_cast<SelectorKind>(s.kind)) {
     case SelectorKind::kEvery:
       return true;
@@ -149,6 +172,9 @@ TT_HD bool SelectorMatches(const CallSelector& s, uint32_t call, uint32_t token)
       return token != 0 && token == s.first;
     case SelectorKind::kTokenRange:
       return token != 0 && token >= s.first && token <= s.last;
+    case SelectorKind::kRows:
+      return s.first >= masks.max_masks ||
+             (masks.counts != nullptr && masks.counts[s.first].mask_marked != 0);
   }
   return false;
 }
@@ -177,7 +203,20 @@ struct ResolvedEntry {
   OpParams params;
   uint32_t entry_index;
   uint32_t valid;  // 0: matched but skipped (error recorded)
+  // A rows entry's mask: only elements whose dim-0 index is a marked row below row_mask_len
+  // are edited (RowMarked). row_mask_len < 0: not a rows entry, every row of the box is.
+  // A rows entry only resolves against an output with ndim >= 1.
+  const uint8_t* row_mask;
+  int64_t row_mask_len;
 };
+
+TT_HD bool HasRowMask(const ResolvedEntry& r) { return r.row_mask_len >= 0; }
+
+// Whether the elements of output row `row` (a dim-0 index, >= 0) are edited by r. The one test
+// every element walk makes (host rows, kernel rows and elements), so all skip the same rows.
+TT_HD bool RowMarked(const ResolvedEntry& r, int64_t row) {
+  return r.row_mask_len < 0 || (row < r.row_mask_len && r.row_mask[row] != 0);
+}
 
 TT_HD PatchErrorInfo MakeError(PatchError code, int32_t dim = -1, int64_t a = 0, int64_t b = 0) {
   PatchErrorInfo e;
@@ -234,14 +273,17 @@ TT_HD PatchErrorInfo ResolveBoxCore(const IndexBox& box, int ndim, const int64_t
 }
 
 // Checks that do not depend on the output (op, selector, step, clamp bounds, operand dtype).
-TT_HD PatchErrorInfo CheckEntryStatic(const PatchEntry& e) {
+// max_masks: the table's row mask slots (a rows selector's slot must be below it).
+TT_HD PatchErrorInfo CheckEntryStatic(const PatchEntry& e, uint32_t max_masks) {
   if (e.op > static_cast<uint32_t>(PatchOp::kReplace))
     return MakeError(PatchError::kBadOp, -1, e.op);
   const CallSelector& s = e.selector;
   const uint32_t kind = s.kind;
-  if (kind > static_cast<uint32_t>(SelectorKind::kTokenRange))
+  if (kind > static_cast<uint32_t>(SelectorKind::kRows))
     return MakeError(PatchError::kBadSelector, -1, kind, 0);
-  if (kind != static_cast<uint32_t>(SelectorKind::kEvery)) {
+  if (kind == static_cast<uint32_t>(SelectorKind::kRows)) {
+    if (s.first >= max_masks) return MakeError(PatchError::kBadMaskSlot, -1, s.first, max_masks);
+  } else if (kind != static_cast<uint32_t>(SelectorKind::kEvery)) {
     const bool range = kind == static_cast<uint32_t>(SelectorKind::kCallRange) ||
                        kind == static_cast<uint32_t>(SelectorKind::kTokenRange);
     if (s.first == 0 || (range && s.last < s.first))
@@ -268,14 +310,25 @@ TT_HD PatchErrorInfo CheckEntryStatic(const PatchEntry& e) {
   return MakeError(PatchError::kOk);
 }
 
-// Resolves one entry against one output: box, operand broadcast, dtypes.
+// Resolves one entry against one output: box, operand broadcast, dtypes, and a rows entry's
+// mask (read from `masks` now: the apply that resolves it uses the mask as it is at this call).
 TT_HD PatchErrorInfo ResolveEntryCore(const PatchEntry& e, uint32_t entry_index, int ndim,
-                                      const int64_t* shape, uint32_t dtype, ResolvedEntry* out) {
-  PatchErrorInfo err = CheckEntryStatic(e);
+                                      const int64_t* shape, uint32_t dtype,
+                                      const RowMaskView& masks, ResolvedEntry* out) {
+  PatchErrorInfo err = CheckEntryStatic(e, masks.max_masks);
   if (err.code != 0) return err;
   if (!IsFloatDType(dtype)) return MakeError(PatchError::kOutputDtype, -1, dtype);
   err = ResolveBoxCore(e.box, ndim, shape, &out->box);
   if (err.code != 0) return err;
+  out->row_mask = nullptr;
+  out->row_mask_len = -1;
+  if (e.selector.kind == static_cast<uint32_t>(SelectorKind::kRows)) {
+    if (ndim == 0) return MakeError(PatchError::kRowsScalarOutput);
+    const uint32_t slot = e.selector.first;  // < max_masks: checked above
+    out->row_mask_len = masks.counts != nullptr ? masks.counts[slot].mask_len : 0;
+    if (out->row_mask_len > 0)
+      out->row_mask = masks.rows + static_cast<size_t>(slot) * masks.max_rows;
+  }
   out->op = e.op;
   out->params = e.params;
   out->entry_index = entry_index;
@@ -325,6 +378,11 @@ TT_HD bool BoxContains(const ResolvedBox& b, const int64_t* o, int64_t* q) {
     q[d] = i;
   }
   return true;
+}
+
+// BoxContains, and the element's row is one the entry edits (its mask, if any, marks o[0]).
+TT_HD bool EntryCovers(const ResolvedEntry& r, const int64_t* o, int64_t* q) {
+  return BoxContains(r.box, o, q) && (!HasRowMask(r) || RowMarked(r, o[0]));
 }
 
 TT_HD float OperandAt(const ResolvedEntry& r, const int64_t* q) {

@@ -11,19 +11,30 @@
 //
 //   arena offset                    contents                                  written by
 //   ----------------------------    ---------------------------------------   -----------------
-//   0                               PatchTable header (64 B)                  host, at build
-//   64                              PatchEntry entries[capacity] (392 B each)  host, at build;
+//   0                               PatchTable header (88 B)                  host, at build
+//   88                              PatchEntry entries[capacity] (392 B each)  host, at build;
 //                                     .fires / .skips / .last_error             apply kernel
-//   64 + 392*capacity               uint32 site_calls[max_sites]              apply kernel
+//   88 + 392*capacity               uint32 site_calls[max_sites]              apply kernel
 //   + 4*max_sites                   uint32 site_done[max_sites]               apply kernel
 //                                     (last-block tickets; 0 between launches)
 //   + 4*max_sites                   uint32 token                              token kernel/host
+//   (rounded up to 8 bytes: M)
+//   M                               RowMaskCounts mask_counts[max_masks]      host (set_row_mask),
+//                                     (uint32 mask_len, uint32 mask_marked)     reset
+//   M + 8*max_masks                 uint8 row_masks[max_masks][max_rows]      host (set_row_mask)
 //   (rounded up to 8 bytes)
 //
 // Counters are 1-based: site_calls[s] is the number of apply calls made for site s so far, so
 // the call being applied is site_calls[s] + 1 (call 1 = the prefill). token is the 1-based index
 // of the token being generated (token 1 = the prefill); 0 means "before the first token", and
 // no token selector matches it.
+//
+// Row masks (the "rows" selector, for serving engines that flatten many requests along dim 0
+// of an output): slot k is row_masks[k][0 .. mask_counts[k].mask_len), one byte per row,
+// nonzero = marked; rows at or past mask_len are unmarked. The host writes a slot before each
+// engine step (SetRowMaskHost / SetRowMaskDevice, stream-ordered on the device); the regions
+// are allocated once at their largest size, so a captured graph reads them at a fixed address.
+// mask_marked counts the marked rows: an entry on a slot with none does not match the call.
 #pragma once
 
 #include <cstddef>
@@ -33,8 +44,9 @@ namespace tokentrace::patch {
 
 inline constexpr uint32_t kPatchTableMagic = 0x54505454u;  // "TTPT" little-endian
 // Version 2: the codes are exported to Python (tokentrace::abi()) and kBadSite, kOperandDevice
-// were added.
-inline constexpr uint32_t kPatchTableVersion = 2;
+// were added. Version 3: row masks (the header's max_masks .. row_masks, the "rows" selector,
+// kBadMaskSlot, kRowsScalarOutput).
+inline constexpr uint32_t kPatchTableVersion = 3;
 inline constexpr int kMaxPatchDims = 6;
 // The apply kernel resolves the entries matching one call into shared memory; more than this
 // many matches for one site at one call are skipped and reported (kTooManyMatches).
@@ -71,7 +83,8 @@ inline constexpr int kMaxMatchesPerCall = 16;
   X(kCallEq, 1, "call")       /* call == first (prefill == call 1) */             \
   X(kCallRange, 2, "calls")   /* first <= call <= last (last = kOpenEnd: open) */ \
   X(kTokenEq, 3, "token")     /* token == first */                                \
-  X(kTokenRange, 4, "tokens") /* first <= token <= last */
+  X(kTokenRange, 4, "tokens") /* first <= token <= last */                        \
+  X(kRows, 5, "rows")         /* row mask `first` has a marked row; edits those rows only */
 
 #define TT_PATCH_ENUMERATOR_(name, value, text) name = value,
 
@@ -161,10 +174,12 @@ static_assert(sizeof(Operand) == 112);
   X(kOperandMissing, 9, "operand_missing")                                                   \
   X(kOperandShape, 10, "operand_shape") /* dim, a = operand size, b = box size (-1: rank) */ \
   X(kBadClamp, 11, "bad_clamp")                                                              \
-  X(kTooManyMatches, 12, "too_many_matches") /* a = kMaxMatchesPerCall */                    \
-  X(kBadShape, 13, "bad_shape")              /* dim, a = size */                             \
-  X(kBadSite, 14, "bad_site")                /* a = site id (binders only) */                \
-  X(kOperandDevice, 15, "operand_device")    /* (binders only) */
+  X(kTooManyMatches, 12, "too_many_matches")     /* a = kMaxMatchesPerCall */                \
+  X(kBadShape, 13, "bad_shape")                  /* dim, a = size */                         \
+  X(kBadSite, 14, "bad_site")                    /* a = site id (binders only) */            \
+  X(kOperandDevice, 15, "operand_device")        /* (binders only) */                        \
+  X(kBadMaskSlot, 16, "bad_mask_slot")           /* a = slot, b = max_masks */               \
+  X(kRowsScalarOutput, 17, "rows_scalar_output") /* a rows selector on a 0-d output */
 
 enum class PatchError : uint32_t { TT_PATCH_ERRORS(TT_PATCH_ENUMERATOR_) };
 #undef TT_PATCH_ENUMERATOR_
@@ -201,6 +216,13 @@ static_assert(offsetof(PatchEntry, operand) == 240);
 static_assert(offsetof(PatchEntry, fires) == 352);
 static_assert(offsetof(PatchEntry, last_error) == 368);
 
+// One row mask slot's counters (the rows are in PatchTable::row_masks).
+struct RowMaskCounts {
+  uint32_t mask_len;     // rows written by the last SetRowMask (0 after a reset)
+  uint32_t mask_marked;  // how many of them are marked (nonzero)
+};
+static_assert(sizeof(RowMaskCounts) == 8);
+
 struct PatchTable {
   uint32_t magic;        // kPatchTableMagic
   uint32_t version;      // kPatchTableVersion
@@ -214,9 +236,16 @@ struct PatchTable {
   uint32_t* site_calls;
   uint32_t* site_done;
   uint32_t* token;
+  uint32_t max_masks;  // row mask slots are 0 .. max_masks-1
+  uint32_t max_rows;   // rows per slot
+  RowMaskCounts* mask_counts;
+  uint8_t* row_masks;  // slot k's rows start at row_masks + k * max_rows
 };
-static_assert(sizeof(PatchTable) == 64);
+static_assert(sizeof(PatchTable) == 88);
 static_assert(offsetof(PatchTable, entries) == 32);
 static_assert(offsetof(PatchTable, token) == 56);
+static_assert(offsetof(PatchTable, max_masks) == 64);
+static_assert(offsetof(PatchTable, mask_counts) == 72);
+static_assert(offsetof(PatchTable, row_masks) == 80);
 
 }  // namespace tokentrace::patch

@@ -82,14 +82,20 @@ std::string DTypeWord(c10::ScalarType st) {
 
 EntryProblem DecodeAndCheckEntry(const int64_t* ints, const double* floats,
                                  const at::Tensor& operand, const c10::Device& device,
-                                 int64_t max_sites, PatchEntry* entry) {
+                                 int64_t max_sites, int64_t max_masks, PatchEntry* entry) {
   *entry = DecodeEntry(ints, floats);
   if (ints[0] < 0 || ints[0] >= max_sites) {
     return Problem(PatchError::kBadSite, "the entry is for site " + std::to_string(ints[0]) +
                                              " but the table has sites 0.." +
                                              std::to_string(max_sites - 1));
   }
+  const bool rows = ints[2] == static_cast<int64_t>(patch::SelectorKind::kRows);
+  if (rows && (ints[3] < 0 || ints[3] >= max_masks)) {  // the slot, before it is cut to 32 bits
+    const auto info = patch::MakeError(PatchError::kBadMaskSlot, -1, ints[3], max_masks);
+    return EntryProblem{info.code, patch::FormatPatchError(info, *entry)};
+  }
   for (int i : {3, 4}) {  // the selector's first and last call or token: 32 bits, never wrapped
+    if (rows) break;      // a slot, checked above; last is ignored
     if (ints[i] < 0 || ints[i] > static_cast<int64_t>(TOKENTRACE_MAX_CALL_NUMBER)) {
       return Problem(PatchError::kBadSelector, "the entry selects call or token " +
                                                    std::to_string(ints[i]) +
@@ -101,10 +107,11 @@ EntryProblem DecodeAndCheckEntry(const int64_t* ints, const double* floats,
     EntryProblem p = SetOperand(operand, device, *entry);
     if (p.code != 0) return p;
   }
-  const patch::PatchErrorInfo info = patch::CheckEntryStatic(*entry);
+  const uint32_t masks = static_cast<uint32_t>(max_masks);
+  const patch::PatchErrorInfo info = patch::CheckEntryStatic(*entry, masks);
   if (info.code != 0) {
     std::string why;
-    patch::ValidateEntryStatic(*entry, &why);  // the same check, worded
+    patch::ValidateEntryStatic(*entry, masks, &why);  // the same check, worded
     return EntryProblem{info.code, why};
   }
   return {};

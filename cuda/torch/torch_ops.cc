@@ -5,10 +5,11 @@
 // Why these schemas: apply_patches_ mutates its output in place (Tensor(a!)) and returns
 // nothing, so functionalization and torch.compile see an ordinary in-place op and need no
 // graph break. Every other argument is an int (the table handle, the site id), so a traced or
-// captured call carries no Python object. The table ops have no tensor arguments; they are
-// registered for CompositeExplicitAutograd (which also serves the "no tensor" dispatch) and the
-// loader (python/tokentrace/_backend/torch_library.py) gives them fake kernels and marks them
-// side-effectful, so advance_token inside a compiled function stays in the graph, in order.
+// captured call carries no Python object. The table ops have no tensor arguments (but
+// set_row_mask's CPU rows); they are registered for CompositeExplicitAutograd (which also serves
+// the "no tensor" dispatch) and the loader (python/tokentrace/_backend/torch_library.py) gives
+// them fake kernels and marks them side-effectful, so advance_token or set_row_mask inside a
+// compiled function stays in the graph, in order.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -45,8 +46,8 @@ std::unordered_map<int64_t, std::shared_ptr<TableState>>& Registry() {
 // memory (its entries keep raw data pointers for the device).
 int64_t DecodeEntries(at::IntArrayRef ints, at::ArrayRef<double> floats,
                       const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites,
-                      const c10::Device& device, bool own_operands, TableState* state,
-                      EntryProblem* problem) {
+                      int64_t max_masks, int64_t max_rows, const c10::Device& device,
+                      bool own_operands, TableState* state, EntryProblem* problem) {
   const size_t n = operands.size();
   TORCH_CHECK(ints.size() == n * kIntsPerEntry && floats.size() == n * kFloatsPerEntry,
               "tokentrace: table_create needs ", kIntsPerEntry, " ints and ", kFloatsPerEntry,
@@ -54,6 +55,17 @@ int64_t DecodeEntries(at::IntArrayRef ints, at::ArrayRef<double> floats,
               " floats)");
   TORCH_CHECK(max_sites >= 1 && max_sites <= (int64_t{1} << 24),
               "tokentrace: max_sites must be in 1..2^24, got ", max_sites);
+  // Masks live in the table's arena, allocated once at their largest size: bounded so a typo
+  // cannot ask for terabytes (2^30 bytes of rows at most).
+  TORCH_CHECK(max_masks >= 0 && max_masks <= (int64_t{1} << 16),
+              "tokentrace: max_masks must be "
+              "in 0..2^16, got ",
+              max_masks);
+  TORCH_CHECK(
+      max_rows >= 0 && max_rows <= (int64_t{1} << 30) && max_masks * max_rows <= (int64_t{1} << 30),
+      "tokentrace: max_rows must be >= 0 with max_masks * max_rows <= 2^30 bytes of row "
+      "masks, got max_masks ",
+      max_masks, " and max_rows ", max_rows);
   TORCH_CHECK(device.is_cpu() || device.is_cuda(),
               "tokentrace: patch tables live on the CPU or a CUDA device, not ", device.str());
   for (size_t i = 0; i < n; ++i) {
@@ -63,7 +75,7 @@ int64_t DecodeEntries(at::IntArrayRef ints, at::ArrayRef<double> floats,
     PatchEntry e{};
     *problem =
         DecodeAndCheckEntry(ints.data() + i * kIntsPerEntry, floats.data() + i * kFloatsPerEntry,
-                            keep, device, max_sites, &e);
+                            keep, device, max_sites, max_masks, &e);
     if (problem->code != 0) return static_cast<int64_t>(i);
     state->entries.push_back(e);
     state->operands.push_back(keep);
@@ -79,28 +91,32 @@ c10::Device WithIndex(c10::Device device) {
 // patch::PatchError code (names in abi()); (-1, 0, "") when every entry is fine.
 std::tuple<int64_t, int64_t, std::string> TableCheck(
     at::IntArrayRef ints, at::ArrayRef<double> floats,
-    const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites, c10::Device device) {
+    const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites, c10::Device device,
+    int64_t max_masks, int64_t max_rows) {
   TableState scratch;
   EntryProblem problem;
-  const int64_t bad = DecodeEntries(ints, floats, operands, max_sites, WithIndex(device), false,
-                                    &scratch, &problem);
+  const int64_t bad = DecodeEntries(ints, floats, operands, max_sites, max_masks, max_rows,
+                                    WithIndex(device), false, &scratch, &problem);
   return {bad, static_cast<int64_t>(problem.code), problem.message};
 }
 
 int64_t TableCreate(at::IntArrayRef ints, at::ArrayRef<double> floats,
                     const c10::List<std::optional<at::Tensor>>& operands, int64_t max_sites,
-                    c10::Device device) {
+                    c10::Device device, int64_t max_masks, int64_t max_rows) {
   device = WithIndex(device);
   auto state = std::make_shared<TableState>();
   state->device = device;
-  state->max_sites = static_cast<uint32_t>(max_sites);
   EntryProblem problem;
-  const int64_t bad =
-      DecodeEntries(ints, floats, operands, max_sites, device, true, state.get(), &problem);
+  const int64_t bad = DecodeEntries(ints, floats, operands, max_sites, max_masks, max_rows, device,
+                                    true, state.get(), &problem);
   TORCH_CHECK(bad < 0, problem.message, " (patch entry ", bad, ")");
+  state->max_sites = static_cast<uint32_t>(max_sites);  // all three in range: checked above
+  state->max_masks = static_cast<uint32_t>(max_masks);
+  state->max_rows = static_cast<uint32_t>(max_rows);
   if (device.is_cpu()) {
     std::string why;
-    state->host = patch::HostPatchTable::Create(state->entries, state->max_sites, &why);
+    state->host = patch::HostPatchTable::Create(state->entries, state->max_sites, state->max_masks,
+                                                state->max_rows, &why);
     TORCH_CHECK(state->host != nullptr, why);
   } else {
 #if defined(TOKENTRACE_TORCH_OPS_CUDA)
@@ -172,6 +188,32 @@ void ResetCounters(int64_t handle) {
   patch::ResetCountersHost(t->host->table());
 }
 
+// Row mask `slot` := `rows` (a 1-D CPU bool/uint8 tensor, nonzero = marked) for the table's
+// next applies: at once for a CPU table, on the current stream for a CUDA one (not while it is
+// being captured: a graph would replay this call's rows). The rows are copied first, into
+// pageable memory, so the caller may reuse a pinned buffer at once.
+void SetRowMask(int64_t handle, int64_t slot, const at::Tensor& rows) {
+  const c10::ScalarType st = rows.scalar_type();
+  TORCH_CHECK(rows.device().is_cpu() && rows.dim() == 1 && (st == at::kBool || st == at::kByte),
+              "tokentrace: set_row_mask takes the rows as a 1-D CPU tensor of dtype bool or "
+              "uint8 (nonzero = marked); got a ",
+              rows.dim(), "-d ", DTypeWord(st), " tensor on ", rows.device().str());
+  const std::shared_ptr<TableState> t = FindTable(handle);
+  std::string why;
+  TORCH_CHECK(patch::CheckRowMaskArgs(t->max_masks, t->max_rows, slot, rows.numel(), &why), why);
+  const at::Tensor dense = rows.contiguous();
+  const auto* bytes = static_cast<const uint8_t*>(dense.data_ptr());  // bool: 0/1 bytes
+  std::vector<uint8_t> marks(bytes, bytes + dense.numel());
+  uint32_t marked = 0;
+  for (uint8_t& m : marks) marked += (m = m != 0 ? 1 : 0);
+#if defined(TOKENTRACE_TORCH_OPS_CUDA)
+  if (t->device.is_cuda()) return SetRowMaskCuda(*t, static_cast<uint32_t>(slot), marks, marked);
+#endif
+  TORCH_CHECK(patch::SetRowMaskHost(t->host->table(), static_cast<uint32_t>(slot), marks.data(),
+                                    static_cast<uint32_t>(marks.size()), &why),
+              why);
+}
+
 patch::PatchCounters ReadCounters(TableState& t) {
 #if defined(TOKENTRACE_TORCH_OPS_CUDA)
   if (t.device.is_cuda()) return ReadCountersCuda(t);
@@ -218,7 +260,7 @@ void TableValidate(int64_t handle, int64_t site, const at::Tensor& out) {
     if (t->entries[i].site_id != static_cast<uint32_t>(site)) continue;
     std::string why;
     TORCH_CHECK(patch::ValidateEntry(t->entries[i], static_cast<int>(out.dim()), shape.data(),
-                                     ToPatchDType(out.scalar_type()), &why),
+                                     ToPatchDType(out.scalar_type()), t->max_masks, &why),
                 why, " (patch entry ", i, ")");
   }
 }
@@ -279,17 +321,18 @@ TORCH_LIBRARY(tokentrace, m) {
   m.def("apply_patches_(Tensor(a!) out, int table, int site) -> ()");
   m.def(
       "table_create(int[] ints, float[] floats, Tensor?[] operands, int max_sites, "
-      "Device device) -> int");
+      "Device device, int max_masks=0, int max_rows=0) -> int");
   m.def("table_free(int table) -> ()");
   m.def("advance_token(int table) -> ()");
   m.def("set_token(int table, int token) -> ()");
   m.def("reset_counters(int table) -> ()");
+  m.def("set_row_mask(int table, int slot, Tensor rows) -> ()");
   m.def("table_counters(int table) -> (Tensor fires, Tensor skips, Tensor site_calls, int token)");
   m.def("table_errors(int table) -> str[]");
   m.def("table_validate(int table, int site, Tensor out) -> ()");
   m.def(
       "table_check(int[] ints, float[] floats, Tensor?[] operands, int max_sites, "
-      "Device device) -> (int entry, int reason, str message)");
+      "Device device, int max_masks=0, int max_rows=0) -> (int entry, int reason, str message)");
   m.def("abi() -> (str[] names, int[] values)");
 }
 
@@ -308,6 +351,7 @@ TORCH_LIBRARY_IMPL(tokentrace, CompositeExplicitAutograd, m) {
   m.impl("advance_token", &AdvanceToken);
   m.impl("set_token", &SetToken);
   m.impl("reset_counters", &ResetCounters);
+  m.impl("set_row_mask", &SetRowMask);
   m.impl("table_counters", &TableCounters);
   m.impl("table_errors", &TableErrors);
   m.impl("table_validate", &TableValidate);

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/patch_device.h"
 #include "cuda/torch/torch_table.h"
@@ -58,7 +59,9 @@ void UploadDeviceTable(TableState& t) {
   const c10::cuda::CUDAGuard guard(t.device);
   auto table = std::make_shared<patch::DevicePatchTable>();
   std::string why;
-  TORCH_CHECK(patch::UploadPatchTable(t.entries, t.max_sites, table.get(), &why), why);
+  TORCH_CHECK(
+      patch::UploadPatchTable(t.entries, t.max_sites, t.max_masks, t.max_rows, table.get(), &why),
+      why);
   t.device_table = std::move(table);
 }
 
@@ -78,6 +81,19 @@ void ResetCountersCuda(TableState& t) {
   const c10::cuda::CUDAGuard guard(t.device);
   CheckLaunch(patch::ResetCountersDevice(Dev(t).device(), CurrentStream(t.device)),
               "launching the counter reset kernel");
+}
+
+void SetRowMaskCuda(TableState& t, uint32_t slot, const std::vector<uint8_t>& rows,
+                    uint32_t marked) {
+  const c10::cuda::CUDAGuard guard(t.device);
+  const cudaStream_t stream = CurrentStream(t.device);
+  const cudaError_t e = patch::SetRowMaskDevice(Dev(t).device(), slot, rows.data(),
+                                                static_cast<uint32_t>(rows.size()), marked, stream);
+  TORCH_CHECK(e != cudaErrorStreamCaptureUnsupported,
+              "tokentrace: set_row_mask cannot run while the current CUDA stream is being "
+              "captured (a graph would replay this call's rows); write the masks before each "
+              "replay, outside the capture");
+  CheckLaunch(e, "copying the row mask to the device");
 }
 
 patch::PatchCounters ReadCountersCuda(TableState& t) {

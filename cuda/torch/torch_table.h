@@ -11,6 +11,7 @@
 // version from abi()); changing this layout changes patch::kPatchTableVersion: entry i is
 //   ints[i*kIntsPerEntry ...]:
 //     0 site id   1 op (PatchOp)   2 selector kind (SelectorKind)   3 first   4 last
+//       (rows selector: first = the row mask slot, last ignored)
 //     5 box ndim (0..6)   then per box dim d (6 of them): start, stop, step, flags
 //       (flags: 1 has start, 2 has stop, 4 integer index; see DimSlice in cuda/patch_table.h)
 //   floats[i*kFloatsPerEntry ...]: value, lo, hi
@@ -38,6 +39,8 @@ struct TableState {
   int64_t handle = 0;
   c10::Device device = c10::Device(c10::kCPU);
   uint32_t max_sites = 0;
+  uint32_t max_masks = 0;  // row mask slots (set_row_mask), max_rows rows each
+  uint32_t max_rows = 0;
   std::vector<patch::PatchEntry> entries;       // operand pointers point into `operands`
   std::vector<at::Tensor> operands;             // keeps operand memory alive (undefined: none)
   std::unique_ptr<patch::HostPatchTable> host;  // set when device is the CPU
@@ -57,10 +60,11 @@ struct EntryProblem {
 
 // Decodes entry `ints`/`floats` (kIntsPerEntry, kFloatsPerEntry values) into `entry`, with
 // `operand` (undefined: none) as its operand, and checks what can be checked before an output
-// is seen: the site id, the operand's device, dtype and rank, ValidateEntryStatic.
+// is seen: the site id, a rows selector's slot (< max_masks), the operand's device, dtype and
+// rank, ValidateEntryStatic.
 EntryProblem DecodeAndCheckEntry(const int64_t* ints, const double* floats,
                                  const at::Tensor& operand, const c10::Device& device,
-                                 int64_t max_sites, patch::PatchEntry* entry);
+                                 int64_t max_sites, int64_t max_masks, patch::PatchEntry* entry);
 
 // The codes and limits Python reads (tokentrace::abi()): ("version", kPatchTableVersion),
 // ("max_dims", ...), ("ints_per_entry", ...), ("floats_per_entry", ...), ("open_end", ...), then
@@ -86,6 +90,10 @@ void UploadDeviceTable(TableState& table);
 void AdvanceTokenCuda(TableState& table);
 void SetTokenCuda(TableState& table, uint32_t token);
 void ResetCountersCuda(TableState& table);
+// Row mask `slot` := rows (0/1 bytes, pageable host memory), on the current stream; refuses a
+// capturing stream.
+void SetRowMaskCuda(TableState& table, uint32_t slot, const std::vector<uint8_t>& rows,
+                    uint32_t marked);
 patch::PatchCounters ReadCountersCuda(TableState& table);
 #endif
 

@@ -119,6 +119,59 @@ inline std::vector<std::pair<std::string, Scenario>> CompositionScenarios() {
   return out;
 }
 
+// Row masks (the "rows" selector): before each call the host writes which rows of dim 0 each
+// slot marks. A call at which an entry's slot marks no row does not fire it; rows at or past
+// the written length are unmarked.
+inline std::vector<std::pair<std::string, Scenario>> RowMaskScenarios() {
+  using M = std::vector<uint8_t>;
+  std::vector<std::pair<std::string, Scenario>> out;
+  uint32_t seed = 40;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Scenario sc;  // the walk's rows are output rows
+    sc.initial = MakeTensor(dt, {6, 8}, Layout::kPadded, ++seed);
+    sc.max_masks = 2;
+    sc.max_rows = 8;
+    Add(&sc, Entry(0, PatchOp::kScale, Rows(1), {}, -2.0f));
+    sc.masks = {{M{}, M{1, 0, 1, 1, 0}},            // rows 0, 2, 3 (row 5: past the length)
+                {M{}, M{0, 0, 0, 0, 0, 0}},         // nothing marked: no fire
+                {M{}, M{}},                         // nothing written: no fire
+                {M{}, M{0, 0, 0, 0, 0, 7, 0, 1}}};  // row 5 (nonzero marks); row 7 is no row
+    sc.calls = 4;
+    out.emplace_back(std::string("rows_scale_") + DTypeTag(dt), std::move(sc));
+    Scenario box;  // a box that selects columns, with an operand, on a transposed output
+    box.initial = MakeTensor(dt, {5, 3, 8}, Layout::kTransposed, ++seed);
+    box.max_masks = 1;
+    box.max_rows = 5;
+    Add(&box, Entry(0, PatchOp::kAdd, Rows(0), {S(), S(1), S(1, 7, 2)}),
+        std::make_shared<Tensor>(MakeTensor(DType::kF32, {3}, Layout::kContiguous, ++seed)));
+    box.masks = {{M{0, 1, 0, 1, 1}}, {M{1}}};
+    box.calls = 3;  // call 3 keeps call 2's mask
+    out.emplace_back(std::string("rows_box_columns_") + DTypeTag(dt), std::move(box));
+  }
+  Scenario one;  // 1-D: the walk's one row is dim 0, so elements are tested one by one
+  one.initial = MakeTensor(DType::kF16, {11}, Layout::kContiguous, ++seed);
+  one.max_masks = 1;
+  one.max_rows = 16;
+  Add(&one, Entry(0, PatchOp::kFill, Rows(0), {S(1, {}, 2)}, 3.0f));
+  one.masks = {{M{1, 1, 0, 1, 1, 0, 0, 1, 1, 1}}};  // 10 of 11 rows written
+  one.calls = 2;
+  out.emplace_back("rows_1d_f16", std::move(one));
+  Scenario comp;  // overlapping boxes with different masks and one without: who owns what
+  comp.initial = MakeTensor(DType::kBF16, {6, 4, 8}, Layout::kPadded, ++seed);
+  comp.max_masks = 2;
+  comp.max_rows = 6;
+  Add(&comp, Entry(0, PatchOp::kScale, Rows(0), {S(), S({}, 3)}, 2.0f));
+  Add(&comp, Entry(0, PatchOp::kAdd, Rows(1), {S(), S(1), S(2, {}, 2)}),
+      std::make_shared<Tensor>(MakeTensor(DType::kBF16, {3, 1}, Layout::kContiguous, ++seed)));
+  Add(&comp, Entry(0, PatchOp::kClamp, Every(), {S(1, 5)}, 0.0f, -0.5f, 0.5f));
+  Add(&comp, Entry(0, PatchOp::kFill, Rows(0), {I(-1), I(0)}, 7.0f));  // row 5 only
+  comp.masks = {
+      {M{1, 0, 1, 0, 0, 1}, M{0, 1, 1, 0, 1}}, {M{0, 0, 0}, M{1, 1, 1, 1, 1, 1}}, {M{}, M{}}};
+  comp.calls = 3;
+  out.emplace_back("rows_compose_bf16", std::move(comp));
+  return out;
+}
+
 // Bigger than one block, so several blocks share the call counter and the ticket.
 inline std::vector<std::pair<std::string, Scenario>> LargeScenarios() {
   std::vector<std::pair<std::string, Scenario>> out;
@@ -140,6 +193,28 @@ inline std::vector<std::pair<std::string, Scenario>> LargeScenarios() {
   Add(&one, Entry(0, PatchOp::kZero, Prefill(), {S(), I(1)}));
   one.calls = 2;
   out.emplace_back("large_one_position_f16", std::move(one));
+  Scenario rows;  // every third row of the first 700, over many blocks
+  rows.initial = MakeTensor(DType::kBF16, {777, 1030}, Layout::kContiguous, 25);
+  rows.max_masks = 2;
+  rows.max_rows = 1024;
+  Add(&rows, Entry(0, PatchOp::kScale, Rows(1), {}, 0.37f));
+  std::vector<uint8_t> thirds(700);
+  for (size_t r = 0; r < thirds.size(); ++r) thirds[r] = r % 3 == 1;
+  rows.masks = {{{}, thirds}};
+  rows.calls = 2;
+  out.emplace_back("large_rows_bf16", std::move(rows));
+  Scenario rows_overlap;  // two masks over overlapping boxes, many rows
+  rows_overlap.initial = MakeTensor(DType::kF32, {3000, 2, 64}, Layout::kPadded, 26);
+  rows_overlap.max_masks = 2;
+  rows_overlap.max_rows = 4096;
+  Add(&rows_overlap, Entry(0, PatchOp::kAdd, Rows(0), {S(10, 2900)}, 1.0f));
+  Add(&rows_overlap, Entry(0, PatchOp::kScale, Rows(1), {S(), I(1)}, 3.0f));
+  std::vector<uint8_t> halves(3000), fifths(2990);
+  for (size_t r = 0; r < halves.size(); ++r) halves[r] = r % 2;
+  for (size_t r = 0; r < fifths.size(); ++r) fifths[r] = r % 5 == 0;
+  rows_overlap.masks = {{halves, fifths}};
+  rows_overlap.calls = 1;
+  out.emplace_back("large_rows_overlap_f32", std::move(rows_overlap));
   return out;
 }
 
@@ -187,7 +262,8 @@ inline std::vector<std::pair<std::string, Scenario>> SpecialValueScenarios() {
 
 inline std::vector<std::pair<std::string, Scenario>> AllScenarios() {
   auto all = OpScenarios();
-  for (auto* more : {&SelectorScenarios, &CompositionScenarios, &SpecialValueScenarios})
+  for (auto* more :
+       {&SelectorScenarios, &CompositionScenarios, &SpecialValueScenarios, &RowMaskScenarios})
     for (auto& s : (*more)()) all.push_back(std::move(s));
   return all;
 }

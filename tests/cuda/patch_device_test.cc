@@ -58,13 +58,25 @@ DeviceRun RunDevice(const Scenario& sc, bool raw) {
     entries[i].operand.data = operands.back()->ptr;
   }
   DevicePatchTable table;
-  if (!UploadPatchTable(entries, sc.max_sites, &table, &run.error)) return run;
+  if (!UploadPatchTable(entries, sc.max_sites, sc.max_masks, sc.max_rows, &table, &run.error))
+    return run;
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   DeviceBuffer out(sc.initial);
   const Tensor& t = sc.initial;
   for (int c = 1; c <= sc.calls; ++c) {
     if (!sc.tokens.empty()) SetTokenDevice(table.device(), sc.tokens[c - 1], stream);
+    if (static_cast<size_t>(c) <= sc.masks.size()) {
+      for (size_t k = 0; k < sc.masks[c - 1].size(); ++k) {
+        const std::vector<uint8_t>& rows = sc.masks[c - 1][k];
+        uint32_t marked = 0;
+        for (uint8_t r : rows) marked += r != 0;
+        const cudaError_t e =
+            SetRowMaskDevice(table.device(), static_cast<uint32_t>(k), rows.data(),
+                             static_cast<uint32_t>(rows.size()), marked, stream);
+        if (e != cudaSuccess) run.error = cudaGetErrorString(e);
+      }
+    }
     cudaMemcpyAsync(out.ptr, t.bytes.data(), out.bytes, cudaMemcpyHostToDevice, stream);
     const cudaError_t e =
         raw ? ApplyPatchesDevice(table.device(), sc.site, out.ptr, t.dtype, t.ndim(),
@@ -259,6 +271,127 @@ TEST_F(PatchDeviceTest, ResetClearsCountersOnTheStream) {
   EXPECT_EQ(c.fires[0], 0u);
   EXPECT_EQ(c.site_calls, (std::vector<uint32_t>{0, 0}));
   EXPECT_EQ(c.token, 0u);
+}
+
+// ---- Row masks -------------------------------------------------------------------------------
+
+TEST_F(PatchDeviceTest, RowMaskWritesAreCheckedAndRefusedWhileCapturing) {
+  DevicePatchTable table;
+  std::string error;
+  ASSERT_TRUE(UploadPatchTable({Entry(0, PatchOp::kZero, Rows(1), {})}, 1, 2, 4, &table, &error))
+      << error;
+  EXPECT_EQ(table.max_masks(), 2u);
+  EXPECT_EQ(table.max_rows(), 4u);
+  const uint8_t rows[5] = {1, 0, 1, 0, 1};
+  EXPECT_EQ(SetRowMaskDevice(table.device(), 2, rows, 4, 2, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(SetRowMaskDevice(table.device(), 0, rows, 5, 3, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(SetRowMaskDevice(nullptr, 0, rows, 4, 2, nullptr), cudaErrorInvalidValue);
+  ASSERT_CUDA(SetRowMaskDevice(table.device(), 1, rows, 4, 2, nullptr));
+  cudaStream_t stream;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  EXPECT_EQ(SetRowMaskDevice(table.device(), 1, rows, 4, 2, stream),
+            cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t graph;
+  ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  DevicePatchTable none;  // no rows entry fits a table without masks
+  EXPECT_FALSE(UploadPatchTable({Entry(0, PatchOp::kZero, Rows(0), {})}, 1, &none, &error));
+  EXPECT_NE(error.find("is not below the table's max_masks 0"), std::string::npos) << error;
+  const PatchTable* released = table.device();
+  table.Release();
+  EXPECT_EQ(SetRowMaskDevice(const_cast<PatchTable*>(released), 1, rows, 4, 2, nullptr),
+            cudaErrorInvalidValue);
+}
+
+TEST_F(PatchDeviceTest, ResetEmptiesTheMasks) {
+  DevicePatchTable table;
+  std::string error;
+  ASSERT_TRUE(UploadPatchTable({Entry(0, PatchOp::kZero, Rows(0), {})}, 1, 1, 4, &table, &error))
+      << error;
+  const Tensor t = MakeTensor(DType::kF32, {4, 2});
+  DeviceBuffer buf(t);
+  const uint8_t rows[2] = {1, 1};
+  ASSERT_CUDA(SetRowMaskDevice(table.device(), 0, rows, 2, 2, nullptr));
+  ASSERT_CUDA(ResetCountersDevice(table.device(), nullptr));
+  ASSERT_CUDA(
+      ApplyPatchesDevice(table, 0, buf.ptr, t.dtype, 2, t.shape.data(), t.strides.data(), nullptr));
+  PatchCounters c;
+  ASSERT_TRUE(ReadCountersDevice(table, nullptr, &c, &error)) << error;
+  EXPECT_EQ(c.fires[0], 0u);
+  Tensor got = t;
+  ASSERT_CUDA(cudaMemcpy(got.bytes.data(), buf.ptr, buf.bytes, cudaMemcpyDeviceToHost));
+  EXPECT_TRUE(got.bytes == t.bytes);
+}
+
+// The serving case: a graph captured once, replayed each engine step with the host writing that
+// step's rows in between; every replay edits exactly the rows written before it.
+TEST_F(PatchDeviceTest, GraphReplayEditsTheRowsWrittenBeforeEachReplay) {
+  const Tensor init = MakeTensor(DType::kBF16, {8, 64}, Layout::kContiguous, 11);
+  const PatchEntry e = Entry(0, PatchOp::kScale, Rows(0), {S(), S(4, 40)}, -3.0f);
+  DevicePatchTable table;
+  std::string error;
+  ASSERT_TRUE(UploadPatchTable({e}, 1, 1, 8, &table, &error)) << error;
+  DeviceBuffer src(init), buf(init);
+  cudaStream_t stream;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cudaMemcpyAsync(buf.ptr, src.ptr, buf.bytes, cudaMemcpyDeviceToDevice, stream);
+  ApplyPatchesDevice(table, 0, buf.ptr, init.dtype, init.ndim(), init.shape.data(),
+                     init.strides.data(), stream);
+  ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const std::vector<std::vector<uint8_t>> steps = {
+      {0, 1, 0, 0, 1}, {0, 0, 0}, {1, 1, 1, 1, 1, 1, 1, 1}, {}, {0, 0, 0, 0, 0, 0, 0, 1}};
+  uint64_t want_fires = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    uint32_t marked = 0;
+    for (uint8_t r : steps[i]) marked += r;
+    ASSERT_CUDA(SetRowMaskDevice(table.device(), 0, steps[i].data(),
+                                 static_cast<uint32_t>(steps[i].size()), marked, stream));
+    ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+    Tensor got = init;
+    ASSERT_CUDA(
+        cudaMemcpyAsync(got.bytes.data(), buf.ptr, buf.bytes, cudaMemcpyDeviceToHost, stream));
+    ASSERT_CUDA(cudaStreamSynchronize(stream));
+    Scenario once;  // the host's answer for this step
+    once.initial = init;
+    once.max_masks = 1;
+    once.max_rows = 8;
+    once.masks = {{steps[i]}};
+    Add(&once, e);
+    const Tensor want = RunHost(once, &error).outputs.at(0);
+    EXPECT_TRUE(got.bytes == want.bytes) << "step " << i;
+    want_fires += marked != 0;
+  }
+  PatchCounters c;
+  ASSERT_TRUE(ReadCountersDevice(table, stream, &c, &error)) << error;
+  EXPECT_EQ(c.fires[0], want_fires);
+  EXPECT_EQ(c.site_calls[0], steps.size());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(PatchDeviceTest, RowsEntryOnAScalarOutputIsSkippedWithItsError) {
+  DevicePatchTable table;
+  std::string error;
+  const PatchEntry e = Entry(0, PatchOp::kFill, Rows(0), {}, 1.0f);
+  ASSERT_TRUE(UploadPatchTable({e}, 1, 1, 4, &table, &error)) << error;
+  const Tensor t = MakeTensor(DType::kF32, {});
+  DeviceBuffer buf(t);
+  const uint8_t rows[1] = {1};
+  ASSERT_CUDA(SetRowMaskDevice(table.device(), 0, rows, 1, 1, nullptr));
+  ASSERT_CUDA(ApplyPatchesDevice(table, 0, buf.ptr, t.dtype, 0, nullptr, nullptr, nullptr));
+  PatchCounters c;
+  ASSERT_TRUE(ReadCountersDevice(table, nullptr, &c, &error)) << error;
+  EXPECT_EQ(c.fires[0], 0u);
+  EXPECT_EQ(c.skips[0], 1u);
+  EXPECT_EQ(c.last_errors[0].code, static_cast<uint32_t>(PatchError::kRowsScalarOutput));
+  EXPECT_NE(FormatPatchError(c.last_errors[0], e).find("the output is 0-d"), std::string::npos);
 }
 
 }  // namespace

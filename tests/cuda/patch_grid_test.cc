@@ -33,15 +33,29 @@ Outcome RunEmulated(const Scenario& sc, Grid grid) {
     out.shape[d] = init.shape[d];
     out.strides[d] = init.strides[d];
   }
+  // The mask regions of a table, as SetRowMaskHost writes them.
+  std::vector<RowMaskCounts> counts(sc.max_masks, RowMaskCounts{0, 0});
+  std::vector<uint8_t> rows(size_t{sc.max_masks} * sc.max_rows);
+  const RowMaskView masks{counts.data(), rows.data(), sc.max_masks, sc.max_rows};
+  std::vector<std::vector<uint8_t>> current;
   for (int call = 1; call <= sc.calls; ++call) {
     const uint32_t token = sc.tokens.empty() ? 0 : sc.tokens[call - 1];
+    UpdateMasks(sc, call, &current);
+    for (uint32_t k = 0; k < sc.max_masks; ++k) {
+      counts[k] = RowMaskCounts{static_cast<uint32_t>(current[k].size()), 0};
+      for (size_t r = 0; r < current[k].size(); ++r) {
+        rows[k * sc.max_rows + r] = current[k][r];
+        counts[k].mask_marked += current[k][r] != 0;
+      }
+    }
     std::vector<ResolvedEntry> slots;
     for (size_t i = 0; i < entries.size(); ++i) {
       const PatchEntry& e = entries[i];
-      if (e.site_id != sc.site || !SelectorMatches(e.selector, call, token)) continue;
+      if (e.site_id != sc.site || !SelectorMatches(e.selector, call, token, masks)) continue;
       if (slots.size() == static_cast<size_t>(kMaxMatchesPerCall)) break;
       ResolvedEntry r{};
-      if (ResolveEntryCore(e, static_cast<uint32_t>(i), out.ndim, out.shape, out.dtype, &r).code)
+      if (ResolveEntryCore(e, static_cast<uint32_t>(i), out.ndim, out.shape, out.dtype, masks, &r)
+              .code)
         r.valid = 0;
       else
         ++o.fires[i];

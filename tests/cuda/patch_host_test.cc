@@ -195,7 +195,7 @@ TEST(PatchCountersTest, OnlyTheAppliedSiteAdvancesAndResetClearsEverything) {
 
 std::string Validate(const PatchEntry& e, std::vector<int64_t> shape, DType dt = DType::kF32) {
   std::string error;
-  EXPECT_FALSE(ValidateEntry(e, static_cast<int>(shape.size()), shape.data(), dt, &error));
+  EXPECT_FALSE(ValidateEntry(e, static_cast<int>(shape.size()), shape.data(), dt, 0, &error));
   return error;
 }
 
@@ -206,7 +206,7 @@ TEST(PatchValidationTest, IndexOutOfRange) {
             "tokentrace: index -4 is out of range for dimension 0 of size 3");
   std::string error;
   EXPECT_TRUE(ValidateEntry(Entry(0, PatchOp::kZero, Prefill(), {S(), I(-5)}), 2,
-                            std::vector<int64_t>{2, 5}.data(), DType::kF32, &error));
+                            std::vector<int64_t>{2, 5}.data(), DType::kF32, 0, &error));
   ResolvedBox box;
   const int64_t shape[] = {4};
   EXPECT_FALSE(ResolveBox(Entry(0, PatchOp::kZero, Every(), {I(4)}).box, 1, shape, &box, &error));
@@ -237,7 +237,7 @@ TEST(PatchValidationTest, OperandThatDoesNotBroadcast) {
   const Tensor ok = MakeTensor(DType::kF32, {1, 1, 8});  // extra leading 1s are fine
   SetOperand(&e, ok);
   std::string error;
-  EXPECT_TRUE(ValidateEntry(e, 3, std::vector<int64_t>{2, 5, 8}.data(), DType::kF32, &error))
+  EXPECT_TRUE(ValidateEntry(e, 3, std::vector<int64_t>{2, 5, 8}.data(), DType::kF32, 0, &error))
       << error;
 }
 
@@ -258,7 +258,7 @@ TEST(PatchValidationTest, StaticChecks) {
   std::string error;
   auto fails = [&](const PatchEntry& e) {
     error.clear();
-    EXPECT_FALSE(ValidateEntryStatic(e, &error));
+    EXPECT_FALSE(ValidateEntryStatic(e, 0, &error));
     return error;
   };
   EXPECT_EQ(fails(Entry(0, PatchOp::kReplace, Every(), {})),
@@ -275,7 +275,7 @@ TEST(PatchValidationTest, StaticChecks) {
   PatchEntry bad_op = Entry(0, PatchOp::kZero, Every(), {});
   bad_op.op = 42;
   EXPECT_EQ(fails(bad_op), "tokentrace: unknown patch op 42");
-  EXPECT_TRUE(ValidateEntryStatic(Entry(0, PatchOp::kAdd, Every(), {}, 1.0f), &error));
+  EXPECT_TRUE(ValidateEntryStatic(Entry(0, PatchOp::kAdd, Every(), {}, 1.0f), 0, &error));
   EXPECT_FALSE(HostPatchTable::Create({Entry(5, PatchOp::kZero, Every(), {})}, 4, &error));
   EXPECT_EQ(error, "tokentrace: patch entry 0 is for site 5 but the table has 4 sites");
 }
@@ -331,15 +331,22 @@ TEST(PatchApplyErrorTest, RefusesForeignTablesAndUnknownSites) {
 }
 
 TEST(PatchTableLayoutTest, HeaderPointersFollowTheDrawing) {
-  auto table = HostPatchTable::Create({Entry(0, PatchOp::kZero, Every(), {})}, 3, nullptr);
+  auto table = HostPatchTable::Create({Entry(0, PatchOp::kZero, Every(), {})}, 3, 2, 5, nullptr);
   const PatchTable& t = table->table();
   const auto base = reinterpret_cast<uintptr_t>(&t);
   EXPECT_EQ(t.magic, kPatchTableMagic);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.entries) - base, 64u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.site_calls) - base, 64u + 392u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.site_done) - base, 64u + 392u + 12u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.token) - base, 64u + 392u + 24u);
-  EXPECT_EQ(PatchTableBytes(1, 3), 64u + 392u + 24u + 8u);
+  EXPECT_EQ(t.version, 3u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.entries) - base, 88u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.site_calls) - base, 88u + 392u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.site_done) - base, 88u + 392u + 12u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.token) - base, 88u + 392u + 24u);
+  // 88 + 392 + 24 + 4 = 508, rounded up to 512: the masks' counters, then 2 slots of 5 rows.
+  EXPECT_EQ(t.max_masks, 2u);
+  EXPECT_EQ(t.max_rows, 5u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.mask_counts) - base, 512u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.row_masks) - base, 512u + 16u);
+  EXPECT_EQ(PatchTableBytes(1, 3, 2, 5), 512u + 16u + 16u);  // 10 rows, rounded up to 16
+  EXPECT_EQ(PatchTableBytes(1, 3), 512u);
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ inline CallSelector Call(uint32_t k) { return Sel(SelectorKind::kCallEq, k); }
 inline CallSelector Calls(uint32_t a, uint32_t b) { return Sel(SelectorKind::kCallRange, a, b); }
 inline CallSelector Token(uint32_t k) { return Sel(SelectorKind::kTokenEq, k); }
 inline CallSelector Tokens(uint32_t a, uint32_t b) { return Sel(SelectorKind::kTokenRange, a, b); }
+inline CallSelector Rows(uint32_t slot) { return Sel(SelectorKind::kRows, slot, slot); }
 
 inline PatchEntry Entry(uint32_t site, PatchOp op, CallSelector sel, std::vector<DimSlice> box,
                         float value = 0.0f, float lo = 0.0f, float hi = 0.0f) {
@@ -126,7 +127,9 @@ inline void SetOperand(PatchEntry* e, const Tensor& t) {
 
 // ---- Reference ------------------------------------------------------------------------------
 
-inline bool RefMatches(const CallSelector& s, uint32_t call, uint32_t token) {
+// masks: the rows written to each slot so far (a rows selector matches when one is nonzero).
+inline bool RefMatches(const CallSelector& s, uint32_t call, uint32_t token,
+                       const std::vector<std::vector<uint8_t>>& masks) {
   switch (s.kind) {
     case 0:
       return true;
@@ -138,6 +141,10 @@ inline bool RefMatches(const CallSelector& s, uint32_t call, uint32_t token) {
       return token >= 1 && token == s.first;
     case 4:
       return token >= 1 && s.first <= token && token <= s.last;
+    case 5:
+      for (uint8_t r : masks.at(s.first))
+        if (r != 0) return true;
+      return false;
   }
   return false;
 }
@@ -174,8 +181,10 @@ inline float RefRound(float v, DType d) {
   return ((lo_bits >> 16) & 1u) ? hi : lo;
 }
 
-// Applies one entry to `out` (host), element by element, from first principles.
-inline void RefApply(const PatchEntry& e, Tensor* out, const Tensor* operand) {
+// Applies one entry to `out` (host), element by element, from first principles. rows: a rows
+// entry's mask (only elements whose dim-0 index is a nonzero row are edited), else null.
+inline void RefApply(const PatchEntry& e, Tensor* out, const Tensor* operand,
+                     const std::vector<uint8_t>* rows = nullptr) {
   const int nd = out->ndim();
   std::vector<std::vector<int64_t>> lists(nd);
   std::vector<bool> kept(nd, true);
@@ -201,6 +210,8 @@ inline void RefApply(const PatchEntry& e, Tensor* out, const Tensor* operand) {
         oi[k] = operand->shape[k] == 1 ? 0 : view[v];
       opv = operand->Get(oi);
     }
+    const bool marked = rows == nullptr || (nd > 0 && static_cast<size_t>(idx[0]) < rows->size() &&
+                                            (*rows)[static_cast<size_t>(idx[0])] != 0);
     const float x = out->Get(idx);
     float r = x;
     switch (static_cast<PatchOp>(e.op)) {
@@ -223,8 +234,9 @@ inline void RefApply(const PatchEntry& e, Tensor* out, const Tensor* operand) {
         r = opv;
         break;
     }
-    StoreFromFloat(out->data(), out->Offset(idx), static_cast<uint32_t>(out->dtype),
-                   RefRound(r, out->dtype));
+    if (marked)
+      StoreFromFloat(out->data(), out->Offset(idx), static_cast<uint32_t>(out->dtype),
+                     RefRound(r, out->dtype));
     int d = nd - 1;
     for (; d >= 0; --d) {
       if (++pos[d] < lists[d].size()) break;
@@ -251,6 +263,8 @@ inline std::vector<PatchEntry> BenchEntries(bool one_position, bool enabled) {
 
 // A sequence of calls at one site; each call edits a fresh copy of `initial` (as each forward
 // produces a new output). tokens[i] is the token counter during call i+1 (empty: never set).
+// masks[i][k] is written to row mask slot k before call i+1 (as a serving engine writes them
+// before each step); slots not listed, and calls past masks.size(), keep their masks.
 struct Scenario {
   std::vector<PatchEntry> entries;                        // operand pointers are set by each runner
   std::vector<std::shared_ptr<const Tensor>> operand_of;  // per entry, may be null
@@ -259,7 +273,18 @@ struct Scenario {
   uint32_t max_sites = 4;
   int calls = 1;
   std::vector<uint32_t> tokens;
+  uint32_t max_masks = 0;
+  uint32_t max_rows = 0;
+  std::vector<std::vector<std::vector<uint8_t>>> masks;
 };
+
+// The masks every slot holds during call c (1-based), as the runners write them.
+inline void UpdateMasks(const Scenario& sc, int c, std::vector<std::vector<uint8_t>>* current) {
+  current->resize(sc.max_masks);
+  if (static_cast<size_t>(c) > sc.masks.size()) return;
+  const auto& written = sc.masks[c - 1];
+  for (size_t k = 0; k < written.size(); ++k) (*current)[k] = written[k];
+}
 
 // Keeps gtest's parameter listings short.
 inline void PrintTo(const Scenario& sc, std::ostream* os) {
@@ -274,13 +299,16 @@ struct Outcome {
 inline Outcome RunReference(const Scenario& sc) {
   Outcome o;
   o.fires.assign(sc.entries.size(), 0);
+  std::vector<std::vector<uint8_t>> masks;
   for (int c = 1; c <= sc.calls; ++c) {
     const uint32_t token = sc.tokens.empty() ? 0 : sc.tokens[c - 1];
+    UpdateMasks(sc, c, &masks);
     Tensor t = sc.initial;
     for (size_t i = 0; i < sc.entries.size(); ++i) {
       const PatchEntry& e = sc.entries[i];
-      if (e.site_id != sc.site || !RefMatches(e.selector, c, token)) continue;
-      RefApply(e, &t, sc.operand_of[i].get());
+      if (e.site_id != sc.site || !RefMatches(e.selector, c, token, masks)) continue;
+      const bool rows = e.selector.kind == static_cast<uint32_t>(SelectorKind::kRows);
+      RefApply(e, &t, sc.operand_of[i].get(), rows ? &masks.at(e.selector.first) : nullptr);
       ++o.fires[i];
     }
     o.outputs.push_back(std::move(t));
@@ -299,10 +327,18 @@ inline Outcome RunHost(const Scenario& sc, std::string* error) {
   std::vector<PatchEntry> entries = sc.entries;
   for (size_t i = 0; i < entries.size(); ++i)
     if (sc.operand_of[i]) SetOperand(&entries[i], *sc.operand_of[i]);
-  auto table = HostPatchTable::Create(entries, sc.max_sites, error);
+  auto table = HostPatchTable::Create(entries, sc.max_sites, sc.max_masks, sc.max_rows, error);
   if (!table) return o;
   for (int c = 1; c <= sc.calls; ++c) {
     if (!sc.tokens.empty()) SetTokenHost(table->table(), sc.tokens[c - 1]);
+    if (static_cast<size_t>(c) <= sc.masks.size()) {
+      for (size_t k = 0; k < sc.masks[c - 1].size(); ++k) {
+        const std::vector<uint8_t>& rows = sc.masks[c - 1][k];
+        if (!SetRowMaskHost(table->table(), static_cast<uint32_t>(k), rows.data(),
+                            static_cast<uint32_t>(rows.size()), error))
+          return o;
+      }
+    }
     Tensor t = sc.initial;
     const ApplyStatus st = ApplyPatchesHost(table->table(), sc.site, t.data(), t.dtype, t.ndim(),
                                             t.shape.data(), t.strides.data());

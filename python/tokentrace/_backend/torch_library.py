@@ -3,9 +3,9 @@
 The library registers torch.ops.tokentrace.*: apply_patches_(Tensor(a!) out, int table,
 int site) edits `out` in place from a native patch table (CPU: the host implementation; CUDA:
 the device kernel, whose call/token/fire counters live in device memory), plus the table ops
-table_create, table_free, advance_token, set_token, reset_counters, table_counters,
-table_errors, table_validate, table_check (a bad entry as data) and abi (the codes). The
-serialised entry layout is in cuda/torch/torch_table.h.
+table_create, table_free, advance_token, set_token, reset_counters, set_row_mask,
+table_counters, table_errors, table_validate, table_check (a bad entry as data) and abi (the
+codes). The serialised entry layout is in cuda/torch/torch_table.h.
 The edits (_edit/table.py) build one PatchTable per bound spec on top of this module; the
 recording reads tensors through its tokentrace_tensor_meta (_record/inputs.py) and records ATen
 ops through its op observer (_record/op_records.py); tests/torch_op test it directly.
@@ -15,7 +15,8 @@ ops through its op observer (_record/op_records.py); tests/torch_op test it dire
                                        or when its ABI version is not ABI_VERSION)
     loaded_path() -> str or None       where it was loaded from, if it was
     abi() -> {name: value}             the library's codes and limits (cuda/patch_table.h)
-    PatchTable(max_sites)
+    PatchTable(max_sites, max_masks=0, max_rows=0)
+        max_masks row mask slots of max_rows rows each, for calls=("rows", slot)
         .add_entry(site, op, index=(), calls="every", value=0.0, lo=0.0, hi=0.0, operand=None)
             op: "zero" | "fill" (value) | "add" (operand or value) | "scale" (value)
                 | "clamp" (lo, hi) | "replace" (operand)
@@ -23,12 +24,16 @@ ops through its op observer (_record/op_records.py); tests/torch_op test it dire
                 and steps >= 1; dims past len(index) are whole)
             calls: "every" | "prefill" (call 1) | k (call k) | ("call", k) | ("calls", a, b)
                 | ("token", k) | ("tokens", a, b); b=None is open-ended. 1-based; token 1 is
-                the prefill, advance_token() starts each root call.
+                the prefill, advance_token() starts each root call. ("rows", slot): matches a
+                call when row mask `slot` marks a row, and edits only the marked rows (dim-0
+                indices) of the box; a serving engine writes the masks before each step.
         .upload(device="cpu") -> self   native table on that device (operands copied there);
                                          call again after add_entry (handle changes); a bad
                                          entry raises PatchEntryError(entry, reason, message)
         .apply_(tensor, site)           torch.ops.tokentrace.apply_patches_ (in place)
-        .advance_token() / .set_token(t) / .reset()
+        .set_row_mask(slot, rows)       rows: 1-D bool/uint8 tensor or a sequence of bools/ints
+                                        (nonzero = marked; rows past len(rows) unmarked)
+        .advance_token() / .set_token(t) / .reset()   (reset also empties every row mask)
         .fires() -> (total, [per entry])   reads counters (syncs the device)
         .counters() -> dict  .errors() -> [str]  .validate(site, like_tensor)  .free()
 
@@ -52,7 +57,7 @@ HOW_TO_BUILD = ("build it with `bash scripts/setup.sh` (then `source build/env.s
 # The patch table ABI this module writes (cuda/patch_table.h, kPatchTableVersion): the entry
 # layout of cuda/torch/torch_table.h. The codes themselves (ops, selectors, dim flags, errors,
 # the dimension limit) are read from the loaded library (abi()), never copied here.
-ABI_VERSION = 2
+ABI_VERSION = 3
 _state = {"loaded": None, "error": None, "abi": None}
 
 
@@ -118,12 +123,12 @@ def load_library(path=None):
              f"({text}); rebuild it against this torch: {HOW_TO_BUILD}")
     _state["abi"] = _read_abi(path)
     # Fake kernels: the ops change state, not shapes. apply_patches_ has a C++ Meta kernel.
-    for name in ("advance_token", "set_token", "reset_counters"):
+    for name in ("advance_token", "set_token", "reset_counters", "set_row_mask"):
         torch.library.register_fake(f"tokentrace::{name}")(lambda *args: None)
     # Keep the counter ops in traced graphs although nothing uses their (absent) outputs.
     ops = torch.ops.tokentrace
     for op in (ops.advance_token.default, ops.set_token.default, ops.reset_counters.default,
-               ops.apply_patches_.default):
+               ops.set_row_mask.default, ops.apply_patches_.default):
         torch.fx.node.has_side_effect(op)
     _state["loaded"] = path
     return path
@@ -185,6 +190,9 @@ def _selector(calls):
         return kinds["call"], 1, 1
     if isinstance(calls, int) and not isinstance(calls, bool):
         return kinds["call"], calls, calls
+    if (isinstance(calls, tuple) and len(calls) == 2 and calls[0] == "rows"
+            and isinstance(calls[1], int) and not isinstance(calls[1], bool) and calls[1] >= 0):
+        return kinds["rows"], calls[1], calls[1]
     if isinstance(calls, tuple) and len(calls) in (2, 3) and calls[0] in ("call", "token",
                                                                           "calls", "tokens"):
         single = calls[0] in ("call", "token")
@@ -194,7 +202,22 @@ def _selector(calls):
             last = abi()["open_end"] if calls[2] is None else calls[2]
             return kinds[calls[0]], calls[1], last
     fail(f"bad calls={calls!r}; use 'every', 'prefill', k, ('call', k), ('calls', a, b), "
-         "('token', k) or ('tokens', a, b)")
+         "('token', k), ('tokens', a, b) or ('rows', slot) (slot >= 0)")
+
+
+def _rows_tensor(rows):
+    """A sequence (or array) of bools/ints as a bool tensor: nonzero marks a row."""
+    try:
+        t = torch.as_tensor(rows if hasattr(rows, "__array__") else list(rows))
+    except (TypeError, ValueError, RuntimeError) as exc:
+        fail(f"set_row_mask rows must be a 1-D bool/uint8 tensor or a sequence of bools or "
+             f"ints ({' '.join(str(exc).split())})")
+    if t.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    if t.is_floating_point() or t.is_complex():
+        fail(f"set_row_mask rows must be bools or ints (nonzero = marked), got {t.dtype} "
+             f"values")
+    return t != 0
 
 
 def _box(index):
@@ -221,9 +244,10 @@ def _box(index):
 class PatchTable:
     """A list of patch entries and, after upload(), the native table built from them."""
 
-    def __init__(self, max_sites):
+    def __init__(self, max_sites, max_masks=0, max_rows=0):
         load_library()
         self.max_sites = int(max_sites)
+        self.max_masks, self.max_rows = int(max_masks), int(max_rows)
         self._ints, self._floats, self._operands = [], [], []
         self.handle = None
         self.device = None
@@ -244,7 +268,8 @@ class PatchTable:
         return len(self._operands) - 1
 
     def upload(self, device="cpu"):
-        """(Re)creates the native table on `device`; counters start at zero."""
+        """(Re)creates the native table on `device`; counters start at zero and row masks
+        empty (the same max_masks and max_rows)."""
         device = torch.device(device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("tokentrace: no CUDA device is available; upload the patch table "
@@ -252,7 +277,8 @@ class PatchTable:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         operands = [None if t is None else t.to(device) for t in self._operands]
-        args = (self._ints, self._floats, operands, self.max_sites, device)
+        args = (self._ints, self._floats, operands, self.max_sites, device, self.max_masks,
+                self.max_rows)
         entry, reason, message = torch.ops.tokentrace.table_check(*args)
         if entry >= 0:
             names = {code: name for name, code in _codes("error").items()}
@@ -278,7 +304,18 @@ class PatchTable:
         torch.ops.tokentrace.set_token(self._h(), token)
 
     def reset(self):
+        """Counters, token and every row mask back to zero (no stale mask survives a run)."""
         torch.ops.tokentrace.reset_counters(self._h())
+
+    def set_row_mask(self, slot, rows):
+        """Row mask `slot` := rows (1-D bool/uint8 tensor, or a sequence of bools/ints; nonzero
+        marks a row): the rows of dim 0 the slot's ("rows", slot) entries edit at the next
+        applies. A CUDA table copies it on the current stream; not while capturing a graph."""
+        if not isinstance(rows, torch.Tensor):
+            rows = _rows_tensor(rows)
+        if rows.dtype in (torch.bool, torch.uint8) and rows.dim() == 1:
+            rows = rows.to("cpu", torch.uint8)  # anything else: the op's one-line error
+        torch.ops.tokentrace.set_row_mask(self._h(), int(slot), rows)
 
     def counters(self):
         """fires/skips per entry, calls per site, the token; syncs a device table."""
