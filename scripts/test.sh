@@ -20,6 +20,16 @@ export BUILD_DIR
 source "$BUILD_DIR/env.sh"
 JOBS=$(nproc 2>/dev/null || echo 2)
 
+# The Python suite, then the real trained model's tests (marked real_model) in a process of their
+# own, as a user's job runs it: CI's newest run once saw SmolLM2, loaded late in the one long
+# pytest process, answer garbage where the same tests alone (and the same load in a fresh
+# process, 8 times) answer " Paris"; what in the long process did it is not found yet (the
+# closing note of session 20 says what was ruled out).
+python_tests() {
+  "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m "not real_model" tests/python tests/torch_op
+  "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m real_model tests/python
+}
+
 echo "== C++ format (clang-format) =="
 "$ROOT/scripts/check_format.sh"
 
@@ -31,14 +41,14 @@ echo "== C++ tests (ctest) =="
 
 echo "== Python tests (pytest), $("$TOKENTRACE_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)') =="
 cd "$ROOT"
-"$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
+python_tests
 
 if [ -z "${TOKENTRACE_SKIP_NEWEST:-}" ]; then
   TOKENTRACE_NEWEST=1 "$ROOT/scripts/setup.sh"
   # shellcheck disable=SC1091
   source "$BUILD_DIR/env-newest.sh"
   echo "== Python tests (pytest), $("$TOKENTRACE_PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)') =="
-  "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider tests/python tests/torch_op
+  python_tests
 fi
 
 VLLM_VENV=${TOKENTRACE_VLLM_VENV:-$HOME/.cache/tokentrace/venv-vllm}

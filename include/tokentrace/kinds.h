@@ -123,9 +123,11 @@
   X(TOKENTRACE_META_ROLE, "role")                                                       \
   X(TOKENTRACE_META_ENGINE_STEPS, "engine_steps")                                       \
   X(TOKENTRACE_META_ENGINE_STEP_ROWS_UNREAD, "engine_step_rows_unread")                 \
+  X(TOKENTRACE_META_ENGINE_STEP_EDIT_ROWS_UNREAD, "engine_step_edit_rows_unread")       \
   X(TOKENTRACE_META_ENGINE_CORE_STEPS, "engine_core_steps")                             \
   X(TOKENTRACE_META_ENGINE_CORE_EMPTY_STEPS, "engine_core_empty_steps")                 \
   X(TOKENTRACE_META_ENGINE_CORE_REQUESTS_UNFINISHED, "engine_core_requests_unfinished") \
+  X(TOKENTRACE_META_ENGINE_CORE_REQUESTS_SALTED, "engine_core_requests_salted")         \
   X(TOKENTRACE_META_ENGINE_FRONT_STEPS, "engine_front_steps")                           \
   X(TOKENTRACE_META_ENGINE_FRONT_REQUESTS_UNFINISHED, "engine_front_requests_unfinished")
 

@@ -43,7 +43,17 @@ if TYPE_CHECKING:  # the public names: type checkers import them (py.typed), laz
     )
     from ._errors import EditSkipWarning, ScalarEscapeWarning, TokentraceError
     from ._read import CallView, OutputMeta, Recording, SiteView, TokenRow, Trace, load, save
-    from .edits import BoundModel, EditSpec, call, every_call, load_spec, prefill, token, when
+    from .edits import (
+        BoundModel,
+        EditSpec,
+        call,
+        every_call,
+        load_spec,
+        prefill,
+        request_token,
+        token,
+        when,
+    )
     from .options import to_disk
 if TYPE_CHECKING:  # op-level sites: selectors over ATen ops, what trace.find_sites returns
     from ._common import (

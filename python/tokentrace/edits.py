@@ -12,7 +12,7 @@ site's 1-based call number within the run and the token is the root call number 
 run (so in generate, token 1 is the prefill).
 
 This module is the public face; the feature is the subpackage _edit/, split by concern:
-    calls.py         call selectors (tt.prefill, tt.call, tt.token, |)
+    calls.py         call selectors (tt.prefill, tt.call, tt.token, tt.request_token, |)
     rules.py         Rule, EditContext, the checks of tt.when's arguments
     spec.py          EditSpec, when, load_spec
     json_spec.py     the JSON form of rules (read and write)
@@ -28,6 +28,8 @@ This module is the public face; the feature is the subpackage _edit/, split by c
     op_labels.py     LiveLabels: a run's ops numbered as TorchLens labels them
     op_edits.py      op-level edits (tt.when over ATen ops)
     label_memory.py  a model's last trace's op labels, handed by the trace (edits by label)
+    requests.py      rules for a serving engine's requests: each step's row masks, the
+                     requests each rule edited, the prefix cache's salts
 The value paths ("[0].logits") are parsed in one place, _common/paths.py, shared with the
 recording of inputs.
 """
@@ -45,9 +47,11 @@ from ._edit import (
     every_call,
     load_spec,
     prefill,
+    request_token,
     token,
     when,
 )
 
 __all__ = ["BoundModel", "CallSelector", "EditContext", "EditHooks", "EditReport", "EditSpec",
-           "Rule", "as_calls", "call", "every_call", "load_spec", "prefill", "token", "when"]
+           "Rule", "as_calls", "call", "every_call", "load_spec", "prefill", "request_token",
+           "token", "when"]

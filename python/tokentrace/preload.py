@@ -72,7 +72,7 @@ def install():
         from _tokentrace_after_import import after_import  # the boot's, beside sitecustomize
     except ImportError:  # not started by `tokentrace run` (no boot on sys.path)
         return
-    install_watchers(_recording_backend, _say, after_import)
+    install_watchers(_recording_backend, _say, after_import, _edits_variable()[1] or None)
     after_import("transformers.generation.utils", _watch_generate)
 
 
@@ -226,6 +226,8 @@ def _attach_recording(choice, edits=None):
         # a serving engine may kill this process at shutdown, before any exit handler: the
         # fires so far go with the rows it writes whenever it is idle
         attached.engine.idle_meta = lambda: _fires_meta(edits)
+        if edits.served.slots:  # rules for served requests: which requests each edited
+            attached.engine.request_rows = lambda: _served_rows(edits)
     _state["attached"] = attached  # generate's output goes to it (_generate_returned)
     not_hooked = attached.not_hooked_message()
     if not_hooked:
@@ -266,16 +268,48 @@ def _patch_meta():
     edits = _state.get("edits")
     if edits is not None:
         _say_unfired(edits)
-        return _fires_meta(edits)
+        meta = _fires_meta(edits)
+        _say_idle_rules(edits)
+        return meta
     return {}
 
 
 def _fires_meta(edits):
-    """{"patch_fires": ...}: the edits' fires so far, as the trace's meta keeps them."""
+    """{"patch_fires": ...}: the edits' fires so far, as the trace's meta keeps them; with
+    rules for served requests, "served": {rule index: requests it edited}."""
     report = edits.report()
-    return {"patch_fires": json.dumps({
-        "num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
-        "spec": os.path.abspath(_edits_variable()[1])})}
+    fires = {"num_fires": report.num_fires, "per_rule": [n for _, n in report.per_rule],
+             "spec": os.path.abspath(_edits_variable()[1])}
+    if edits.served.slots:
+        fires["served"] = {str(i): n for i, n in edits.served.per_rule().items()}
+        fires["served_rows_past_limit"] = edits.served.rows_past_limit
+        fires["served_steps_unread"] = edits.served.steps_unread
+    return {"patch_fires": json.dumps(fires)}
+
+
+def _served_rows(edits):
+    """The worker's request_events rows of the requests seen since the last hand-over (which
+    rules edited each), which are then forgotten (the engine is idle: they finished)."""
+    rows = edits.served.request_rows()
+    edits.served.forget([r["request"] for r in rows])
+    return rows
+
+
+def _say_idle_rules(edits):
+    """At exit, in a process that served steps: one line naming the rules that never fired
+    (and, for rules served per request, that edited no request)."""
+    if not edits.step_driven or not getattr(edits, "token", 0):
+        return
+    report = edits.report()
+    idle = [i for i, (_, n) in enumerate(report.per_rule) if n == 0]
+    if not idle:
+        return
+    rules = edits.spec.rules
+    shown = "; ".join(f"rule {i} ({rules[i].describe()})" for i in idle[:3])
+    more = f"; and {len(idle) - 3} more" if len(idle) > 3 else ""
+    _say(f"{_edits_variable()[0]}: {len(idle)} rule(s) edited nothing in the "
+         f"{edits.token} steps served: {shown}{more} (a rule for requests edits only the rows "
+         f"of requests carrying its tag in SamplingParams.extra_args['tokentrace'])")
 
 
 def _say_fires(edits):

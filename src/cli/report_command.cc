@@ -395,6 +395,12 @@ int ReportCommand(const std::vector<std::string>& args) {
       return 1;
     }
     serving += EngineCoreSection(events, core, nullptr) + FrontEndSection(events, core);
+    ServedEdits served;
+    if (!ReadServedEdits(*reader, &served, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    serving += EditsSection(served);
   }
   // Meta values come from the file: printed made safe (ForTerminal), like every table cell.
   for (auto& [key, value] : meta) value = ForTerminal(value, 200);

@@ -411,4 +411,73 @@ std::string ServingSection(const std::vector<StepRequestRow>& rows,
   return out;
 }
 
+bool ReadServedEdits(Reader& reader, ServedEdits* out, std::string* error) {
+  *out = ServedEdits{};
+  // SQLite's JSON functions read the JSON the Python layer wrote; a value that is not valid
+  // JSON (a file written by hand) is left out.
+  if (!reader.Rows(
+          "SELECT CAST(j.key AS INTEGER) FROM meta m, json_each(m.value, '$.served') j "
+          "WHERE m.key = 'patch_fires' AND json_valid(m.value) ORDER BY 1",
+          [&](const Statement& q) { out->rules.push_back(q.Int(0)); }, error)) {
+    return false;
+  }
+  if (out->rules.empty()) return true;
+  bool present = false, has_edits = false;
+  if (!reader.HasTable("request_events", error, &present)) return false;
+  if (!present) return true;
+  if (!reader.Rows(
+          "PRAGMA table_info(request_events)",
+          [&](const Statement& q) { has_edits = has_edits || q.Text(1) == "edits"; }, error)) {
+    return false;
+  }
+  if (!has_edits) return true;
+  if (!reader.Rows(
+          "SELECT COUNT(*) FROM request_events WHERE role = 'worker'",
+          [&](const Statement& q) { out->requests = q.Int(0); }, error)) {
+    return false;
+  }
+  return reader.Rows(
+      "SELECT CAST(j.key AS INTEGER), e.request, json_extract(j.value, '$[0]'), "
+      "json_extract(j.value, '$[1]') FROM request_events e, json_each(e.edits) j "
+      "WHERE e.role = 'worker' AND json_valid(e.edits) ORDER BY 1, e.rowid",
+      [&](const Statement& q) {
+        out->edits.push_back({q.Int(0), q.Text(1), IntOrNone(q, 2), IntOrNone(q, 3)});
+      },
+      error);
+}
+
+std::string EditsSection(const ServedEdits& served) {
+  if (served.rules.empty()) return "";
+  std::string out =
+      "\nedits of served requests (rules by their index in the spec; request_events, role "
+      "worker):\n";
+  for (int64_t rule : served.rules) {
+    std::vector<const RequestEdit*> mine;
+    int64_t steps = 0, rows = 0;
+    for (const RequestEdit& e : served.edits) {
+      if (e.rule != rule) continue;
+      mine.push_back(&e);
+      steps += std::max<int64_t>(e.steps, 0);
+      rows += std::max<int64_t>(e.rows, 0);
+    }
+    out += "  rule " + std::to_string(rule) + ": ";
+    if (mine.empty()) {
+      out += "no request (of " + std::to_string(served.requests) + ")\n";
+      continue;
+    }
+    out += std::to_string(mine.size()) + " of " + std::to_string(served.requests) + " requests, " +
+           std::to_string(steps) + " steps, " + std::to_string(rows) + " rows: ";
+    for (size_t i = 0; i < mine.size() && i < kListedRequests; ++i) {
+      if (i > 0) out += ", ";
+      out += ForTerminal(mine[i]->request) + " (" + std::to_string(mine[i]->steps) + " steps, " +
+             std::to_string(mine[i]->rows) + " rows)";
+    }
+    if (mine.size() > kListedRequests) {
+      out += " and " + std::to_string(mine.size() - kListedRequests) + " more";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace tokentrace::cli

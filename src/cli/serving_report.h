@@ -98,4 +98,25 @@ std::string EngineCoreSection(const std::vector<RequestEventRow>& events, const 
 std::string ServingSection(const std::vector<StepRequestRow>& rows,
                            const std::map<uint32_t, StepTime>& steps, bool gpu);
 
+// One rule's edits of one served request: the worker's request_events rows (`edits`, JSON
+// {rule index: [steps, rows]}, written by python/tokentrace/_edit/requests.py).
+struct RequestEdit {
+  int64_t rule = 0;
+  std::string request;
+  int64_t steps = 0, rows = 0;
+};
+
+// The rules served per request (meta patch_fires' "served"), each rule's edits of requests in
+// rule then request order, and the requests the worker listed. A file without them gives none.
+struct ServedEdits {
+  std::vector<int64_t> rules;
+  std::vector<RequestEdit> edits;
+  int64_t requests = 0;
+};
+bool ReadServedEdits(Reader& reader, ServedEdits* out, std::string* error);
+
+// The section's text ("" without served rules): per rule, the requests it edited (steps and
+// rows each), or that it edited none.
+std::string EditsSection(const ServedEdits& served);
+
 }  // namespace tokentrace::cli

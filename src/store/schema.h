@@ -6,7 +6,8 @@
 // step_requests (a serving engine's steps, written by the Python layer), version 5 the token
 // digest (token_totals, token_hist, token_slowest: store/token_digest.h), version 6
 // token_stats' wait_ns and gpu_collective_ns, version 7 op_links (op data flow), version 8
-// token_text (each token's generated id and text, handed over by the Python layer); readers open
+// token_text (each token's generated id and text, handed over by the Python layer), version 9
+// request_events.edits (which edit rules changed a served request's rows); readers open
 // versions 1 to 4 too (version 4: the report reads one row per token instead of the digest;
 // before that: no inputs; no GPU communication time, read as 0; no summaries: read by
 // scanning the calls, said once on stderr).
@@ -32,7 +33,7 @@
 
 namespace tokentrace {
 
-inline constexpr const char* kSchemaVersion = "8";
+inline constexpr const char* kSchemaVersion = "9";
 // The first version whose writer keeps summaries, and the meta key that says a file has them.
 inline constexpr int kFirstSummarisedSchema = 4;
 // The first version whose writer keeps the token digest (token_totals, token_hist,

@@ -124,9 +124,12 @@ CREATE TABLE IF NOT EXISTS escape_sites(token INTEGER, location TEXT, count INTE
 CREATE TABLE IF NOT EXISTS step_requests(token INTEGER, request TEXT, prefill_tokens INTEGER,
                                          decode_tokens INTEGER, position INTEGER);
 -- Written by the Python layer's engine adapters (python/tokentrace/_engines/vllm/core.py,
--- front.py): one row per request as one process of a serving engine saw it, `role`
--- engine_core (the scheduler) or front_end (the process that takes requests and returns
--- outputs; its rows have no scheduling). One file may hold both roles' rows (one process).
+-- front.py, steps.py): one row per request as one process of a serving engine saw it, `role`
+-- engine_core (the scheduler), front_end (the process that takes requests and returns
+-- outputs; its rows have no scheduling) or worker (the model's process, when edit rules
+-- served per request ran there: `edits` is JSON {rule index: [steps, rows]} of the rules that
+-- edited the request's rows, "{}" for none; its other columns are NULL). One file may hold
+-- several roles' rows (one process).
 -- arrival_unix_ns is the front end's wall clock (when the request arrived); the other times
 -- are this file's CLOCK_MONOTONIC ns: queued (handed to the scheduler, or by the front end to
 -- the engine), first scheduled (the start of the scheduling that first took it), first token
@@ -139,7 +142,8 @@ CREATE TABLE IF NOT EXISTS request_events(role TEXT, request TEXT, arrival_unix_
                                           first_token_ns INTEGER, finished_ns INTEGER,
                                           first_step INTEGER, first_token_step INTEGER,
                                           finished_step INTEGER, finish_reason TEXT,
-                                          prompt_tokens INTEGER, output_tokens INTEGER);
+                                          prompt_tokens INTEGER, output_tokens INTEGER,
+                                          edits TEXT);
 -- Written by the Python layer (python/tokentrace/_record/token_text.py) through the writer, with
 -- the token it belongs to: each token's generated id per sequence of the batch (the id the
 -- root's next call reads, or generate's output for the last token) and, when a tokenizer was

@@ -146,7 +146,7 @@ ERRORS = [
      r'rule 1: unknown op "zap"; accepted: zero, fill, add, scale, clamp, replace'),
     ([{"site": "a", "op": "scale", "factor": 2, "value": 1}],
      r'rule 0: unknown key "value" for op \'scale\'; accepted keys: site, ops, op, index, '
-     r"calls, input, output, factor"),
+     r"calls, input, output, requests, factor"),
     ([{"op": "zero"}], r'rule 0: "site" must be a module address or glob .*, or "ops" an '
                        r"object choosing ops .*got neither"),
     ([{"ops": {"fnc": "relu"}, "op": "zero"}],
@@ -186,6 +186,7 @@ ERRORS = [
      r"rule 0: .*slice steps must be positive"),
     ([{"site": "a", "op": "zero", "calls": "first"}],
      r'rule 0: "calls" must be "every", "prefill", \{"call": k\}, \{"token": k\}, '
+     r'\{"request_token": k\}, '
      r'\{"calls": \[first, last\]\}, \{"tokens": \[first, last\]\}, or a list of these; '
      r'got "first"'),
     ([{"site": "a", "op": "zero", "calls": {"call": 0}}], r"rule 0: tt.call\(k\): k is 1-based"),

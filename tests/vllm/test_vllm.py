@@ -243,10 +243,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _serve(model_dir, traced_dir=None):
+SERVED = [("the cat sat on", None), ("a dog ran", None), ("birds sang in the", None)]
+
+
+def _serve(model_dir, traced_dir=None, requests=SERVED, edits=None):
     """vLLM's OpenAI server on the tiny model (under `tokentrace run` when traced_dir is
-    given): three completions, then SIGINT, as a user stops it. Returns (exit status, the
-    completions' texts and finish reasons, stderr)."""
+    given, with `edits` as --edits when given): the completions of `requests` ((prompt,
+    vllm_xargs or None) each) one after another, then SIGINT, as a user stops it. Returns
+    (exit status, the completions' texts and finish reasons, stderr)."""
     import signal
     import time
     import urllib.request
@@ -255,7 +259,12 @@ def _serve(model_dir, traced_dir=None):
            "--port", str(port), "--max-model-len", "128", "--dtype", "float32",
            "--enforce-eager"]
     if traced_dir is not None:
-        cmd = [_tokentrace(), "run", "--out", str(traced_dir / "trace-%p.sqlite"), "--"] + cmd
+        run = [_tokentrace(), "run", "--out", str(traced_dir / "trace-%p.sqlite")]
+        if edits is not None:
+            spec = traced_dir / "edits.json"
+            spec.write_text(json.dumps(edits))
+            run += ["--edits", str(spec)]
+        cmd = run + ["--"] + cmd
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=_env())
     base = f"http://127.0.0.1:{port}"
@@ -270,9 +279,10 @@ def _serve(model_dir, traced_dir=None):
                 assert time.monotonic() < deadline, "the server did not come up"
                 time.sleep(1)
         answers = []
-        for prompt in ("the cat sat on", "a dog ran", "birds sang in the"):
+        for prompt, xargs in requests:
             body = json.dumps({"model": model_dir, "prompt": prompt, "max_tokens": 8,
-                               "temperature": 0}).encode()
+                               "temperature": 0,
+                               **({"vllm_xargs": xargs} if xargs else {})}).encode()
             request = urllib.request.Request(base + "/v1/completions", body,
                                              {"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=120) as response:

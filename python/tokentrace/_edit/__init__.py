@@ -8,7 +8,7 @@ from .._common import lazy_face
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
     from .bound import BoundModel
-    from .calls import CallSelector, as_calls, call, every_call, prefill, token
+    from .calls import CallSelector, as_calls, call, every_call, prefill, request_token, token
     from .helpers import (
         mean_ablate,
         noise,

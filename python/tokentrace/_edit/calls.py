@@ -1,8 +1,13 @@
-"""Call selectors of edits: tt.prefill, tt.call(k), tt.token(k), their unions (`|`).
+"""Call selectors of edits: tt.prefill, tt.call(k), tt.token(k), tt.request_token(k), their
+unions (`|`).
 
 A call selector says *when* a rule acts: at the site's k-th call (1-based; call 1 is the
-prefill) or during token k (the root's k-th call). table_selectors() turns one into the patch
-table's selectors (the library's "every", "call", "calls", "token", "tokens").
+prefill) or during token k (the root's k-th call; in a serving engine, engine step k). In a
+serving engine, tt.prefill and tt.request_token(k) are each request's own: its prefill rows
+(chunked prefills included), and the row that makes its k-th token (token 1: its prefill);
+the serving rows decide them (_edit/requests.py), and elsewhere request_token is refused.
+table_selectors() turns one into the patch table's selectors (the library's "every", "call",
+"calls", "token", "tokens").
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from .._errors import fail
 
 class CallSelector:
     def __init__(self, by, values, text):
-        self.by = by          # "every" | "call" | "token" | "any" (a union)
+        self.by = by          # "every" | "call" | "token" | "request_token" | "any" (a union)
         self.values = values  # frozenset/range of ints, or a tuple of selectors for "any"
         self.text = text
 
@@ -24,7 +29,21 @@ class CallSelector:
             return True
         if self.by == "any":
             return any(s.matches(k, token) for s in self.values)
+        if self.by == "request_token":
+            return False  # a served request's own token: only the serving rows say
         return (k if self.by == "call" else token) in self.values
+
+    def parts(self):
+        """The selectors this one is the union of (itself when it is no union)."""
+        if self.by != "any":
+            return [self]
+        return [p for s in self.values for p in s.parts()]
+
+    @property
+    def per_request(self) -> bool:
+        """Whether it names a request's own tokens (tt.request_token), which only a serving
+        engine's rows can decide."""
+        return any(p.by == "request_token" for p in self.parts())
 
     def __or__(self, other: CallSelector | int | range) -> CallSelector:
         other = as_calls(other)
@@ -44,6 +63,9 @@ class CallSelector:
                 return ["every"]
             if sel.by == "any":
                 stack.extend(sel.values)
+            elif sel.by == "request_token":
+                fail(f"{self.text}: tt.request_token(k) is a served request's own k-th token, "
+                     f"which only a serving engine's rows decide")
             else:
                 parts[sel.by].append(sel.values)
         out = []
@@ -111,6 +133,12 @@ def token(k: int | range | Iterable[int]) -> CallSelector:
     return CallSelector("token", _ints("token", k), f"tt.token({k!r})")
 
 
+def request_token(k: int | range | Iterable[int]) -> CallSelector:
+    """In a serving engine, the row that makes each selected request's own k-th token (1-based;
+    token 1 is the request's prefill, every chunk of it); a range or list selects several."""
+    return CallSelector("request_token", _ints("request_token", k), f"tt.request_token({k!r})")
+
+
 prefill = CallSelector("call", frozenset([1]), "tt.prefill")
 every_call = CallSelector("every", None, "every call")
 
@@ -122,5 +150,5 @@ def as_calls(value: CallSelector | int | range | None) -> CallSelector:
         return value
     if isinstance(value, (int, range)) and not isinstance(value, bool):
         return call(value)
-    fail(f"calls= takes tt.prefill, tt.call(k), tt.token(k), a range of calls, or None "
-         f"(every call); got {value!r}")
+    fail(f"calls= takes tt.prefill, tt.call(k), tt.token(k), tt.request_token(k), a range of "
+         f"calls, or None (every call); got {value!r}")

@@ -45,6 +45,7 @@ from .op_edits import OpEdits
 from .op_labels import LiveLabels
 from .operations import Op
 from .report import EditReport, counters, warn_skips, warn_unfired
+from .requests import ServedRules
 from .rules import EditContext
 from .table import TableEntries
 from .views import apply_view, float_dtype, validate, view_key
@@ -68,7 +69,7 @@ class EditHooks:
     """The forward hooks of one spec on one model. Resolving, validation and the patch table
     happen here, before any run: errors come before any model work."""
 
-    def __init__(self, model, spec, sites=None):
+    def __init__(self, model, spec, sites=None, serving=None):
         if not isinstance(model, torch.nn.Module):
             fail(f"bind() takes a torch.nn.Module, got {type(model).__name__}")
         self.model = model
@@ -104,17 +105,26 @@ class EditHooks:
         self.device = None
         self._entries = TableEntries()
         self.entry_rule = self._entries.entry_rule  # table entry -> rule index
+        # rules for served requests (requests.py): their row masks, in a serving engine
+        if serving is None:
+            from .._engines import registry
+            serving = registry.serving(model)
+        self.served = ServedRules(spec.rules, serving, self._rule_error)
+        if self.served.slots:
+            self.served.max_rows = registry.max_rows(model) or self.served.max_rows
         self.plans = {}       # (site, where) -> [_Segment]
         self.op_plans = {}    # op rule index -> _Segment
         self.op_mode = None   # the OpEdits of a run, while installed
         self._scope = None    # (backend, site id): where the edits' own ops are recorded
         self._plan()
         if self.entry_rule:
-            self.table = self._entries.build(self.num_sites, self.device, self._rule_error)
+            self.table = self._entries.build(self.num_sites, self.device, self._rule_error,
+                                             len(self.served.slots), self.served.max_rows)
             self.handle = self.table.handle
         self.handles = []
         self._run = 0
         self.step_driven = False  # a serving engine's steps are the tokens (engine_step)
+        self._rows_due = False  # a step began whose rows have not come (serving_rows)
         self._warned = False
         self._warned_unfired = False
         self._local = threading.local()
@@ -165,7 +175,8 @@ class EditHooks:
                     rule = self.spec.rules[i]
                     validate(lambda message, i=i: self._rule_error(i, message), rule.action,
                              site, module, dtype, seg.key, box, where is None, self.device)
-                    self._entries.add(self._rule_error, i, rule, seg.site_id, box)
+                    self._entries.add(self._rule_error, i, rule, seg.site_id, box,
+                                      self.served.selectors(i))
         for i, seg in self.op_plans.items():
             if seg.fn is not None:
                 continue
@@ -233,6 +244,8 @@ class EditHooks:
         capture modes make more of) counts nowhere; each sets the table's token to the step,
         on the table's device (stream-ordered, outside any captured graph), where compiled
         code and CUDA-graph replays read it."""
+        if self._rows_due:  # the last step's rows never came: its served rules edited nothing
+            self.served.steps_unread += 1
         if step == 1:
             self._reset_python()
             if self.table is not None:
@@ -240,6 +253,18 @@ class EditHooks:
         self.token = step
         if self.table is not None:
             self.table.set_token(step)
+            for slot in range(len(self.served.slots)):  # until the step's rows come
+                self.table.set_row_mask(slot, ())
+        self._rows_due = bool(self.served.slots)
+
+    def serving_rows(self, rows):
+        """The open step's rows (requests.StepRow, in the batch's order), before its model
+        runs: each served rule's row mask for the step, written to the table."""
+        if self.table is None or not self.served.slots:
+            return
+        self._rows_due = False
+        for slot, mask in self.served.masks(self.token, rows):
+            self.table.set_row_mask(slot, torch.from_numpy(mask))
 
     def report(self):
         report = EditReport(self, self._run, self.fires)

@@ -20,9 +20,12 @@ hold, as tt.func(...) & tt.in_module(...) & ... (docs/ops.md, "Op-level edits"):
 index: null or absent is the whole output; a list holds one entry per dimension: an int
 (negative allowed), null (the whole dimension), [start, stop] or [start, stop, step] (ints or
 null, Python slice semantics), or "..." (Ellipsis); a bare int is a one-entry list.
-calls: "every" (default), "prefill", {"call": k}, {"token": k} (k an int or a list of ints),
-{"calls": [first, last]}, {"tokens": [first, last]} (inclusive, 1-based), or a list of these
-(their union).
+calls: "every" (default), "prefill", {"call": k}, {"token": k}, {"request_token": k} (k an int
+or a list of ints), {"calls": [first, last]}, {"tokens": [first, last]} (inclusive, 1-based), or
+a list of these (their union).
+requests: in a serving engine, the tag (or a list of tags) of the requests the rule edits
+(a request's SamplingParams.extra_args["tokentrace"]; vllm_xargs through vLLM's OpenAI
+server): only their rows (docs/serving.md).
 operand (add, replace): a .safetensors or .pt file holding the tensor; a relative path is
 relative to the spec file; "operand_key" picks a tensor when the file holds several. add and
 replace also take a number as "value".
@@ -37,20 +40,21 @@ import torch
 
 from .._common import contains, func, in_module, label, module, regex
 from .._errors import TokentraceError, fail
-from .calls import call, every_call, prefill, token
+from .calls import call, every_call, prefill, request_token, token
 from .operations import Op, add, clamp, fill, replace, scale, zero
 from .rules import make_rule
 
 OPS = {"zero": zero, "fill": fill, "add": add, "scale": scale, "clamp": clamp,
        "replace": replace}
-_COMMON = ("site", "ops", "op", "index", "calls", "input", "output")
+_COMMON = ("site", "ops", "op", "index", "calls", "input", "output", "requests")
 _OPS_KEYS = {"func": func, "in_module": in_module, "label": label, "contains": contains,
              "regex": regex}
 _OP_KEYS = {"zero": (), "fill": ("value",), "add": ("value", "operand", "operand_key"),
             "scale": ("factor",), "clamp": ("lo", "hi"),
             "replace": ("value", "operand", "operand_key")}
-_CALLS_ACCEPTED = ('"every", "prefill", {"call": k}, {"token": k}, {"calls": [first, last]}, '
-                   '{"tokens": [first, last]}, or a list of these')
+_CALLS_ACCEPTED = ('"every", "prefill", {"call": k}, {"token": k}, {"request_token": k}, '
+                   '{"calls": [first, last]}, {"tokens": [first, last]}, or a list of these')
+_BY_K = {"call": call, "token": token, "request_token": request_token}
 _INDEX_ACCEPTED = ('an int, null (the whole dimension), [start, stop] or [start, stop, step] '
                    '(ints or null), or "..."')
 
@@ -148,7 +152,8 @@ def _rule(item, where, base, device):
         index = _index(item.get("index"), bad)
         action = _op(op, item, index, bad, base, device)
         calls = _calls(item.get("calls"), bad)
-        return make_rule(selector, action, calls, item.get("input"), item.get("output"))
+        return make_rule(selector, action, calls, item.get("input"), item.get("output"),
+                         item.get("requests"))
     except TokentraceError as exc:
         message = str(exc)
         if message.startswith(f"tokentrace: {where}"):
@@ -303,9 +308,9 @@ def _calls(value, bad):
         return sel
     if isinstance(value, dict) and len(value) == 1:
         (key, v), = value.items()
-        if key in ("call", "token"):
+        if key in _BY_K:
             if _is_int(v) or (isinstance(v, list) and v and all(_is_int(x) for x in v)):
-                return (call if key == "call" else token)(v)
+                return _BY_K[key](v)
             bad(f'"calls": {{"{key}": k}} takes an int k >= 1 or a list of them, got {_show(v)}')
         if key in ("calls", "tokens"):
             if isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v) \
@@ -362,6 +367,8 @@ def _rule_json(i, rule, operand_dir):
         out["input"] = rule.input
     if rule.output is not None:
         out["output"] = rule.output
+    if rule.requests is not None:
+        out["requests"] = rule.requests[0] if len(rule.requests) == 1 else list(rule.requests)
     return out
 
 
@@ -409,7 +416,7 @@ def _calls_json(sel):
         return parts
     values = sel.values
     if isinstance(values, range):
-        if values.step == 1 and len(values) > 0:
+        if values.step == 1 and len(values) > 0 and sel.by != "request_token":
             return {sel.by + "s": [values.start, values[-1]]}
         values = list(values)
     values = sorted(values)

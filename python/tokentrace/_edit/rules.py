@@ -12,6 +12,7 @@ from typing import Any
 from .._common import ROOT, PathAt, Selector, as_selector, module, path_text
 from .._errors import fail
 from .calls import as_calls
+from .calls import prefill as _PREFILL
 from .operations import Op
 
 
@@ -54,10 +55,12 @@ class EditContext:
 
 
 class Rule:
-    def __init__(self, selector, action, calls, input=None, output=None):
+    def __init__(self, selector, action, calls, input=None, output=None, requests=None):
         self.selector = selector
         self.action = action
         self.calls = calls
+        # the tags of the served requests it edits (a tuple of str), or None: every request
+        self.requests = requests
         self.input = input  # a path into the call's inputs, or None: the output
         self.output = output  # a path into the call's output, or None: its first tensor
         # A callable action as the hooks call it, fn(values, ctx): the keyword it takes its
@@ -69,7 +72,14 @@ class Rule:
             self.action, "__name__", "callable")
         where = (f" input {self.input!r}" if self.input is not None else
                  f" output {self.output!r}" if self.output is not None else "")
-        return f"{self.selector!r}{where} -> {act} on {self.calls!r}"
+        whom = "" if self.requests is None else f" of requests {', '.join(self.requests)}"
+        return f"{self.selector!r}{where} -> {act} on {self.calls!r}{whom}"
+
+    @property
+    def per_request(self) -> bool:
+        """Whether only a serving engine's rows decide where it acts: it names requests, or a
+        request's own tokens (tt.request_token)."""
+        return self.requests is not None or self.calls.per_request
 
 
 def _context_keyword(action):
@@ -118,8 +128,22 @@ def _check_live(selector, input, output=None):
              f"module with tt.module(...))")
 
 
-def make_rule(selector, action, calls=None, input=None, output=None):
+def request_tags(requests):
+    """The tags of requests= ("TAG" or a list of them) as a tuple; None stays None."""
+    if requests is None:
+        return None
+    if isinstance(requests, str):
+        requests = [requests]
+    if isinstance(requests, (list, tuple, set, frozenset)) and requests and \
+            all(isinstance(t, str) and t for t in requests):
+        return tuple(sorted(set(requests)))
+    fail(f"requests= takes a request tag (a non-empty string) or a list of them, as a request "
+         f"carries them in SamplingParams(extra_args={{\"tokentrace\": ...}}); got {requests!r}")
+
+
+def make_rule(selector, action, calls=None, input=None, output=None, requests=None):
     """A checked Rule (the arguments of tt.when; see there)."""
+    requests = request_tags(requests)
     if isinstance(selector, PathAt):  # tt.output_at / tt.input_at: the root's leaf at a path
         if input is not None or output is not None:
             fail(f"tt.when({selector!r}, ...) names its path already; drop input=/output=")
@@ -143,4 +167,25 @@ def make_rule(selector, action, calls=None, input=None, output=None):
              f"'past_key_values.layers[0].values'; got {input!r}")
     if output is not None:
         output = path_text(output, "tt.when output=")
-    return Rule(selector, action, as_calls(calls), input, output)
+    calls = as_calls(calls)
+    if requests is not None or calls.per_request:
+        _check_served(selector, action, calls, input, output)
+    return Rule(selector, action, calls, input, output, requests)
+
+
+def _check_served(selector, action, calls, input, output):
+    """What a rule for served requests takes: declarative ops on module outputs, whose rows
+    are the requests' tokens, on the calls a request has (its prefill, its own tokens, engine
+    steps, or every call)."""
+    what = "a rule for served requests (requests=, tt.request_token)"
+    if not isinstance(action, Op):
+        fail(f"{what} takes a declarative op (tt.zero(), tt.scale(f), ...): the engine's rows "
+             f"are chosen on the device, where a Python callable does not run")
+    if selector.names_ops or input is not None or output is not None:
+        fail(f"{what} edits module outputs (tt.module(...), no input=/output=): their rows are "
+             f"the batch's tokens")
+    for part in calls.parts():
+        if part.by == "call" and part is not _PREFILL:
+            fail(f"{what} takes tt.prefill, tt.request_token(k), tt.token(k) (engine step k) "
+                 f"or every call; {part!r} counts a site's calls, which in a serving engine "
+                 f"are no request's")

@@ -66,7 +66,8 @@ class EditSpec:
 
 def when(selector: SiteSelector, action: Op | Callable[..., torch.Tensor | None],
          calls: CallSelector | int | range | None = None, *,
-         input: str | None = None, output: str | tuple | None = None) -> EditSpec:
+         input: str | None = None, output: str | tuple | None = None,
+         requests: str | list[str] | None = None) -> EditSpec:
     """A rule: at the sites `selector` selects, on the calls `calls` selects, run `action`.
 
     action: tt.zero/fill/add/scale/clamp/replace(...), or fn(values, *, ctx) returning the new
@@ -76,8 +77,11 @@ def when(selector: SiteSelector, action: Op | Callable[..., torch.Tensor | None]
     path ("logits", "[1]", "past_key_values.layers[0].keys", or TorchLens's tuple form
     ("past_key_values", 0, 1)) instead of its first tensor. tt.output_at(path) /
     tt.input_at(path) as the selector: the model's own (the root site's) output or input.
+    requests: in a serving engine (vLLM under `tokentrace run --edits`), edit only the rows of
+    the requests carrying this tag (or one of these) in SamplingParams(extra_args=
+    {"tokentrace": tag or [tags]}); docs/serving.md.
     """
-    return EditSpec([make_rule(selector, action, calls, input, output)])
+    return EditSpec([make_rule(selector, action, calls, input, output, requests)])
 
 
 def load_spec(path: str | os.PathLike[str],

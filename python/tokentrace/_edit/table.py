@@ -20,10 +20,11 @@ class TableEntries:
         self.entries = []     # (site id, op, box, table selector)
         self.entry_rule = []  # entry -> rule index
 
-    def add(self, rule_error, i, rule, site_id, box):
-        """Entries for op rule `i` at table site `site_id`; rule_error(i, message) on a
-        problem."""
-        selectors = rule.calls.table_selectors()
+    def add(self, rule_error, i, rule, site_id, box, selectors=None):
+        """Entries for op rule `i` at table site `site_id` (with `selectors`, or those of the
+        rule's calls); rule_error(i, message) on a problem."""
+        if selectors is None:
+            selectors = rule.calls.table_selectors()
         if len(self.entry_rule) + len(selectors) > MAX_ENTRIES:
             if len(selectors) > 1:
                 why = (f"its calls= selects {len(selectors)} separate runs of calls or tokens "
@@ -38,9 +39,10 @@ class TableEntries:
             self.entries.append((site_id, rule.action, box, sel))
             self.entry_rule.append(i)
 
-    def build(self, num_sites, device, rule_error):
-        """The native table on `device`; a refused entry is rule_error(its rule, why)."""
-        table = torch_library.PatchTable(num_sites)
+    def build(self, num_sites, device, rule_error, max_masks=0, max_rows=0):
+        """The native table on `device`, with `max_masks` row masks of `max_rows` rows (rules
+        for served requests: requests.py); a refused entry is rule_error(its rule, why)."""
+        table = torch_library.PatchTable(num_sites, max_masks=max_masks, max_rows=max_rows)
         for site_id, op, box, sel in self.entries:
             args = dict(op.table_args())
             if isinstance(args.get("operand"), torch.Tensor) and \

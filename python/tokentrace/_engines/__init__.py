@@ -1,7 +1,8 @@
 """Serving engines traced as they serve: registry.py (the interface attach and the preload
 call: worker_adapter, install_watchers), and one folder per engine (vllm/: its worker's steps,
-its engine core's and its front end's requests). Imports _common and _errors only; _record and
-the top level import it, through this face.
+its engine core's and its front end's requests, the prefix cache's salts of edited requests).
+Imports _common, _errors and _edit's served rows (_edit/requests.py); _record and the top level
+import it, through this face.
 """
 
 from .._common import lazy_face

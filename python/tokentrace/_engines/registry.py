@@ -3,20 +3,26 @@ the preloaded job call without naming an engine.
 
     worker_adapter(model, backend, path, say)   the adapter of the engine whose worker serves
                                                 `model` in this process, or None
-    install_watchers(backend_if_recording, say, after_import)
+    install_watchers(backend_if_recording, say, after_import, edit_spec)
                                                 each engine's recordings of the processes that
                                                 call no module (an engine core, a front end),
-                                                put on when the engine's modules load
+                                                put on when the engine's modules load, and the
+                                                prefix cache's salts of the edits' requests
 
 A worker adapter makes each engine step one token: `token_site` (the root site's name),
 `token_how` (how the root was chosen, in words), install() / remove() / close(), meta() (its
 meta rows), its rows handed to the writer as the steps run, `on_step` (called with each step's
-number as it begins, before its model call: the edits' tokens are the steps) and `idle_meta`
-(meta rows read only while the engine is idle: the edits' fires). vLLM is the one engine built
+number as it begins, before its model call: the edits' tokens are the steps), `on_rows` (told
+each step's rows, requests in the batch's order, before its model runs: the row masks of rules
+for served requests), `idle_meta` (meta rows read only while the engine is idle: the edits'
+fires) and `request_rows` (the worker's request_events rows: which rules edited each request).
+serving(model) and max_rows(model) tell the edits whether rules may name requests, and how
+many rows a step may have. vLLM is the one engine built
 (vllm/); SGLang would be a second entry here (docs/serving.md).
 """
 
 from .vllm import core as _vllm_core
+from .vllm import salt as _vllm_salt
 from .vllm import steps as _vllm_steps
 
 
@@ -26,5 +32,20 @@ def worker_adapter(model, backend, path, say=None):
     return None
 
 
-def install_watchers(backend_if_recording, say, after_import):
+def serving(model):
+    """Whether `model` is served by an engine's worker in this process (its steps are the
+    tokens, and rules may name its requests)."""
+    return _vllm_steps.serves(model)
+
+
+def max_rows(model):
+    """The most rows (tokens) one step of the engine serving `model` computes, or None when
+    it does not say."""
+    return _vllm_steps.max_rows() if _vllm_steps.serves(model) else None
+
+
+def install_watchers(backend_if_recording, say, after_import, edit_spec=None):
+    """`edit_spec`: the path of the job's edits (TOKENTRACE_EDITS), whose rules for served
+    requests the engine's prefix cache must keep apart (vllm/salt.py), or None."""
     _vllm_core.install_when_loaded(backend_if_recording, say, after_import)
+    _vllm_salt.install_when_loaded(edit_spec, say, after_import)

@@ -9,6 +9,8 @@ queue, first token, finish, as each process saw it).
     trace.requests["0-ab12"].first_token_step   the step whose end gave its first token
     trace.requests["0-ab12"].queue_ms           an engine core's file: queued -> scheduled
     trace.requests["0-ab12"].events["front_end"]   a front end's row of the request
+    trace.requests["0-ab12"].edits              a worker's file: {rule index: (steps, rows)}
+                                                of the edit rules that changed its rows
 """
 
 from __future__ import annotations
@@ -63,6 +65,17 @@ class Request:
     @property
     def output_tokens(self) -> Optional[int]:
         return self._row.get("output_tokens")
+
+    @property
+    def edits(self) -> dict[int, tuple[int, int]]:
+        """{rule index: (steps, rows)}: the edit rules served per request that changed this
+        request's rows, in how many steps and rows (the worker's row; {} without one)."""
+        import json
+        text = self.events.get("worker", {}).get("edits")
+        try:
+            return {int(k): tuple(v) for k, v in json.loads(text).items()} if text else {}
+        except (ValueError, TypeError, AttributeError):  # a file written by hand
+            return {}
 
     @property
     def prefill_tokens(self) -> int:

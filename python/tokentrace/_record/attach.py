@@ -113,6 +113,8 @@ class Attachment:
             # open the step the first model call runs in)
             step_edits.follow_steps()
             self.engine.on_step = step_edits.engine_step
+            if step_edits.served.slots:  # rules for served requests: each step's rows
+                self.engine.on_rows = step_edits.serving_rows
         if self.engine is not None:
             self.engine.install()
         if self.edits is not None:

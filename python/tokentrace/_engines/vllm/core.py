@@ -314,8 +314,10 @@ class VllmCore(RequestLives):
 
     # --- the end ------------------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
+        from .salt import SALTED
         return {"engine": "vllm", "engine_core_steps": self.steps,
                 "engine_core_empty_steps": self.empty_steps,
+                "engine_core_requests_salted": SALTED["requests"],
                 "engine_core_requests_unfinished": len(self.requests), **role_meta("engine_core")}
 
 

@@ -20,6 +20,15 @@ vLLM says the request finished. A step's rows go to the trace file's writer as t
 (_common/store.py RowsToWriter), which commits them with the step: a worker that vLLM kills at
 shutdown keeps the rows of every step its file keeps.
 
+Edits of served requests (_edit/requests.py) need each step's rows in the order the model sees
+them: the adapter wraps the runner's _prepare_inputs(scheduler_output, num_scheduled_tokens),
+which lays the batch out as input_batch.req_ids[:num_reqs] with num_scheduled_tokens[i] rows
+each, from position input_batch.num_computed_tokens_cpu[i]; when it returns (the inputs are
+ready and the model has not run) `on_rows` is told them, with each request's prompt length
+and its tags (SamplingParams.extra_args["tokentrace"]). When vLLM says the requests finished
+and the engine is idle, `request_rows` gives the worker's request_events rows (which rules
+edited each request), handed to the writer with the meta.
+
 Nothing here imports vLLM: it is only reached when the job has imported vLLM's model runner.
 """
 
@@ -29,6 +38,7 @@ import sys
 from typing import Any
 
 from ..._common import RowsToWriter
+from ..._edit.requests import StepRow, request_tags
 
 TOKEN_SITE = "vllm.step"  # the token site's name (not a module path: it has no such module)
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # the CPU runner subclasses its class
@@ -48,6 +58,35 @@ def runner_class():
     call), else None."""
     module = sys.modules.get(_RUNNER_MODULE)
     return getattr(module, "GPUModelRunner", None) if module is not None else None
+
+
+def max_rows():
+    """The most tokens one step computes (the model runner's max_num_tokens: vLLM's
+    max_num_batched_tokens) of the runner whose call is on this thread's stack, or None."""
+    cls = runner_class()
+    frame = sys._getframe(1)
+    while cls is not None and frame is not None:
+        runner = frame.f_locals.get("self")
+        if isinstance(runner, cls):
+            n = getattr(runner, "max_num_tokens", None)
+            return int(n) if isinstance(n, int) and n > 0 else None
+        frame = frame.f_back
+    return None
+
+
+def step_rows(runner, num_scheduled_tokens):
+    """[StepRow] of the step whose inputs `runner` just prepared, in the batch's order."""
+    batch = runner.input_batch
+    n = int(batch.num_reqs)
+    computed = batch.num_computed_tokens_cpu
+    rows = []
+    for i, request in enumerate(batch.req_ids[:n]):
+        state = runner.requests[request]
+        params = getattr(state, "sampling_params", None)
+        rows.append(StepRow(str(request), int(num_scheduled_tokens[i]), int(computed[i]),
+                            int(state.num_prompt_tokens),
+                            request_tags(getattr(params, "extra_args", None))))
+    return rows
 
 
 def serves(model):
@@ -126,12 +165,22 @@ class VllmSteps:
         # engine is idle, and handed with the others from then on.
         self.idle_meta = None
         self._idle_rows: dict[str, Any] = {}
+        # Told each step's rows ([StepRow], the batch's order) before its model runs: the
+        # edits of served requests (EditHooks.serving_rows). rows_unread: steps whose rows
+        # could not be read or taken (their served rules edited nothing).
+        self.on_rows = None
+        self.rows_unread = 0
+        # The worker's request_events rows of the requests seen so far (then forgotten),
+        # taken when the engine is idle and at the end.
+        self.request_rows = None
+        self.requests = RowsToWriter("request_events", "the worker's requests", say)
 
     def install(self):
         cls = runner_class()
         if cls is None or self._patched is not None:
             return False
         execute, sample = cls.execute_model, cls.sample_tokens
+        prepare = getattr(cls, "_prepare_inputs", None)
         steps = self
 
         def execute_model(runner, scheduler_output, *args, **kwargs):
@@ -156,10 +205,19 @@ class VllmSteps:
             finally:
                 steps._end()
 
+        def _prepare_inputs(runner, scheduler_output, num_scheduled_tokens, *args, **kwargs):
+            out = prepare(runner, scheduler_output, num_scheduled_tokens, *args, **kwargs)
+            if steps.on_rows is not None and steps._open:
+                steps._rows(runner, num_scheduled_tokens)
+            return out
+
         execute_model.__wrapped__ = execute  # type: ignore[attr-defined]
         sample_tokens.__wrapped__ = sample  # type: ignore[attr-defined]
         cls.execute_model, cls.sample_tokens = execute_model, sample_tokens
-        self._patched = (cls, execute, sample)
+        if prepare is not None:
+            _prepare_inputs.__wrapped__ = prepare  # type: ignore[attr-defined]
+            cls._prepare_inputs = _prepare_inputs
+        self._patched = (cls, execute, sample, prepare)
         # The recording attaches at the first model call, which in a worker that runs no
         # warm-up is inside the first step's execute_model: that step opens now, before the
         # model's call, from the SchedulerOutput in its frame.
@@ -170,8 +228,10 @@ class VllmSteps:
 
     def remove(self):
         if self._patched is not None:
-            cls, execute, sample = self._patched
+            cls, execute, sample, prepare = self._patched
             cls.execute_model, cls.sample_tokens = execute, sample
+            if prepare is not None:
+                cls._prepare_inputs = prepare
             self._patched = None
         self._end()
 
@@ -192,6 +252,21 @@ class VllmSteps:
         token = self.backend.current()[1]
         self.rows.add((token, *r) for r in rows)
 
+    def _rows(self, runner, num_scheduled_tokens):
+        try:
+            rows = step_rows(runner, num_scheduled_tokens)
+        except Exception:  # a runner of another shape: the step's served rules edit nothing
+            self.rows_unread += 1
+            return
+        self.on_rows(rows)
+
+    def _hand_requests(self):
+        if self.request_rows is not None:
+            try:
+                self.requests.add(self.request_rows())
+            except Exception:  # never into the engine; the meta says what was not handed
+                pass
+
     def _idle(self, scheduler_output):
         """A call with nothing scheduled: the requests it says finished are forgotten, and
         when none is left in flight the meta rows go to the writer now. The engine is idle (or
@@ -204,6 +279,7 @@ class VllmSteps:
                     self._idle_rows = self.idle_meta()
                 except Exception:  # never into the engine; the exit's rows will say
                     pass
+            self._hand_requests()
             self.rows.flush()
 
     def _end(self):
@@ -215,8 +291,11 @@ class VllmSteps:
         """Closes a step left open at the end of the recording (the process exits between a
         step's execute_model and its sample_tokens)."""
         self._end()
+        self._hand_requests()
 
     def meta(self) -> dict[str, Any]:
         return {"engine": "vllm", "engine_steps": self.steps,
-                "engine_step_rows_unread": self.failed, **role_meta("worker"),
+                "engine_step_rows_unread": self.failed,
+                **({"engine_step_edit_rows_unread": self.rows_unread} if self.on_rows else {}),
+                **role_meta("worker"),
                 **self._idle_rows}
