@@ -63,10 +63,13 @@ if os.environ.get("JOB_HOOK_PREFILL"):
     # "<module name suffix>:<value>": a plain PyTorch forward hook, in the worker, on every
     # model.layers.N.<suffix>, filling its output with value in steps that compute more rows
     # than there are prompts (the prefill, when the prompts are served alone and at once).
-    from vllm.v1.worker import gpu_model_runner as _runner_module
+    try:  # vLLM's CPU build: its runner loads the model itself
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner as _Runner
+    except ImportError:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner as _Runner
 
     _suffix, _value = os.environ["JOB_HOOK_PREFILL"].split(":")
-    _load = _runner_module.GPUModelRunner.load_model
+    _load = _Runner.load_model
 
     def _load_hooked(self, *args, **kwargs):
         out = _load(self, *args, **kwargs)
@@ -81,7 +84,7 @@ if os.environ.get("JOB_HOOK_PREFILL"):
                 module.register_forward_hook(fill)
         return out
 
-    _runner_module.GPUModelRunner.load_model = _load_hooked
+    _Runner.load_model = _load_hooked
 
 PROMPTS = ["the cat sat on", "a dog ran to the", "birds sang in", "the quiet river"]
 

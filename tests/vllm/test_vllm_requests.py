@@ -29,7 +29,10 @@ from test_vllm import _env, _result, _role, _serve, _tokentrace  # noqa: E402
 
 # Every mlp output filled with 50 on the rows a rule selects: moves every later logit.
 FILL = {"site": "model.layers.*.mlp", "op": "fill", "value": 50.0}
-TAGS = ["x", None, ["y", "x"], None]  # requests 0 and 2 carry "x" (2 as one of a list)
+# rule 0: every row of the requests tagged "x"; rule 1: the row that makes the 5th token of the
+# requests tagged "z" (the row whose input is their 4th), whichever engine step that is
+RULES = [dict(FILL, requests="x"), dict(FILL, requests="z", calls={"request_token": 5})]
+TAGS = ["x", None, ["y", "x"], "z"]  # 0 and 2 carry "x" (2 as one of a list), 3 "z", 1 none
 
 
 @pytest.fixture(scope="module")
@@ -70,34 +73,35 @@ def _worker_edits(path):
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_a_tagged_rule_edits_only_the_tagged_requests(model_dir, tmp_path, mode):
-    """The same spec twice: no request tagged (the rule edits nothing, and the job runs the
-    same code), then requests 0 and 2 tagged "x". The untagged requests' tokens are equal, the
-    tagged ones' change; the worker's rows say rule 0 edited requests 0 and 2 at every step they
-    ran, and `tokentrace report` lists them."""
-    rule = dict(FILL, requests="x")
-    base, base_file = _job(model_dir, mode, tmp_path / "base", [rule])
-    edited, worker = _job(model_dir, mode, tmp_path / "edited", [rule], JOB_TAGS=TAGS)
-    assert edited["tokens"][1] == base["tokens"][1]
-    assert edited["tokens"][3] == base["tokens"][3]
-    assert edited["tokens"][0] != base["tokens"][0]
-    assert edited["tokens"][2] != base["tokens"][2]
+def test_tagged_rules_edit_only_their_requests_rows(model_dir, tmp_path, mode):
+    """The same spec twice: no request tagged (its rules edit nothing, and the job runs the
+    same code), then tagged. The untagged request's tokens are equal, bit for bit; the "x"
+    requests' change from their first token; the "z" request's first 4 tokens are equal and
+    its 5th on change. The worker's rows say which rule edited which request, in how many
+    steps and rows; the reader and `tokentrace report` say the same."""
+    base, base_file = _job(model_dir, mode, tmp_path / "base", RULES)
+    edited, worker = _job(model_dir, mode, tmp_path / "edited", RULES, JOB_TAGS=TAGS)
+    base_tokens, tokens = base["tokens"], edited["tokens"]
+    assert tokens[1] == base_tokens[1]
+    assert tokens[0] != base_tokens[0] and tokens[2] != base_tokens[2]
+    assert tokens[3][:4] == base_tokens[3][:4] and tokens[3][4:] != base_tokens[3][4:]
 
     base_edits, base_fires = _worker_edits(base_file)
-    assert base_fires["per_rule"] == [0] and base_fires["served"] == {"0": 0}
-    assert all(e == {} for e in base_edits.values()) and len(base_edits) == 4
-    assert "edited nothing" in base["stderr"]  # said at exit: the rule never fired
+    assert base_fires["per_rule"] == [0, 0] and base_fires["served"] == {"0": 0, "1": 0}
+    assert len(base_edits) == 4 and all(e == {} for e in base_edits.values())
+    assert "2 rule(s) edited nothing" in base["stderr"]  # said at exit
 
     edits, fires = _worker_edits(worker)
     by_prompt = {int(r.split("-")[0]): e for r, e in edits.items()}
-    assert sorted(by_prompt) == [0, 1, 2, 3]
-    assert by_prompt[1] == by_prompt[3] == {}
+    assert sorted(by_prompt) == [0, 1, 2, 3] and by_prompt[1] == {}
     for i in (0, 2):
         steps, rows = by_prompt[i]["0"]
         # every step the request ran in: its prefill (one or more steps) and 15 decode steps
         assert steps >= 16 and rows == edited["prompt_lengths"][i] + 15, by_prompt[i]
-    assert fires["served"] == {"0": 2}
-    assert fires["per_rule"][0] > 0
+        assert "1" not in by_prompt[i]
+    assert by_prompt[3] == {"1": [1, 1]}
+    assert fires["served"] == {"0": 2, "1": 1}
+    assert fires["per_rule"][0] > 0 and fires["per_rule"][1] == 2  # one step, each layer
     import tokentrace as tt
     requests = tt.load(str(worker)).requests  # the reader's view of the same rows
     assert {r: q.edits for r, q in requests.items()} == {
@@ -106,25 +110,11 @@ def test_a_tagged_rule_edits_only_the_tagged_requests(model_dir, tmp_path, mode)
     report = subprocess.run([_tokentrace(), "report", str(worker)], capture_output=True,
                             text=True, timeout=120)
     assert report.returncode == 0, report.stderr
-    line = next(x for x in report.stdout.splitlines() if x.startswith("  rule 0: "))
-    assert line.startswith("  rule 0: 2 of 4 requests"), report.stdout
-
-
-def test_request_token_edits_each_tagged_requests_own_token(model_dir, tmp_path):
-    """{"request_token": 5}: the row that makes each tagged request's 5th token (the one whose
-    input is its 4th), whichever engine step that is for it. Its first 4 tokens are the
-    untagged run's; from its 5th on they change; the worker's rows say one step and one row
-    each."""
-    rule = dict(FILL, requests="x", calls={"request_token": 5})
-    base, _ = _job(model_dir, "eager", tmp_path / "base", [rule])
-    edited, worker = _job(model_dir, "eager", tmp_path / "edited", [rule], JOB_TAGS=TAGS)
-    for i in (0, 2):
-        assert edited["tokens"][i][:4] == base["tokens"][i][:4]
-        assert edited["tokens"][i][4:] != base["tokens"][i][4:]
-    for i in (1, 3):
-        assert edited["tokens"][i] == base["tokens"][i]
-    edits, _ = _worker_edits(worker)
-    assert sorted(e["0"] for e in edits.values() if e) == [[1, 1], [1, 1]]
+    lines = report.stdout.splitlines()
+    assert next(x for x in lines if x.startswith("  rule 0: ")).startswith(
+        "  rule 0: 2 of 4 requests"), report.stdout
+    assert next(x for x in lines if x.startswith("  rule 1: ")).startswith(
+        "  rule 1: 1 of 4 requests, 1 steps, 1 rows"), report.stdout
 
 
 def test_a_prefill_rule_equals_a_plain_hook_serving_those_prompts_alone(model_dir, tmp_path):
@@ -148,18 +138,20 @@ def test_a_prefill_rule_equals_a_plain_hook_serving_those_prompts_alone(model_di
             assert e["0"][1] == edited["prompt_lengths"][i]  # its prompt's rows, once each
 
 
-LONG = ("the quiet river ran past the old mill and under the stone bridge where the children "
-        "of the village sat on summer evenings and watched the fish rise to the flies")
+_SENTENCE = ("the quiet river ran past the old mill and under the stone bridge where the "
+             "children of the village sat on summer evenings and watched the fish rise")
+# 70 words (the tiny model's tokenizer is word-level): two full 32-token blocks to reuse
+LONG = f"{_SENTENCE} {_SENTENCE} and the mill wheel turned slowly in the dark"
 
 
 def test_prefix_caching_keeps_edited_and_unedited_blocks_apart(model_dir, tmp_path):
     """A long prompt served twice, one request after the other (so the second finds the first's
-    blocks in vLLM's prefix cache; 16-token blocks). Unedited twice: the second reads the cache.
+    blocks in vLLM's prefix cache; 32-token blocks, the least vLLM's CPU attention takes). Unedited twice: the second reads the cache.
     Tagged after untagged: it reads nothing from the cache and gets its edit (the tokens it gets
     served first). Untagged after tagged: it reads nothing and gets the unedited tokens. Tagged
     twice: the second reads the cache (same edits, same blocks)."""
     rule = dict(FILL, requests="x", calls="prefill")
-    env = dict(JOB_PROMPTS=[LONG, LONG], JOB_BLOCK_SIZE="16", JOB_NEW_TOKENS="8")
+    env = dict(JOB_PROMPTS=[LONG, LONG], JOB_BLOCK_SIZE="32", JOB_NEW_TOKENS="8")
     plain, _ = _job(model_dir, "eager", tmp_path / "plain", [rule], JOB_ROUNDS=[[0], [1]], **env)
     assert plain["cached"][1] > 0, plain["cached"]  # prefix caching is on
     assert plain["tokens"][0] == plain["tokens"][1]

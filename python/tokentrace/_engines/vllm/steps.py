@@ -124,8 +124,8 @@ def composition(output, prompt_lengths):
 
 
 def _running_step(execute):
-    """The SchedulerOutput of a call of `execute` (the model runner's execute_model) on this
-    thread's stack, or None."""
+    """The frame of a call of `execute` (the model runner's execute_model) on this thread's
+    stack, or None."""
     codes = set()
     fn, seen = execute, 0
     while fn is not None and seen < 8:  # through its decorators (torch.inference_mode, ...)
@@ -136,7 +136,7 @@ def _running_step(execute):
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code in codes and "scheduler_output" in frame.f_locals:
-            return frame.f_locals["scheduler_output"]
+            return frame
         frame = frame.f_back
     return None
 
@@ -223,7 +223,14 @@ class VllmSteps:
         # model's call, from the SchedulerOutput in its frame.
         running = _running_step(execute)
         if running is not None:
-            self._begin(running)
+            local = running.f_locals
+            self._begin(local["scheduler_output"])
+            # its inputs are prepared already (the model call is what attached): its rows
+            # from execute_model's own locals
+            scheduled = local.get("num_scheduled_tokens_np")
+            runner = local.get("self")
+            if self.on_rows is not None and scheduled is not None and runner is not None:
+                self._rows(runner, scheduled)
         return True
 
     def remove(self):
