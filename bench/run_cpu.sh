@@ -86,6 +86,11 @@ if [ -z "${SKIP_GENERATE:-}" ]; then
     fi
     export TOKENTRACE_TORCH_OPS_LIB="$(realpath -m "$ops")"
   fi
+  echo "== served_rows_cost.py" >&2
+  { echo "### Rules for served requests: row masks per engine step (bench/served_rows_cost.py)";
+    echo; PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 300 "$python" \
+      bench/served_rows_cost.py 2>/dev/null || echo "served_rows_cost.py failed (rc $?)" >&2
+    echo; } >> "$out"
   echo "== generate_overhead.py --small" >&2
   PYTHONPATH=python TOKENTRACE_NATIVE_DIR="$build" timeout 900 "$python" \
     bench/generate_overhead.py --small --models "${GEN_MODELS:-tiny-llama}" --threads 1 \

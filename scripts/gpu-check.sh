@@ -14,8 +14,9 @@
 #      "reduce-overhead"), each kernel replayed from its decode's CUDA graph (COMPILED_FILE, a
 #      step of its own: three Inductor compiles with Triton, estimated at ~1.5 minutes on the
 #      16-core H200 machine; optional: not run when out of time);
-#   7. is vLLM traced as it serves on CUDA (tests/vllm, eager), where vLLM is installed (else
-#      one line: not checked; optional);
+#   7. is vLLM traced as it serves on CUDA (tests/vllm, eager), and do rules for tagged
+#      requests edit only their rows in compiled mode, whose decode replays CUDA graphs, where
+#      vLLM is installed (else one line: not checked; optional);
 #   8. the overhead table: plain, hooks only, summary, full, sample:16, bare CUPTI subscriber,
 #      torch.profiler, on GPT-2-small and the Llama-1B shape.
 # Answers 2-4 are tests of the `gpu` pytest run (named in ANSWERS below), which runs their
@@ -226,15 +227,23 @@ compiled_check() {
 # vLLM traced as it serves (tests/vllm, eager only: its compiled mode compiles for minutes),
 # only where vLLM is installed: the machine has no registry to install it from. Optional.
 VLLM_Q="vLLM's engine steps are the tokens, step_requests holds their requests and the engine core's file (or role) their lives (tests/vllm, eager, on CUDA)"
+VLLM_GRAPHS_Q="rules for served requests edit only their requests' rows under vLLM's CUDA graphs (tests/vllm/test_vllm_requests.py, compiled, on CUDA)"
 vllm_check() {
   if ! "$TOKENTRACE_PY" -c 'import vllm' >/dev/null 2>&1; then
     answer "$VLLM_Q" "not checked: vLLM is not installed on this machine (no registry to install it from)"
+    answer "$VLLM_GRAPHS_Q" "not checked: vLLM is not installed on this machine"
     return
   fi
   step -o -g vllm 170 90 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider -m vllm \
     -k eager "$ROOT/tests/vllm"
   answer_from "$WORK/vllm.log" \
     "$VLLM_Q|test_vllm.py::test_a_traced_vllm_job_serves_the_same_tokens_and_records_its_steps" optional
+  # Compiled mode on CUDA: vLLM captures CUDA graphs for decode (FULL and piecewise), which
+  # replay the patch table's row masks at their fixed address. With time left only.
+  step -o -g vllm-graphs 200 120 "$TOKENTRACE_PY" -m pytest -v --tb=short -p no:cacheprovider \
+    -m vllm -k compiled "$ROOT/tests/vllm/test_vllm_requests.py"
+  answer_from "$WORK/vllm-graphs.log" \
+    "$VLLM_GRAPHS_Q|test_vllm_requests.py::test_tagged_rules_edit_only_their_requests_rows[compiled]" optional
 }
 write_summary
 step build 300 60 env TOKENTRACE_SETUP_PYTHON="$TOKENTRACE_PYTHON" "$ROOT/scripts/setup.sh" || { cat "$SUMMARY"; rm -rf "$WORK"; exit 1; }

@@ -61,8 +61,8 @@ if os.environ.get("STEP_COUNT_FILE"):
 
 if os.environ.get("JOB_HOOK_PREFILL"):
     # "<module name suffix>:<value>": a plain PyTorch forward hook, in the worker, on every
-    # model.layers.N.<suffix>, filling its output with value in steps that compute more rows
-    # than there are prompts (the prefill, when the prompts are served alone and at once).
+    # model.layers.N.<suffix>, filling its output with value in steps that compute more than
+    # one row: the prefill, when the prompts are served one at a time (JOB_ROUNDS [[0], [1]]).
     try:  # vLLM's CPU build: its runner loads the model itself
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner as _Runner
     except ImportError:
@@ -73,10 +73,9 @@ if os.environ.get("JOB_HOOK_PREFILL"):
 
     def _load_hooked(self, *args, **kwargs):
         out = _load(self, *args, **kwargs)
-        requests = len(json.loads(os.environ["JOB_PROMPTS"]))
 
         def fill(module, args, output):
-            if output.shape[0] > requests:
+            if output.shape[0] > 1:
                 output.fill_(float(_value))
 
         for name, module in self.model.named_modules():

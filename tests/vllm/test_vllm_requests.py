@@ -120,14 +120,17 @@ def test_tagged_rules_edit_only_their_requests_rows(model_dir, tmp_path, mode):
 def test_a_prefill_rule_equals_a_plain_hook_serving_those_prompts_alone(model_dir, tmp_path):
     """A prefill rule on the tagged requests, served among untagged ones, gives the tagged
     requests the tokens a plain job gets with a forward hook that fills the same module
-    outputs in the prefill of those prompts served alone (job.py's JOB_HOOK_PREFILL)."""
+    outputs in the prefill of those prompts served alone, one after the other (job.py's
+    JOB_HOOK_PREFILL: a step of more than one row is a prefill then; served together, vLLM
+    may prefill one while the other decodes, in one step)."""
     rule = dict(FILL, requests="x", calls="prefill")
     edited, worker = _job(model_dir, "eager", tmp_path / "edited", [rule], JOB_TAGS=TAGS)
     prompts = __import__("job").PROMPTS
     alone, _ = _job(model_dir, "eager", tmp_path / "hook", None,
-                    JOB_PROMPTS=[prompts[0], prompts[2]], JOB_HOOK_PREFILL="mlp:50")
+                    JOB_PROMPTS=[prompts[0], prompts[2]], JOB_ROUNDS=[[0], [1]],
+                    JOB_HOOK_PREFILL="mlp:50")
     plain, _ = _job(model_dir, "eager", tmp_path / "plain", None,
-                    JOB_PROMPTS=[prompts[0], prompts[2]])
+                    JOB_PROMPTS=[prompts[0], prompts[2]], JOB_ROUNDS=[[0], [1]])
     assert alone["tokens"] != plain["tokens"]  # the hook's edit changes them
     assert [edited["tokens"][0], edited["tokens"][2]] == alone["tokens"]
     edits, _ = _worker_edits(worker)
@@ -146,8 +149,8 @@ LONG = f"{_SENTENCE} {_SENTENCE} and the mill wheel turned slowly in the dark"
 
 def test_prefix_caching_keeps_edited_and_unedited_blocks_apart(model_dir, tmp_path):
     """A long prompt served twice, one request after the other (so the second finds the first's
-    blocks in vLLM's prefix cache; 32-token blocks, the least vLLM's CPU attention takes). Unedited twice: the second reads the cache.
-    Tagged after untagged: it reads nothing from the cache and gets its edit (the tokens it gets
+    blocks in vLLM's prefix cache; 32-token blocks, the least vLLM's CPU attention takes).
+    Unedited twice: the second reads the cache. Tagged after untagged: it reads nothing from the cache and gets its edit (the tokens it gets
     served first). Untagged after tagged: it reads nothing and gets the unedited tokens. Tagged
     twice: the second reads the cache (same edits, same blocks)."""
     rule = dict(FILL, requests="x", calls="prefill")

@@ -82,9 +82,14 @@ class ServedRules:
                                   "tt.prefill here")
         self.slot_of = {i: s for s, i in enumerate(self.slots)}
         self.max_rows = DEFAULT_MAX_ROWS
-        # (rule index, request) -> [steps, rows] it edited; requests seen, in order
-        self.edited: dict[tuple[int, str], list[int]] = {}
-        self.requests: dict[str, None] = {}
+        # What each rule edited, per request: each request seen has a column (its index,
+        # reused once it is forgotten) of `steps` and `rows` (slot x column), so a step's
+        # counting is two numpy additions per rule, not a Python loop over its requests.
+        self.requests: dict[str, int] = {}  # request -> column, in the order first seen
+        self._free: list[int] = []
+        self._steps = np.zeros((len(self.slots), 64), dtype=np.int64)
+        self._rows = np.zeros((len(self.slots), 64), dtype=np.int64)
+        self.edited_requests = [0] * len(self.slots)  # per slot: requests it edited, ever
         self.rows_past_limit = 0  # rows a step had past max_rows (never edited)
         self.steps_unread = 0  # steps whose rows did not come (no row edited in them)
 
@@ -93,58 +98,92 @@ class ServedRules:
         slot = self.slot_of.get(i)
         return None if slot is None else [("rows", slot)]
 
+    def _column(self, request):
+        column = self.requests.get(request)
+        if column is None:
+            column = self._free.pop() if self._free else len(self.requests)
+            if column >= self._steps.shape[1]:  # twice as many columns
+                grow = np.zeros_like(self._steps)
+                self._steps = np.concatenate([self._steps, grow], axis=1)
+                self._rows = np.concatenate([self._rows, np.zeros_like(grow)], axis=1)
+            self.requests[request] = column
+        return column
+
     def masks(self, step, rows):
         """[(slot, mask: a uint8 numpy array, 1 = edit the row)] for one step's rows; counts
-        what each rule edits. Vectorized per request: a prefill of thousands of rows is one
-        numpy expression per rule, not a Python loop."""
-        total = sum(r.n for r in rows)
+        what each rule edits. Vectorized over the step's rows: per rule a few numpy
+        expressions over all of them."""
+        if not self.slots or not rows:
+            for r in rows:
+                self._column(r.request)
+            return [(slot, np.zeros(0, dtype=np.uint8)) for slot in range(len(self.slots))]
+        # one pass over the requests: their sizes, positions, prompts, columns and tag sets
+        # (by index: a step has few distinct ones, so each rule checks those, not every row)
+        sets: dict[frozenset, int] = {}
+        column = self._column
+        table = np.array([(r.n, r.computed, r.prompt, sets.setdefault(r.tags, len(sets)),
+                           column(r.request)) for r in rows], dtype=np.int64)
+        n, computed, prompt, tag_id, columns = table.T
+        total = int(n.sum())
         kept = min(total, self.max_rows)
-        self.rows_past_limit += 0 if not self.slots else total - kept
-        for r in rows:
-            self.requests.setdefault(r.request, None)
+        self.rows_past_limit += total - kept
+        starts = np.cumsum(n) - n
+        owner = np.repeat(np.arange(len(rows)), n)[:kept]  # the request of each row
+        positions = computed[owner] + np.arange(kept) - starts[owner]
+        prompts = prompt[owner]
+        distinct = list(sets)
         out = []
         for slot, i in enumerate(self.slots):
             rule = self.rules[i]
-            mask = np.zeros(kept, dtype=np.uint8)
-            base = 0
-            for r in rows:
-                end = min(base + r.n, kept)
-                if end > base and (rule.requests is None or r.tags.intersection(rule.requests)):
-                    positions = np.arange(r.computed, r.computed + (end - base))
-                    chosen = _selects(rule.calls, step, positions, r.prompt)
-                    marked = int(np.count_nonzero(chosen))
-                    if marked:
-                        mask[base:end] = chosen
-                        done = self.edited.setdefault((i, r.request), [0, 0])
-                        done[0] += 1
-                        done[1] += marked
-                base += r.n
-            out.append((slot, mask))
+            chosen = _selects(rule.calls, step, positions, prompts)
+            if rule.requests is not None:
+                tagged = np.array([not t.isdisjoint(rule.requests) for t in distinct])
+                chosen &= tagged[tag_id][owner]
+            marked = np.bincount(owner[chosen], minlength=len(rows))
+            edited = marked > 0
+            steps = self._steps[slot]
+            self.edited_requests[slot] += int(np.count_nonzero(edited & (steps[columns] == 0)))
+            steps[columns] += edited  # a step's columns are distinct: plain fancy adds
+            self._rows[slot][columns] += marked
+            out.append((slot, chosen.view(np.uint8)))
         return out
 
     def request_rows(self, requests=None):
         """request_events rows (role worker) of `requests` (default: every request seen): the
         rules that edited each, as JSON {rule index: [steps, rows]} ("{}": none)."""
         keys = list(self.requests) if requests is None else list(requests)
+        steps, rows_done = self._steps.tolist(), self._rows.tolist()
         rows = []
         for request in keys:
-            edits = {str(i): self.edited[(i, request)] for i in self.slots
-                     if (i, request) in self.edited}
+            c = self.requests.get(request)
+            edits = {} if c is None else {
+                str(i): [steps[s][c], rows_done[s][c]]
+                for s, i in enumerate(self.slots) if steps[s][c]}
             rows.append({"role": "worker", "request": request, "edits": json.dumps(edits)})
         return rows
 
     def forget(self, requests):
         for request in requests:
-            self.requests.pop(request, None)
-            for i in self.slots:
-                self.edited.pop((i, request), None)
+            c = self.requests.pop(request, None)
+            if c is not None:
+                self._steps[:, c] = 0
+                self._rows[:, c] = 0
+                self._free.append(c)
 
     def per_rule(self):
         """{rule index: requests it edited} of the rules served per request."""
-        out = {i: 0 for i in self.slots}
-        for (i, _), _done in self.edited.items():
-            out[i] += 1
-        return out
+        return {i: self.edited_requests[s] for s, i in enumerate(self.slots)}
+
+
+_LOOKUP: dict = {}  # id(selector) -> (selector, its lookup table)
+
+
+def _lookup(values):
+    """A boolean table t with t[k] for k in values; its last entry (past the largest k, where
+    larger ks are clipped to) is False."""
+    lut = np.zeros(max(values) + 2, dtype=bool)
+    lut[list(values)] = True
+    return lut
 
 
 def _selects(calls, step, positions, prompt):
@@ -162,8 +201,12 @@ def _selects(calls, step, positions, prompt):
             if isinstance(values, range):  # a range may be long: compared, not listed
                 chosen |= (k >= values.start) & (k < values.stop) & \
                     ((k - values.start) % values.step == 0)
-            else:
-                chosen |= np.isin(k, np.fromiter(values, dtype=np.int64))
+            else:  # a lookup table of the ks, made once per selector
+                table = _LOOKUP.get(id(part))
+                if table is None or table[0] is not part:
+                    table = _LOOKUP[id(part)] = (part, _lookup(values))
+                lut = table[1]
+                chosen |= lut[np.minimum(k, len(lut) - 1)]
     return chosen
 
 
