@@ -150,9 +150,10 @@ LONG = f"{_SENTENCE} {_SENTENCE} and the mill wheel turned slowly in the dark"
 def test_prefix_caching_keeps_edited_and_unedited_blocks_apart(model_dir, tmp_path):
     """A long prompt served twice, one request after the other (so the second finds the first's
     blocks in vLLM's prefix cache; 32-token blocks, the least vLLM's CPU attention takes).
-    Unedited twice: the second reads the cache. Tagged after untagged: it reads nothing from the cache and gets its edit (the tokens it gets
-    served first). Untagged after tagged: it reads nothing and gets the unedited tokens. Tagged
-    twice: the second reads the cache (same edits, same blocks)."""
+    Unedited twice: the second reads the cache. Tagged after untagged: it reads nothing from
+    the cache and gets its edit (the tokens it gets served first). Untagged after tagged: it
+    reads nothing and gets the unedited tokens. Tagged twice: the second reads the cache (same
+    edits, same blocks)."""
     rule = dict(FILL, requests="x", calls="prefill")
     env = dict(JOB_PROMPTS=[LONG, LONG], JOB_BLOCK_SIZE="32", JOB_NEW_TOKENS="8")
     plain, _ = _job(model_dir, "eager", tmp_path / "plain", [rule], JOB_ROUNDS=[[0], [1]], **env)
