@@ -112,6 +112,7 @@ struct ServedEdits {
   std::vector<int64_t> rules;
   std::vector<RequestEdit> edits;
   int64_t requests = 0;
+  std::string unread;  // why they could not be read ("" when they were, or there are none)
 };
 bool ReadServedEdits(Reader& reader, ServedEdits* out, std::string* error);
 

@@ -141,5 +141,26 @@ TEST(ServingTest, NoEngineCoreNoSection) {
   EXPECT_EQ(EngineCoreSection({}, CoreSteps{}, nullptr), "");
 }
 
+// The edits of served requests: per rule the requests it edited (steps and rows each), a rule
+// that edited none, a list cut after five, and why the rows could not be read.
+TEST(ServingTest, EditsSectionSaysWhichRequestsEachRuleEdited) {
+  ServedEdits served;
+  served.rules = {0, 1, 2};
+  served.requests = 8;
+  served.edits = {{0, "0-a", 17, 21}, {0, "2-c", 16, 20}};
+  for (int i = 0; i < 7; ++i) served.edits.push_back({2, "r" + std::to_string(i), 1, 1});
+  const std::string text = EditsSection(served);
+  EXPECT_NE(text.find("  rule 0: 2 of 8 requests, 33 steps, 41 rows: 0-a (17 steps, 21 rows), "
+                      "2-c (16 steps, 20 rows)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  rule 1: no request (of 8)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("r4 (1 steps, 1 rows) and 2 more\n"), std::string::npos) << text;
+  EXPECT_EQ(EditsSection(ServedEdits{}), "");
+  ServedEdits unread;
+  unread.unread = "this SQLite has no JSON functions (no such function: json_each)";
+  EXPECT_NE(EditsSection(unread).find("not read: this SQLite has no JSON"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tokentrace::cli
