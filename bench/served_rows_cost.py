@@ -29,7 +29,7 @@ def _rules(n):
 
 
 def _step(requests, prefills, chunk):
-    from tokentrace._edit.requests import StepRow
+    from tokentrace._engines import StepRow
     tags = [frozenset(), frozenset(["a"]), frozenset(["b"]), frozenset(["c", "d"])]
     rows = []
     for i in range(requests):
@@ -45,7 +45,7 @@ def measure(n_rules, rows, repeats):
 
     import tokentrace as tt
     from tokentrace._backend import torch_library
-    from tokentrace._edit.requests import ServedRules
+    from tokentrace._edit import ServedRules
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "spec.json")
         with open(path, "w") as f:

@@ -72,8 +72,21 @@ def install():
         from _tokentrace_after_import import after_import  # the boot's, beside sitecustomize
     except ImportError:  # not started by `tokentrace run` (no boot on sys.path)
         return
-    install_watchers(_recording_backend, _say, after_import, _edits_variable()[1] or None)
+    install_watchers(_recording_backend, _say, after_import, _edit_salt())
     after_import("transformers.generation.utils", _watch_generate)
+
+
+def _edit_salt():
+    """What gives the edits' prefix-cache salts in a serving engine (_edit/requests.py
+    SpecSalt), or None when the job has no edit spec."""
+    spec_path = _edits_variable()[1]
+    if not spec_path:
+        return None
+
+    def make():
+        from ._edit import SpecSalt
+        return SpecSalt(spec_path)
+    return make
 
 
 def _watch_generate(module):

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import tokentrace as tt
-from tokentrace._edit.requests import ServedRules, SpecSalt, StepRow, request_tags
+from tokentrace._edit import ServedRules, SpecSalt
+from tokentrace._engines import StepRow, request_tags
 
 FILL = {"site": "model.layers.*.mlp", "op": "fill", "value": 1.0}
 

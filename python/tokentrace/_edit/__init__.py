@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face read
     from .label_memory import for_model as remember_labels
     from .operations import Op, add, clamp, fill, replace, scale, zero
     from .report import EditReport
+    from .requests import ServedRules, SpecSalt
     from .rules import EditContext, Rule
     from .spec import EditSpec, check_edits, load_spec, when
 

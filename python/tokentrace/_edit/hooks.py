@@ -106,12 +106,13 @@ class EditHooks:
         self._entries = TableEntries()
         self.entry_rule = self._entries.entry_rule  # table entry -> rule index
         # rules for served requests (requests.py): their row masks, in a serving engine
+        from .._engines import max_rows
+        from .._engines import serving as served_by_engine
         if serving is None:
-            from .._engines import registry
-            serving = registry.serving(model)
+            serving = served_by_engine(model)
         self.served = ServedRules(spec.rules, serving, self._rule_error)
         if self.served.slots:
-            self.served.max_rows = registry.max_rows(model) or self.served.max_rows
+            self.served.max_rows = max_rows(model) or self.served.max_rows
         self.plans = {}       # (site, where) -> [_Segment]
         self.op_plans = {}    # op rule index -> _Segment
         self.op_mode = None   # the OpEdits of a run, while installed

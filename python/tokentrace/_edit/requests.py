@@ -27,37 +27,15 @@ as before.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 
+from .._engines import request_tags
 from .calls import prefill
 
 # The rows one mask holds when the engine does not say its largest batch (vLLM's runner does:
 # max_num_tokens). A step with more rows than this leaves the rest unedited, counted.
 DEFAULT_MAX_ROWS = 1 << 16
-
-
-@dataclass
-class StepRow:
-    """One request's rows in one step: n rows from position `computed`, in the batch's order."""
-
-    request: str
-    n: int
-    computed: int
-    prompt: int  # the prompt's length (tokens)
-    tags: frozenset  # the request's tags (SamplingParams.extra_args["tokentrace"])
-
-
-def request_tags(extra_args) -> frozenset:
-    """The tags a request carries: extra_args["tokentrace"], a string or a list of strings
-    (anything else carries none)."""
-    value = extra_args.get("tokentrace") if isinstance(extra_args, dict) else None
-    if isinstance(value, str):
-        return frozenset([value])
-    if isinstance(value, (list, tuple)):
-        return frozenset(v for v in value if isinstance(v, str))
-    return frozenset()
 
 
 def served_per_request(rule) -> bool:

@@ -3,7 +3,7 @@ the preloaded job call without naming an engine.
 
     worker_adapter(model, backend, path, say)   the adapter of the engine whose worker serves
                                                 `model` in this process, or None
-    install_watchers(backend_if_recording, say, after_import, edit_spec)
+    install_watchers(backend_if_recording, say, after_import, edit_salt)
                                                 each engine's recordings of the processes that
                                                 call no module (an engine core, a front end),
                                                 put on when the engine's modules load, and the
@@ -44,8 +44,9 @@ def max_rows(model):
     return _vllm_steps.max_rows() if _vllm_steps.serves(model) else None
 
 
-def install_watchers(backend_if_recording, say, after_import, edit_spec=None):
-    """`edit_spec`: the path of the job's edits (TOKENTRACE_EDITS), whose rules for served
-    requests the engine's prefix cache must keep apart (vllm/salt.py), or None."""
+def install_watchers(backend_if_recording, say, after_import, edit_salt=None):
+    """`edit_salt`: None, or a callable giving the job's edits' cache salts (TOKENTRACE_EDITS;
+    _edit/requests.py SpecSalt), which the engine's prefix cache must keep apart
+    (vllm/salt.py)."""
     _vllm_core.install_when_loaded(backend_if_recording, say, after_import)
-    _vllm_salt.install_when_loaded(edit_spec, say, after_import)
+    _vllm_salt.install_when_loaded(edit_salt, say, after_import)

@@ -13,7 +13,8 @@ request's cache_salt first takes the edits that apply to it (requests.cache_salt
 with the same edits share blocks, others never; the job's own salt is kept in it). Counted in
 the engine core's meta (engine_core_requests_salted).
 
-Nothing here imports vLLM: install() takes the module vLLM loaded.
+Nothing here imports vLLM (install_when_loaded takes the module vLLM loaded) or the edits (the
+preload hands their salts in).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ REQUEST_MODULE = "vllm.v1.request"
 SALTED = {"requests": 0}  # requests given a salt in this process
 
 
-def install_when_loaded(spec_path, say, after_import):
-    """With an edit spec (TOKENTRACE_EDITS), salts the requests of every engine core made in
-    this process once vLLM's request module is loaded."""
-    if not spec_path:
+def install_when_loaded(make_salt, say, after_import):
+    """With the job's edits, salts the requests of every engine core made in this process once
+    vLLM's request module is loaded. make_salt(): the edits' salts (an object with `needed`
+    and of(request) -> salt or None: _edit/requests.py SpecSalt), or None without edits."""
+    if make_salt is None:
         return
 
     def loaded(module):
@@ -34,8 +36,7 @@ def install_when_loaded(spec_path, say, after_import):
         if make is None:
             return
         try:
-            from ..._edit.requests import SpecSalt
-            salt = SpecSalt(spec_path)
+            salt = make_salt()
         except Exception as exc:  # the worker stops the job on a bad spec and says why
             say(f"tokentrace: the edits' cache salts are not set ({exc})")
             return

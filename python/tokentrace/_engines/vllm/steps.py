@@ -38,7 +38,7 @@ import sys
 from typing import Any
 
 from ..._common import RowsToWriter
-from ..._edit.requests import StepRow, request_tags
+from ..rows import StepRow, request_tags
 
 TOKEN_SITE = "vllm.step"  # the token site's name (not a module path: it has no such module)
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # the CPU runner subclasses its class
