@@ -60,7 +60,13 @@ esac
 if [ -n "$WANT_VLLM" ] || [ -x "$VLLM_VENV/bin/python" ]; then
   VLLM_PY=$("$ROOT/scripts/setup-vllm.sh" | tail -1)
   echo "== vLLM tests (pytest -m vllm), $("$VLLM_PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' 2>/dev/null) =="
-  "$VLLM_PY" -m pytest -q -p no:cacheprovider -m vllm tests/vllm
+  # The vLLM environment has its own tokentrace (pip-installed against its torch): none of the
+  # build's variables that env.sh / env-newest.sh exported above may reach it (the newest
+  # torch's operator library loaded into vLLM's torch kills its worker at the first edit).
+  # Its own `tokentrace` program comes first on PATH (the docs' examples call it by name).
+  env -u TOKENTRACE_TORCH_OPS_LIB -u TOKENTRACE_NATIVE_DIR -u PYTHONPATH \
+    PATH="$(dirname "$VLLM_PY"):$PATH" \
+    "$VLLM_PY" -m pytest -q -p no:cacheprovider -m vllm tests/vllm
 else
   echo "== vLLM tests: skipped: no vLLM environment (scripts/setup-vllm.sh makes it, or TOKENTRACE_VLLM=1) =="
 fi
