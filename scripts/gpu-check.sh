@@ -5,7 +5,9 @@
 #   2. does the seed's first example (GPT-2 generate) record kernels per call on CUDA;
 #   3. does the seed's second example give the same logits on CUDA through the device patch
 #      table as through a plain hook;
-#   4. does a CUDA-graph decode attribute replayed kernels to modules;
+#   4. does a CUDA-graph decode attribute replayed kernels to modules, and do rules for served
+#      requests edit only their requests' rows when a decode graph captured before the first
+#      step replays (vLLM's FULL decode graphs, emulated without vLLM: test_served_graphs.py);
 #   5. are NCCL's kernels communication (name rule, src/core/comm_kernels.h): a world-size-1
 #      NCCL all_reduce on one GPU, and a 2-rank one when there are 2 GPUs (else "not checked");
 #   6. is each Triton kernel of a compiled tiny Llama's decode token attributed to modules or
@@ -73,8 +75,10 @@ ANSWERS=(
   "the seed's first example records kernels per call (GPT-2 generate on CUDA)|test_gpu.py::test_seed_example_on_cuda_with_kernels"
   "the seed's second example gives the same logits through the device table as a plain hook|test_gpu.py::test_declarative_edit_on_cuda_matches_hook"
   "a CUDA-graph decode attributes replayed kernels to modules|test_gpu_graphs.py::test_replayed_kernels_keep_their_modules_and_count_as_tokens"
+  "rules for served requests edit only their requests' rows when a decode CUDA graph replays (vLLM's FULL decode graphs, without vLLM)|test_served_graphs.py::test_on_cuda_decode_graph_replays_edit_the_rows_each_step_marks"
 )
-FIRST_FILES=("$ROOT/tests/python/test_gpu.py" "$ROOT/tests/python/test_gpu_graphs.py")
+FIRST_FILES=("$ROOT/tests/python/test_gpu.py" "$ROOT/tests/python/test_gpu_graphs.py"
+             "$ROOT/tests/python/test_served_graphs.py")
 NCCL_FILE=$ROOT/tests/python/test_gpu_nccl.py
 NCCL_ONE="NCCL kernels of a world-size-1 all_reduce are communication (comm column, export category)|test_gpu_nccl.py::test_one_rank_nccl_kernels_are_communication"
 COMPILED_FILE=$ROOT/tests/python/test_gpu_compiled.py
