@@ -8,6 +8,9 @@
 #   4. does a CUDA-graph decode attribute replayed kernels to modules, and do rules for served
 #      requests edit only their requests' rows when a decode graph captured before the first
 #      step replays (vLLM's FULL decode graphs, emulated without vLLM: test_served_graphs.py);
+#   4b. does `tokentrace import` of a torch.profiler trace taken on the GPU attribute each GPU
+#      record as `tokentrace run` of the same job does (per token and module class: its
+#      test_gpu_import.py runs among the other gpu tests);
 #   5. are NCCL's kernels communication (name rule, src/core/comm_kernels.h): a world-size-1
 #      NCCL all_reduce on one GPU, and a 2-rank one when there are 2 GPUs (else "not checked");
 #   6. is each Triton kernel of a compiled tiny Llama's decode token attributed to modules or
@@ -76,6 +79,7 @@ ANSWERS=(
   "the seed's second example gives the same logits through the device table as a plain hook|test_gpu.py::test_declarative_edit_on_cuda_matches_hook"
   "a CUDA-graph decode attributes replayed kernels to modules|test_gpu_graphs.py::test_replayed_kernels_keep_their_modules_and_count_as_tokens"
   "rules for served requests edit only their requests' rows when a decode CUDA graph replays (vLLM's FULL decode graphs, without vLLM)|test_served_graphs.py::test_on_cuda_decode_graph_replays_edit_the_rows_each_step_marks"
+  "\`tokentrace import\` of a torch.profiler trace of a job attributes its records as \`tokentrace run\` of the same job, token for token|test_gpu_import.py::test_import_of_a_torch_profiler_trace_attributes_as_the_live_trace"
 )
 FIRST_FILES=("$ROOT/tests/python/test_gpu.py" "$ROOT/tests/python/test_gpu_graphs.py"
              "$ROOT/tests/python/test_served_graphs.py")

@@ -146,6 +146,18 @@ int ImportCommand(const std::vector<std::string>& args) {
         static_cast<unsigned long long>(counts.records),
         static_cast<unsigned long long>(counts.no_launch),
         static_cast<unsigned long long>(counts.outside_ranges));
+    if (counts.root.empty() && root.empty() && token_range.empty()) {
+      // No tokens: say why, and how to get them (a profile recorded with with_modules=True
+      // alone has no module ranges: Kineto writes them with the Python tracer, with_stack).
+      const bool kineto = recorded.format == "torch.profiler";
+      std::fprintf(stderr,
+                   "tokentrace: process %lld of '%s' has no module ranges%s, so every call is "
+                   "token 0's: %s\n",
+                   static_cast<long long>(pid), trace.c_str(), kineto ? " (nn.Module: events)" : "",
+                   kineto ? "record with torch.profiler.profile(..., with_stack=True), or give "
+                            "--root NAME or --token-range REGEX"
+                          : "give --root NAME or --token-range REGEX");
+    }
   }
   return 0;
 }

@@ -471,3 +471,26 @@ def test_bad_input_is_one_line_naming_the_file(case, tmp_path):
     assert len(text.splitlines()) == 1, text
     assert str(trace) in text or trace.name in text, text
     assert not any(crash in text for crash in CRASH_TEXT), text
+
+
+@pytest.mark.parametrize("name, options, hint", [
+    (BERT, [], None),  # module ranges: its forward is the token
+    (V100, [], "torch.profiler.profile(..., with_stack=True)"),  # user_annotation ranges only
+    (NSYS, [], "give --root NAME or --token-range REGEX"),
+    (V100, ["--token-range", "ProfilerStep.*"], None),  # tokens asked for: nothing to say
+])
+def test_a_process_without_tokens_is_told_how_to_get_them(name, options, hint, tmp_path):
+    """A profile recorded without module ranges (torch.profiler writes them only with its
+    Python tracer: with_stack=True; with_modules=True alone has none) imports with every call
+    in token 0; the import says so for each such process, with what would give tokens."""
+    said = subprocess.run([_program(), "import", _trace(name), *options, "--out",
+                           str(tmp_path / "%p.sqlite")], capture_output=True, text=True,
+                          timeout=300)
+    assert said.returncode == 0, said.stdout + said.stderr
+    told = [line for line in said.stderr.splitlines() if "has no module ranges" in line]
+    if hint is None:
+        assert told == [], said.stderr
+    else:
+        pids = [line.split()[3] for line in said.stdout.splitlines()]  # "... process PID -> ..."
+        assert len(told) == len(pids) and all(hint in line for line in told), said.stderr
+        assert all(f"process {pid} of " in line for pid, line in zip(pids, told))
