@@ -137,9 +137,9 @@ def _uniform_decode(step):
 
 def _run(model, device, graphed, on_step=None):
     """Every step's output; decode steps through a CUDA graph when `graphed`."""
-    graph = _Graph(model, device) if graphed else None
     outs = []
-    with torch.no_grad():
+    with torch.no_grad():  # as an engine serves (the capture included)
+        graph = _Graph(model, device) if graphed else None
         for k, step in enumerate(STEPS, start=1):
             if on_step is not None:
                 on_step(k, step)
