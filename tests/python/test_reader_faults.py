@@ -2,6 +2,7 @@
 values of the wrong type, a killed writer's -wal, a million sites or a huge name to plot,
 and a preloaded job ended by Ctrl-C."""
 
+import gc
 import os
 import shutil
 import signal
@@ -17,10 +18,13 @@ from tt_testutil import PYDIR, make_trace_file, signal_when_ready
 
 @pytest.mark.parametrize("table,column", [("calls", "cpu_begin_ns"), ("calls", "cpu_end_ns"),
                                           ("kernels", "gpu_end_ns"), ("call_gpu", "gpu_busy_ns")])
-def test_text_where_numbers_belong_is_one_error_naming_the_file(tmp_path, table, column):
+def test_text_where_numbers_belong_is_one_error_naming_the_file(tmp_path, table, column,
+                                                               monkeypatch):
     path = make_trace_file(str(tmp_path / "t.sqlite"))
     with sqlite3.connect(path) as db:
         db.execute(f"UPDATE {table} SET {column} = 'x' || {column}")
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     with pytest.raises(tt.TokentraceError) as err:
         trace = tt.load(path)
         trace.tokens
@@ -31,6 +35,12 @@ def test_text_where_numbers_belong_is_one_error_naming_the_file(tmp_path, table,
     message = str(err.value)
     assert path in message and "wrong type where a number belongs" in message, message
     assert "\n" not in message
+    # The read the error stopped, collected after the file is closed, prints nothing (no
+    # "Exception ignored in ..." traceback on the user's stderr).
+    trace.close()
+    del err
+    gc.collect()
+    assert [repr(u.exc_value) for u in unraisable] == []
 
 
 def _killed_writer_file(tmp_path):

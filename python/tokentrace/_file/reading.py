@@ -136,7 +136,11 @@ class TraceFile:
     def rows(self, sql, args=()):
         """The rows of a query as they are read (an iterator: for long results)."""
         try:
-            yield from self.con.execute(sql, args)
+            # Not `yield from` the cursor: closing this generator (a read stopped early, then
+            # collected) would close the cursor, which raises once the file is closed, and a
+            # generator's close prints what it raises ("Exception ignored in ...").
+            for row in self.con.execute(sql, args):
+                yield row
         except sqlite3.DatabaseError as exc:
             self._damaged(exc)
 
