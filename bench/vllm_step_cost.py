@@ -62,6 +62,7 @@ def main():
     work = tempfile.mkdtemp(prefix="vllm-step-cost-")
     model = tiny_model.make(args.model or os.path.join(work, "tiny-llama"))
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", TOKENIZERS_PARALLELISM="false",
+               VLLM_USE_V2_MODEL_RUNNER="0",
                JOB_PROMPT_COPIES=str(max(1, args.prompts // 4)),
                JOB_NEW_TOKENS=str(args.new_tokens))
     print(f"{args.prompts} prompts x {args.new_tokens} greedy tokens, max 4 sequences a step; "

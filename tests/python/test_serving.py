@@ -5,6 +5,7 @@ trace.requests (each request's steps), on a hand-built file shaped as a vLLM wor
 import sqlite3
 
 import pytest
+import torch
 
 import tokentrace as tt
 from tokentrace._common import schema
@@ -187,6 +188,53 @@ def test_a_vllm_step_that_raises_is_closed(tmp_path, monkeypatch):
         runner_cls().execute_model(_Output(new=[_New("A", [1])], scheduled={"A": 1}))
     assert backend.events[-2:] == [("push", "vllm.step"), ("pop", "vllm.step")]
 
+
+
+def test_a_model_served_by_model_runner_v2_is_said_in_one_line_and_refuses_request_rules(
+        monkeypatch):
+    """vLLM's Model Runner V2 (its default where Triton runs, as on GPUs) is not followed: a
+    model it calls is no engine worker's (each model call a token), which the recording says
+    in one line, and a rule naming requests stops with that reason, not the generic one. A
+    model the V1 runner calls, with both modules loaded (a GPU worker imports both), is."""
+    import sys
+    import types
+
+    from tokentrace._edit import EditHooks
+    from tokentrace._engines import not_served_why, serving, worker_adapter
+    v1_cls = _stand_in_vllm(monkeypatch)
+
+    class GPUModelRunner:  # V2's
+        def execute_model(self, scheduler_output, dummy_run=False):
+            return self.call(self.model)
+
+        def call(self, fn):
+            return fn()
+
+    module = types.ModuleType("vllm.v1.worker.gpu.model_runner")
+    module.GPUModelRunner = GPUModelRunner
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu.model_runner", module)
+    model = type("LlamaForCausalLM", (torch.nn.Sequential,),
+                 {"__module__": "vllm.model_executor.models.llama"})(torch.nn.Linear(4, 4))
+    said = []
+
+    def attach():  # what the recording and the edits ask at the model's first call
+        adapter = worker_adapter(model, _Backend(), None, said.append)
+        return adapter, serving(model), not_served_why(model)
+
+    runner = GPUModelRunner()
+    runner.model = attach
+    adapter, served, why = runner.execute_model(_Output())
+    assert adapter is None and not served and said == [why]
+    assert "Model Runner V2" in why and "VLLM_USE_V2_MODEL_RUNNER=0" in why
+    assert "\n" not in why
+    spec = tt.when(tt.module("0"), tt.zero(), requests="x")
+    runner.model = lambda: EditHooks(model, spec)
+    with pytest.raises(tt.TokentraceError, match="VLLM_USE_V2_MODEL_RUNNER=0"):
+        runner.execute_model(_Output())
+    # called by the V1 runner (or outside any runner): as before, nothing said
+    v1_cls.call = lambda self, fn: fn()
+    adapter, served, why = v1_cls().call(attach)
+    assert adapter is not None and served and why is None and len(said) == 1
 
 # --- the engine core's adapter on a stand-in of vLLM's EngineCore -------------------------
 class _Reason(int):

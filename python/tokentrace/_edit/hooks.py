@@ -106,11 +106,12 @@ class EditHooks:
         self._entries = TableEntries()
         self.entry_rule = self._entries.entry_rule  # table entry -> rule index
         # rules for served requests (requests.py): their row masks, in a serving engine
-        from .._engines import max_rows
+        from .._engines import max_rows, not_served_why
         from .._engines import serving as served_by_engine
         if serving is None:
             serving = served_by_engine(model)
-        self.served = ServedRules(spec.rules, serving, self._rule_error)
+        self.served = ServedRules(spec.rules, serving, self._rule_error,
+                                  None if serving else not_served_why(model))
         if self.served.slots:
             self.served.max_rows = max_rows(model) or self.served.max_rows
         self.plans = {}       # (site, where) -> [_Segment]

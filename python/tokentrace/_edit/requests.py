@@ -46,13 +46,17 @@ def served_per_request(rule) -> bool:
 class ServedRules:
     """The row masks of one spec's rules in a serving engine, and what each edited."""
 
-    def __init__(self, rules, serving, rule_error):
+    def __init__(self, rules, serving, rule_error, why_not=None):
+        """why_not: where an engine serves the model but its steps are not followed, why."""
         self.rules = rules
         self.slots = []  # slot -> rule index
         if serving:
             self.slots = [i for i, r in enumerate(rules) if served_per_request(r)]
         else:
             for i, r in enumerate(rules):
+                if r.per_request and why_not is not None:
+                    rule_error(i, f"requests= and tt.request_token(k) name a serving engine's "
+                                  f"requests: {why_not}")
                 if r.per_request:
                     rule_error(i, "requests= and tt.request_token(k) name a serving engine's "
                                   "requests, and this model is not served by one (vLLM's "

@@ -9,7 +9,7 @@ from .._common import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the face's names: type checkers import them, lazy_face reads them
-    from .registry import install_watchers, max_rows, serving, worker_adapter
+    from .registry import install_watchers, max_rows, not_served_why, serving, worker_adapter
     from .rows import StepRow, request_tags
 
     # the vLLM adapters themselves, for their tests (tests/python/test_serving.py)

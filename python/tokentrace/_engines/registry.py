@@ -2,7 +2,8 @@
 the preloaded job call without naming an engine.
 
     worker_adapter(model, backend, path, say)   the adapter of the engine whose worker serves
-                                                `model` in this process, or None
+                                                `model` in this process, or None (said when
+                                                an engine serves it in a way not followed)
     install_watchers(backend_if_recording, say, after_import, edit_salt)
                                                 each engine's recordings of the processes that
                                                 call no module (an engine core, a front end),
@@ -17,8 +18,8 @@ each step's rows, requests in the batch's order, before its model runs: the row 
 for served requests), `idle_meta` (meta rows read only while the engine is idle: the edits'
 fires) and `request_rows` (the worker's request_events rows: which rules edited each request).
 serving(model) and max_rows(model) tell the edits whether rules may name requests, and how
-many rows a step may have. vLLM is the one engine built
-(vllm/); SGLang would be a second entry here (docs/serving.md).
+many rows a step may have; not_served_why(model), why not where an engine serves it. vLLM is
+the one engine built (vllm/); SGLang would be a second entry here (docs/serving.md).
 """
 
 from .vllm import core as _vllm_core
@@ -29,7 +30,15 @@ from .vllm import steps as _vllm_steps
 def worker_adapter(model, backend, path, say=None):
     if _vllm_steps.serves(model):
         return _vllm_steps.VllmSteps(backend, path, say)
+    if say is not None and _vllm_steps.runner_v2_serves(model):
+        say(_vllm_steps.RUNNER_V2_MESSAGE)  # an engine whose steps are not followed: said
     return None
+
+
+def not_served_why(model):
+    """Why an engine's worker serving `model` is not one whose steps are followed (its
+    requests cannot be named), or None."""
+    return _vllm_steps.RUNNER_V2_MESSAGE if _vllm_steps.runner_v2_serves(model) else None
 
 
 def serving(model):

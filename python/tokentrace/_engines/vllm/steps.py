@@ -42,6 +42,14 @@ from ..rows import StepRow, request_tags
 
 TOKEN_SITE = "vllm.step"  # the token site's name (not a module path: it has no such module)
 _RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # the CPU runner subclasses its class
+# vLLM's Model Runner V2 (its CPU and XPU runners subclass its class), vLLM's default where
+# Triton runs (GPUs) in 0.32, unless VLLM_USE_V2_MODEL_RUNNER=0: not followed (below).
+_RUNNER_V2_MODULE = "vllm.v1.worker.gpu.model_runner"
+RUNNER_V2_MESSAGE = (
+    "vLLM's Model Runner V2 serves this model (vLLM's default where Triton runs, as on GPUs), "
+    "and tokentrace follows the V1 runner's steps only: here each model call is a token (the "
+    "engine's warm-up runs too), not each engine step, and edit rules cannot name requests; "
+    "run the job with VLLM_USE_V2_MODEL_RUNNER=0 for engine steps as tokens")
 _ROLES: list[str] = []  # the roles of this process in its engine (one process may hold two)
 
 
@@ -90,9 +98,27 @@ def step_rows(runner, num_scheduled_tokens):
 
 
 def serves(model):
-    """True when `model` is a vLLM model and vLLM's model runner is loaded: the job is a vLLM
-    worker, whose tokens are engine steps."""
-    return type(model).__module__.startswith("vllm.") and runner_class() is not None
+    """True when `model` is a vLLM model and vLLM's (V1) model runner is loaded and not
+    Model Runner V2 runs it: the job is a vLLM worker, whose tokens are engine steps."""
+    return (type(model).__module__.startswith("vllm.") and runner_class() is not None
+            and not runner_v2_serves(model))
+
+
+def runner_v2_serves(model):
+    """True when `model` is a vLLM model whose call is made by Model Runner V2 (an instance
+    of its class is `self` of a frame on this thread's stack), which the adapter does not
+    follow: its steps are execute_model calls with dummy_run= and warm-up requests, and its
+    batch order is its own (sorted: decodes first)."""
+    module = sys.modules.get(_RUNNER_V2_MODULE)
+    cls = getattr(module, "GPUModelRunner", None) if module is not None else None
+    if cls is None or not type(model).__module__.startswith("vllm."):
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), cls):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def composition(output, prompt_lengths):
