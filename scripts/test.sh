@@ -21,10 +21,10 @@ source "$BUILD_DIR/env.sh"
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 # The Python suite, then the real trained model's tests (marked real_model) in a process of their
-# own, as a user's job runs it: CI's newest run once saw SmolLM2, loaded late in the one long
-# pytest process, answer garbage where the same tests alone (and the same load in a fresh
-# process, 8 times) answer " Paris"; what in the long process did it is not found yet (the
-# closing note of session 20 says what was ruled out).
+# own, as a user's job runs it. (CI's newest run once saw SmolLM2, loaded late in the one long
+# pytest process, answer garbage: torch had cached our torch.tensor wrapper as a device factory
+# during an earlier test's trace, fixed in _common/op_groups.py, and test_ops.py's
+# test_a_device_block_after_a_run_with_ops_still_places_torch_tensor guards it.)
 python_tests() {
   "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m "not real_model" tests/python tests/torch_op
   "$TOKENTRACE_PY" -m pytest -q -p no:cacheprovider -m real_model tests/python

@@ -144,3 +144,47 @@ def test_the_report_lists_top_ops_per_token(op_trace):
                if line.split()[:1] == ["aten::addmm"])
     assert row[1] == "8" and row[4] == "8.0", section  # prefill calls, decode calls/token
     assert float(row[2]) > 0 and float(row[5]) > 0  # CPU time, prefill and per decode token
+
+
+AFTER_OPS_JOB = """
+import sys, torch, tokentrace as tt
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+def run(x):
+    y = model(x)  # the trace attaches here
+    with torch.device("meta"):  # the process's first device block: inside the trace
+        torch.empty(1)
+    return y
+
+if sys.argv[1] == "records":
+    tt.trace(run, torch.ones(1, 4), kernels="off", out=sys.argv[2])  # op records: default
+else:  # an op edit's mode
+    bound = tt.when(tt.func("relu"), tt.zero()).bind(model)
+    with bound.installed():
+        run(torch.ones(1, 4))
+with torch.device("meta"):
+    print("DEVICES", torch.tensor([1.0]).device, torch.as_tensor([1.0]).device,
+          torch.get_default_device())
+"""
+
+
+@pytest.mark.parametrize("how", ["records", "op mode"])
+def test_a_device_block_after_a_run_with_ops_still_places_torch_tensor(how, tmp_path):
+    """While op records or an op mode are on, torch.tensor is a wrapper of ours; torch caches
+    its device factories by identity the first time a `with torch.device(...)` block runs. If
+    that was during the run, `with torch.device("meta"): torch.tensor(...)` made CPU tensors
+    for the rest of the process, and transformers' from_pretrained, which asks exactly that,
+    then left a loaded Llama's rotary buffers uninitialized (SmolLM2 answered garbage in CI).
+    A fresh process: the cache is filled once per process."""
+    import subprocess
+    import sys
+
+    from tt_testutil import PYDIR
+    job = tmp_path / "job.py"
+    job.write_text(AFTER_OPS_JOB)
+    env = dict(__import__("os").environ, PYTHONPATH=PYDIR)
+    res = subprocess.run([sys.executable, str(job), how.split()[0], str(tmp_path / "t.sqlite")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = next(x for x in res.stdout.splitlines() if x.startswith("DEVICES "))
+    assert line.split()[1:] == ["meta", "meta", "meta"], line

@@ -173,6 +173,25 @@ def install(backend: Any = None) -> None:
         _install(backend)
 
 
+def _prime_torch_caches() -> None:
+    """Torch caches sets of its functions by identity on first use, for the process: the
+    factories a `with torch.device(...)` block gives its device (torch.utils._device), the
+    functions torch function modes ignore (torch.overrides). Filled while torch.tensor is a
+    wrapper, a set holds the wrapper for good: after remove(), torch.tensor under `with
+    torch.device("meta")` was made on the CPU, so transformers took a meta-device model for
+    a real one (its from_pretrained left the rotary embeddings' buffers as uninitialized
+    memory, and a loaded model answered garbage). Filled here first, they hold the originals."""
+    try:
+        from torch.utils._device import _device_constructors
+        _device_constructors()
+    except Exception:  # another torch: no such cache to fill
+        pass
+    try:
+        torch.overrides.get_ignored_functions()
+    except Exception:
+        pass
+
+
 def _install(backend: Any) -> None:
     if backend is not None:
         kind = backend.site_kind("op")
@@ -184,6 +203,7 @@ def _install(backend: Any) -> None:
         _users["marks"] += 1
     if _patched:
         return
+    _prime_torch_caches()
     for (owner_name, attr), name in ENTRIES.items():
         owner = _OWNERS[owner_name]
         original = getattr(owner, attr, None)
