@@ -53,15 +53,13 @@ class ServedRules:
         if serving:
             self.slots = [i for i, r in enumerate(rules) if served_per_request(r)]
         else:
+            why = (f": {why_not}" if why_not is not None else
+                   ", and this model is not served by one (vLLM's worker under `tokentrace run "
+                   "--edits`); use tt.token(k) or tt.prefill here")
             for i, r in enumerate(rules):
-                if r.per_request and why_not is not None:
-                    rule_error(i, f"requests= and tt.request_token(k) name a serving engine's "
-                                  f"requests: {why_not}")
                 if r.per_request:
-                    rule_error(i, "requests= and tt.request_token(k) name a serving engine's "
-                                  "requests, and this model is not served by one (vLLM's "
-                                  "worker under `tokentrace run --edits`); use tt.token(k) or "
-                                  "tt.prefill here")
+                    rule_error(i, f"requests= and tt.request_token(k) name a serving engine's "
+                                  f"requests{why}")
         self.slot_of = {i: s for s, i in enumerate(self.slots)}
         self.max_rows = DEFAULT_MAX_ROWS
         # What each rule edited, per request: each request seen has a column (its index,

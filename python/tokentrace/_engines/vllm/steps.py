@@ -71,13 +71,19 @@ def runner_class():
 def max_rows():
     """The most tokens one step computes (the model runner's max_num_tokens: vLLM's
     max_num_batched_tokens) of the runner whose call is on this thread's stack, or None."""
-    cls = runner_class()
+    runner = _runner_on_stack(runner_class())
+    n = getattr(runner, "max_num_tokens", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def _runner_on_stack(cls):
+    """The instance of runner class `cls` whose method is on this thread's stack (`self` of
+    one of its frames), or None (also when `cls` is None)."""
     frame = sys._getframe(1)
     while cls is not None and frame is not None:
         runner = frame.f_locals.get("self")
         if isinstance(runner, cls):
-            n = getattr(runner, "max_num_tokens", None)
-            return int(n) if isinstance(n, int) and n > 0 else None
+            return runner
         frame = frame.f_back
     return None
 
@@ -109,16 +115,10 @@ def runner_v2_serves(model):
     of its class is `self` of a frame on this thread's stack), which the adapter does not
     follow: its steps are execute_model calls with dummy_run= and warm-up requests, and its
     batch order is its own (sorted: decodes first)."""
-    module = sys.modules.get(_RUNNER_V2_MODULE)
-    cls = getattr(module, "GPUModelRunner", None) if module is not None else None
-    if cls is None or not type(model).__module__.startswith("vllm."):
+    if not type(model).__module__.startswith("vllm."):
         return False
-    frame = sys._getframe(1)
-    while frame is not None:
-        if isinstance(frame.f_locals.get("self"), cls):
-            return True
-        frame = frame.f_back
-    return False
+    module = sys.modules.get(_RUNNER_V2_MODULE)
+    return _runner_on_stack(getattr(module, "GPUModelRunner", None)) is not None
 
 
 def composition(output, prompt_lengths):
