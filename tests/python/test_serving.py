@@ -235,6 +235,11 @@ def test_a_model_served_by_model_runner_v2_is_said_in_one_line_and_refuses_reque
     v1_cls.call = lambda self, fn: fn()
     adapter, served, why = v1_cls().call(attach)
     assert adapter is not None and served and why is None and len(said) == 1
+    # the rows a step may have: the max_num_tokens of the runner making the call
+    from tokentrace._engines import max_rows
+    v1 = v1_cls()
+    v1.max_num_tokens = 64
+    assert v1.call(lambda: max_rows(model)) == 64 and max_rows(model) is None
 
 # --- the engine core's adapter on a stand-in of vLLM's EngineCore -------------------------
 class _Reason(int):
